@@ -1,0 +1,485 @@
+"""The Schedule IR: a collective algorithm as data.
+
+Glossary (used as names throughout):
+  rank, nranks  -- a participant and how many there are
+  peer          -- the other rank of a send or a receive
+  buffer        -- "input", "output" or "scratch"; sizes in elements, the same on every rank
+  chunk         -- (buffer, offset, count) in elements of the collective's dtype
+  round         -- a set of steps of one rank: all its sends and receives run concurrently, then its
+                   local steps (copy, reduce) run in order
+  step          -- Send, Recv (store or reduce into the chunk), Copy, Reduce
+
+Semantics of one round on one rank:
+  1. every Send reads its chunk as it is at the start of the round (a snapshot);
+  2. every Recv writes its chunk at the end of the round's communication; with reduce=True it
+     combines: dst = dst (op) incoming (several reducing receives may target the same chunk);
+  3. then the local steps run in the listed order: Copy (dst = src), Reduce (dst = dst (op) src).
+A plain Recv's chunk must not overlap a Send's chunk or another receive's chunk of the same round.
+
+Rounds are global: the i-th Send from rank a to rank b in round k matches the i-th Recv of b from a
+in round k, with the same count. Every rank has the same number of rounds (some may be empty).
+
+The collective's contract fixes the buffer sizes (see :func:`buffer_sizes`) and where the result
+must be (see :mod:`interlink.algorithms.reference`). AVG is run as SUM; the executor divides after.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping, Sequence, Union
+
+from ..errors import ScheduleError
+
+SCHEMA_VERSION = 1
+
+COLLECTIVES = (
+    "all_reduce",
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "reduce_scatter",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "barrier",
+)
+
+# collectives whose result combines contributions with a reduce op
+REDUCING = frozenset({"all_reduce", "reduce", "reduce_scatter"})
+ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
+
+BUFFERS = ("input", "output", "scratch")
+
+
+def buffer_sizes(collective: str, nranks: int, count: int) -> dict[str, int]:
+    """Sizes in elements of input and output for a collective.
+
+    ``count`` is the per-rank count: the whole vector for all_reduce/broadcast/reduce, one rank's
+    block for all_gather/reduce_scatter/gather/scatter/all_to_all, 0 for barrier.
+    """
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}")
+    p, n = nranks, count
+    if collective in ("all_reduce", "broadcast", "reduce"):
+        return {"input": n, "output": n}
+    if collective in ("all_gather", "gather"):
+        return {"input": n, "output": n * p}
+    if collective in ("reduce_scatter", "scatter"):
+        return {"input": n * p, "output": n}
+    if collective == "all_to_all":
+        return {"input": n * p, "output": n * p}
+    return {"input": 0, "output": 0}  # barrier
+
+
+def busbw_factor(collective: str, nranks: int) -> float:
+    """nccl-tests bus bandwidth factor."""
+    p = nranks
+    if collective == "all_reduce":
+        return 2.0 * (p - 1) / p
+    if collective in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
+        return (p - 1) / p
+    return 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    buffer: str
+    offset: int
+    count: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.count
+
+    def overlaps(self, other: "Chunk") -> bool:
+        return (
+            self.buffer == other.buffer
+            and self.count > 0
+            and other.count > 0
+            and self.offset < other.end
+            and other.offset < self.end
+        )
+
+    def to_json(self) -> list:
+        return [self.buffer, self.offset, self.count]
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    peer: int
+    src: Chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Recv:
+    peer: int
+    dst: Chunk
+    reduce: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    src: Chunk
+    dst: Chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    src: Chunk
+    dst: Chunk
+
+
+Step = Union[Send, Recv, Copy, Reduce]
+COMM_STEPS = (Send, Recv)
+LOCAL_STEPS = (Copy, Reduce)
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    steps: tuple[Step, ...] = ()
+
+    @property
+    def sends(self) -> tuple[Send, ...]:
+        return tuple(s for s in self.steps if isinstance(s, Send))
+
+    @property
+    def recvs(self) -> tuple[Recv, ...]:
+        return tuple(s for s in self.steps if isinstance(s, Recv))
+
+    @property
+    def locals(self) -> tuple[Step, ...]:
+        return tuple(s for s in self.steps if isinstance(s, LOCAL_STEPS))
+
+    @property
+    def has_comm(self) -> bool:
+        return any(isinstance(s, COMM_STEPS) for s in self.steps)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Per rank, an ordered tuple of rounds. Immutable; serialises to JSON with a version."""
+
+    collective: str
+    algorithm: str
+    nranks: int
+    count: int
+    root: int
+    buffers: Mapping[str, int]
+    ranks: tuple[tuple[Round, ...], ...]
+    meta: Mapping[str, object] = field(default_factory=dict)
+
+    # ---- shape -------------------------------------------------------------------------
+    @property
+    def nrounds(self) -> int:
+        """Number of rounds (all ranks have the same number)."""
+        return len(self.ranks[0]) if self.ranks else 0
+
+    @property
+    def comm_rounds(self) -> int:
+        """Rounds in which at least one rank sends or receives: the latency (alpha) terms."""
+        return sum(
+            1 for k in range(self.nrounds) if any(self.ranks[r][k].has_comm for r in range(self.nranks))
+        )
+
+    def steps(self, rank: int) -> Iterator[tuple[int, Step]]:
+        for k, rnd in enumerate(self.ranks[rank]):
+            for s in rnd.steps:
+                yield k, s
+
+    # ---- traffic: what the cost model and simulator need --------------------------------
+    def round_traffic(self, k: int) -> list[tuple[int, int, int]]:
+        """(src, dst, elements) of every message in round k, one entry per (src, dst) pair."""
+        acc: dict[tuple[int, int], int] = {}
+        for r in range(self.nranks):
+            for s in self.ranks[r][k].steps:
+                if isinstance(s, Send):
+                    acc[(r, s.peer)] = acc.get((r, s.peer), 0) + s.src.count
+        return [(a, b, n) for (a, b), n in sorted(acc.items())]
+
+    def messages(self) -> Iterator[tuple[int, int, int, int]]:
+        """(round, src, dst, elements) of every Send, in order."""
+        for r in range(self.nranks):
+            for k, s in self.steps(r):
+                if isinstance(s, Send):
+                    yield k, r, s.peer, s.src.count
+
+    def sent_per_rank(self) -> list[int]:
+        """Total elements each rank sends over the whole schedule."""
+        out = [0] * self.nranks
+        for _, src, _, n in self.messages():
+            out[src] += n
+        return out
+
+    def recv_per_rank(self) -> list[int]:
+        out = [0] * self.nranks
+        for _, _, dst, n in self.messages():
+            out[dst] += n
+        return out
+
+    def max_sent_per_round(self) -> list[int]:
+        """Per round, the largest number of elements any one rank sends (the beta term)."""
+        res = []
+        for k in range(self.nrounds):
+            per = [0] * self.nranks
+            for a, _, n in self.round_traffic(k):
+                per[a] += n
+            res.append(max(per) if per else 0)
+        return res
+
+    def reduced_per_round(self) -> list[int]:
+        """Per round, the largest number of elements any one rank reduces (the gamma term)."""
+        res = []
+        for k in range(self.nrounds):
+            best = 0
+            for r in range(self.nranks):
+                n = sum(s.dst.count for s in self.ranks[r][k].steps if isinstance(s, Recv) and s.reduce)
+                n += sum(s.dst.count for s in self.ranks[r][k].steps if isinstance(s, Reduce))
+                best = max(best, n)
+            res.append(best)
+        return res
+
+    # ---- validation ----------------------------------------------------------------------
+    def validate(self) -> "Schedule":
+        """Check structure: sizes, bounds, matching sends/receives, no overlapping plain receives."""
+        p = self.nranks
+        where = dict(op=f"{self.collective}/{self.algorithm}")
+        if p < 1 or len(self.ranks) != p:
+            raise ScheduleError(f"schedule has {len(self.ranks)} rank programs for nranks={p}", **where)
+        if not 0 <= self.root < p:
+            raise ScheduleError(f"root {self.root} out of range for nranks={p}", **where)
+        nr = len(self.ranks[0])
+        for r in range(p):
+            if len(self.ranks[r]) != nr:
+                raise ScheduleError(f"rank {r} has {len(self.ranks[r])} rounds, rank 0 has {nr}", ranks=[r], **where)
+        for r in range(p):
+            for k, rnd in enumerate(self.ranks[r]):
+                chunks: list[tuple[Step, Chunk]] = []
+                for s in rnd.steps:
+                    if isinstance(s, (Send, Recv)) and not 0 <= s.peer < p:
+                        raise ScheduleError(f"rank {r} round {k}: peer {s.peer} out of range", ranks=[r], **where)
+                    if isinstance(s, (Send, Recv)) and s.peer == r:
+                        raise ScheduleError(f"rank {r} round {k}: sends to itself (use Copy)", ranks=[r], **where)
+                    for c in _chunks_of(s):
+                        size = self.buffers.get(c.buffer)
+                        if size is None:
+                            raise ScheduleError(f"rank {r} round {k}: unknown buffer {c.buffer!r}", ranks=[r], **where)
+                        if c.offset < 0 or c.count < 0 or c.end > size:
+                            raise ScheduleError(
+                                f"rank {r} round {k}: chunk {c} outside {c.buffer}[0:{size}]", ranks=[r], **where
+                            )
+                    if isinstance(s, Send):
+                        chunks.append((s, s.src))
+                    elif isinstance(s, Recv):
+                        chunks.append((s, s.dst))
+                for i, (si, ci) in enumerate(chunks):
+                    for sj, cj in chunks[i + 1:]:
+                        if not ci.overlaps(cj):
+                            continue
+                        both_sends = isinstance(si, Send) and isinstance(sj, Send)
+                        reduce_pair = (
+                            isinstance(si, Recv) and si.reduce and (isinstance(sj, Send) or (isinstance(sj, Recv) and sj.reduce))
+                        ) or (isinstance(sj, Recv) and sj.reduce and isinstance(si, Send))
+                        if not (both_sends or reduce_pair):
+                            raise ScheduleError(
+                                f"rank {r} round {k}: receive into {ci if isinstance(si, Recv) else cj} overlaps "
+                                f"another chunk of the same round",
+                                ranks=[r],
+                                **where,
+                            )
+        for k in range(nr):
+            for a in range(p):
+                for b in range(p):
+                    if a == b:
+                        continue
+                    sends = [s.src.count for s in self.ranks[a][k].steps if isinstance(s, Send) and s.peer == b]
+                    recvs = [s.dst.count for s in self.ranks[b][k].steps if isinstance(s, Recv) and s.peer == a]
+                    if sends != recvs:
+                        raise ScheduleError(
+                            f"round {k}: rank {a} sends {sends} elements to rank {b}, which receives {recvs}",
+                            ranks=[a, b],
+                            **where,
+                        )
+        return self
+
+    # ---- serialisation --------------------------------------------------------------------
+    def to_json(self) -> dict:
+        def step(s: Step) -> list:
+            if isinstance(s, Send):
+                return ["send", s.peer, s.src.to_json()]
+            if isinstance(s, Recv):
+                return ["recv_reduce" if s.reduce else "recv", s.peer, s.dst.to_json()]
+            if isinstance(s, Copy):
+                return ["copy", s.src.to_json(), s.dst.to_json()]
+            return ["reduce", s.src.to_json(), s.dst.to_json()]
+
+        return {
+            "version": SCHEMA_VERSION,
+            "collective": self.collective,
+            "algorithm": self.algorithm,
+            "nranks": self.nranks,
+            "count": self.count,
+            "root": self.root,
+            "buffers": dict(self.buffers),
+            "meta": dict(self.meta),
+            "ranks": [[[step(s) for s in rnd.steps] for rnd in prog] for prog in self.ranks],
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: Mapping | str) -> "Schedule":
+        if isinstance(data, str):
+            data = json.loads(data)
+        if data.get("version") != SCHEMA_VERSION:
+            raise ScheduleError(f"unsupported schedule version {data.get('version')!r} (expected {SCHEMA_VERSION})")
+
+        def chunk(c: Sequence) -> Chunk:
+            return Chunk(str(c[0]), int(c[1]), int(c[2]))
+
+        def step(s: Sequence) -> Step:
+            kind = s[0]
+            if kind == "send":
+                return Send(int(s[1]), chunk(s[2]))
+            if kind in ("recv", "recv_reduce"):
+                return Recv(int(s[1]), chunk(s[2]), reduce=kind == "recv_reduce")
+            if kind == "copy":
+                return Copy(chunk(s[1]), chunk(s[2]))
+            if kind == "reduce":
+                return Reduce(chunk(s[1]), chunk(s[2]))
+            raise ScheduleError(f"unknown step kind {kind!r}")
+
+        ranks = tuple(tuple(Round(tuple(step(s) for s in rnd)) for rnd in prog) for prog in data["ranks"])
+        return cls(
+            collective=data["collective"],
+            algorithm=data["algorithm"],
+            nranks=int(data["nranks"]),
+            count=int(data["count"]),
+            root=int(data["root"]),
+            buffers=dict(data["buffers"]),
+            ranks=ranks,
+            meta=dict(data.get("meta", {})),
+        ).validate()
+
+
+def _chunks_of(s: Step) -> tuple[Chunk, ...]:
+    if isinstance(s, Send):
+        return (s.src,)
+    if isinstance(s, Recv):
+        return (s.dst,)
+    return (s.src, s.dst)
+
+
+# ---- a small builder that keeps every rank's program aligned ---------------------------------
+
+
+def split(count: int, parts: int) -> list[tuple[int, int]]:
+    """Split ``count`` elements into ``parts`` contiguous (offset, count) pieces, sizes differing by
+    at most one (the first ``count % parts`` pieces are one larger). Pieces may be empty."""
+    base, extra = divmod(count, parts)
+    out = []
+    off = 0
+    for i in range(parts):
+        n = base + (1 if i < extra else 0)
+        out.append((off, n))
+        off += n
+    return out
+
+
+class Builder:
+    """Collects steps per (rank, round) and pads every rank to the same number of rounds.
+
+    Zero-length sends/receives are dropped unless ``keep_empty`` (barrier needs empty messages).
+    """
+
+    def __init__(self, collective: str, algorithm: str, nranks: int, count: int, root: int = 0,
+                 scratch: int = 0, keep_empty: bool = False) -> None:
+        if nranks < 1:
+            raise ValueError(f"nranks must be >= 1, got {nranks}")
+        if count < 0:
+            raise ValueError(f"count must be >= 0, got {count}")
+        if not 0 <= root < nranks:
+            raise ValueError(f"root {root} out of range for nranks={nranks}")
+        self.collective = collective
+        self.algorithm = algorithm
+        self.nranks = nranks
+        self.count = count
+        self.root = root
+        self.buffers = dict(buffer_sizes(collective, nranks, count))
+        self.buffers["scratch"] = scratch
+        self.keep_empty = keep_empty
+        self._rounds: list[list[list[Step]]] = [[] for _ in range(nranks)]
+        self.meta: dict[str, object] = {}
+
+    def _slot(self, rank: int, rnd: int) -> list[Step]:
+        prog = self._rounds[rank]
+        while len(prog) <= rnd:
+            prog.append([])
+        return prog[rnd]
+
+    def send(self, rnd: int, src: int, dst: int, chunk: Chunk) -> None:
+        """Record the message src -> dst in round rnd (both the Send and the matching Recv side
+        must be added; see :meth:`transfer` for both at once)."""
+        if chunk.count == 0 and not self.keep_empty:
+            return
+        self._slot(src, rnd).append(Send(dst, chunk))
+
+    def recv(self, rnd: int, dst: int, src: int, chunk: Chunk, reduce: bool = False) -> None:
+        if chunk.count == 0 and not self.keep_empty:
+            return
+        self._slot(dst, rnd).append(Recv(src, chunk, reduce))
+
+    def transfer(self, rnd: int, src: int, dst: int, src_chunk: Chunk, dst_chunk: Chunk, reduce: bool = False) -> None:
+        """A message from src to dst in round rnd: src sends src_chunk, dst receives into dst_chunk."""
+        if src_chunk.count != dst_chunk.count:
+            raise AssertionError(f"transfer of {src_chunk.count} into {dst_chunk.count} elements")
+        self.send(rnd, src, dst, src_chunk)
+        self.recv(rnd, dst, src, dst_chunk, reduce)
+
+    def copy(self, rnd: int, rank: int, src: Chunk, dst: Chunk) -> None:
+        if src.count == 0 or src == dst:
+            return
+        self._slot(rank, rnd).append(Copy(src, dst))
+
+    def reduce(self, rnd: int, rank: int, src: Chunk, dst: Chunk) -> None:
+        if src.count == 0:
+            return
+        self._slot(rank, rnd).append(Reduce(src, dst))
+
+    def build(self) -> Schedule:
+        nr = max((len(p) for p in self._rounds), default=0)
+        # drop rounds that are empty on every rank
+        keep = [k for k in range(nr) if any(k < len(p) and p[k] for p in self._rounds)]
+        ranks = []
+        for prog in self._rounds:
+            rounds = []
+            for k in keep:
+                steps = prog[k] if k < len(prog) else []
+                # communication first, then local steps in the order given
+                comm = [s for s in steps if isinstance(s, COMM_STEPS)]
+                loc = [s for s in steps if isinstance(s, LOCAL_STEPS)]
+                rounds.append(Round(tuple(comm + loc)))
+            ranks.append(tuple(rounds))
+        return Schedule(
+            collective=self.collective,
+            algorithm=self.algorithm,
+            nranks=self.nranks,
+            count=self.count,
+            root=self.root,
+            buffers=self.buffers,
+            ranks=tuple(ranks),
+            meta=dict(self.meta),
+        )
+
+
+def inp(offset: int, count: int) -> Chunk:
+    return Chunk("input", offset, count)
+
+
+def out(offset: int, count: int) -> Chunk:
+    return Chunk("output", offset, count)
+
+
+def scr(offset: int, count: int) -> Chunk:
+    return Chunk("scratch", offset, count)
