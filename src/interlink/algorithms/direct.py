@@ -1,1 +1,116 @@
-"""(to be written)"""
+"""Direct (one-shot) algorithms: every message goes straight from its source to its destination in a
+single communication round. Lowest latency; bandwidth and fan-in grow with p, so for small messages.
+
+Reducing variants receive every contribution into scratch and then reduce them locally in rank
+order 0, 1, ..., p-1, so that every rank (and every run) combines the inputs in the same order and
+floating-point results are identical bit for bit across ranks.
+"""
+
+from __future__ import annotations
+
+from .registry import register
+from .schedule import Builder, Chunk, Schedule, inp, out, scr
+
+
+def _slot(j: int, me: int) -> int:
+    """Scratch slot of the contribution of rank j on rank ``me`` (which has no slot for itself)."""
+    return j if j < me else j - 1
+
+
+def _reduce_in_rank_order(b: Builder, rnd: int, me: int, p: int, own: Chunk, n: int, dst: Chunk) -> None:
+    """dst = x_0 op x_1 op ... op x_{p-1}, where x_me is ``own`` and x_j (j != me) is in scratch."""
+    def part(j: int) -> Chunk:
+        return own if j == me else scr(_slot(j, me) * n, n)
+
+    b.copy(rnd, me, part(0), dst)
+    for j in range(1, p):
+        b.reduce(rnd, me, part(j), dst)
+
+
+@register("all_reduce", "direct")
+def all_reduce_direct(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 round; each rank sends its whole buffer to every other rank: (p-1)*count sent per rank."""
+    p, n = nranks, count
+    b = Builder("all_reduce", "direct", p, n, root, scratch=(p - 1) * n)
+    for r in range(p):
+        for j in range(p):
+            if j != r:
+                b.transfer(0, r, j, inp(0, n), scr(_slot(r, j) * n, n))
+    for r in range(p):
+        _reduce_in_rank_order(b, 0, r, p, inp(0, n), n, out(0, n))
+    return b.build()
+
+
+@register("broadcast", "direct")
+def broadcast_direct(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 round; the root sends the buffer to each other rank: (p-1)*count from the root."""
+    p, n = nranks, count
+    b = Builder("broadcast", "direct", p, n, root)
+    b.copy(0, root, inp(0, n), out(0, n))
+    for j in range(p):
+        if j != root:
+            b.transfer(0, root, j, inp(0, n), out(0, n))
+    return b.build()
+
+
+@register("reduce", "direct")
+def reduce_direct(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 round; every non-root rank sends its buffer to the root, which receives (p-1)*count."""
+    p, n = nranks, count
+    b = Builder("reduce", "direct", p, n, root, scratch=(p - 1) * n)
+    for j in range(p):
+        if j != root:
+            b.transfer(0, j, root, inp(0, n), scr(_slot(j, root) * n, n))
+    _reduce_in_rank_order(b, 0, root, p, inp(0, n), n, out(0, n))
+    return b.build()
+
+
+@register("all_gather", "direct")
+def all_gather_direct(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 round; each rank sends its block to every other rank: (p-1)*count sent per rank."""
+    p, n = nranks, count
+    b = Builder("all_gather", "direct", p, n, root)
+    for r in range(p):
+        b.copy(0, r, inp(0, n), out(r * n, n))
+        for j in range(p):
+            if j != r:
+                b.transfer(0, r, j, inp(0, n), out(r * n, n))
+    return b.build()
+
+
+@register("reduce_scatter", "direct")
+def reduce_scatter_direct(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 round; each rank sends block j of its input to rank j: (p-1)*count sent per rank."""
+    p, n = nranks, count
+    b = Builder("reduce_scatter", "direct", p, n, root, scratch=(p - 1) * n)
+    for r in range(p):
+        for j in range(p):
+            if j != r:
+                b.transfer(0, r, j, inp(j * n, n), scr(_slot(r, j) * n, n))
+    for r in range(p):
+        _reduce_in_rank_order(b, 0, r, p, inp(r * n, n), n, out(0, n))
+    return b.build()
+
+
+@register("gather", "direct")
+def gather_direct(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 round; every non-root rank sends its block to the root, which receives (p-1)*count."""
+    p, n = nranks, count
+    b = Builder("gather", "direct", p, n, root)
+    b.copy(0, root, inp(0, n), out(root * n, n))
+    for j in range(p):
+        if j != root:
+            b.transfer(0, j, root, inp(0, n), out(j * n, n))
+    return b.build()
+
+
+@register("scatter", "direct")
+def scatter_direct(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 round; the root sends block j of its input to rank j: (p-1)*count from the root."""
+    p, n = nranks, count
+    b = Builder("scatter", "direct", p, n, root)
+    b.copy(0, root, inp(root * n, n), out(0, n))
+    for j in range(p):
+        if j != root:
+            b.transfer(0, root, j, inp(j * n, n), out(0, n))
+    return b.build()

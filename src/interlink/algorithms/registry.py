@@ -42,14 +42,26 @@ def register(collective: str, algorithm: str, summary: str = "", params: tuple[s
     return deco
 
 
+_LOADED = [False]
+
+
 def _load() -> None:
-    # import the family modules for their registrations
-    from . import barrier, bruck, direct, hierarchical, recursive, ring, trees  # noqa: F401
+    # import the family modules for their registrations (once)
+    if _LOADED[0]:
+        return
+    _LOADED[0] = True
+    from . import barrier, bruck, direct, hierarchical, pairwise, recursive, ring, trees  # noqa: F401
+
+
+_SORTED: list = [None, []]  # (registry size when sorted, entries)
 
 
 def entries() -> list[Entry]:
     _load()
-    return sorted(_REGISTRY.values(), key=lambda e: (COLLECTIVES.index(e.collective), e.algorithm))
+    if _SORTED[0] != len(_REGISTRY):
+        _SORTED[1] = sorted(_REGISTRY.values(), key=lambda e: (COLLECTIVES.index(e.collective), e.algorithm))
+        _SORTED[0] = len(_REGISTRY)
+    return _SORTED[1]
 
 
 def algorithms_for(collective: str) -> list[str]:

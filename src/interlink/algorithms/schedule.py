@@ -156,9 +156,10 @@ class Round:
         return any(isinstance(s, COMM_STEPS) for s in self.steps)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Schedule:
-    """Per rank, an ordered tuple of rounds. Immutable; serialises to JSON with a version."""
+    """Per rank, an ordered tuple of rounds. Immutable; serialises to JSON with a version.
+    Hashed and compared by identity (the registry caches them)."""
 
     collective: str
     algorithm: str

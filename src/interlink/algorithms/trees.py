@@ -1,1 +1,256 @@
-"""(to be written)"""
+"""Tree algorithms: binomial trees for the rooted collectives and an NCCL-style double binary tree
+for all-reduce.
+
+Binomial trees work on the *relative* rank ``v = (r - root) % p``, so any rank can be the root.
+In a binomial tree the subtree of relative rank ``v > 0`` is the contiguous range
+``[v, min(v + lowbit(v), p))`` (the root's is everything); gather and scatter move whole subtrees.
+Logarithmic latency (``ceil(log2 p)`` rounds); good for small and medium messages.
+"""
+
+from __future__ import annotations
+
+from .registry import register
+from .schedule import Builder, Schedule, inp, out, scr, split
+
+
+def ceil_log2(p: int) -> int:
+    """Smallest L with 2**L >= p (0 for p <= 1)."""
+    return max(0, (p - 1).bit_length())
+
+
+def _lowbit(v: int) -> int:
+    return v & -v
+
+
+def _subtree(v: int, p: int) -> int:
+    """Number of relative ranks in the binomial subtree of relative rank v."""
+    return p if v == 0 else min(_lowbit(v), p - v)
+
+
+def _abs_runs(rel_start: int, m: int, root: int, p: int) -> list[tuple[int, int]]:
+    """The blocks of relative ranks [rel_start, rel_start + m) as at most two runs (first absolute
+    block, number of blocks) of consecutive absolute ranks: the range wraps past p - 1 at most once."""
+    if m == 0:
+        return []
+    a0 = (rel_start + root) % p
+    first = min(m, p - a0)
+    runs = [(a0, first)]
+    if m > first:
+        runs.append((0, m - first))
+    return runs
+
+
+# ---- binomial trees ---------------------------------------------------------------------------
+
+
+@register("broadcast", "binomial")
+def broadcast_binomial(nranks: int, count: int, root: int = 0) -> Schedule:
+    """ceil(log2 p) rounds; every non-root rank receives the buffer exactly once (p-1 copies in all)."""
+    p, n = nranks, count
+    b = Builder("broadcast", "binomial", p, n, root)
+    b.copy(0, root, inp(0, n), out(0, n))
+    for k in range(ceil_log2(p)):
+        step = 1 << k
+        for v in range(step):
+            w = v + step
+            if w >= p:
+                break
+            src, dst = (v + root) % p, (w + root) % p
+            b.transfer(k, src, dst, inp(0, n) if v == 0 else out(0, n), out(0, n))
+    return b.build()
+
+
+@register("reduce", "binomial")
+def reduce_binomial(nranks: int, count: int, root: int = 0) -> Schedule:
+    """ceil(log2 p) rounds; every non-root rank sends the buffer exactly once (p-1 copies in all)."""
+    p, n = nranks, count
+    b = Builder("reduce", "binomial", p, n, root)
+    if p == 1:
+        b.copy(0, root, inp(0, n), out(0, n))
+        return b.build()
+    # relative rank v receives from v + 2^k in round k (for 2^k < lowbit(v)), then sends to
+    # v - lowbit(v) in round log2(lowbit(v)). Its first child (v + 1) always arrives in round 0:
+    # that receive initialises the output, and the rank folds its own input in right after.
+    for v in range(p):
+        r = (v + root) % p
+        for k in range(ceil_log2(p)):
+            step = 1 << k
+            if v != 0 and step >= _lowbit(v):
+                break
+            w = v + step
+            if w >= p:
+                break
+            child = (w + root) % p
+            child_src = inp(0, n) if _subtree(w, p) == 1 else out(0, n)
+            b.transfer(k, child, r, child_src, out(0, n), reduce=k > 0)
+            if k == 0:
+                b.reduce(0, r, inp(0, n), out(0, n))
+    return b.build()
+
+
+@register("gather", "binomial")
+def gather_binomial(nranks: int, count: int, root: int = 0) -> Schedule:
+    """ceil(log2 p) rounds; each rank sends its subtree's blocks once, the root receives (p-1)*count.
+
+    Blocks sit at their absolute place in every rank's output (non-root ranks use it as temp), so
+    a subtree whose absolute ranks wrap past p-1 travels as two messages in the same round."""
+    p, n = nranks, count
+    b = Builder("gather", "binomial", p, n, root)
+    for v in range(p):
+        r = (v + root) % p
+        if v == 0 or _subtree(v, p) > 1:
+            b.copy(0, r, inp(0, n), out(r * n, n))
+    for k in range(ceil_log2(p)):
+        step = 1 << k
+        for v in range(step, p, 2 * step):  # v % 2^(k+1) == 2^k: sends its subtree to v - 2^k
+            m = _subtree(v, p)
+            src, dst = (v + root) % p, (v - step + root) % p
+            if m == 1:
+                b.transfer(k, src, dst, inp(0, n), out(src * n, n))
+                continue
+            for a0, cnt in _abs_runs(v, m, root, p):
+                b.transfer(k, src, dst, out(a0 * n, cnt * n), out(a0 * n, cnt * n))
+    return b.build()
+
+
+@register("scatter", "binomial")
+def scatter_binomial(nranks: int, count: int, root: int = 0) -> Schedule:
+    """ceil(log2 p) rounds; the root sends (p-1)*count, each rank forwards its subtree's blocks once.
+
+    An interior rank keeps its subtree's blocks in scratch in relative order; the root sends from
+    its input, two messages where the subtree's absolute ranks wrap past p-1."""
+    p, n = nranks, count
+    L = ceil_log2(p)
+    widest = max((_subtree(w, p) for w in range(1, p) if _subtree(w, p) > 1), default=0)
+    b = Builder("scatter", "binomial", p, n, root, scratch=widest * n)
+    b.copy(0, root, inp(root * n, n), out(0, n))
+    for t, k in enumerate(range(L - 1, -1, -1)):
+        step = 1 << k
+        for v in range(0, p, 2 * step):  # v % 2^(k+1) == 0 sends the subtree of v + 2^k
+            w = v + step
+            if w >= p:
+                break
+            m = _subtree(w, p)
+            src, dst = (v + root) % p, (w + root) % p
+            if v == 0:
+                pieces = [inp(a0 * n, cnt * n) for a0, cnt in _abs_runs(w, m, root, p)]
+            else:
+                pieces = [scr(step * n, m * n)]  # relative block w sits at (w - v) * n in v's scratch
+            if m == 1:
+                (piece,) = pieces
+                b.transfer(t, src, dst, piece, out(0, n))
+                continue
+            off = 0
+            for piece in pieces:
+                b.transfer(t, src, dst, piece, scr(off, piece.count))
+                off += piece.count
+            b.copy(t, dst, scr(0, n), out(0, n))
+    return b.build()
+
+
+# ---- double binary tree -------------------------------------------------------------------------
+
+
+def btree_parents(p: int) -> list[int]:
+    """NCCL's binary tree (ncclGetBtree) over ranks 0..p-1 as a parent array (-1 at the root, 0).
+
+    A rank r > 0 with lowest set bit b hangs under (r ^ b) | 2b, or under r ^ b when that is out of
+    range; odd ranks are leaves, rank 0 has one child. Height <= ceil(log2 p)."""
+    parents = [-1] * p
+    for r in range(1, p):
+        bit = _lowbit(r)
+        up = (r ^ bit) | (bit << 1)
+        if up >= p:
+            up = r ^ bit
+        parents[r] = up
+    return parents
+
+
+def double_binary_tree(p: int) -> tuple[list[int], list[int]]:
+    """The two complementary trees of NCCL's ncclGetDtree, as parent arrays.
+
+    Tree 1 is :func:`btree_parents`; tree 2 mirrors it (r -> p-1-r) when p is even and shifts it by
+    one rank (r -> r+1) when p is odd, so that the interior ranks of one tree are (but for the
+    roots) leaves of the other."""
+    t1 = btree_parents(p)
+    if p % 2 == 0:
+        t2 = [-1 if t1[p - 1 - r] < 0 else p - 1 - t1[p - 1 - r] for r in range(p)]
+    else:
+        t2 = [-1 if t1[(r - 1) % p] < 0 else (t1[(r - 1) % p] + 1) % p for r in range(p)]
+    return t1, t2
+
+
+def _children(parents: list[int]) -> list[list[int]]:
+    kids: list[list[int]] = [[] for _ in parents]
+    for r, u in enumerate(parents):
+        if u >= 0:
+            kids[u].append(r)
+    return kids
+
+
+def _depths(parents: list[int]) -> list[int]:
+    """Distance of each rank from its tree's root."""
+    depth = []
+    for r in range(len(parents)):
+        d, u = 0, parents[r]
+        while u >= 0:
+            d, u = d + 1, parents[u]
+        depth.append(d)
+    return depth
+
+
+def _heights(kids: list[list[int]], depth: list[int]) -> list[int]:
+    """Height of each rank's subtree (0 for a leaf)."""
+    h = [0] * len(kids)
+    for r in sorted(range(len(kids)), key=lambda x: -depth[x]):  # children before parents
+        if kids[r]:
+            h[r] = 1 + max(h[c] for c in kids[r])
+    return h
+
+
+@register("all_reduce", "tree", params=("segments",))
+def all_reduce_tree(nranks: int, count: int, root: int = 0, segments: int | None = None) -> Schedule:
+    """2H + S - 1 rounds (tree height H <= ceil(log2 p), S segments); each rank sends <= ~2x the buffer.
+
+    NCCL's double binary tree (:func:`double_binary_tree`); ``segments`` defaults to 1, so 2H rounds.
+    The buffer is split in two halves; half t is reduced up tree t to its root and broadcast back
+    down, both trees at once. With S segments the halves are pipelined: a rank of subtree height h
+    sends segment s up in comm round h + s; a tree's root of height H sends segment s down in round
+    H + s and a rank at depth d forwards it in round H + s + d. Every rank computes the same result.
+    """
+    p, n = nranks, count
+    b = Builder("all_reduce", "tree", p, n, root)
+    halves = split(n, 2)
+    S = max(1, min(int(segments) if segments is not None else 1, n // 2))
+    b.meta["segments"] = S
+    trees = double_binary_tree(p)
+    for (ho, hn), parents in zip(halves, trees):
+        kids = _children(parents)
+        depth = _depths(parents)
+        h = _heights(kids, depth)
+        troot = parents.index(-1)
+        H = h[troot]
+        segs = [(ho + so, sn) for so, sn in split(hn, S)]
+        # ranks that accumulate (interior) or own the result (root) start from their own input
+        for r in range(p):
+            if kids[r] or r == troot:
+                b.copy(0, r, inp(ho, hn), out(ho, hn))
+        for s, (so, sn) in enumerate(segs):
+            # up: comm rounds start at 1 (round 0 holds the local initialisation)
+            for r in range(p):
+                u = parents[r]
+                if u < 0:
+                    continue
+                src = out(so, sn) if kids[r] else inp(so, sn)
+                b.transfer(1 + h[r] + s, r, u, src, out(so, sn), reduce=True)
+            # down
+            for r in range(p):
+                for c in kids[r]:
+                    b.transfer(1 + H + s + depth[r], r, c, out(so, sn), out(so, sn))
+    return b.build()
+
+
+__all__ = [
+    "broadcast_binomial", "reduce_binomial", "gather_binomial", "scatter_binomial", "all_reduce_tree",
+    "btree_parents", "double_binary_tree", "ceil_log2",
+]
