@@ -1,7 +1,39 @@
-"""interlink: collective communication for GPU clusters in Python."""
+"""interlink: collective communication for GPU clusters in Python.
+
+    import interlink as dist
+    dist.init()                       # reads RANK/WORLD_SIZE/MASTER_ADDR/... like torch.distributed
+    dist.all_reduce(x)                # in place, numpy arrays, torch CPU tensors, buffers
+"""
 
 __version__ = "0.1.0"
 
+from .errors import (  # noqa: E402
+    CollectiveMismatchError,
+    CommTimeoutError,
+    InterlinkError,
+    PeerLostError,
+)
 from .ops import ReduceOp  # noqa: E402
 
-__all__ = ["ReduceOp", "__version__"]
+_API = (
+    "init", "init_process_group", "destroy", "destroy_process_group", "finalize", "is_initialized",
+    "get_rank", "get_world_size", "new_group", "NON_GROUP_MEMBER",
+    "all_reduce", "broadcast", "reduce", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
+    "all_to_all_single", "gather", "scatter", "barrier", "send", "recv", "isend", "irecv",
+)
+
+__all__ = ["ReduceOp", "InterlinkError", "CommTimeoutError", "PeerLostError", "CollectiveMismatchError",
+           "__version__", *_API]
+
+
+def __getattr__(name: str):
+    # the runtime is imported on first use, so `import interlink` stays light (numpy only)
+    if name in _API:
+        from .runtime import api
+
+        return getattr(api, name)
+    if name == "Work":
+        from .runtime.work import Work
+
+        return Work
+    raise AttributeError(f"module 'interlink' has no attribute {name!r}")

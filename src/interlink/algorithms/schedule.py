@@ -269,6 +269,10 @@ class Schedule:
                             raise ScheduleError(
                                 f"rank {r} round {k}: chunk {c} outside {c.buffer}[0:{size}]", ranks=[r], **where
                             )
+                    written = s.dst if isinstance(s, (Recv, Copy, Reduce)) else None
+                    if written is not None and written.buffer == "input":
+                        raise ScheduleError(f"rank {r} round {k}: writes the input buffer ({written}); "
+                                            f"input is the caller's and read-only", ranks=[r], **where)
                     if isinstance(s, Send):
                         chunks.append((s, s.src))
                     elif isinstance(s, Recv):

@@ -1,0 +1,178 @@
+"""Check every registered algorithm against the reference executor over a matrix of cases.
+
+A *case* is one Schedule: (nranks, count, root, params). Each case is validated structurally,
+proven symbolically (every output element holds exactly the right contributions) and run
+numerically against numpy. The default matrix is sized to stay fast:
+
+* every nranks in 1..max_ranks; counts 0, 1, p-1, p+1, 2p+3 (uneven splits) and 61 (larger);
+  roots 0 and p-1 for rooted collectives; builder params at their defaults, plus local_size in
+  {1, 2, 3} (where <= nranks) for builders that take one;
+* symbolic + float32 (every valid op for reducing collectives) on every case;
+* the full dtype x op matrix (:func:`interlink.ops.numeric_dtypes`) on a subset: nranks in
+  {1, 2, 3, 4, 5, 8} and count 2p+3, last root, default params.
+
+``full=True`` runs the full dtype x op matrix on every case. A failing case never stops the run:
+its message is collected and the next case runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ..ops import numeric_dtypes
+from . import registry
+from .reference import verify_schedule
+from .schedule import ROOTED, buffer_sizes
+
+# modules of this package that are not algorithm families
+_NOT_FAMILIES = frozenset({"schedule", "registry", "reference", "verify"})
+
+# nranks on which the default (non-full) run checks every dtype x op
+MATRIX_RANKS = (1, 2, 3, 4, 5, 8)
+LOCAL_SIZES = (1, 2, 3)
+LARGE_COUNT = 61
+
+
+def load_entries() -> tuple[list[registry.Entry], list[dict]]:
+    """All registered entries, plus a result dict for every family module that fails to import
+    (so that one broken module does not hide the others)."""
+    try:
+        return registry.entries(), []
+    except Exception:  # noqa: BLE001 - fall back to importing family by family
+        pass
+    import_failures = []
+    pkg = importlib.import_module(__package__)
+    for mod in sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)):
+        if mod in _NOT_FAMILIES:
+            continue
+        try:
+            importlib.import_module(f"{__package__}.{mod}")
+        except Exception as exc:  # noqa: BLE001
+            import_failures.append({
+                "collective": "*",
+                "algorithm": f"<module {mod}>",
+                "cases": 0,
+                "failures": [f"import of {__package__}.{mod} failed: {type(exc).__name__}: {exc}"],
+            })
+    from .schedule import COLLECTIVES
+
+    ents = sorted(registry._REGISTRY.values(), key=lambda e: (COLLECTIVES.index(e.collective), e.algorithm))
+    return ents, import_failures
+
+
+def counts_for(collective: str, nranks: int) -> list[int]:
+    """The counts checked at nranks: 0, 1, p-1, p+1, 2p+3 (prime for small p) and a larger one."""
+    if collective == "barrier":
+        return [0]
+    p = nranks
+    return sorted({0, 1, max(p - 1, 0), p + 1, 2 * p + 3, LARGE_COUNT})
+
+
+def roots_for(collective: str, nranks: int) -> list[int]:
+    return sorted({0, nranks - 1}) if collective in ROOTED else [0]
+
+
+def params_for(entry: registry.Entry, nranks: int) -> list[dict]:
+    """Builder keyword arguments to try: the defaults, plus local_size in {1, 2, 3} (<= nranks)."""
+    out: list[dict] = [{}]
+    if "local_size" in entry.params:
+        out += [{"local_size": ls} for ls in LOCAL_SIZES if ls <= nranks]
+    return out
+
+
+def _describe(collective: str, algorithm: str, p: int, n: int, root: int, params: dict) -> str:
+    extra = "".join(f" {k}={v}" for k, v in params.items())
+    return f"{collective}/{algorithm} nranks={p} count={n} root={root}{extra}"
+
+
+def _check_shape(s, collective: str, algorithm: str, p: int, n: int, root: int) -> None:
+    """The builder returned the Schedule it was asked for (collective, sizes, root)."""
+    from ..errors import ScheduleError
+
+    want = buffer_sizes(collective, p, n)
+    got = (s.collective, s.nranks, s.count if collective != "barrier" else 0, s.root)
+    exp = (collective, p, n if collective != "barrier" else 0, root)
+    if got != exp:
+        raise ScheduleError(f"builder returned (collective, nranks, count, root)={got}, asked for {exp}",
+                            op=f"{collective}/{algorithm}")
+    for name, size in want.items():
+        if s.buffers.get(name) != size:
+            raise ScheduleError(f"buffer {name} has {s.buffers.get(name)} elements, the contract says {size}",
+                                op=f"{collective}/{algorithm}")
+
+
+def iter_cases(entry: registry.Entry, max_ranks: int, full: bool = False
+               ) -> Iterator[tuple[int, int, int, dict, bool]]:
+    """(nranks, count, root, params, all_dtypes) for every case of one entry."""
+    for p in range(1, max_ranks + 1):
+        counts = counts_for(entry.collective, p)
+        roots = roots_for(entry.collective, p)
+        matrix_count = 2 * p + 3 if entry.collective != "barrier" else 0
+        for params in params_for(entry, p):
+            for n in counts:
+                for root in roots:
+                    all_dtypes = full or (
+                        p in MATRIX_RANKS and n == matrix_count and root == roots[-1] and not params
+                    )
+                    yield p, n, root, params, all_dtypes
+
+
+def verify_pair(collective: str, algorithm: str, max_ranks: int = 17, *, full: bool = False,
+                dtypes: Sequence | None = None) -> dict:
+    """Verify one registered (collective, algorithm) on every case up to max_ranks.
+
+    Returns ``{"collective", "algorithm", "cases", "failures": [message, ...]}``; ``cases`` counts
+    the Schedules checked. ``dtypes`` overrides the dtypes of the full matrix.
+    """
+    entry = registry.get_entry(collective, algorithm)
+    return _verify_entry(entry, max_ranks, full, dtypes)
+
+
+def _verify_entry(entry: registry.Entry, max_ranks: int, full: bool, dtypes: Sequence | None) -> dict:
+    all_dt = tuple(dtypes) if dtypes is not None else numeric_dtypes()
+    cases = 0
+    failures: list[str] = []
+    c, a = entry.collective, entry.algorithm
+    for p, n, root, params, all_dtypes in iter_cases(entry, max_ranks, full):
+        cases += 1
+        try:
+            s = entry.builder(p, n, root=root, **params)
+            _check_shape(s, c, a, p, n, root)
+            verify_schedule(s, dtypes=all_dt if all_dtypes else (np.float32,))
+        except Exception as exc:  # noqa: BLE001 - every failure is reported, none stops the run
+            failures.append(f"{_describe(c, a, p, n, root, params)}: {type(exc).__name__}: {exc}")
+    return {"collective": c, "algorithm": a, "cases": cases, "failures": failures}
+
+
+def verify_all(max_ranks: int = 17, collectives: Iterable[str] | None = None,
+               algorithms: Iterable[str] | None = None, full: bool = False,
+               on_result: Callable[[dict], None] | None = None) -> list[dict]:
+    """Verify every registered (collective, algorithm), optionally filtered; see :func:`verify_pair`.
+
+    ``on_result`` is called with each pair's result as soon as it is known (for progress output).
+    Family modules that fail to import are reported as results with collective ``"*"``.
+    """
+    if max_ranks < 1:
+        raise ValueError(f"max_ranks must be >= 1, got {max_ranks}")
+    colls = set(collectives) if collectives else None
+    algs = set(algorithms) if algorithms else None
+    ents, results = load_entries()
+    if colls or algs:
+        results = []  # a filtered run reports only what it was asked for
+    if on_result is not None:
+        for r in results:
+            on_result(r)
+    for e in ents:
+        if colls is not None and e.collective not in colls:
+            continue
+        if algs is not None and e.algorithm not in algs:
+            continue
+        res = _verify_entry(e, max_ranks, full, None)
+        results.append(res)
+        if on_result is not None:
+            on_result(res)
+    return results

@@ -1,0 +1,97 @@
+"""Array adapters: numpy arrays, torch CPU tensors and buffer-protocol objects as flat numpy views.
+
+Every adapter shares memory with the caller's object (zero-copy); results written into the view are
+visible in the original. Validation happens here, before any byte moves: contiguity, writability,
+supported dtype. torch is imported lazily and only when a tensor is passed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "is_contiguous") and hasattr(x, "dtype")
+
+
+def _bfloat16_np() -> np.dtype | None:
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def is_array(x: Any) -> bool:
+    if isinstance(x, np.ndarray) or _is_torch(x):
+        return True
+    try:
+        memoryview(x)
+        return True
+    except TypeError:
+        return False
+
+
+def device_of(x: Any) -> str:
+    """'cpu' or e.g. 'cuda:0'."""
+    if _is_torch(x):
+        return str(x.device)
+    return "cpu"
+
+
+def as_flat(x: Any, name: str = "tensor", writable: bool = True) -> np.ndarray:
+    """A flat (1-D, C-contiguous) numpy view of x sharing its memory.
+
+    Raises TypeError for unsupported objects/dtypes and ValueError for non-contiguous or read-only
+    arrays, before anything is sent.
+    """
+    if isinstance(x, np.ndarray):
+        arr = x
+        if not arr.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous (got strides {arr.strides} for shape {arr.shape}); "
+                             f"pass np.ascontiguousarray({name})")
+        if writable and not arr.flags.writeable:
+            raise ValueError(f"{name} is read-only; interlink writes results into it")
+        if arr.dtype.hasobject or arr.dtype.fields is not None:
+            raise TypeError(f"{name} has dtype {arr.dtype}, which cannot be communicated")
+        return arr.reshape(-1)
+    if _is_torch(x):
+        import torch
+
+        if x.device.type != "cpu":
+            raise TypeError(f"{name} lives on {x.device}; GPU tensors need the cuda transports (not available here)")
+        if not x.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (got stride {tuple(x.stride())} for shape {tuple(x.shape)}); "
+                             f"call .contiguous() first")
+        if x.requires_grad and x.is_leaf and writable:
+            raise ValueError(f"{name} is a leaf tensor that requires grad; pass tensor.detach() or use torch.no_grad()")
+        t = x.detach()
+        if t.dtype == torch.bfloat16:
+            bf = _bfloat16_np()
+            raw = t.view(torch.int16).numpy()
+            return (raw.view(bf) if bf is not None else raw.view(np.uint16)).reshape(-1)
+        if t.dtype == torch.bool:
+            return t.numpy().reshape(-1)
+        try:
+            return t.numpy().reshape(-1)
+        except (TypeError, RuntimeError) as e:
+            raise TypeError(f"{name} has dtype {t.dtype}, which interlink cannot communicate: {e}") from None
+    try:
+        mv = memoryview(x)
+    except TypeError:
+        raise TypeError(f"{name} must be a numpy array, a torch tensor or a buffer-protocol object, "
+                        f"got {type(x).__name__}") from None
+    if not mv.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    if writable and mv.readonly:
+        raise ValueError(f"{name} is read-only (e.g. bytes); use a bytearray or numpy array")
+    arr = np.frombuffer(mv, dtype=np.dtype(mv.format) if mv.format not in ("B", "c") else np.uint8)
+    return arr.reshape(-1)
+
+
+def dtype_name(x: Any) -> str:
+    if _is_torch(x):
+        return str(x.dtype).replace("torch.", "")
+    return str(np.asarray(as_flat(x, writable=False)).dtype)

@@ -1,0 +1,285 @@
+"""The progress engine: drives posted sends/receives over the channels until they complete.
+
+Waiting spins briefly (a peer on the same host usually answers within microseconds), then yields the
+core, then sleeps in ``select`` on every socket that matters: the TCP data sockets of pending ops and the
+control socket of every peer. A control socket that closes means the peer died (PeerLostError); an
+ABORT frame on it means a peer failed and tells why. A deadline turns into CommTimeoutError naming the
+ranks still owed data.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import socket
+import struct
+import time
+from collections import deque
+from typing import Callable, Iterable, Optional
+
+from ..errors import (
+    CollectiveMismatchError,
+    CommTimeoutError,
+    InterlinkError,
+    PeerLostError,
+)
+from ..transport.base import Channel, HeaderMismatch, Op, PeerClosed
+
+log = logging.getLogger("interlink")
+
+SPIN = int(os.environ.get("INTERLINK_SPIN", "2000"))
+YIELD_AFTER = 50
+_CTRL_HDR = struct.Struct("<I")
+
+
+def _frame(info: dict) -> bytes:
+    frame = json.dumps(info).encode()
+    return _CTRL_HDR.pack(len(frame)) + frame
+
+
+def describe_sig(sig: str, seq: int) -> str:
+    return f"{sig} (seq {seq})"
+
+
+class Aborted(Exception):
+    """Internal: a peer sent ABORT."""
+
+    def __init__(self, peer: int, info: dict) -> None:
+        super().__init__(info.get("message", ""))
+        self.peer = peer
+        self.info = info
+
+
+_ERRORS = {
+    "CollectiveMismatchError": CollectiveMismatchError,
+    "CommTimeoutError": CommTimeoutError,
+    "PeerLostError": PeerLostError,
+}
+
+
+class Engine:
+    """Per process: channels to every peer (global ranks) plus their control sockets."""
+
+    def __init__(self, rank: int, channels: dict[int, Channel], controls: dict[int, socket.socket]) -> None:
+        self.rank = rank
+        self.channels = channels
+        self.controls = controls
+        self._ctrl_fd = {s.fileno(): peer for peer, s in controls.items()}
+        self._ctrl_buf: dict[int, bytearray] = {peer: bytearray() for peer in controls}
+        self.broken: Optional[InterlinkError] = None
+        self.dead: set[int] = set()
+        self.departed: set[int] = set()
+        for s in controls.values():
+            s.setblocking(False)
+
+    # ---- control plane -------------------------------------------------------------------------
+    def _read_control(self, peer: int) -> None:
+        sock = self.controls[peer]
+        buf = self._ctrl_buf[peer]
+        eof = False
+        while True:
+            try:
+                data = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                data = b""
+            if not data:
+                eof = True
+                break
+            buf += data
+        while len(buf) >= 4:
+            (n,) = _CTRL_HDR.unpack_from(buf)
+            if len(buf) < 4 + n:
+                break
+            frame = bytes(buf[4:4 + n])
+            del buf[:4 + n]
+            try:
+                info = json.loads(frame)
+            except ValueError:
+                info = {"message": f"garbled control frame from rank {peer}"}
+            if info.get("type") == "abort":
+                self.dead.add(peer)
+                raise Aborted(peer, info)
+            if info.get("type") == "bye":  # clean shutdown: stop watching this peer
+                self.departed.add(peer)
+                self._ctrl_fd.pop(sock.fileno(), None)
+                return
+        if eof:
+            self.dead.add(peer)
+            self._ctrl_fd.pop(sock.fileno(), None)
+            raise PeerClosed(peer, "(process exited or crashed)")
+
+    def poll_controls(self, timeout: float = 0.0, extra_r: Iterable[int] = (), extra_w: Iterable[int] = ()) -> None:
+        rl = list(self._ctrl_fd) + list(extra_r)
+        wl = list(extra_w)
+        if not rl and not wl:
+            if timeout > 0:
+                time.sleep(timeout)
+            return
+        try:
+            r, _, _ = select.select(rl, wl, [], timeout)
+        except InterruptedError:
+            return
+        first: Optional[Exception] = None
+        for fd in r:
+            peer = self._ctrl_fd.get(fd)
+            if peer is None:
+                continue
+            try:
+                self._read_control(peer)
+            except Aborted as e:  # carries the root cause: wins over a bare EOF
+                if not isinstance(first, Aborted):
+                    first = e
+            except PeerClosed as e:
+                if first is None:
+                    first = e
+        if first is not None:
+            raise first
+
+    def send_bye(self) -> None:
+        self._send_all(_frame({"type": "bye", "rank": self.rank}))
+
+    def send_abort(self, info: dict) -> None:
+        """Tell every live peer that this rank failed (best effort, never blocks for long)."""
+        self._send_all(_frame(dict(info, type="abort", rank=self.rank)))
+
+    def _send_all(self, data: bytes) -> None:
+        for peer, sock in self.controls.items():
+            if peer in self.dead or peer in self.departed:
+                continue
+            try:
+                sock.setblocking(True)
+                sock.settimeout(0.5)
+                sock.sendall(data)
+            except OSError:
+                pass
+            finally:
+                try:
+                    sock.setblocking(False)
+                except OSError:
+                    pass
+
+    # ---- data plane ----------------------------------------------------------------------------
+    def run(self, ops: list[Op], deadline: float, feed: Optional[Callable[[], list[Op]]] = None) -> None:
+        """Progress ops until all complete. Raises PeerClosed / HeaderMismatch / Aborted /
+        TimeoutError(pending peers) for the caller to turn into typed errors."""
+        sendq: dict[int, deque[Op]] = {}
+        recvq: dict[int, deque[Op]] = {}
+
+        def add(batch: list[Op]) -> None:
+            for op in batch:
+                q = sendq if op.kind == "send" else recvq
+                q.setdefault(op.peer, deque()).append(op)
+
+        add(ops)
+        try:
+            self._run(sendq, recvq, deadline, feed, add)
+        except PeerClosed as e:
+            # a peer that failed first sends ABORT on its control socket, then exits: prefer its
+            # reason over the bare EOF of the data connection
+            try:
+                self.poll_controls(0.05)
+            except Aborted:
+                raise
+            except PeerClosed:
+                pass
+            raise
+
+    def _run(self, sendq, recvq, deadline, feed, add) -> None:
+        spins = 0
+        sleep = 2e-5
+        last_ctrl = time.monotonic()
+        while sendq or recvq:
+            progressed = False
+            for q, fn in ((sendq, "progress_send"), (recvq, "progress_recv")):
+                for peer in list(q):
+                    dq = q[peer]
+                    ch = self.channels[peer]
+                    step = getattr(ch, fn)
+                    while dq:
+                        op = dq[0]
+                        before = op.offset
+                        if step(op):
+                            dq.popleft()
+                            progressed = True
+                        else:
+                            if op.offset != before:
+                                progressed = True
+                            break
+                    if not dq:
+                        del q[peer]
+            if not (sendq or recvq):
+                break
+            if progressed:
+                spins = 0
+                sleep = 2e-5
+                now = time.monotonic()
+                if now - last_ctrl > 0.05:  # a long transfer still notices aborts
+                    last_ctrl = now
+                    self.poll_controls(0.0)
+                continue
+            spins += 1
+            if spins < SPIN:
+                if spins > YIELD_AFTER:
+                    os.sched_yield()
+                continue
+            # sleep on sockets
+            if feed is not None:
+                more = feed()
+                if more:
+                    add(more)
+                    continue
+            now = time.monotonic()
+            if now > deadline:
+                pending = sorted(set(sendq) | set(recvq))
+                raise TimeoutError(pending)
+            rfds, wfds = [], []
+            for peer in recvq:
+                for fd, ev in self.channels[peer].wait_fds(False, True):
+                    rfds.append(fd)
+            for peer in sendq:
+                for fd, ev in self.channels[peer].wait_fds(True, False):
+                    wfds.append(fd)
+            last_ctrl = now
+            self.poll_controls(min(sleep, max(0.0, deadline - now)), rfds, wfds)
+            sleep = min(sleep * 2, 1e-3)
+
+    def close(self) -> None:
+        for ch in self.channels.values():
+            ch.close()
+        for s in self.controls.values():
+            try:
+                s.close()
+            except OSError:
+                pass
+        self.channels = {}
+        self.controls = {}
+        self._ctrl_fd = {}
+
+
+def translate(exc: BaseException, *, op: str, group: str, seq: int, rank: int,
+              peers_of: Callable[[int], int] = lambda g: g) -> InterlinkError:
+    """Turn an engine exception into the typed error users see."""
+    if isinstance(exc, HeaderMismatch):
+        return CollectiveMismatchError(
+            f"rank {rank} called {describe_sig(exc.expected.sig, exc.expected.seq)} expecting "
+            f"{exc.expected.nbytes} bytes from rank {exc.peer}, but rank {exc.peer} sent "
+            f"{describe_sig(exc.got.sig, exc.got.seq)} with {exc.got.nbytes} bytes",
+            op=op, group=group, seq=seq, ranks=[rank, exc.peer])
+    if isinstance(exc, PeerClosed):
+        return PeerLostError(f"rank {exc.peer} died or closed its connection while rank {rank} was in {op}",
+                             op=op, group=group, seq=seq, ranks=[exc.peer])
+    if isinstance(exc, Aborted):
+        cls = _ERRORS.get(exc.info.get("error", ""), PeerLostError)
+        return cls(f"rank {exc.peer} failed and aborted the job: {exc.info.get('message', '?')}",
+                   op=op, group=group, seq=seq, ranks=exc.info.get("ranks") or [exc.peer])
+    if isinstance(exc, TimeoutError) and exc.args and isinstance(exc.args[0], list):
+        pending = exc.args[0]
+        return CommTimeoutError(f"rank {rank} timed out in {op} waiting for ranks {pending}",
+                                op=op, group=group, seq=seq, ranks=pending)
+    if isinstance(exc, InterlinkError):
+        return exc
+    return InterlinkError(f"{type(exc).__name__}: {exc}", op=op, group=group, seq=seq, ranks=[rank])

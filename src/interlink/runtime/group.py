@@ -1,0 +1,470 @@
+"""Communicators: the torch.distributed-style API over the executor.
+
+Each call validates its arguments before any byte moves, takes the group's next sequence number,
+picks an algorithm, fetches the (cached) Schedule and runs this rank's part of it. Every message
+carries the call's signature, so ranks that call different collectives get CollectiveMismatchError
+naming both sides. Any failure aborts the group on every rank (an ABORT frame on the control plane),
+and the flight recorder's last calls are attached to timeout errors.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from .. import arrays
+from ..algorithms import registry
+from ..algorithms.schedule import Builder, Chunk, Schedule
+from ..errors import CommTimeoutError, InterlinkError, PeerLostError
+from ..ops import ReduceOp, check_op_dtype, dtype_kind, finish_avg
+from ..transport.base import MsgHeader, Op
+from .engine import Aborted, Engine, translate
+from .executor import make_reducer, run_schedule
+from .work import Runner, Work
+
+log = logging.getLogger("interlink")
+
+RECORDER_SIZE = int(os.environ.get("INTERLINK_RECORDER", "32"))
+
+# Default algorithm choice (the model's tuner replaces this table): preference lists per collective,
+# small messages first. The first registered algorithm wins.
+SMALL_BYTES = 64 * 1024
+_TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "all_reduce": (("recursive_doubling", "direct", "ring"), ("ring",)),
+    "broadcast": (("binomial", "direct", "ring"), ("ring", "binomial")),
+    "reduce": (("binomial", "direct"), ("direct", "binomial")),
+    "all_gather": (("recursive_doubling", "bruck", "ring"), ("ring",)),
+    "reduce_scatter": (("recursive_halving", "direct", "ring"), ("ring",)),
+    "gather": (("direct", "binomial"), ("direct", "binomial")),
+    "scatter": (("direct", "binomial"), ("direct", "binomial")),
+    "all_to_all": (("pairwise", "bruck"), ("pairwise",)),
+    "barrier": (("dissemination",), ("dissemination",)),
+}
+
+
+def default_algorithm(collective: str, nbytes: int, nranks: int) -> str:
+    return _default_algorithm(collective, nbytes <= SMALL_BYTES, nranks, len(registry.entries()))
+
+
+@functools.lru_cache(maxsize=256)
+def _default_algorithm(collective: str, is_small: bool, nranks: int, _nentries: int) -> str:
+    small, large = _TABLE[collective]
+    prefs = small if is_small else large
+    have = set(registry.algorithms_for(collective))
+    for name in prefs + small + large:
+        if name in have:
+            return name
+    return sorted(have)[0]
+
+
+def _env_algorithm(collective: str) -> Optional[str]:
+    """INTERLINK_ALGO=ring, or per collective: INTERLINK_ALGO=all_reduce:ring,broadcast:binomial."""
+    spec = os.environ.get("INTERLINK_ALGO", "").strip()
+    if not spec:
+        return None
+    if ":" not in spec and "=" not in spec:
+        return spec if spec in registry.algorithms_for(collective) else None
+    for part in spec.split(","):
+        k, _, v = part.replace("=", ":").partition(":")
+        if k.strip() == collective:
+            return v.strip()
+    return None
+
+
+@dataclass
+class Record:
+    seq: int
+    sig: str
+    start: float
+    state: str = "running"
+    duration: float = 0.0
+
+
+@dataclass
+class _Ctx:
+    """Process-wide state shared by every group: the engine, the store, the runner."""
+
+    rank: int
+    world_size: int
+    engine: Engine
+    store: Any
+    server: Any
+    timeout: float
+    runner: Runner = field(init=False)
+    groups: int = 0
+    p2p_sent: dict = field(default_factory=lambda: collections.defaultdict(int))
+    p2p_recv: dict = field(default_factory=lambda: collections.defaultdict(int))
+    broken: Optional[InterlinkError] = None
+
+
+class Group:
+    """A communicator over a subset of the world's ranks (group rank i = global rank ranks[i])."""
+
+    def __init__(self, ctx: _Ctx, ranks: Sequence[int], name: str) -> None:
+        self.ctx = ctx
+        self.ranks = tuple(ranks)
+        self.name = name
+        self._index = {g: i for i, g in enumerate(self.ranks)}
+        self.rank = self._index.get(ctx.rank, -1)
+        self.size = len(self.ranks)
+        self.seq = 0
+        self.recorder: collections.deque[Record] = collections.deque(maxlen=RECORDER_SIZE)
+
+    def __repr__(self) -> str:
+        return f"Group({self.name}, rank {self.rank} of {self.size})"
+
+    # torch-like accessors
+    def get_rank(self) -> int:
+        return self.rank
+
+    def get_world_size(self) -> int:
+        return self.size
+
+    size_ = property(lambda self: self.size)
+
+    # ---- plumbing ----------------------------------------------------------------------------
+    def _check_usable(self, op: str) -> None:
+        if self.ctx.broken is not None:
+            raise type(self.ctx.broken)(
+                f"the communicator is unusable after an earlier failure: {self.ctx.broken.message}",
+                op=op, group=self.name, seq=self.seq + 1, ranks=self.ctx.broken.ranks)
+        if self.rank < 0:
+            raise ValueError(f"rank {self.ctx.rank} is not a member of group {self.name} {list(self.ranks)}")
+
+    def _rank_arg(self, r: int, what: str) -> int:
+        if not isinstance(r, (int, np.integer)) or not 0 <= int(r) < self.size:
+            raise ValueError(f"{what}={r} is out of range for group {self.name} of size {self.size}")
+        return int(r)
+
+    def _fail(self, exc: BaseException, op: str, seq: int) -> InterlinkError:
+        err = translate(exc, op=op, group=self.name, seq=seq, rank=self.ctx.rank)
+        if isinstance(err, CommTimeoutError) and self.recorder:
+            err.args = (err.args[0] + "\n" + self.flight_record(),)
+        self.ctx.broken = err
+        if not isinstance(exc, Aborted):
+            self.ctx.engine.send_abort({"error": type(err).__name__, "message": err.message,
+                                        "ranks": list(err.ranks)})
+        return err
+
+    def flight_record(self) -> str:
+        lines = [f"last {len(self.recorder)} calls of rank {self.ctx.rank} in group {self.name}:"]
+        for rec in self.recorder:
+            lines.append(f"  #{rec.seq} {rec.sig}: {rec.state}"
+                         + (f" in {rec.duration * 1e3:.2f} ms" if rec.state == "done" else ""))
+        return "\n".join(lines)
+
+    def _execute(self, collective: str, sig_extra: str, count: int, root: int, dtype: np.dtype,
+                 op: ReduceOp, bufs: dict[str, np.ndarray], algorithm: Optional[str],
+                 timeout: Optional[float], schedule: Optional[Schedule] = None,
+                 finish: Optional[Callable[[], None]] = None) -> None:
+        """Run one collective. Called inline or on the runner thread, in call order."""
+        self._check_usable(collective)
+        self.seq += 1
+        seq = self.seq
+        if schedule is None:
+            nbytes = count * dtype.itemsize * (self.size if collective in ("all_gather", "reduce_scatter",
+                                                                           "all_to_all", "gather", "scatter") else 1)
+            algo = algorithm or _env_algorithm(collective) or default_algorithm(collective, nbytes, self.size)
+            schedule = registry.get_schedule(collective, algo, self.size, count, root)
+        sig = f"{collective}:{schedule.algorithm} {dtype} n={count} {op.name.lower()} root={root} {self.name}{sig_extra}"
+        rec = Record(seq, sig, time.perf_counter())
+        self.recorder.append(rec)
+        deadline = time.monotonic() + (timeout if timeout is not None else self.ctx.timeout)
+
+        def header(nbytes: int) -> MsgHeader:
+            return MsgHeader(nbytes, seq, 0, sig)
+
+        try:
+            run_schedule(self.ctx.engine, schedule, self.rank, bufs, op, self.ranks.__getitem__, header, deadline)
+            if finish is not None:
+                finish()
+        except InterlinkError:
+            rec.state = "failed"
+            raise
+        except BaseException as e:
+            rec.state = "failed"
+            if isinstance(e, (KeyboardInterrupt, MemoryError)):
+                raise
+            raise self._fail(e, collective, seq) from None
+        rec.state = "done"
+        rec.duration = time.perf_counter() - rec.start
+
+    def _submit(self, fn: Callable[[], None], desc: str, async_op: bool) -> Optional[Work]:
+        if async_op:
+            return self.ctx.runner.submit(fn, desc)
+        self.ctx.runner.run_sync(fn, desc)
+        return None
+
+    @staticmethod
+    def _reduce_op(op: Any, dtype: np.dtype) -> ReduceOp:
+        return check_op_dtype(op, dtype)
+
+    # ---- collectives -------------------------------------------------------------------------
+    def all_reduce(self, tensor: Any, op: Any = ReduceOp.SUM, async_op: bool = False,
+                   algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
+        self._check_usable("all_reduce")
+        a = arrays.as_flat(tensor, "tensor")
+        rop = self._reduce_op(op, a.dtype)
+        fn = lambda: self._execute("all_reduce", "", a.size, 0, a.dtype, rop, {"input": a, "output": a},
+                                   algorithm, timeout)
+        return self._submit(fn, f"all_reduce #{self.seq + 1} in {self.name}", async_op)
+
+    def broadcast(self, tensor: Any, src: int = 0, async_op: bool = False, algorithm: Optional[str] = None,
+                  timeout: Optional[float] = None) -> Optional[Work]:
+        self._check_usable("broadcast")
+        root = self._rank_arg(src, "src")
+        a = arrays.as_flat(tensor, "tensor")
+        _dtype_ok(a.dtype)
+        fn = lambda: self._execute("broadcast", "", a.size, root, a.dtype, ReduceOp.SUM, {"input": a, "output": a},
+                                   algorithm, timeout)
+        return self._submit(fn, "broadcast", async_op)
+
+    def reduce(self, tensor: Any, dst: int = 0, op: Any = ReduceOp.SUM, async_op: bool = False,
+               algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
+        self._check_usable("reduce")
+        root = self._rank_arg(dst, "dst")
+        a = arrays.as_flat(tensor, "tensor")
+        rop = self._reduce_op(op, a.dtype)
+        out = a if self.rank == root else np.empty_like(a)  # non-root tensors stay untouched
+        fn = lambda: self._execute("reduce", "", a.size, root, a.dtype, rop, {"input": a, "output": out},
+                                   algorithm, timeout)
+        return self._submit(fn, "reduce", async_op)
+
+    def all_gather_into_tensor(self, output_tensor: Any, input_tensor: Any, async_op: bool = False,
+                               algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
+        self._check_usable("all_gather")
+        out = arrays.as_flat(output_tensor, "output_tensor")
+        inp = arrays.as_flat(input_tensor, "input_tensor", writable=False)
+        _same_dtype(out, inp, "all_gather_into_tensor")
+        if out.size != inp.size * self.size:
+            raise ValueError(f"all_gather_into_tensor: output has {out.size} elements, expected "
+                             f"input size {inp.size} x group size {self.size} = {inp.size * self.size}")
+        fn = lambda: self._execute("all_gather", "", inp.size, 0, inp.dtype, ReduceOp.SUM,
+                                   {"input": inp, "output": out}, algorithm, timeout)
+        return self._submit(fn, "all_gather", async_op)
+
+    def all_gather(self, tensor_list: list, tensor: Any, async_op: bool = False,
+                   algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
+        """torch's list form: tensor_list[i] receives rank i's tensor."""
+        self._check_usable("all_gather")
+        inp = arrays.as_flat(tensor, "tensor", writable=False)
+        outs = _check_list(tensor_list, self.size, inp, "tensor_list")
+        buf = np.empty(inp.size * self.size, dtype=inp.dtype)
+
+        def finish() -> None:
+            for i, o in enumerate(outs):
+                o[...] = buf[i * inp.size:(i + 1) * inp.size]
+
+        fn = lambda: self._execute("all_gather", "", inp.size, 0, inp.dtype, ReduceOp.SUM,
+                                   {"input": inp, "output": buf}, algorithm, timeout, finish=finish)
+        return self._submit(fn, "all_gather", async_op)
+
+    def reduce_scatter_tensor(self, output: Any, input: Any, op: Any = ReduceOp.SUM, async_op: bool = False,
+                              algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
+        self._check_usable("reduce_scatter")
+        out = arrays.as_flat(output, "output")
+        inp = arrays.as_flat(input, "input", writable=False)
+        _same_dtype(out, inp, "reduce_scatter_tensor")
+        rop = self._reduce_op(op, out.dtype)
+        if inp.size != out.size * self.size:
+            raise ValueError(f"reduce_scatter_tensor: input has {inp.size} elements, expected "
+                             f"output size {out.size} x group size {self.size} = {out.size * self.size}")
+        fn = lambda: self._execute("reduce_scatter", "", out.size, 0, out.dtype, rop,
+                                   {"input": inp, "output": out}, algorithm, timeout)
+        return self._submit(fn, "reduce_scatter", async_op)
+
+    def gather(self, tensor: Any, gather_list: Optional[list] = None, dst: int = 0, async_op: bool = False,
+               algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
+        self._check_usable("gather")
+        root = self._rank_arg(dst, "dst")
+        inp = arrays.as_flat(tensor, "tensor", writable=False)
+        _dtype_ok(inp.dtype)
+        outs = _check_list(gather_list, self.size, inp, "gather_list") if self.rank == root else None
+        if self.rank != root and gather_list:
+            raise ValueError(f"gather: gather_list must be None on non-destination rank {self.rank}")
+        buf = np.empty(inp.size * self.size if self.rank == root else 0, dtype=inp.dtype)
+        bufs = {"input": inp, "output": buf if self.rank == root else np.empty(inp.size * self.size, inp.dtype)}
+
+        def finish() -> None:
+            if outs is not None:
+                for i, o in enumerate(outs):
+                    o[...] = bufs["output"][i * inp.size:(i + 1) * inp.size]
+
+        fn = lambda: self._execute("gather", "", inp.size, root, inp.dtype, ReduceOp.SUM, bufs, algorithm,
+                                   timeout, finish=finish)
+        return self._submit(fn, "gather", async_op)
+
+    def scatter(self, tensor: Any, scatter_list: Optional[list] = None, src: int = 0, async_op: bool = False,
+                algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
+        self._check_usable("scatter")
+        root = self._rank_arg(src, "src")
+        out = arrays.as_flat(tensor, "tensor")
+        _dtype_ok(out.dtype)
+        if self.rank == root:
+            ins = _check_list(scatter_list, self.size, out, "scatter_list", writable=False)
+            inp = np.concatenate(ins) if ins else np.empty(0, out.dtype)
+        else:
+            if scatter_list:
+                raise ValueError(f"scatter: scatter_list must be None on non-source rank {self.rank}")
+            inp = np.empty(out.size * self.size, dtype=out.dtype)
+        fn = lambda: self._execute("scatter", "", out.size, root, out.dtype, ReduceOp.SUM,
+                                   {"input": inp, "output": out}, algorithm, timeout)
+        return self._submit(fn, "scatter", async_op)
+
+    def all_to_all_single(self, output: Any, input: Any, output_split_sizes: Optional[Sequence[int]] = None,
+                          input_split_sizes: Optional[Sequence[int]] = None, async_op: bool = False,
+                          algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
+        self._check_usable("all_to_all")
+        out = arrays.as_flat(output, "output")
+        inp = arrays.as_flat(input, "input", writable=False)
+        _same_dtype(out, inp, "all_to_all_single")
+        p = self.size
+        shape0 = _dim0(input)
+        row = inp.size // shape0 if shape0 else 1
+        oshape0 = _dim0(output)
+        orow = out.size // oshape0 if oshape0 else 1
+        if output_split_sizes is None and input_split_sizes is None:
+            if inp.size % p or out.size != inp.size:
+                raise ValueError(f"all_to_all_single: input of {inp.size} elements must split evenly over "
+                                 f"{p} ranks and equal the output size {out.size} (or pass split sizes)")
+            n = inp.size // p
+            fn = lambda: self._execute("all_to_all", "", n, 0, inp.dtype, ReduceOp.SUM,
+                                       {"input": inp, "output": out}, algorithm, timeout)
+            return self._submit(fn, "all_to_all", async_op)
+        isplit = _splits(input_split_sizes, shape0, p, "input_split_sizes")
+        osplit = _splits(output_split_sizes, oshape0, p, "output_split_sizes")
+        sched = _alltoallv_schedule(p, self.rank, [s * row for s in isplit], [s * orow for s in osplit],
+                                    inp.size, out.size)
+        fn = lambda: self._execute("all_to_all", " v", 0, 0, inp.dtype, ReduceOp.SUM,
+                                   {"input": inp, "output": out}, None, timeout, schedule=sched)
+        return self._submit(fn, "all_to_all", async_op)
+
+    def barrier(self, async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
+        self._check_usable("barrier")
+        z = np.empty(0, dtype=np.uint8)
+        fn = lambda: self._execute("barrier", "", 0, 0, z.dtype, ReduceOp.SUM, {"input": z, "output": z},
+                                   None, timeout)
+        return self._submit(fn, "barrier", async_op)
+
+    # ---- point to point ----------------------------------------------------------------------
+    def _p2p_op(self, kind: str, tensor: Any, peer: int, tag: int) -> tuple[Op, int]:
+        peer = self._rank_arg(peer, "dst" if kind == "send" else "src")
+        if peer == self.rank:
+            raise ValueError(f"{kind} to itself (rank {self.rank}) is not supported")
+        a = arrays.as_flat(tensor, "tensor", writable=(kind == "recv"))
+        g = self.ranks[peer]
+        book = self.ctx.p2p_sent if kind == "send" else self.ctx.p2p_recv
+        book[g] += 1
+        sig = f"p2p {a.dtype} n={a.size} {self.name}"
+        op = Op(kind, g, a.view(np.uint8), MsgHeader(a.nbytes, book[g], int(tag), sig), itemsize=a.dtype.itemsize)
+        return op, g
+
+    def isend(self, tensor: Any, dst: int, tag: int = 0) -> Work:
+        self._check_usable("send")
+        op, _ = self._p2p_op("send", tensor, dst, tag)
+        return self.ctx.runner.submit(None, f"send to {dst}", p2p=(self, op, "send"))  # type: ignore[arg-type]
+
+    def irecv(self, tensor: Any, src: int, tag: int = 0) -> Work:
+        self._check_usable("recv")
+        op, _ = self._p2p_op("recv", tensor, src, tag)
+        return self.ctx.runner.submit(None, f"recv from {src}", p2p=(self, op, "recv"))  # type: ignore[arg-type]
+
+    def send(self, tensor: Any, dst: int, tag: int = 0) -> None:
+        self.isend(tensor, dst, tag).wait()
+
+    def recv(self, tensor: Any, src: int, tag: int = 0) -> int:
+        self.irecv(tensor, src, tag).wait()
+        return src
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+def run_p2p_batch(ctx: _Ctx, jobs: list) -> None:
+    """Progress a batch of queued p2p jobs together (more may join while it waits)."""
+    ops = []
+    for j in jobs:
+        ops.append(j.p2p[1])
+
+    def feed() -> list:
+        more = ctx.runner.take_p2p()
+        jobs.extend(more)
+        return [j.p2p[1] for j in more]
+
+    try:
+        if ctx.broken is not None:
+            raise ctx.broken
+        ctx.engine.run(ops, time.monotonic() + ctx.timeout, feed=feed)
+    except BaseException as e:
+        grp = jobs[0].p2p[0]
+        err = e if isinstance(e, InterlinkError) else grp._fail(e, jobs[0].p2p[2], grp.seq)
+        for j in jobs:
+            j.work._finish(exc=err)
+        return
+    for j in jobs:
+        j.work._finish(None)
+
+
+def _dtype_ok(dt: np.dtype) -> None:
+    if dt.hasobject:
+        raise TypeError(f"dtype {dt} cannot be communicated")
+
+
+def _same_dtype(a: np.ndarray, b: np.ndarray, what: str) -> None:
+    if a.dtype != b.dtype:
+        raise TypeError(f"{what}: output dtype {a.dtype} differs from input dtype {b.dtype}")
+
+
+def _check_list(lst: Optional[list], p: int, like: np.ndarray, what: str, writable: bool = True) -> list[np.ndarray]:
+    if lst is None or len(lst) != p:
+        raise ValueError(f"{what} must hold {p} tensors (one per rank), got "
+                         f"{'None' if lst is None else len(lst)}")
+    out = []
+    for i, t in enumerate(lst):
+        a = arrays.as_flat(t, f"{what}[{i}]", writable=writable)
+        if a.dtype != like.dtype or a.size != like.size:
+            raise ValueError(f"{what}[{i}] has {a.size} elements of {a.dtype}, expected {like.size} of {like.dtype}")
+        out.append(a)
+    return out
+
+
+def _dim0(x: Any) -> int:
+    shape = getattr(x, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    return arrays.as_flat(x, writable=False).size
+
+
+def _splits(s: Optional[Sequence[int]], dim0: int, p: int, what: str) -> list[int]:
+    if s is None:
+        if dim0 % p:
+            raise ValueError(f"{what} not given and dim 0 ({dim0}) does not split evenly over {p} ranks")
+        return [dim0 // p] * p
+    s = [int(v) for v in s]
+    if len(s) != p or any(v < 0 for v in s) or sum(s) != dim0:
+        raise ValueError(f"{what}={s} must be {p} non-negative sizes summing to dim 0 = {dim0}")
+    return s
+
+
+def _alltoallv_schedule(p: int, rank: int, isizes: list[int], osizes: list[int], isize: int, osize: int) -> Schedule:
+    """Pairwise exchange with per-peer sizes (this rank's program only; the header of every message
+    carries its size, so disagreeing split sizes raise CollectiveMismatchError)."""
+    ioff = np.concatenate([[0], np.cumsum(isizes)]).astype(int)
+    ooff = np.concatenate([[0], np.cumsum(osizes)]).astype(int)
+    b = Builder("all_to_all", "pairwise_v", p, 0, 0, keep_empty=True)
+    b.buffers.update({"input": isize, "output": osize})
+    b.copy(0, rank, Chunk("input", int(ioff[rank]), isizes[rank]), Chunk("output", int(ooff[rank]), osizes[rank]))
+    for k in range(1, p):
+        to, frm = (rank + k) % p, (rank - k) % p
+        b.send(k, rank, to, Chunk("input", int(ioff[to]), isizes[to]))
+        b.recv(k, rank, frm, Chunk("output", int(ooff[frm]), osizes[frm]))
+    # keep empty rounds so every rank has p rounds
+    sched = b.build()
+    return sched

@@ -1,0 +1,155 @@
+"""Async handles and the per-process runner that keeps operations in call order.
+
+Collectives must run in the same order on every rank, so one runner per process executes them in
+submission order. A synchronous call runs inline on the caller's thread when nothing is queued (no
+thread hop on the latency path); otherwise it queues behind the pending async work and waits.
+Consecutive point-to-point operations are progressed together, so isend/irecv pairs cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Callable, Optional
+
+from ..errors import CommTimeoutError
+
+
+class Work:
+    """Handle of an async operation (torch.distributed's Work)."""
+
+    def __init__(self, desc: str = "") -> None:
+        self.desc = desc
+        self._done = threading.Event()
+        self._exc: Optional[BaseException] = None
+        self._result: Any = None
+
+    def _finish(self, result: Any = None, exc: Optional[BaseException] = None) -> None:
+        self._result = result
+        self._exc = exc
+        self._done.set()
+
+    def is_completed(self) -> bool:
+        return self._done.is_set()
+
+    def is_success(self) -> bool:
+        return self._done.is_set() and self._exc is None
+
+    def exception(self) -> Optional[BaseException]:
+        return self._exc
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        if not self._done.wait(timeout):
+            raise CommTimeoutError(f"{self.desc} did not complete within {timeout} s")
+        if self._exc is not None:
+            raise self._exc
+        return True
+
+    def result(self) -> Any:
+        self.wait()
+        return self._result
+
+    def get_future(self):  # minimal torch-compatible future
+        from concurrent.futures import Future
+
+        fut: Future = Future()
+
+        def waiter() -> None:
+            self._done.wait()
+            if self._exc is not None:
+                fut.set_exception(self._exc)
+            else:
+                fut.set_result(self._result)
+
+        threading.Thread(target=waiter, daemon=True).start()
+        return fut
+
+
+class _Job:
+    __slots__ = ("fn", "work", "p2p")
+
+    def __init__(self, fn: Callable[[], Any], work: Work, p2p: Any) -> None:
+        self.fn = fn
+        self.work = work
+        self.p2p = p2p  # for p2p jobs: a callable returning the job's ops, else None
+
+
+class Runner:
+    """Executes jobs in submission order on a worker thread (async) or inline (sync)."""
+
+    def __init__(self, run_p2p_batch: Callable[[list], None]) -> None:
+        self._q: collections.deque[_Job] = collections.deque()
+        self._cv = threading.Condition()
+        self._exec = threading.Lock()
+        self._pending = 0
+        self._thread: Optional[threading.Thread] = None
+        self._stop = False
+        self._run_p2p_batch = run_p2p_batch
+
+    def run_sync(self, fn: Callable[[], Any], desc: str) -> Any:
+        with self._cv:
+            idle = self._pending == 0
+        if idle:
+            with self._exec:
+                return fn()
+        w = self.submit(fn, desc)
+        return w.result()
+
+    def submit(self, fn: Callable[[], Any], desc: str, p2p: Any = None) -> Work:
+        w = Work(desc)
+        with self._cv:
+            self._q.append(_Job(fn, w, p2p))
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="interlink-runner", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+        return w
+
+    def take_p2p(self) -> list:
+        """Called by the engine while it waits: more queued p2p jobs to progress concurrently."""
+        out = []
+        with self._cv:
+            while self._q and self._q[0].p2p is not None:
+                out.append(self._q.popleft())
+        return out
+
+    def _done(self, n: int) -> None:
+        with self._cv:
+            self._pending -= n
+            self._cv.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._q and not self._stop:
+                    self._cv.wait()
+                if self._stop and not self._q:
+                    return
+                job = self._q.popleft()
+            with self._exec:
+                if job.p2p is not None:
+                    jobs = [job] + self.take_p2p()
+                    try:
+                        self._run_p2p_batch(jobs)
+                    finally:
+                        self._done(len(jobs))
+                    continue
+                try:
+                    job.work._finish(job.fn())
+                except BaseException as e:  # delivered to wait()
+                    job.work._finish(exc=e)
+                finally:
+                    self._done(1)
+
+    def drain(self) -> None:
+        with self._cv:
+            while self._pending:
+                self._cv.wait()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,159 @@
+"""The ``interlink algorithms`` command and the verification API behind it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from interlink.algorithms import registry
+from interlink.algorithms.registry import get_schedule
+from interlink.algorithms.schedule import Builder, Schedule, inp, out
+from interlink.algorithms.verify import counts_for, roots_for, verify_all, verify_pair
+from interlink.cli.main import main
+
+BROKEN = "_broken_for_test"
+
+
+def test_list_names_ring_all_reduce(capsys):
+    assert main(["algorithms"]) == 0
+    text = capsys.readouterr().out
+    assert "all_reduce" in text and "ring" in text
+
+
+def test_list_plain_without_rich(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "rich", None)  # import rich -> ImportError
+    monkeypatch.setitem(sys.modules, "rich.console", None)
+    monkeypatch.setitem(sys.modules, "rich.table", None)
+    assert main(["algorithms"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["collective", "algorithm", "summary"]
+    assert any(ln.split()[:2] == ["all_reduce", "ring"] for ln in lines)
+
+
+def test_list_json(capsys):
+    assert main(["algorithms", "--json", "--collective", "all_reduce"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {"collective": "all_reduce", "algorithm": "ring"}.items() <= next(
+        r for r in rows if r["algorithm"] == "ring").items()
+    assert all(r["collective"] == "all_reduce" for r in rows)
+
+
+def test_verify_json_ring_passes(capsys):
+    rc = main(["algorithms", "--verify", "--max-ranks", "5", "--json", "--algorithm", "ring"])
+    captured = capsys.readouterr()
+    results = json.loads(captured.out)
+    assert rc == 0, captured.err
+    got = {r["collective"] for r in results}
+    assert {"all_reduce", "all_gather", "reduce_scatter", "broadcast"} <= got
+    for r in results:
+        assert set(r) == {"collective", "algorithm", "cases", "failures"}
+        assert r["algorithm"] == "ring" and r["failures"] == [] and r["cases"] > 0
+
+
+def test_verify_console_script_exit_code():
+    proc = subprocess.run(
+        [sys.executable, "-m", "interlink", "algorithms", "--verify", "--max-ranks", "3",
+         "--collective", "all_reduce", "--algorithm", "ring"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "all_reduce/ring" in proc.stdout and "all passed" in proc.stdout
+
+
+def test_case_matrix():
+    assert counts_for("all_reduce", 4) == [0, 1, 3, 5, 11, 61]
+    assert counts_for("all_reduce", 1) == [0, 1, 2, 5, 61]
+    assert counts_for("barrier", 9) == [0]
+    assert roots_for("broadcast", 5) == [0, 4]
+    assert roots_for("broadcast", 1) == [0]
+    assert roots_for("all_gather", 5) == [0]
+    res = verify_pair("broadcast", "ring", max_ranks=3)
+    # nranks 1: counts {0,1,2,5,61} x root {0}; 2: {0,1,3,7,61} x {0,1}; 3: {0,1,2,4,9,61} x {0,2}
+    assert res == {"collective": "broadcast", "algorithm": "ring", "cases": 5 + 10 + 12, "failures": []}
+
+
+@pytest.fixture
+def broken_algorithm():
+    """An all_reduce that forgets to reduce (each rank keeps its own input), and one that raises
+    for nranks > 2; removed from the registry afterwards."""
+
+    @registry.register("all_reduce", BROKEN, summary="deliberately wrong")
+    def broken(nranks: int, count: int, root: int = 0) -> Schedule:
+        b = Builder("all_reduce", BROKEN, nranks, count, root)
+        for r in range(nranks):
+            b.copy(0, r, inp(0, count), out(0, count))
+        return b.build()
+
+    @registry.register("all_gather", BROKEN, summary="raises")
+    def raising(nranks: int, count: int, root: int = 0) -> Schedule:
+        if nranks > 2:
+            raise RuntimeError("builder exploded")
+        b = Builder("all_gather", BROKEN, nranks, count, root)
+        for r in range(nranks):
+            b.copy(0, r, inp(0, count), out(r * count, count))
+            for j in range(nranks):
+                if j != r:
+                    b.transfer(0, r, j, inp(0, count), out(r * count, count))
+        return b.build()
+
+    yield
+    registry._REGISTRY.pop(("all_reduce", BROKEN), None)
+    registry._REGISTRY.pop(("all_gather", BROKEN), None)
+
+
+def test_verify_all_reports_broken_builder(broken_algorithm):
+    results = {r["collective"]: r for r in verify_all(max_ranks=4, algorithms=[BROKEN])}
+    assert set(results) == {"all_reduce", "all_gather"}
+    ar = results["all_reduce"]
+    # nranks=1 is right by accident, and so are count=0 cases; everything else is wrong
+    assert ar["cases"] == 5 + 5 + 6 + 6
+    assert len(ar["failures"]) == ar["cases"] - 5 - 3
+    assert all("VerificationError" in f for f in ar["failures"])
+    assert any("nranks=4 count=61" in f for f in ar["failures"])
+    ag = results["all_gather"]
+    assert ag["failures"] and all("builder exploded" in f for f in ag["failures"])
+    assert not any("nranks=2" in f or "nranks=1" in f for f in ag["failures"])
+
+
+def test_verify_cli_exits_1_on_failure(broken_algorithm, capsys):
+    assert main(["algorithms", "--verify", "--max-ranks", "3", "--algorithm", BROKEN]) == 1
+    text = capsys.readouterr().out
+    assert "FAIL" in text and f"all_reduce/{BROKEN}" in text
+
+
+def test_show_and_save_round_trip(tmp_path, capsys):
+    path = tmp_path / "sched.json"
+    rc = main(["algorithms", "--show", "all_reduce", "ring", "--nranks", "4", "--count", "10",
+               "--save", str(path)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "all_reduce/ring" in text and "rank 3:" in text and "recv+reduce" in text
+    loaded = Schedule.from_json(path.read_text())
+    assert loaded.to_json() == get_schedule("all_reduce", "ring", 4, 10).to_json()
+
+
+def test_show_rooted_with_param(capsys):
+    rc = main(["algorithms", "--show", "broadcast", "ring", "--nranks", "3", "--count", "7", "--root", "2",
+               "--param", "segments=2"])
+    assert rc == 0
+    assert "segments=2" in capsys.readouterr().out
+
+
+def test_show_unknown_algorithm(capsys):
+    assert main(["algorithms", "--show", "all_reduce", "nope", "--nranks", "2", "--count", "1"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_verify_all_survives_a_failing_registry_load(monkeypatch):
+    """When the registry cannot import every family at once, the families are imported one by
+    one and whatever registered is still verified."""
+
+    def boom():
+        raise ImportError("a family module is broken")
+
+    monkeypatch.setattr(registry, "entries", boom)
+    results = verify_all(max_ranks=2, collectives=["all_gather"], algorithms=["ring"])
+    assert [(r["collective"], r["algorithm"], r["failures"]) for r in results] == [("all_gather", "ring", [])]

@@ -1,0 +1,210 @@
+"""Every call of the runtime API on real processes, over shm and TCP, against numpy.
+
+One job per (ranks, transport) runs the whole matrix inside the ranks (process start-up is the
+expensive part on 2 cores); each rank rebuilds every rank's inputs from a seed and checks its result
+against numpy computed independently of interlink's algorithms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from interlink.ops import ReduceOp, numeric_dtypes, numpy_reduce, ops_for_dtype
+from mp import run_ranks
+
+SIZES = (0, 1, 2, 7, 13, 1009)
+BIG = 300_007  # crosses many shared-memory slots and TCP buffers
+
+
+def data(rank: int, case: int, size: int, dtype, op: ReduceOp = ReduceOp.SUM) -> np.ndarray:
+    """Rank's input for a case: values whose reductions are exact in every dtype."""
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng([case, rank, size])
+    if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR):
+        return rng.integers(0, 256, size=size * dt.itemsize, dtype=np.uint8).view(dt).copy()
+    if op is ReduceOp.PRODUCT:
+        vals = np.array([1, 2, 3] if dt.kind == "u" else [1, 2, -1])
+        return rng.choice(vals, size=size).astype(dt)
+    lo = 0 if dt.kind == "u" else -9
+    return rng.integers(lo, 10, size=size).astype(dt)
+
+
+def _eq(got: np.ndarray, exp: np.ndarray) -> bool:
+    return got.shape == exp.shape and got.dtype == exp.dtype and bool(np.array_equal(got, exp))
+
+
+def suite(rank: int, world: int, part: str) -> tuple[int, list[str]]:
+    import interlink as dist
+
+    dist.init(timeout=60)
+    p = world
+    fails: list[str] = []
+    checks = 0
+    case = 0
+
+    def check(name: str, got, exp) -> None:
+        nonlocal checks
+        checks += 1
+        got = np.asarray(got)
+        if not _eq(got, exp):
+            fails.append(f"rank {rank} {name}: got {got.ravel()[:6]} expected {np.asarray(exp).ravel()[:6]}")
+
+    if part in ("all", "reduce"):
+        # all_reduce: every dtype x op
+        for dt in numeric_dtypes():
+            for op in ops_for_dtype(dt):
+                for n in (0, 1, 7, 1009):
+                    case += 1
+                    ins = [data(r, case, n, dt, op) for r in range(p)]
+                    a = ins[rank].copy()
+                    dist.all_reduce(a, op=op)
+                    check(f"all_reduce {dt} {op.name} n={n}", a, numpy_reduce(op, ins))
+        # every registered algorithm explicitly, a few sizes
+        from interlink.algorithms import algorithms_for
+
+        for algo in algorithms_for("all_reduce"):
+            for n in (1, 13, 1009, BIG):
+                case += 1
+                ins = [data(r, case, n, np.float32) for r in range(p)]
+                a = ins[rank].copy()
+                dist.all_reduce(a, algorithm=algo)
+                check(f"all_reduce algo={algo} n={n}", a, numpy_reduce(ReduceOp.SUM, ins))
+        for op in (ReduceOp.SUM, ReduceOp.MAX, ReduceOp.AVG):
+            for root in sorted({0, p - 1, p // 2}):
+                for n in SIZES:
+                    case += 1
+                    ins = [data(r, case, n, np.float64, op) for r in range(p)]
+                    a = ins[rank].copy()
+                    dist.reduce(a, dst=root, op=op)
+                    check(f"reduce {op.name} root={root} n={n}", a, numpy_reduce(op, ins) if rank == root else ins[rank])
+        for dt in (np.float32, np.int64, np.uint8):
+            for op in (ReduceOp.SUM, ReduceOp.MIN, ReduceOp.PRODUCT):
+                for n in SIZES + (BIG // p,):
+                    case += 1
+                    ins = [data(r, case, n * p, dt, op) for r in range(p)]
+                    out = np.empty(n, dtype=dt)
+                    dist.reduce_scatter_tensor(out, ins[rank], op=op)
+                    check(f"reduce_scatter {np.dtype(dt)} {op.name} n={n}", out,
+                          numpy_reduce(op, ins)[rank * n:(rank + 1) * n])
+        # async: several in flight, completed in order
+        works, exps, bufs = [], [], []
+        for i in range(4):
+            case += 1
+            ins = [data(r, case, 257, np.int32) for r in range(p)]
+            a = ins[rank].copy()
+            works.append(dist.all_reduce(a, async_op=True))
+            bufs.append(a)
+            exps.append(numpy_reduce(ReduceOp.SUM, ins))
+        for w, a, e in zip(works, bufs, exps):
+            w.wait(timeout=30)
+            assert w.is_completed()
+            check("async all_reduce", a, e)
+
+    if part in ("all", "move"):
+        for dt in (np.float32, np.int16, np.complex128, np.uint64):
+            for root in sorted({0, p - 1}):
+                for n in SIZES + (BIG,):
+                    case += 1
+                    ins = [data(r, case, n, dt) for r in range(p)]
+                    a = ins[rank].copy()
+                    dist.broadcast(a, src=root)
+                    check(f"broadcast {np.dtype(dt)} root={root} n={n}", a, ins[root])
+        for dt in (np.float32, np.int8):
+            for n in SIZES + (BIG // p,):
+                case += 1
+                ins = [data(r, case, n, dt) for r in range(p)]
+                out = np.empty(n * p, dtype=dt)
+                dist.all_gather_into_tensor(out, ins[rank])
+                check(f"all_gather_into_tensor n={n}", out, np.concatenate(ins))
+                lst = [np.empty(n, dtype=dt) for _ in range(p)]
+                dist.all_gather(lst, ins[rank])
+                check(f"all_gather list n={n}", np.concatenate(lst) if lst else np.empty(0, dt), np.concatenate(ins))
+        for root in sorted({0, p - 1}):
+            for n in SIZES:
+                case += 1
+                ins = [data(r, case, n, np.float64) for r in range(p)]
+                lst = [np.empty(n) for _ in range(p)] if rank == root else None
+                dist.gather(ins[rank], gather_list=lst, dst=root)
+                if rank == root:
+                    check(f"gather root={root} n={n}", np.concatenate(lst), np.concatenate(ins))
+                case += 1
+                ins = [data(r, case, n * p, np.float64) for r in range(p)]
+                out = np.empty(n)
+                sl = [ins[root][i * n:(i + 1) * n].copy() for i in range(p)] if rank == root else None
+                dist.scatter(out, scatter_list=sl, src=root)
+                check(f"scatter root={root} n={n}", out, ins[root][rank * n:(rank + 1) * n])
+        for n in SIZES + (BIG // (p * p),):
+            case += 1
+            ins = [data(r, case, n * p, np.int32) for r in range(p)]
+            out = np.empty(n * p, dtype=np.int32)
+            dist.all_to_all_single(out, ins[rank])
+            exp = np.concatenate([ins[s][rank * n:(rank + 1) * n] for s in range(p)])
+            check(f"all_to_all_single n={n}", out, exp)
+        # uneven splits: rank s sends (s + d) % 3 elements to rank d
+        case += 1
+        splits = [[(s + d) % 3 for d in range(p)] for s in range(p)]
+        ins = [data(r, case, sum(splits[r]), np.float32) for r in range(p)]
+        out = np.empty(sum(splits[s][rank] for s in range(p)), dtype=np.float32)
+        dist.all_to_all_single(out, ins[rank], output_split_sizes=[splits[s][rank] for s in range(p)],
+                               input_split_sizes=splits[rank])
+        offs = [np.concatenate([[0], np.cumsum(splits[s])]) for s in range(p)]
+        exp = np.concatenate([ins[s][offs[s][rank]:offs[s][rank + 1]] for s in range(p)])
+        check("all_to_all_single uneven", out, exp)
+        # point to point: a ring of isend/irecv (large, so both directions must progress together)
+        if p > 1:
+            for n in (0, 5, BIG):
+                case += 1
+                ins = [data(r, case, n, np.float32) for r in range(p)]
+                got = np.empty(n, dtype=np.float32)
+                ws = dist.isend(ins[rank], dst=(rank + 1) % p, tag=3)
+                wr = dist.irecv(got, src=(rank - 1) % p, tag=3)
+                wr.wait(timeout=30)
+                ws.wait(timeout=30)
+                check(f"isend/irecv ring n={n}", got, ins[(rank - 1) % p])
+            case += 1
+            ins = [data(r, case, 11, np.int64) for r in range(p)]
+            if rank == 0:
+                for src in range(1, p):
+                    got = np.empty(11, dtype=np.int64)
+                    dist.recv(got, src=src)
+                    check(f"recv from {src}", got, ins[src])
+            else:
+                dist.send(ins[rank], dst=0)
+        # subgroups: the even ranks, and the ranks in reverse order
+        evens = list(range(0, p, 2))
+        g = dist.new_group(evens)
+        rev = dist.new_group(list(reversed(range(p))))
+        case += 1
+        if rank in evens:
+            ins = {r: data(r, case, 29, np.float32) for r in evens}
+            a = ins[rank].copy()
+            dist.all_reduce(a, group=g)
+            check("subgroup all_reduce", a, numpy_reduce(ReduceOp.SUM, list(ins.values())))
+            b = ins[rank].copy()
+            dist.broadcast(b, src=evens[-1], group=g)  # global rank, as in torch
+            check("subgroup broadcast", b, ins[evens[-1]])
+        case += 1
+        ins = [data(r, case, 6, np.float32) for r in range(p)]
+        out = np.empty(6 * p, dtype=np.float32)
+        dist.all_gather_into_tensor(out, ins[rank], group=rev)
+        check("reversed group all_gather", out, np.concatenate(ins[::-1]))
+        dist.barrier()
+        dist.barrier(group=rev)
+
+    dist.destroy()
+    return checks, fails
+
+
+RANKS = (1, 2, 3, 4, 5, 8)
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("nranks", RANKS)
+@pytest.mark.parametrize("part", ["reduce", "move"])
+def test_collectives(nranks: int, transport: str, part: str) -> None:
+    env = {"INTERLINK_TRANSPORT": transport}
+    res = run_ranks(nranks, suite, part, env=env, timeout=300)
+    fails = [f for _, fl in res for f in fl]
+    assert not fails, "\n".join(fails[:20])
+    assert all(checks > 20 for checks, _ in res)
