@@ -28,10 +28,14 @@ class ReduceOp(enum.Enum):
     def parse(cls, op: "ReduceOp | str") -> "ReduceOp":
         if isinstance(op, ReduceOp):
             return op
-        if hasattr(op, "name") and not isinstance(op, str):  # e.g. torch.distributed.ReduceOp
+        if not isinstance(op, str) and not hasattr(op, "name") and hasattr(op, "op"):
+            op = getattr(op, "op")  # a torch.distributed.ReduceOp instance wraps a RedOpType in .op
+        if hasattr(op, "name") and not isinstance(op, str):  # e.g. torch.distributed.ReduceOp.SUM
             op = str(getattr(op, "name"))
         if isinstance(op, str):
             key = op.strip().lower()
+            if "." in key:  # str(torch.distributed.ReduceOp.SUM) == "RedOpType.SUM"; "ReduceOp.SUM"
+                key = key.rsplit(".", 1)[1]
             aliases = {"product": "prod", "mul": "prod", "average": "avg", "mean": "avg",
                        "and": "band", "or": "bor", "xor": "bxor"}
             key = aliases.get(key, key)

@@ -1,0 +1,28 @@
+"""The acceptance check of the algorithms: every (collective, algorithm) pair verified on every rank
+count 1..17, through the same CLI a user types."""
+
+import json
+import subprocess
+import sys
+
+from interlink.algorithms.schedule import COLLECTIVES
+
+
+def test_verify_all_pairs_up_to_17_ranks() -> None:
+    proc = subprocess.run([sys.executable, "-m", "interlink", "algorithms", "--verify", "--max-ranks", "17", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    results = json.loads(proc.stdout)
+    assert len(results) >= 14
+    assert {r["collective"] for r in results} == set(COLLECTIVES)
+    for r in results:
+        assert r["failures"] == [], r
+        assert r["cases"] >= 17, r
+
+
+def test_examples_run_under_the_launcher() -> None:
+    proc = subprocess.run([sys.executable, "-m", "interlink", "run", "-n", "3", "examples/allreduce.py"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for r in range(3):
+        assert f"[rank {r}] rank {r}/3: all_reduce -> 3, all_gather -> [0, 1, 2]" in proc.stdout
