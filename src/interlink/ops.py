@@ -81,7 +81,7 @@ def numeric_dtypes() -> tuple[np.dtype, ...]:
 
 
 def dtype_kind(dtype: Any) -> str:
-    """'int', 'float', 'complex' or 'bool' for a supported dtype; ValueError otherwise."""
+    """'int', 'float', 'complex' or 'bool' for a supported dtype; TypeError otherwise."""
     dt = np.dtype(dtype)
     if dt == np.bool_:
         return "bool"

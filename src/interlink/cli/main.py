@@ -15,6 +15,7 @@ from typing import Sequence
 SUBCOMMANDS: tuple[str, ...] = (
     "run",
     "algorithms",
+    "bench",
 )
 
 

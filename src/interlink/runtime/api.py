@@ -134,6 +134,15 @@ def destroy(group: Optional[Group] = None) -> None:
             except InterlinkError as e:
                 log.warning("interlink: destroy barrier failed: %s", e)
         ctx.engine.send_bye()
+        # rank 0 hosts the store: it waits (briefly) until every rank is done with it
+        if ctx.broken is None and ctx.world_size > 1:
+            try:
+                if ctx.rank != 0:
+                    ctx.store.set(f"bye/{ctx.rank}", b"1")
+                else:
+                    ctx.store.wait([f"bye/{r}" for r in range(1, ctx.world_size)], timeout=5.0)
+            except InterlinkError as e:
+                log.debug("interlink: store goodbye: %s", e)
     finally:
         ctx.engine.close()
         try:
@@ -141,7 +150,7 @@ def destroy(group: Optional[Group] = None) -> None:
         except Exception:
             pass
         if ctx.server is not None:
-            ctx.server.close()
+            ctx.server.close(linger=0.2)
 
 
 destroy_process_group = finalize = destroy

@@ -16,7 +16,6 @@ import select
 import socket
 import struct
 import time
-from collections import deque
 from typing import Callable, Iterable, Optional
 
 from ..errors import (
@@ -164,20 +163,12 @@ class Engine:
 
     # ---- data plane ----------------------------------------------------------------------------
     def run(self, ops: list[Op], deadline: float, feed: Optional[Callable[[], list[Op]]] = None) -> None:
-        """Progress ops until all complete. Raises PeerClosed / HeaderMismatch / Aborted /
+        """Progress ops until all complete. Ops to the same peer in the same direction complete in
+        posting order (FIFO), the rest concurrently. Raises PeerClosed / HeaderMismatch / Aborted /
         TimeoutError(pending peers) for the caller to turn into typed errors."""
-        sendq: dict[int, deque[Op]] = {}
-        recvq: dict[int, deque[Op]] = {}
-
-        def add(batch: list[Op]) -> None:
-            for op in batch:
-                q = sendq if op.kind == "send" else recvq
-                q.setdefault(op.peer, deque()).append(op)
-
-        add(ops)
         try:
-            self._run(sendq, recvq, deadline, feed, add)
-        except PeerClosed as e:
+            self._run(list(ops), deadline, feed)
+        except PeerClosed:
             # a peer that failed first sends ABORT on its control socket, then exits: prefer its
             # reason over the bare EOF of the data connection
             try:
@@ -188,31 +179,33 @@ class Engine:
                 pass
             raise
 
-    def _run(self, sendq, recvq, deadline, feed, add) -> None:
+    def _run(self, pending: list[Op], deadline: float, feed: Optional[Callable[[], list[Op]]]) -> None:
+        channels = self.channels
         spins = 0
         sleep = 2e-5
         last_ctrl = time.monotonic()
-        while sendq or recvq:
+        while pending:
             progressed = False
-            for q, fn in ((sendq, "progress_send"), (recvq, "progress_recv")):
-                for peer in list(q):
-                    dq = q[peer]
-                    ch = self.channels[peer]
-                    step = getattr(ch, fn)
-                    while dq:
-                        op = dq[0]
-                        before = op.offset
-                        if step(op):
-                            dq.popleft()
-                            progressed = True
-                        else:
-                            if op.offset != before:
-                                progressed = True
-                            break
-                    if not dq:
-                        del q[peer]
-            if not (sendq or recvq):
-                break
+            blocked: set = set()
+            left = []
+            for op in pending:
+                key = (op.peer, op.kind)
+                if key in blocked:
+                    left.append(op)
+                    continue
+                before = op.offset
+                ch = channels[op.peer]
+                done = ch.progress_send(op) if op.kind == "send" else ch.progress_recv(op)
+                if done:
+                    progressed = True
+                else:
+                    if op.offset != before:
+                        progressed = True
+                    blocked.add(key)
+                    left.append(op)
+            pending = left
+            if not pending:
+                return
             if progressed:
                 spins = 0
                 sleep = 2e-5
@@ -230,19 +223,15 @@ class Engine:
             if feed is not None:
                 more = feed()
                 if more:
-                    add(more)
+                    pending.extend(more)
                     continue
             now = time.monotonic()
             if now > deadline:
-                pending = sorted(set(sendq) | set(recvq))
-                raise TimeoutError(pending)
+                raise TimeoutError(sorted({op.peer for op in pending}))
             rfds, wfds = [], []
-            for peer in recvq:
-                for fd, ev in self.channels[peer].wait_fds(False, True):
-                    rfds.append(fd)
-            for peer in sendq:
-                for fd, ev in self.channels[peer].wait_fds(True, False):
-                    wfds.append(fd)
+            for op in pending:
+                for fd, _ev in channels[op.peer].wait_fds(op.kind == "send", op.kind == "recv"):
+                    (wfds if op.kind == "send" else rfds).append(fd)
             last_ctrl = now
             self.poll_controls(min(sleep, max(0.0, deadline - now)), rfds, wfds)
             sleep = min(sleep * 2, 1e-3)

@@ -1,9 +1,13 @@
 """The runtime executor: runs this rank's part of a Schedule over the transports.
 
+A Schedule is first *compiled* for one rank, dtype, op and aliasing pattern into a :class:`Plan`:
+flat tuples of (peer, buffer, byte range, mode) per round, so that a call does no analysis, only
+slicing and posting. Plans are cached by the communicator.
+
 Round by round: post every Send and Recv of the round, let the engine progress them concurrently
 (the transports chunk and pipeline large messages), then apply deferred reductions and the local steps.
 Round semantics follow :mod:`interlink.algorithms.schedule`: a reducing receive whose destination
-overlaps (in memory) a send of the same round is staged and reduced only after the sends are done.
+overlaps a send of the same round is staged and reduced only after the sends are done.
 When input and output share memory (in-place calls), the input is snapshotted unless a static check
 proves the schedule never reads an input element after writing its aliased output element.
 """
@@ -17,17 +21,13 @@ import numpy as np
 
 from ..algorithms.schedule import Chunk, Copy, Recv, Reduce, Schedule, Send
 from ..ops import ReduceOp, finish_avg, ufunc
-from ..transport.base import MsgHeader, Op
+from ..transport.base import Op, encode_sig
 from .engine import Engine
 
-
-def _byte_range(a: np.ndarray) -> tuple[int, int]:
-    ptr = a.__array_interface__["data"][0]
-    return ptr, ptr + a.nbytes
-
-
-def _overlap(r1: tuple[int, int], r2: tuple[int, int]) -> bool:
-    return r1[0] < r2[1] and r2[0] < r1[1] and r1[0] != r1[1] and r2[0] != r2[1]
+IN, OUT, SCR = 0, 1, 2
+_BUF = {"input": IN, "output": OUT, "scratch": SCR}
+PLAIN, REDUCE, DEFERRED = 0, 1, 2
+_U8 = np.dtype(np.uint8)
 
 
 @functools.lru_cache(maxsize=256)
@@ -74,7 +74,7 @@ def inplace_safe(schedule: Schedule, rank: int, delta: int) -> bool:
 
 
 def make_reducer(op: ReduceOp, dtype: np.dtype) -> Callable[[np.ndarray, np.ndarray], None]:
-    fn = ufunc(op)
+    fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op)
 
     def reduce(dst: np.ndarray, src: np.ndarray) -> None:
         d = dst.view(dtype)
@@ -83,76 +83,105 @@ def make_reducer(op: ReduceOp, dtype: np.dtype) -> Callable[[np.ndarray, np.ndar
     return reduce
 
 
-def run_schedule(
-    engine: Engine,
-    schedule: Schedule,
-    rank: int,
-    buffers: dict[str, np.ndarray],
-    op: ReduceOp,
-    global_rank: Callable[[int], int],
-    header: Callable[[int], MsgHeader],
-    deadline: float,
-) -> None:
-    """Execute rank's steps. ``buffers`` maps 'input'/'output' to flat typed arrays (scratch is
-    allocated here); ``header(nbytes)`` makes the message header of this call."""
-    dtype = buffers["output"].dtype if buffers["output"].size else buffers["input"].dtype
-    rop = ReduceOp.SUM if op is ReduceOp.AVG else op
-    bufs = dict(buffers)
-    inp, outp = bufs["input"], bufs["output"]
-    if inp.size and outp.size and np.shares_memory(inp, outp):
-        delta_bytes = inp.__array_interface__["data"][0] - outp.__array_interface__["data"][0]
-        aligned = delta_bytes % dtype.itemsize == 0
-        if not (aligned and inplace_safe(schedule, rank, delta_bytes // dtype.itemsize)):
-            bufs["input"] = inp.copy()
-    scratch = schedule.buffers.get("scratch", 0)
-    bufs["scratch"] = np.empty(scratch, dtype=dtype)
-    reducer = make_reducer(rop, dtype)
-    itemsize = dtype.itemsize
+class Plan:
+    """One rank's compiled program for (schedule, dtype, op, aliasing)."""
 
-    def view(c: Chunk) -> np.ndarray:
-        return bufs[c.buffer][c.offset:c.end]
+    __slots__ = ("schedule", "sigb", "rounds", "scratch", "copy_input", "op", "dtype", "reducer", "ufunc",
+                 "avg", "nranks")
 
-    for rnd in schedule.ranks[rank]:
-        if rnd.has_comm:
-            ops: list[Op] = []
-            deferred: list[tuple[np.ndarray, np.ndarray]] = []
-            send_ranges = []
+    def __init__(self, schedule: Schedule, rank: int, dtype: np.dtype, op: ReduceOp, alias: Optional[int],
+                 global_rank: Callable[[int], int], sig: str) -> None:
+        self.schedule = schedule
+        self.sigb = encode_sig(sig)
+        self.dtype = dtype
+        self.op = op
+        self.avg = op is ReduceOp.AVG
+        self.nranks = schedule.nranks
+        self.reducer = make_reducer(op, dtype)
+        self.ufunc = ufunc(ReduceOp.SUM if self.avg else op)
+        self.scratch = schedule.buffers.get("scratch", 0)
+        self.copy_input = alias is not None and not inplace_safe(schedule, rank, alias)
+        delta = alias if (alias is not None and not self.copy_input) else None
+        isz = dtype.itemsize
+
+        def space(c: Chunk) -> tuple[str, int, int]:
+            if delta is not None and c.buffer == "input":
+                return ("output", c.offset + delta, c.end + delta)
+            return (c.buffer, c.offset, c.end)
+
+        def overlaps(a: Chunk, b: Chunk) -> bool:
+            sa, sb = space(a), space(b)
+            return sa[0] == sb[0] and sa[1] < sb[2] and sb[1] < sa[2] and a.count > 0 and b.count > 0
+
+        rounds = []
+        for rnd in schedule.ranks[rank]:
+            sends, recvs, locs = [], [], []
+            send_chunks = [s.src for s in rnd.steps if isinstance(s, Send)]
             for s in rnd.steps:
                 if isinstance(s, Send):
-                    data = view(s.src).view(np.uint8)
-                    send_ranges.append(_byte_range(data))
-                    ops.append(Op("send", global_rank(s.peer), data, header(data.nbytes), itemsize=itemsize))
-            for s in rnd.steps:
-                if isinstance(s, Recv):
-                    dst = view(s.dst)
-                    data = dst.view(np.uint8)
+                    c = s.src
+                    sends.append((global_rank(s.peer), _BUF[c.buffer], c.offset * isz, c.end * isz))
+                elif isinstance(s, Recv):
+                    c = s.dst
+                    mode = PLAIN
                     if s.reduce:
-                        rng = _byte_range(data)
-                        if any(_overlap(rng, sr) for sr in send_ranges):
-                            tmp = np.empty_like(dst)
-                            deferred.append((dst, tmp))
-                            ops.append(Op("recv", global_rank(s.peer), tmp.view(np.uint8), header(data.nbytes),
-                                          itemsize=itemsize))
-                        else:
-                            ops.append(Op("recv", global_rank(s.peer), data, header(data.nbytes), reducer, itemsize))
-                    else:
-                        ops.append(Op("recv", global_rank(s.peer), data, header(data.nbytes), itemsize=itemsize))
+                        mode = DEFERRED if any(overlaps(c, sc) for sc in send_chunks) else REDUCE
+                    recvs.append((global_rank(s.peer), _BUF[c.buffer], c.offset * isz, c.end * isz, mode))
+                else:
+                    a, b = s.src, s.dst
+                    if isinstance(s, Copy) and space(a) == space(b):
+                        continue  # aliased in-place copy: nothing to do
+                    locs.append((isinstance(s, Reduce), _BUF[a.buffer], a.offset, a.end,
+                                 _BUF[b.buffer], b.offset, b.end))
+            if sends or recvs or locs:
+                rounds.append((tuple(sends), tuple(recvs), tuple(locs)))
+        self.rounds = tuple(rounds)
+
+
+def alias_delta(inp: np.ndarray, out: np.ndarray) -> Optional[int]:
+    """Element offset of input within output's index space if they share memory, else None.
+    A misaligned overlap is reported as a huge delta, which forces a snapshot."""
+    if inp.size == 0 or out.size == 0 or not np.may_share_memory(inp, out):
+        return None
+    d = inp.__array_interface__["data"][0] - out.__array_interface__["data"][0]
+    if d % inp.dtype.itemsize:
+        return 1 << 62
+    return d // inp.dtype.itemsize
+
+
+def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: int, deadline: float) -> None:
+    """Run a compiled plan on this call's buffers (flat, typed, same dtype)."""
+    if plan.copy_input:
+        inp = inp.copy()
+    dtype = plan.dtype
+    scratch = np.empty(plan.scratch, dtype=dtype)
+    T = (inp, out, scratch)
+    B = (inp.view(_U8), out.view(_U8), scratch.view(_U8))
+    sigb = plan.sigb
+    reducer = plan.reducer
+    fn = plan.ufunc
+    for sends, recvs, locs in plan.rounds:
+        if sends or recvs:
+            ops = [Op("send", peer, B[b][lo:hi], seq, 0, sigb) for peer, b, lo, hi in sends]
+            deferred = None
+            for peer, b, lo, hi, mode in recvs:
+                if mode == DEFERRED:
+                    tmp = np.empty(hi - lo, dtype=_U8)
+                    ops.append(Op("recv", peer, tmp, seq, 0, sigb))
+                    if deferred is None:
+                        deferred = []
+                    deferred.append((B[b][lo:hi], tmp))
+                else:
+                    ops.append(Op("recv", peer, B[b][lo:hi], seq, 0, sigb, reducer if mode == REDUCE else None))
             engine.run(ops, deadline)
-            fn = ufunc(rop)
-            for dst, tmp in deferred:
-                fn(dst, tmp, out=dst)
-        for s in rnd.steps:
-            if isinstance(s, Copy):
-                src, dst = view(s.src), view(s.dst)
-                if not (src.__array_interface__["data"][0] == dst.__array_interface__["data"][0]):
-                    if np.shares_memory(src, dst):
-                        src = src.copy()
-                    dst[...] = src
-            elif isinstance(s, Reduce):
-                dst = view(s.dst)
-                src = view(s.src)
-                if np.shares_memory(src, dst):
-                    src = src.copy()
-                ufunc(rop)(dst, src, out=dst)
-    if op is ReduceOp.AVG:
-        finish_avg(outp, schedule.nranks)
+            if deferred:
+                for dst, tmp in deferred:
+                    reducer(dst, tmp)
+        for is_reduce, sb, slo, shi, db, dlo, dhi in locs:
+            dst = T[db][dlo:dhi]
+            if is_reduce:
+                fn(dst, T[sb][slo:shi], out=dst)
+            else:
+                dst[...] = T[sb][slo:shi]
+    if plan.avg:
+        finish_avg(out, plan.nranks)

@@ -24,9 +24,9 @@ from ..algorithms import registry
 from ..algorithms.schedule import Builder, Chunk, Schedule
 from ..errors import CommTimeoutError, InterlinkError, PeerLostError
 from ..ops import ReduceOp, check_op_dtype, dtype_kind, finish_avg
-from ..transport.base import MsgHeader, Op
+from ..transport.base import Op, encode_sig
 from .engine import Aborted, Engine, translate
-from .executor import make_reducer, run_schedule
+from .executor import Plan, alias_delta, execute
 from .work import Runner, Work
 
 log = logging.getLogger("interlink")
@@ -49,6 +49,9 @@ _TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+_PER_RANK_BLOCK = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
+
+
 def default_algorithm(collective: str, nbytes: int, nranks: int) -> str:
     return _default_algorithm(collective, nbytes <= SMALL_BYTES, nranks, len(registry.entries()))
 
@@ -66,7 +69,12 @@ def _default_algorithm(collective: str, is_small: bool, nranks: int, _nentries: 
 
 def _env_algorithm(collective: str) -> Optional[str]:
     """INTERLINK_ALGO=ring, or per collective: INTERLINK_ALGO=all_reduce:ring,broadcast:binomial."""
-    spec = os.environ.get("INTERLINK_ALGO", "").strip()
+    return _env_algorithm_cached(collective, os.environ.get("INTERLINK_ALGO", ""))
+
+
+@functools.lru_cache(maxsize=64)
+def _env_algorithm_cached(collective: str, spec: str) -> Optional[str]:
+    spec = spec.strip()
     if not spec:
         return None
     if ":" not in spec and "=" not in spec:
@@ -78,13 +86,21 @@ def _env_algorithm(collective: str) -> Optional[str]:
     return None
 
 
-@dataclass
 class Record:
-    seq: int
-    sig: str
-    start: float
-    state: str = "running"
-    duration: float = 0.0
+    """One entry of the flight recorder."""
+
+    __slots__ = ("seq", "plan", "start", "state", "duration")
+
+    def __init__(self, seq: int, plan: Plan, start: float) -> None:
+        self.seq = seq
+        self.plan = plan
+        self.start = start
+        self.state = "running"
+        self.duration = 0.0
+
+    @property
+    def sig(self) -> str:
+        return self.plan.sigb.decode(errors="replace")
 
 
 @dataclass
@@ -116,6 +132,7 @@ class Group:
         self.size = len(self.ranks)
         self.seq = 0
         self.recorder: collections.deque[Record] = collections.deque(maxlen=RECORDER_SIZE)
+        self._plans: dict[tuple, Plan] = {}
 
     def __repr__(self) -> str:
         return f"Group({self.name}, rank {self.rank} of {self.size})"
@@ -160,6 +177,26 @@ class Group:
                          + (f" in {rec.duration * 1e3:.2f} ms" if rec.state == "done" else ""))
         return "\n".join(lines)
 
+    def _plan(self, collective: str, count: int, root: int, dtype: np.dtype, op: ReduceOp,
+              algorithm: Optional[str], alias: Optional[int], sig_extra: str = "",
+              schedule: Optional[Schedule] = None) -> Plan:
+        key = (collective, count, root, dtype, op, algorithm, alias)
+        plan = self._plans.get(key) if schedule is None else None
+        if plan is not None:
+            return plan
+        if schedule is None:
+            nbytes = count * dtype.itemsize * (self.size if collective in _PER_RANK_BLOCK else 1)
+            algo = algorithm or _env_algorithm(collective) or default_algorithm(collective, nbytes, self.size)
+            schedule = registry.get_schedule(collective, algo, self.size, count, root)
+        sig = (f"{collective}:{schedule.algorithm} {dtype} n={count} {op.name.lower()} root={root} "
+               f"{self.name}{sig_extra}")
+        plan = Plan(schedule, self.rank, dtype, op, alias, self.ranks.__getitem__, sig)
+        if len(self._plans) > 512:
+            self._plans.clear()
+        if sig_extra == "":
+            self._plans[key] = plan
+        return plan
+
     def _execute(self, collective: str, sig_extra: str, count: int, root: int, dtype: np.dtype,
                  op: ReduceOp, bufs: dict[str, np.ndarray], algorithm: Optional[str],
                  timeout: Optional[float], schedule: Optional[Schedule] = None,
@@ -168,21 +205,18 @@ class Group:
         self._check_usable(collective)
         self.seq += 1
         seq = self.seq
-        if schedule is None:
-            nbytes = count * dtype.itemsize * (self.size if collective in ("all_gather", "reduce_scatter",
-                                                                           "all_to_all", "gather", "scatter") else 1)
-            algo = algorithm or _env_algorithm(collective) or default_algorithm(collective, nbytes, self.size)
-            schedule = registry.get_schedule(collective, algo, self.size, count, root)
-        sig = f"{collective}:{schedule.algorithm} {dtype} n={count} {op.name.lower()} root={root} {self.name}{sig_extra}"
-        rec = Record(seq, sig, time.perf_counter())
+        inp, out = bufs["input"], bufs["output"]
+        try:
+            plan = self._plan(collective, count, root, dtype, op, algorithm, alias_delta(inp, out), sig_extra,
+                              schedule)
+        except ValueError:
+            self.seq -= 1  # e.g. unknown algorithm: nothing was sent
+            raise
+        rec = Record(seq, plan, time.perf_counter())
         self.recorder.append(rec)
         deadline = time.monotonic() + (timeout if timeout is not None else self.ctx.timeout)
-
-        def header(nbytes: int) -> MsgHeader:
-            return MsgHeader(nbytes, seq, 0, sig)
-
         try:
-            run_schedule(self.ctx.engine, schedule, self.rank, bufs, op, self.ranks.__getitem__, header, deadline)
+            execute(plan, self.ctx.engine, inp, out, seq, deadline)
             if finish is not None:
                 finish()
         except InterlinkError:
@@ -204,7 +238,12 @@ class Group:
 
     @staticmethod
     def _reduce_op(op: Any, dtype: np.dtype) -> ReduceOp:
-        return check_op_dtype(op, dtype)
+        try:
+            return _check_op_dtype_cached(op, dtype)
+        except TypeError as e:
+            if "unhashable" in str(e):
+                return check_op_dtype(op, dtype)
+            raise
 
     # ---- collectives -------------------------------------------------------------------------
     def all_reduce(self, tensor: Any, op: Any = ReduceOp.SUM, async_op: bool = False,
@@ -362,8 +401,8 @@ class Group:
         g = self.ranks[peer]
         book = self.ctx.p2p_sent if kind == "send" else self.ctx.p2p_recv
         book[g] += 1
-        sig = f"p2p {a.dtype} n={a.size} {self.name}"
-        op = Op(kind, g, a.view(np.uint8), MsgHeader(a.nbytes, book[g], int(tag), sig), itemsize=a.dtype.itemsize)
+        sigb = encode_sig(f"p2p {a.dtype} n={a.size} {self.name}")
+        op = Op(kind, g, a.view(np.uint8), book[g], int(tag), sigb)
         return op, g
 
     def isend(self, tensor: Any, dst: int, tag: int = 0) -> Work:
@@ -385,6 +424,11 @@ class Group:
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_op_dtype_cached(op: Any, dtype: np.dtype) -> ReduceOp:
+    return check_op_dtype(op, dtype)
 
 
 def run_p2p_batch(ctx: _Ctx, jobs: list) -> None:

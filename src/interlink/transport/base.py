@@ -12,7 +12,7 @@ shared-memory transport reduce straight from the peer's memory with no extra cop
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
 import numpy as np
@@ -26,46 +26,64 @@ ReduceFn = Callable[[np.ndarray, np.ndarray], None]  # reduce(dst_bytes_view, sr
 
 @dataclass(frozen=True)
 class MsgHeader:
+    """A message header as seen in error messages."""
+
     nbytes: int
     seq: int
     tag: int
     sig: str
 
     def pack(self) -> bytes:
-        s = self.sig.encode()[:SIG_MAX]
-        raw = HEADER.pack(self.nbytes, self.seq, self.tag, 0, len(s), s)
-        return raw + b"\0" * (HEADER_SIZE - len(raw))
-
-    def pack_into(self, buf, offset: int) -> None:
-        s = self.sig.encode()[:SIG_MAX]
-        HEADER.pack_into(buf, offset, self.nbytes, self.seq, self.tag, 0, len(s), s)
+        return pack_header(self.nbytes, self.seq, self.tag, self.sig.encode()[:SIG_MAX])
 
     @classmethod
     def unpack_from(cls, buf, offset: int = 0) -> "MsgHeader":
         nbytes, seq, tag, _flags, siglen, sig = HEADER.unpack_from(buf, offset)
         return cls(nbytes, seq, tag, sig[:siglen].decode(errors="replace"))
 
-    def matches(self, other: "MsgHeader") -> bool:
-        return (self.nbytes, self.seq, self.tag, self.sig[:SIG_MAX]) == (
-            other.nbytes, other.seq, other.tag, other.sig[:SIG_MAX])
+
+def pack_header(nbytes: int, seq: int, tag: int, sigb: bytes) -> bytes:
+    raw = HEADER.pack(nbytes, seq, tag, 0, len(sigb), sigb)
+    return raw + b"\0" * (HEADER_SIZE - len(raw))
 
 
-@dataclass(eq=False)
+def encode_sig(sig: str) -> bytes:
+    return sig.encode()[:SIG_MAX]
+
+
 class Op:
-    """One posted send or receive. ``data`` is a flat uint8 view of the user's chunk."""
+    """One posted send or receive of one message.
 
-    kind: str  # "send" | "recv"
-    peer: int
-    data: np.ndarray
-    header: MsgHeader
-    reduce: Optional[ReduceFn] = None  # receives only: dst = reduce(dst, incoming)
-    itemsize: int = 1
-    done: bool = False
-    # transport progress state
-    offset: int = 0
-    started: bool = False
-    got_header: Optional[MsgHeader] = None
-    tmp: Optional[np.ndarray] = field(default=None, repr=False)
+    ``data`` is a flat uint8 view of the chunk; the header carries (len(data), seq, tag, sigb), which
+    the receiver compares with its own expectation before any byte lands.
+    """
+
+    __slots__ = ("kind", "peer", "data", "seq", "tag", "sigb", "reduce", "done", "offset", "started",
+                 "got_header", "tmp")
+
+    def __init__(self, kind: str, peer: int, data: np.ndarray, seq: int, tag: int, sigb: bytes,
+                 reduce: Optional[ReduceFn] = None) -> None:
+        self.kind = kind  # "send" | "recv"
+        self.peer = peer
+        self.data = data
+        self.seq = seq
+        self.tag = tag
+        self.sigb = sigb
+        self.reduce = reduce  # receives only: dst = reduce(dst, incoming)
+        self.done = False
+        self.offset = 0
+        self.started = False
+        self.got_header = None
+        self.tmp = None
+
+    def expected(self) -> MsgHeader:
+        return MsgHeader(self.data.size, self.seq, self.tag, self.sigb.decode(errors="replace"))
+
+    def check_header(self, buf, offset: int, peer: int) -> None:
+        """Raise HeaderMismatch unless the header at buf[offset:] is the one this receive expects."""
+        nbytes, seq, tag, _flags, siglen, sig = HEADER.unpack_from(buf, offset)
+        if nbytes != self.data.size or seq != self.seq or tag != self.tag or sig[:siglen] != self.sigb:
+            raise HeaderMismatch(peer, self.expected(), MsgHeader.unpack_from(buf, offset))
 
 
 class HeaderMismatch(Exception):

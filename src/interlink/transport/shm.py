@@ -24,7 +24,7 @@ import struct
 
 import numpy as np
 
-from .base import HEADER, HeaderMismatch, MsgHeader, Op
+from .base import HEADER, Op
 
 CTRL = 128
 META = 128
@@ -112,7 +112,8 @@ class ShmChannel:
             meta = ring.meta_base + i * META
             _LEN.pack_into(self.mm, meta, n)
             if not op.started:
-                op.header.pack_into(self.mm, meta + 8)
+                sigb = op.sigb
+                HEADER.pack_into(self.mm, meta + 8, nbytes, op.seq, op.tag, 0, len(sigb), sigb)
                 op.started = True
             if n:
                 ring.slots[i][:n] = op.data[op.offset:op.offset + n]
@@ -134,9 +135,7 @@ class ShmChannel:
             meta = ring.meta_base + i * META
             (n,) = _LEN.unpack_from(self.mm, meta)
             if not op.started:
-                got = MsgHeader.unpack_from(self.mm, meta + 8)
-                if not got.matches(op.header):
-                    raise HeaderMismatch(self.peer, op.header, got)
+                op.check_header(self.mm, meta + 8, self.peer)
                 op.started = True
             if n:
                 src = ring.slots[i][:n]

@@ -12,7 +12,7 @@ import socket
 
 import numpy as np
 
-from .base import HEADER_SIZE, HeaderMismatch, MsgHeader, Op, PeerClosed
+from .base import HEADER_SIZE, Op, PeerClosed, pack_header
 
 SMALL = 64 * 1024
 
@@ -43,7 +43,7 @@ class TcpChannel:
         if op.done:
             return True
         if not op.started:
-            head = op.header.pack()
+            head = pack_header(op.data.size, op.seq, op.tag, op.sigb)
             if op.data.size <= SMALL:
                 op.tmp = np.frombuffer(head + op.data.tobytes(), dtype=np.uint8)
             else:
@@ -86,10 +86,8 @@ class TcpChannel:
                     if n == 0:
                         raise PeerClosed(self.peer)
                     op.offset += n
-                got = MsgHeader.unpack_from(self._hdr)
-                if not got.matches(op.header):
-                    raise HeaderMismatch(self.peer, op.header, got)
-                op.got_header = got
+                op.check_header(self._hdr, 0, self.peer)
+                op.got_header = True
                 op.offset = 0
                 if op.reduce is not None and op.data.size:
                     op.tmp = np.empty(op.data.size, dtype=np.uint8)

@@ -1,0 +1,266 @@
+"""``interlink bench``: nccl-tests style benchmarks of the real collectives on local ranks.
+
+    interlink bench                                   # all_reduce, 8 B .. 64 MiB, x2, default ranks
+    interlink bench all_gather -b 8 -e 64M -f 4 --ranks 4 --transport tcp
+    interlink bench all_reduce -d bfloat16 -o max -n 50 -w 10 --algorithm ring --json out.json
+
+It starts ``--ranks`` local ranks itself (the ``interlink run`` launcher: a free port on 127.0.0.1,
+a fresh job secret, INTERLINK_TRANSPORT from --transport), each running
+:func:`interlink.bench.sweep.sweep`; rank 0 streams its rows back as JSON lines, and this process
+prints the nccl-tests table on stdout (see :mod:`interlink.bench.report`) and a progress bar on
+stderr (rich when installed and stderr is a terminal; otherwise one line per size). A failing rank
+stops the others and the command exits non-zero with that rank's error. Wrong results (#wrong > 0)
+print the table and exit 1, like nccl-tests.
+
+Defaults: ``--ranks`` min(4, cpu count), at least 2; ``-b 8 -e 64M -f 2``; iterations auto: at most
+20 timed (5 warmup) per size, capped so that at most 1 GiB is timed per size and mode
+(``iters = clamp(1 GiB // size, 1, 20)``, ``warmup = clamp(iters // 4, 1, 5)``: 16/4 at 64 MiB);
+explicit -n/-w apply to every size. A bare ``interlink bench`` (24 sizes, 2 ranks) takes about 5 s on
+a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import threading
+from typing import Any, Callable, Optional
+
+from ..bench import report
+from ..bench.sweep import AUTO_BYTES, BENCH_COLLECTIVES, MARKER, BenchConfig
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+            "alltoall": "all_to_all", "send_recv": "sendrecv", "bcast": "broadcast"}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '8', '64K', '64M', '1G', '1.5M', '64KiB' (binary multiples, like nccl-tests)."""
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise argparse.ArgumentTypeError(f"bad size {text!r}: expected a number with an optional K/M/G suffix")
+    return int(float(m.group(1)) * _SCALE[m.group(2).lower()])
+
+
+def parse_collective(text: str) -> str:
+    key = text.strip().lower().replace("-", "_")
+    key = key[:-5] if key.endswith("_perf") else key  # nccl-tests binary names
+    key = _ALIASES.get(key, _ALIASES.get(key.replace("_", ""), key))
+    if key not in BENCH_COLLECTIVES:
+        raise argparse.ArgumentTypeError(f"unknown collective {text!r}; expected one of {', '.join(BENCH_COLLECTIVES)}")
+    return key
+
+
+def default_ranks() -> int:
+    return max(2, min(4, os.cpu_count() or 2))
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "bench",
+        help="nccl-tests style bandwidth/latency sweep of a collective on local ranks",
+        description="Benchmark a collective in nccl-tests form: for each size from -b to -e (times -f) run "
+                    "-w warmup and -n timed iterations out-of-place and in-place on --ranks local processes, "
+                    "check the results (#wrong) and print size, count, type, redop, root, time (us, max over "
+                    "ranks), algbw and busbw (GB/s = 1e9 B/s, nccl-tests' bus bandwidth factors) per size.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Sizes take binary K/M/G suffixes (64K = 65536). Per-rank counts follow nccl-tests: size/typesize "
+               "for all_reduce, broadcast, reduce, sendrecv; size/typesize/nranks for all_gather, reduce_scatter, "
+               "all_to_all, gather, scatter. Default iterations: at most 20 (+5 warmup) per size, capped so that "
+               f"at most {AUTO_BYTES >> 20} MiB are timed per size and mode. Exit status: 0, 1 when any "
+               "result is wrong, the failing rank's status when a rank fails, 2 for bad arguments.",
+    )
+    p.add_argument("collective", nargs="?", default="all_reduce", type=parse_collective,
+                   help=f"one of {', '.join(BENCH_COLLECTIVES)} (default all_reduce); barrier prints its latency")
+    p.add_argument("-b", "--minbytes", type=parse_size, default=8, metavar="SIZE", help="smallest size (default 8)")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=64 * 1024**2, metavar="SIZE",
+                   help="largest size (default 64M)")
+    p.add_argument("-f", "--stepfactor", type=int, default=2, metavar="F", help="size multiplier (default 2)")
+    p.add_argument("-n", "--iters", type=int, default=None, metavar="N",
+                   help="timed iterations per size (default auto: <= 20, fewer for large sizes)")
+    p.add_argument("-w", "--warmup_iters", dest="warmup", type=int, default=None, metavar="W",
+                   help="warmup iterations per size (default auto: <= 5)")
+    p.add_argument("-d", "--datatype", dest="dtype", default="float32", metavar="DTYPE",
+                   help="float32 (float), float16 (half), float64 (double), bfloat16, int8, uint8, int32, uint32, "
+                        "int64, uint64, ... (default float32)")
+    p.add_argument("-o", "--op", default="sum", metavar="OP", help="sum, prod, min, max, avg, band, bor, bxor (default sum)")
+    p.add_argument("-r", "--root", type=int, default=0, metavar="R", help="root of rooted collectives (default 0)")
+    p.add_argument("-c", "--check", type=int, default=1, choices=(0, 1), metavar="0|1",
+                   help="check results and report #wrong (default 1)")
+    p.add_argument("--ranks", type=int, default=None, metavar="N",
+                   help=f"local ranks to start (default min(4, cpus), at least 2: {default_ranks()} here)")
+    p.add_argument("--transport", choices=("shm", "tcp"), default=None,
+                   help="shm (default between ranks of one host) or tcp (loopback sockets)")
+    p.add_argument("--algorithm", default=None, metavar="A",
+                   help="force an algorithm (see `interlink algorithms`); default: INTERLINK_ALGO or the built-in choice")
+    p.add_argument("--json", dest="json_path", default=None, metavar="FILE",
+                   help="also write {collective, nranks, rows: [...]} to FILE ('-' for stdout, instead of the table)")
+    p.set_defaults(func=run)
+    return p
+
+
+# ---- progress on stderr ---------------------------------------------------------------------------
+
+
+class _Progress:
+    """A rich progress bar when rich is importable and stderr is a terminal; else a line per size."""
+
+    def __init__(self, collective: str) -> None:
+        self.collective = collective
+        self._rich = None
+        self._task = None
+        self._lock = threading.Lock()
+        if sys.stderr.isatty():
+            try:
+                from rich.console import Console
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            except ImportError:
+                pass
+            else:
+                self._rich = Progress(TextColumn("[bold]interlink bench[/] {task.description}"), BarColumn(),
+                                      MofNCompleteColumn(), TimeElapsedColumn(),
+                                      console=Console(stderr=True), transient=True)
+
+    def __enter__(self) -> "_Progress":
+        if self._rich is not None:
+            self._rich.start()
+            self._task = self._rich.add_task(f"{self.collective}: starting ranks", total=None)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._rich is not None:
+            self._rich.stop()
+
+    def message(self, text: str) -> None:
+        """A line for stderr (rank output, launcher messages), above the bar when there is one."""
+        with self._lock:
+            if self._rich is not None:
+                self._rich.console.print(text, markup=False, highlight=False)
+            else:
+                sys.stderr.write(text + "\n")
+                sys.stderr.flush()
+
+    def started(self, total: int, nranks: int, transport: str) -> None:
+        if self._rich is not None:
+            self._rich.update(self._task, total=total, completed=0,
+                              description=f"{self.collective}, {nranks} ranks, {transport}")
+        else:
+            self.message(f"interlink bench: {self.collective}, {nranks} ranks, {transport}: {total} sizes")
+
+    def row(self, index: int, total: int, row: dict) -> None:
+        if self._rich is not None:
+            self._rich.update(self._task, completed=index + 1,
+                              description=f"{self.collective}: {_human(row['size'])} done")
+            return
+        t = row.get("oop_time_us")
+        bw = row.get("oop_busbw")
+        self.message(f"interlink bench: [{index + 1}/{total}] {row['size']} B: "
+                     f"{'N/A' if t is None else f'{t:.1f}'} us, busbw "
+                     f"{'N/A' if bw is None else f'{bw / 1e9:.2f}'} GB/s")
+
+
+def _human(n: int) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"
+
+
+class _LineSink:
+    """A binary stream for the launcher: splits whole lines and hands them to ``on_line``."""
+
+    def __init__(self, on_line: Callable[[str], None]) -> None:
+        self.on_line = on_line
+
+    def write(self, data: bytes) -> int:
+        for line in data.decode("utf-8", "replace").splitlines():
+            try:
+                self.on_line(line)
+            except Exception as exc:  # noqa: BLE001 - never kill the launcher's pump thread
+                sys.stderr.write(f"interlink bench: cannot handle output line: {exc}\n")
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import __version__
+    from .launcher import LaunchError, launch
+
+    nranks = args.ranks if args.ranks is not None else default_ranks()
+    cfg = BenchConfig(collective=args.collective, min_bytes=args.minbytes, max_bytes=args.maxbytes,
+                      factor=args.stepfactor, iters=args.iters, warmup=args.warmup, dtype=args.dtype,
+                      op=args.op, root=args.root, check=bool(args.check), algorithm=args.algorithm)
+    try:
+        cfg.validate(nranks)
+    except (ValueError, TypeError) as exc:
+        print(f"interlink bench: {exc}", file=sys.stderr)
+        return 2
+
+    env = dict(os.environ)
+    if args.transport is not None:
+        env["INTERLINK_TRANSPORT"] = args.transport
+
+    state: dict[str, Any] = {"rows": [], "start": None, "end": False}
+    with _Progress(cfg.collective) as progress:
+
+        def on_stdout(line: str) -> None:
+            prefix, _, rest = line.partition("] ")
+            if prefix == "[rank 0" and rest.startswith(MARKER):
+                ev = json.loads(rest[len(MARKER):])
+                kind = ev.get("event")
+                if kind == "start":
+                    state["start"] = ev
+                    progress.started(ev["sizes"], ev["nranks"], ev["transport"])
+                elif kind == "row":
+                    state["rows"].append(ev["row"])
+                    progress.row(ev["index"], ev["total"], ev["row"])
+                elif kind == "end":
+                    state["end"] = True
+            else:
+                progress.message(line)  # anything else a rank prints goes to stderr: stdout stays the table
+
+        def on_stderr(line: str) -> None:
+            if line.startswith("interlink run:"):
+                line = "interlink bench:" + line[len("interlink run:"):]
+            progress.message(line)
+
+        try:
+            rc = launch(["-m", "interlink.bench.sweep", json.dumps(cfg.to_dict())], nranks, env=env,
+                        stdout=_LineSink(on_stdout), stderr=_LineSink(on_stderr))  # type: ignore[arg-type]
+        except LaunchError as exc:
+            print(f"interlink bench: {exc}", file=sys.stderr)
+            return 2
+    if rc != 0:
+        return rc
+    if not state["end"] or state["start"] is None:
+        print("interlink bench: rank 0 exited without reporting results", file=sys.stderr)
+        return 1
+
+    rows = state["rows"]
+    start = state["start"]
+    meta = {"version": __version__, "collective": cfg.collective, "nranks": start["nranks"],
+            "transport": start["transport"], "dtype": rows[0]["type"] if rows else cfg.dtype, "op": cfg.op,
+            "root": cfg.root, "algorithm": cfg.algorithm, "min_bytes": cfg.min_bytes, "max_bytes": cfg.max_bytes,
+            "factor": cfg.factor, "iters": cfg.iters, "warmup": cfg.warmup, "check": cfg.check,
+            "auto_bytes": AUTO_BYTES}
+    if args.json_path != "-":
+        report.print_table(meta, rows)
+    if args.json_path:
+        try:
+            report.write_json(args.json_path, meta, rows)
+        except OSError as exc:
+            print(f"interlink bench: cannot write {args.json_path}: {exc}", file=sys.stderr)
+            return 1
+    if cfg.check and report.total_wrong(rows) > 0:
+        print(f"interlink bench: {report.total_wrong(rows)} wrong values", file=sys.stderr)
+        return 1
+    return 0
