@@ -31,7 +31,9 @@ def __getattr__(name: str):
     if name in _API:
         from .runtime import api
 
-        return getattr(api, name)
+        value = getattr(api, name)
+        globals()[name] = value  # later lookups skip this hook
+        return value
     if name == "Work":
         from .runtime.work import Work
 

@@ -138,10 +138,10 @@ def total_wrong(rows: Iterable[dict]) -> int:
 def footer(rows: Sequence[dict], check: bool = True) -> list[str]:
     wrong = total_wrong(rows)
     lines = []
-    if check:
+    if check and any(r.get(k) is not None for r in rows for k in ("oop_wrong", "ip_wrong")):
         lines.append(f"# Wrong values        : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
     else:
-        lines.append("# Wrong values        : N/A (-c 0)")
+        lines.append("# Wrong values        : N/A" + ("" if check else " (-c 0)"))
     lines += [f"# Avg bus bandwidth    : {avg_busbw(rows) / GB:.4f}", "#"]
     return lines
 

@@ -472,6 +472,23 @@ def main(argv: Optional[list[str]] = None) -> int:
               file=sys.stderr)
         return 2
     cfg = BenchConfig.from_dict(json.loads(argv[0]))
+    try:
+        _main(cfg)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one line per rank; the whole traceback with INTERLINK_DEBUG
+        if os.environ.get("INTERLINK_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+        rank = os.environ.get("RANK", "?")
+        msg = str(exc).strip() or repr(exc)
+        print(f"interlink bench: rank {rank} failed: {type(exc).__name__}: {msg}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _main(cfg: BenchConfig) -> None:
     import interlink as il
 
     g = il.init()
@@ -491,7 +508,6 @@ def main(argv: Optional[list[str]] = None) -> int:
             _emit({"event": "end"})
     finally:
         il.destroy()
-    return 0
 
 
 if __name__ == "__main__":

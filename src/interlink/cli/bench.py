@@ -27,7 +27,7 @@ import os
 import re
 import sys
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from ..bench import report
 from ..bench.sweep import AUTO_BYTES, BENCH_COLLECTIVES, MARKER, BenchConfig

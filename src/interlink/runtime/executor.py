@@ -141,6 +141,8 @@ class Plan:
 def alias_delta(inp: np.ndarray, out: np.ndarray) -> Optional[int]:
     """Element offset of input within output's index space if they share memory, else None.
     A misaligned overlap is reported as a huge delta, which forces a snapshot."""
+    if inp is out:
+        return 0 if inp.size else None
     if inp.size == 0 or out.size == 0 or not np.may_share_memory(inp, out):
         return None
     d = inp.__array_interface__["data"][0] - out.__array_interface__["data"][0]

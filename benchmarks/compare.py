@@ -1,0 +1,156 @@
+"""interlink against its peers on this host, in one run.
+
+    python benchmarks/compare.py [--ranks 2,4] [--collectives all_reduce,all_gather,reduce_scatter,broadcast]
+                                 [--sizes 8,64K,1M,64M] [--systems interlink-shm,interlink-tcp,mpich,gloo]
+                                 [--json out.json] [--plot out.png]
+
+Runs the same sweep (same sizes, same timing loop: warm-up, 3 repetitions, max over ranks, median
+over repetitions) on interlink over shared memory, interlink over TCP, MPICH through mpi4py and
+torch.distributed gloo, measures the host's numpy copy bandwidth, and prints busbw per system with the
+ratios interlink-shm / MPICH and interlink-shm / memcpy. Peers come from `pip install -e '.[compare]'`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+from interlink.bench import peers
+
+DEFAULT_SIZES = "8,64,512,4K,64K,256K,1M,4M,16M,64M"
+
+
+def parse_size(s: str) -> int:
+    s = s.strip().upper().removesuffix("B")
+    mult = {"K": 2**10, "M": 2**20, "G": 2**30}
+    if s and s[-1] in mult:
+        return int(float(s[:-1]) * mult[s[-1]])
+    return int(s)
+
+
+def human(n: int) -> str:
+    for unit, m in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if n >= m and n % m == 0:
+            return f"{n // m}{unit}"
+    return str(n)
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
+
+
+def run(ranks: list[int], collectives: list[str], sizes: list[int], systems: list[str]) -> dict:
+    result = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "rows": [],
+              "memcpy_gbps": peers.memcpy_bandwidth()}
+    for p in ranks:
+        for system in systems:
+            t0 = time.monotonic()
+            print(f"# {system}, {p} ranks ...", file=sys.stderr, flush=True)
+            if system == "interlink-shm":
+                rows = peers.run_interlink(p, sizes, collectives, "shm")
+            elif system == "interlink-tcp":
+                rows = peers.run_interlink(p, sizes, collectives, "tcp")
+            elif system == "mpich":
+                rows = peers.run_mpi(p, sizes, collectives)
+            elif system == "gloo":
+                rows = peers.run_gloo(p, sizes, collectives)
+            else:
+                raise SystemExit(f"unknown system {system}")
+            print(f"#   {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+            result["rows"].extend(rows)
+    result["memcpy_gbps_after"] = peers.memcpy_bandwidth()
+    return result
+
+
+def table(result: dict) -> str:
+    rows = result["rows"]
+    systems = sorted({r["system"] for r in rows}, key=lambda s: ["interlink-shm", "interlink-tcp", "mpich", "gloo"].index(s)
+                     if s in ("interlink-shm", "interlink-tcp", "mpich", "gloo") else 9)
+    idx = {(r["system"], r["collective"], r["nranks"], r["size"]): r for r in rows}
+    keys = sorted({(r["collective"], r["nranks"], r["size"]) for r in rows},
+                  key=lambda k: (peers.COLLECTIVES.index(k[0]) if k[0] in peers.COLLECTIVES else 9, k[1], k[2]))
+    memcpy = result["memcpy_gbps"]
+    out = [f"memcpy (numpy copy of 64 MiB): {memcpy:.2f} GB/s before, {result.get('memcpy_gbps_after', 0):.2f} after",
+           "",
+           "| collective | ranks | size | " + " | ".join(f"{s} time us / busbw GB/s" for s in systems)
+           + " | shm/mpich busbw | shm/memcpy |",
+           "|---|---|---|" + "---|" * len(systems) + "---|---|"]
+    for coll, p, size in keys:
+        cells = []
+        for s in systems:
+            r = idx.get((s, coll, p, size))
+            cells.append(f"{r['time_us']:.1f} / {r['busbw']:.2f}" if r else "-")
+        shm, mpi = idx.get(("interlink-shm", coll, p, size)), idx.get(("mpich", coll, p, size))
+        ratio = f"{shm['busbw'] / mpi['busbw']:.2f}x" if shm and mpi and mpi["busbw"] > 0 else (
+            f"{mpi['time_us'] / shm['time_us']:.2f}x (time)" if shm and mpi else "-")
+        lim = f"{shm['busbw'] / memcpy:.0%}" if shm else "-"
+        out.append(f"| {coll} | {p} | {human(size)} | " + " | ".join(cells) + f" | {ratio} | {lim} |")
+    return "\n".join(out)
+
+
+def plot(result: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    colls = [c for c in peers.COLLECTIVES if any(r["collective"] == c for r in rows)]
+    ranks = sorted({r["nranks"] for r in rows})
+    fig, axes = plt.subplots(len(ranks), len(colls), figsize=(4.2 * len(colls), 3.6 * len(ranks)), squeeze=False)
+    for i, p in enumerate(ranks):
+        for j, c in enumerate(colls):
+            ax = axes[i][j]
+            for s in sorted({r["system"] for r in rows}):
+                pts = sorted((r["size"], r["busbw"]) for r in rows if r["system"] == s and r["collective"] == c
+                             and r["nranks"] == p)
+                if pts:
+                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", ms=3, label=s)
+            ax.axhline(result["memcpy_gbps"], color="gray", ls="--", lw=1, label="memcpy")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"{c}, {p} ranks")
+            ax.set_xlabel("size (bytes)")
+            ax.set_ylabel("busbw (GB/s)")
+            ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"busbw vs size, {result['machine']} ({result['date']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--collectives", default=",".join(peers.COLLECTIVES))
+    ap.add_argument("--sizes", default=DEFAULT_SIZES)
+    ap.add_argument("--systems", default="interlink-shm,interlink-tcp,mpich,gloo")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--plot", default=None)
+    a = ap.parse_args(argv)
+    result = run([int(x) for x in a.ranks.split(",")], a.collectives.split(","),
+                 [parse_size(s) for s in a.sizes.split(",")], a.systems.split(","))
+    print(table(result))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+    if a.plot:
+        plot(result, a.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""Peers to compare against, measured in the same run: MPICH through mpi4py, torch.distributed gloo,
+and the host's memory-copy bandwidth (the physical limit of a shared-memory collective).
+
+Every system runs the same loop: for each size, ``warmup`` calls, then ``reps`` timed repetitions of
+``iters`` calls each; a repetition's time per call is the MAX over ranks; the reported time is the
+MEDIAN over repetitions (the machine is shared and noisy). Sizes are nccl-tests sizes: bytes of the
+largest buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+
+
+def iters_for(nbytes: int, budget: float = 256 * 2**20) -> int:
+    """Calls per repetition: about ``budget`` bytes moved, between 3 and 300."""
+    return int(min(300, max(3, budget // max(nbytes, 1))))
+
+
+def busbw_factor(collective: str, nranks: int) -> float:
+    p = nranks
+    if collective == "all_reduce":
+        return 2.0 * (p - 1) / p
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (p - 1) / p
+    return 1.0
+
+
+def row(system: str, collective: str, nranks: int, nbytes: int, t: float) -> dict:
+    algbw = nbytes / t / 1e9 if t > 0 else 0.0
+    return {"system": system, "collective": collective, "nranks": nranks, "size": nbytes,
+            "time_us": t * 1e6, "algbw": algbw, "busbw": algbw * busbw_factor(collective, nranks)}
+
+
+def time_loop(call: Callable[[], None], barrier: Callable[[], None], max_over_ranks: Callable[[float], float],
+              nbytes: int, warmup: int = 3, reps: int = 3) -> float:
+    iters = iters_for(nbytes)
+    for _ in range(warmup):
+        call()
+    ts = []
+    for _ in range(reps):
+        barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            call()
+        ts.append(max_over_ranks((time.perf_counter() - t0) / iters))
+    return statistics.median(ts)
+
+
+def buffers(collective: str, nbytes: int, nranks: int, rank: int, dtype=np.float32):
+    """(input, output) numpy arrays for a collective of nccl-tests size nbytes."""
+    isz = np.dtype(dtype).itemsize
+    if collective in ("all_reduce", "broadcast"):
+        n = max(nbytes // isz, 1)
+        return np.zeros(n, dtype), np.empty(n, dtype)
+    per = max(nbytes // isz // nranks, 1)
+    if collective == "all_gather":
+        return np.zeros(per, dtype), np.empty(per * nranks, dtype)
+    if collective == "reduce_scatter":
+        return np.zeros(per * nranks, dtype), np.empty(per, dtype)
+    raise ValueError(collective)
+
+
+def actual_bytes(collective: str, nbytes: int, nranks: int, dtype=np.float32) -> int:
+    inp, out = buffers(collective, nbytes, nranks, 0, dtype)
+    return max(inp.nbytes, out.nbytes)
+
+
+# ---- the host's memory-copy bandwidth ------------------------------------------------------------
+
+def memcpy_bandwidth(nbytes: int = 64 * 2**20, reps: int = 7) -> float:
+    """GB/s of a numpy copy of nbytes (read + write of nbytes counted once, like a memcpy)."""
+    a = np.ones(nbytes // 4, dtype=np.float32)
+    b = np.empty_like(a)
+    np.copyto(b, a)
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        np.copyto(b, a)
+        ts.append(time.perf_counter() - t0)
+    return nbytes / statistics.median(ts) / 1e9
+
+
+# ---- MPICH via mpi4py ------------------------------------------------------------------------
+
+def _mpi_worker(sizes: Sequence[int], collectives: Sequence[str], out_path: str) -> None:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, p = comm.Get_rank(), comm.Get_size()
+    rows = []
+
+    def mx(t: float) -> float:
+        return comm.allreduce(t, op=MPI.MAX)
+
+    for coll in collectives:
+        for nbytes in sizes:
+            inp, out = buffers(coll, nbytes, p, rank)
+            if coll == "all_reduce":
+                call = lambda: comm.Allreduce(inp, out, op=MPI.SUM)
+            elif coll == "all_gather":
+                call = lambda: comm.Allgather(inp, out)
+            elif coll == "reduce_scatter":
+                call = lambda: comm.Reduce_scatter_block(inp, out, op=MPI.SUM)
+            else:
+                call = lambda: comm.Bcast(inp, root=0)
+            t = time_loop(call, comm.Barrier, mx, nbytes)
+            rows.append(row("mpich", coll, p, actual_bytes(coll, nbytes, p), t))
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(rows, f)
+
+
+def mpiexec() -> str | None:
+    cand = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return cand if os.path.exists(cand) else shutil.which("mpiexec")
+
+
+def run_mpi(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLLECTIVES,
+            timeout: float = 900) -> list[dict]:
+    """Run the sweep under MPICH's mpiexec; [] with a note on stderr if mpi4py/mpich is missing."""
+    exe = mpiexec()
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        exe = None
+    if exe is None:
+        print("compare: mpi4py/mpich not installed (pip install 'interlink[compare]'): skipping MPI", file=sys.stderr)
+        return []
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "mpi.json")
+        code = (f"from interlink.bench.peers import _mpi_worker; "
+                f"_mpi_worker({list(sizes)!r}, {list(collectives)!r}, {out!r})")
+        subprocess.run([exe, "-n", str(nranks), sys.executable, "-c", code], check=True, timeout=timeout)
+        with open(out) as f:
+            return json.load(f)
+
+
+# ---- torch.distributed gloo ----------------------------------------------------------------
+
+def _gloo_worker(rank: int, nranks: int, port: int, sizes: Sequence[int], collectives: Sequence[str],
+                 out_path: str) -> None:
+    import torch
+    import torch.distributed as td
+
+    td.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=nranks)
+    rows = []
+
+    def mx(t: float) -> float:
+        x = torch.tensor([t], dtype=torch.float64)
+        td.all_reduce(x, op=td.ReduceOp.MAX)
+        return float(x[0])
+
+    for coll in collectives:
+        for nbytes in sizes:
+            inp_np, out_np = buffers(coll, nbytes, nranks, rank)
+            inp, out = torch.from_numpy(inp_np), torch.from_numpy(out_np)
+            if coll == "all_reduce":
+                call = lambda: td.all_reduce(inp)
+            elif coll == "all_gather":
+                call = lambda: td.all_gather_into_tensor(out, inp)
+            elif coll == "reduce_scatter":
+                call = lambda: td.reduce_scatter_tensor(out, inp)
+            else:
+                call = lambda: td.broadcast(inp, src=0)
+            t = time_loop(call, td.barrier, mx, nbytes)
+            rows.append(row("gloo", coll, nranks, actual_bytes(coll, nbytes, nranks), t))
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(rows, f)
+    td.destroy_process_group()
+
+
+def run_gloo(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLLECTIVES,
+             timeout: float = 1800) -> list[dict]:
+    try:
+        import torch.distributed as td
+
+        if not td.is_available() or not td.is_gloo_available():
+            raise ImportError
+    except ImportError:
+        print("compare: torch with gloo not installed: skipping gloo", file=sys.stderr)
+        return []
+    import multiprocessing as mp
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "gloo.json")
+        procs = [ctx.Process(target=_gloo_worker, args=(r, nranks, port, list(sizes), list(collectives), out))
+                 for r in range(nranks)]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            p.join(max(1.0, deadline - time.monotonic()))
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        if not os.path.exists(out):
+            raise RuntimeError("gloo sweep failed")
+        with open(out) as f:
+            return json.load(f)
+
+
+# ---- interlink itself, with the very same loop ------------------------------------------------
+
+def _interlink_worker(rank: int, nranks: int, env: dict, sizes: Sequence[int], collectives: Sequence[str],
+                      out_path: str, system: str) -> None:
+    os.environ.update(env)
+    os.environ["RANK"] = str(rank)
+    os.environ["WORLD_SIZE"] = str(nranks)
+    import interlink as dist
+
+    dist.init(timeout=300)
+    rows = []
+
+    def mx(t: float) -> float:
+        x = np.array([t])
+        dist.all_reduce(x, op="max")
+        return float(x[0])
+
+    for coll in collectives:
+        for nbytes in sizes:
+            inp, out = buffers(coll, nbytes, nranks, rank)
+            if coll == "all_reduce":
+                call = lambda: dist.all_reduce(inp)
+            elif coll == "all_gather":
+                call = lambda: dist.all_gather_into_tensor(out, inp)
+            elif coll == "reduce_scatter":
+                call = lambda: dist.reduce_scatter_tensor(out, inp)
+            else:
+                call = lambda: dist.broadcast(inp, src=0)
+            t = time_loop(call, dist.barrier, mx, nbytes)
+            rows.append(row(system, coll, nranks, actual_bytes(coll, nbytes, nranks), t))
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(rows, f)
+    dist.destroy()
+
+
+def run_interlink(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLLECTIVES,
+                  transport: str = "shm", timeout: float = 1800, extra_env: dict | None = None) -> list[dict]:
+    import multiprocessing as mp
+    import secrets
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "INTERLINK_SECRET": secrets.token_hex(16),
+           "INTERLINK_TRANSPORT": transport}
+    env.update(extra_env or {})
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "il.json")
+        procs = [ctx.Process(target=_interlink_worker,
+                             args=(r, nranks, env, list(sizes), list(collectives), out, f"interlink-{transport}"))
+                 for r in range(nranks)]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            p.join(max(1.0, deadline - time.monotonic()))
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        if not os.path.exists(out):
+            raise RuntimeError(f"interlink {transport} sweep failed")
+        with open(out) as f:
+            return json.load(f)

@@ -1,0 +1,137 @@
+"""``interlink bench``: the nccl-tests table, the JSON, busbw factors and the #wrong check."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from interlink.bench import report
+from interlink.bench.sweep import (
+    BenchConfig,
+    counts_for,
+    count_wrong,
+    expected_output,
+    iterations_for,
+    rank_input,
+    sizes,
+)
+from interlink.cli.bench import parse_collective, parse_size
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX launcher")
+
+
+def _bench(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict, list[list[str]]]:
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-m", "interlink", "bench", *args, "--json", str(out)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    table = [ln.split() for ln in proc.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
+    return proc, doc, table
+
+
+@pytest.mark.parametrize("collective,nranks,extra,factor", [
+    ("all_reduce", 2, (), lambda n: 2 * (n - 1) / n),
+    ("all_gather", 3, ("--transport", "tcp"), lambda n: (n - 1) / n),
+    ("broadcast", 3, ("--transport", "tcp"), lambda n: 1.0),
+])
+def test_bench_table_and_json(tmp_path, collective, nranks, extra, factor):
+    proc, doc, table = _bench(tmp_path, collective, "-b", "8", "-e", "64K", "-f", "4", "-n", "3", "-w", "1",
+                              "--ranks", str(nranks), *extra)
+    transport = "tcp" if extra else "shm"
+    assert f"#  Collective {collective}, nranks {nranks}, transport {transport}" in proc.stdout
+    assert "out-of-place" in proc.stdout and "in-place" in proc.stdout
+    assert "# Avg bus bandwidth" in proc.stdout
+    assert "interlink bench:" in proc.stderr  # progress went to stderr, not into the table
+    nsizes = len(sizes(8, 64 * 1024, 4))
+    assert nsizes == 7
+    assert doc["collective"] == collective and doc["nranks"] == nranks and doc["transport"] == transport
+    assert len(doc["rows"]) == nsizes and len(table) == nsizes
+    for cells in table:  # size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong | algo
+        assert cells[8] == "0" and cells[12] == "0", cells
+    f = factor(nranks)
+    for row in doc["rows"]:
+        assert row["oop_wrong"] == 0 and row["ip_wrong"] == 0
+        assert row["nranks"] == nranks and row["transport"] == transport and row["algorithm"]
+        assert row["iters"] == 3 and row["warmup"] == 1
+        for mode in ("oop", "ip"):
+            assert row[f"{mode}_time_us"] > 0
+            assert row[f"{mode}_algbw"] == pytest.approx(row["size"] / (row[f"{mode}_time_us"] * 1e-6))
+            assert row[f"{mode}_busbw"] == pytest.approx(row[f"{mode}_algbw"] * f)
+    # nccl-tests sizes: per-rank count = size / typesize (/ nranks for all_gather), rounded down
+    for row, want in zip(doc["rows"], sizes(8, 64 * 1024, 4)):
+        count, nbytes = counts_for(collective, want, 4, nranks)
+        assert (row["count"], row["size"]) == (count, nbytes)
+
+
+def test_count_wrong_counts_corruption():
+    kw = dict(rank=1, nranks=3, count=10, dtype=np.float32, op="sum")
+    good = expected_output("all_reduce", **kw)
+    assert good is not None and count_wrong("all_reduce", good, **kw) == 0
+    bad = good.copy()
+    bad[[0, 4, 9]] += 1
+    assert count_wrong("all_reduce", bad, **kw) == 3
+    # all_gather: a block from the wrong rank is wrong
+    ag = expected_output("all_gather", rank=0, nranks=3, count=100, dtype=np.int32)
+    swapped = ag.copy()
+    swapped[:100], swapped[100:200] = ag[100:200], ag[:100]
+    assert count_wrong("all_gather", swapped, rank=0, nranks=3, count=100, dtype=np.int32) > 0
+    # unspecified outputs (non-root reduce) are not checked
+    assert count_wrong("reduce", np.zeros(10, np.float32), rank=1, nranks=3, count=10, root=0) == 0
+
+
+@pytest.mark.parametrize("dtype,op", [("float16", "sum"), ("int8", "prod"), ("float32", "avg"), ("uint8", "bxor"),
+                                      ("int32", "avg"), ("float64", "min")])
+def test_expected_matches_numpy(dtype, op):
+    """The reference is exact: inputs are small integers, so any order of reduction agrees."""
+    p, n = 4, 50
+    ins = [rank_input("all_reduce", r, p, n, dtype, op) for r in range(p)]
+    from interlink.ops import ReduceOp, numpy_reduce
+
+    want = numpy_reduce(ReduceOp.parse(op), ins)
+    got = expected_output("all_reduce", rank=0, nranks=p, count=n, dtype=dtype, op=op)
+    np.testing.assert_array_equal(got, want)
+    # reduce_scatter's block = the same slice of the all_reduce result
+    rs = expected_output("reduce_scatter", rank=2, nranks=p, count=5, dtype=dtype, op=op)
+    full = numpy_reduce(ReduceOp.parse(op), [rank_input("reduce_scatter", r, p, 5, dtype, op) for r in range(p)])
+    np.testing.assert_array_equal(rs, full[10:15])
+
+
+def test_sizes_counts_iterations_and_parsing():
+    assert sizes(8, 64, 2) == [8, 16, 32, 64]
+    assert sizes(0, 4, 2) == [0, 1, 2, 4]
+    assert parse_size("64K") == 65536 and parse_size("64M") == 64 << 20 and parse_size("1G") == 1 << 30
+    assert parse_size("8") == 8 and parse_size("1.5k") == 1536 and parse_size("2MiB") == 2 << 20
+    assert parse_collective("allreduce") == "all_reduce" and parse_collective("all_gather_perf") == "all_gather"
+    assert counts_for("all_reduce", 8, 4, 3) == (2, 8)
+    assert counts_for("all_gather", 8, 4, 3) == (0, 0)  # rounded down, min 0
+    assert counts_for("reduce_scatter", 1000, 4, 3) == (83, 996)
+    assert iterations_for(8, None, None) == (20, 5)
+    n, w = iterations_for(1 << 30, None, None)
+    assert (n, w) == (1, 1)
+    assert iterations_for(1 << 30, 7, 0) == (7, 0)  # explicit values win
+    with pytest.raises(TypeError):
+        BenchConfig(collective="all_reduce", op="band", dtype="float32").validate(2)
+    with pytest.raises(ValueError):
+        BenchConfig(collective="gather", root=3).validate(3)
+
+
+def test_report_prints_optional_pred_column():
+    row = dict(size=1024, count=256, type="float32", redop="sum", root=-1, oop_time_us=10.0, oop_algbw=1.024e8,
+               oop_busbw=1.024e8, oop_wrong=0, ip_time_us=10.0, ip_algbw=1.024e8, ip_busbw=1.024e8, ip_wrong=0,
+               algorithm="ring", nranks=2, transport="shm")
+    meta = {"collective": "all_reduce", "nranks": 2, "transport": "shm", "dtype": "float32", "op": "sum"}
+    buf = io.StringIO()
+    report.print_table(meta, [row], buf)
+    assert "pred" not in buf.getvalue() and "# Avg bus bandwidth    : 0.1024" in buf.getvalue()
+    buf = io.StringIO()
+    report.print_table(meta, [dict(row, pred_busbw=2.5e9)], buf)
+    lines = buf.getvalue().splitlines()
+    assert any("pred" in ln for ln in lines if ln.startswith("#"))
+    data = [ln.split() for ln in lines if not ln.startswith("#")]
+    assert data[0][13] == "2.50" and data[0][14] == "ring"
