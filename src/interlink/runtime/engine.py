@@ -29,7 +29,9 @@ from ..transport.base import Channel, HeaderMismatch, Op, PeerClosed
 log = logging.getLogger("interlink")
 
 SPIN = int(os.environ.get("INTERLINK_SPIN", "2000"))
-YIELD_AFTER = 50
+OVERSUB_SPIN = 64
+YIELD_AFTER = 16
+BELL_TIMEOUT = 0.005  # a sleeping rank still polls the control plane this often
 _CTRL_HDR = struct.Struct("<I")
 
 
@@ -61,8 +63,17 @@ _ERRORS = {
 class Engine:
     """Per process: channels to every peer (global ranks) plus their control sockets."""
 
-    def __init__(self, rank: int, channels: dict[int, Channel], controls: dict[int, socket.socket]) -> None:
+    def __init__(self, rank: int, channels: dict[int, Channel], controls: dict[int, socket.socket],
+                 bell=None) -> None:
         self.rank = rank
+        self.bell = bell  # this rank's doorbell on the host page (shared-memory waits), or None
+        try:
+            ncpu = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # pragma: no cover
+            ncpu = os.cpu_count() or 1
+        nlocal = 1 + sum(1 for ch in channels.values() if getattr(ch, "name", "") == "shm")
+        # oversubscribed (more local ranks than cores): spinning steals the core the peer needs
+        self.spin = SPIN if nlocal <= ncpu else min(SPIN, OVERSUB_SPIN)
         self.channels = channels
         self.controls = controls
         self._ctrl_fd = {s.fileno(): peer for peer, s in controls.items()}
@@ -215,11 +226,11 @@ class Engine:
                     self.poll_controls(0.0)
                 continue
             spins += 1
-            if spins < SPIN:
+            if spins < self.spin:
                 if spins > YIELD_AFTER:
                     os.sched_yield()
                 continue
-            # sleep on sockets
+            # sleep
             if feed is not None:
                 more = feed()
                 if more:
@@ -232,9 +243,33 @@ class Engine:
             for op in pending:
                 for fd, _ev in channels[op.peer].wait_fds(op.kind == "send", op.kind == "recv"):
                     (wfds if op.kind == "send" else rfds).append(fd)
+            bell = self.bell
+            if bell is not None and not rfds and not wfds:
+                # only shared-memory work is pending: block on this rank's doorbell
+                snap = bell.snapshot()
+                bell.set_sleeping(True)
+                try:
+                    if not self._any_progress(pending):
+                        bell.sleep(snap, min(BELL_TIMEOUT, max(0.0, deadline - now)))
+                finally:
+                    bell.set_sleeping(False)
+                if time.monotonic() - last_ctrl > BELL_TIMEOUT:
+                    last_ctrl = time.monotonic()
+                    self.poll_controls(0.0)
+                spins = self.spin - 1  # one more progress pass, then sleep again if idle
+                continue
             last_ctrl = now
             self.poll_controls(min(sleep, max(0.0, deadline - now)), rfds, wfds)
             sleep = min(sleep * 2, 1e-3)
+
+    def _any_progress(self, pending: list[Op]) -> bool:
+        """Has anything arrived (or been freed) for the pending ops? Read-only check."""
+        for op in pending:
+            ch = self.channels[op.peer]
+            ready = getattr(ch, "ready", None)
+            if ready is None or ready(op):
+                return True
+        return False
 
     def close(self) -> None:
         for ch in self.channels.values():

@@ -15,12 +15,13 @@ import json
 import logging
 import os
 import socket
+import struct
 import threading
 import time
 from typing import Any
 
 from ..errors import AuthenticationError, CommTimeoutError
-from ..transport.shm import ShmChannel
+from ..transport.shm import HostPage, ShmChannel
 from ..transport.tcp import TcpChannel
 from ..transport.wire import authenticate_client, authenticate_server
 from .engine import Engine
@@ -179,7 +180,36 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
                                op="init", group="world", seq=0, ranks=missing)
     log.info("interlink: rank %d connected: shm %s, tcp %s", rank, sorted(local),
              sorted(set(range(world)) - local - {rank}))
-    return Engine(rank, channels, controls)
+    bell = _host_page(rank, local, channels, controls, timeout) if local else None
+    return Engine(rank, channels, controls, bell=bell)
+
+
+def _host_page(rank: int, local: set, channels: dict, controls: dict, timeout: float):
+    """The lowest local rank makes the host's doorbell page and passes it to every local peer."""
+    members = sorted(local | {rank})
+    leader = members[0]
+    if rank == leader:
+        page, fd = HostPage.create(len(members))
+        try:
+            for j in sorted(local):
+                socket.send_fds(controls[j], [struct.pack("<Q", len(members))], [fd])
+        finally:
+            os.close(fd)
+    else:
+        sock = controls[leader]
+        sock.settimeout(timeout)
+        msg, fds, _flags, _addr = socket.recv_fds(sock, 8, 1)
+        sock.settimeout(None)
+        if len(msg) != 8 or len(fds) != 1:
+            raise CommTimeoutError(f"rank {rank}: the host page from rank {leader} did not arrive",
+                                   op="init", group="world", seq=0, ranks=[leader])
+        try:
+            page = HostPage.attach(fds[0], struct.unpack("<Q", msg)[0])
+        finally:
+            os.close(fds[0])
+    for j in local:
+        channels[j].peer_bell = page.bell(members.index(j))
+    return page.bell(members.index(rank))
 
 
 def _connect(info: dict, unix: bool, deadline: float, peer: int) -> socket.socket:

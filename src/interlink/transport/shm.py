@@ -72,6 +72,7 @@ class ShmChannel:
         low_to_high = _Ring(mm, 0, slot, nslots)
         high_to_low = _Ring(mm, rs, slot, nslots)
         self.tx, self.rx = (low_to_high, high_to_low) if i_am_low else (high_to_low, low_to_high)
+        self.peer_bell: "Bell | None" = None  # set once the host page exists
 
     # -- creation: the lower rank makes the memfd and passes it over the Unix socket ------------
     @classmethod
@@ -118,6 +119,8 @@ class ShmChannel:
             if n:
                 ring.slots[i][:n] = op.data[op.offset:op.offset + n]
             ring.wc[0] = w + 1  # publish
+            if self.peer_bell is not None:
+                self.peer_bell.ring()
             op.offset += n
             moved = True
             if op.offset >= nbytes:
@@ -145,10 +148,18 @@ class ShmChannel:
                 else:
                     dst[...] = src
             ring.rc[0] = r + 1  # release
+            if self.peer_bell is not None:
+                self.peer_bell.ring()
             op.offset += n
             if op.offset >= nbytes:
                 op.done = True
         return True
+
+    def ready(self, op: Op) -> bool:
+        """Could progress move this op now? (data waiting to be read, or a free slot to write)."""
+        if op.kind == "send":
+            return int(self.tx.wc[0]) - int(self.tx.rc[0]) < self.tx.n
+        return int(self.rx.rc[0]) != int(self.rx.wc[0])
 
     def wait_fds(self, send: bool, recv: bool) -> list[tuple[int, int]]:
         return []
@@ -162,3 +173,78 @@ class ShmChannel:
 
 
 assert HEADER.size <= META - 8
+
+
+# ---- doorbells: how a rank sleeps until a peer on the same host has news for it -------------------
+
+BELL = 64  # bytes per rank on the host page: [0:4) doorbell counter (futex word), [4:8) sleeping flag
+
+
+class HostPage:
+    """One small shared page per host: a doorbell per local rank.
+
+    A rank with nothing to do sets its sleeping flag, re-checks its work, and futex-waits on its doorbell;
+    a peer that publishes data to it (or frees ring space it waits for) bumps the doorbell and wakes it
+    when the flag is set. The wait has a timeout, so the control plane is still polled regularly.
+    """
+
+    def __init__(self, mm: mmap.mmap, nlocal: int) -> None:
+        from . import futex
+
+        self.mm = mm
+        self.nlocal = nlocal
+        self.words = np.frombuffer(mm, dtype=np.uint32, count=nlocal * BELL // 4)
+        self.base = futex.address_of(mm) if futex.available else 0
+
+    @classmethod
+    def create(cls, nlocal: int) -> tuple["HostPage", int]:
+        fd = os.memfd_create("interlink-host", os.MFD_CLOEXEC)
+        os.ftruncate(fd, max(4096, nlocal * BELL))
+        mm = mmap.mmap(fd, max(4096, nlocal * BELL))
+        return cls(mm, nlocal), fd
+
+    @classmethod
+    def attach(cls, fd: int, nlocal: int) -> "HostPage":
+        mm = mmap.mmap(fd, max(4096, nlocal * BELL))
+        return cls(mm, nlocal)
+
+    def bell(self, index: int) -> "Bell":
+        return Bell(self, index)
+
+
+class Bell:
+    __slots__ = ("page", "words", "i", "addr")
+
+    def __init__(self, page: HostPage, index: int) -> None:
+        self.page = page
+        self.words = page.words
+        self.i = index * (BELL // 4)
+        self.addr = page.base + index * BELL
+
+    # the owner's side
+    def snapshot(self) -> int:
+        return int(self.words[self.i])
+
+    def set_sleeping(self, on: bool) -> None:
+        self.words[self.i + 1] = 1 if on else 0
+
+    def sleep(self, snapshot: int, timeout: float) -> None:
+        from . import futex
+
+        if futex.available and self.addr:
+            futex.wait(self.addr, snapshot, timeout)
+        else:  # pragma: no cover
+            import time
+
+            time.sleep(min(timeout, 1e-4))
+
+    # a peer's side
+    def ring(self) -> None:
+        """Wake the owner if it sleeps (cheap when it does not)."""
+        w = self.words
+        if w[self.i + 1]:
+            w[self.i] = (int(w[self.i]) + 1) & 0xFFFFFFFF
+            from . import futex
+
+            if futex.available and self.addr:
+                futex.wake(self.addr)

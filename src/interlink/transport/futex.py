@@ -1,0 +1,45 @@
+"""Linux futexes on shared memory, through ctypes: how a waiting rank blocks instead of spinning.
+
+A waiter sleeps until the 32-bit word at an address changes (or a timeout passes); a waker bumps the
+word and wakes the sleepers. Works across processes on a MAP_SHARED mapping (we use memfd pages).
+Where futexes are unavailable (not Linux, unknown architecture) ``available`` is False and callers
+fall back to short sleeps.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98, "i686": 240, "i386": 240}.get(
+    platform.machine().lower())
+FUTEX_WAIT, FUTEX_WAKE = 0, 1  # shared (not PRIVATE): the word lives in memory shared by processes
+
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _syscall = _libc.syscall
+    _syscall.restype = ctypes.c_long
+    available = _SYS_FUTEX is not None and os.name == "posix" and platform.system() == "Linux"
+except (OSError, AttributeError):  # pragma: no cover
+    available = False
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def wait(addr: int, expected: int, timeout: float) -> None:
+    """Sleep while *addr == expected, at most ``timeout`` seconds (returns early on wake/change)."""
+    ts = _Timespec(int(timeout), int((timeout % 1.0) * 1e9))
+    _syscall(_SYS_FUTEX, ctypes.c_void_p(addr), FUTEX_WAIT, ctypes.c_uint32(expected & 0xFFFFFFFF),
+             ctypes.byref(ts), None, 0)
+
+
+def wake(addr: int, n: int = 1 << 30) -> None:
+    _syscall(_SYS_FUTEX, ctypes.c_void_p(addr), FUTEX_WAKE, n, None, None, 0)
+
+
+def address_of(buf) -> int:
+    """Address of a writable buffer's first byte (keeps an export on it)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
