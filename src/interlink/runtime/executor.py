@@ -114,13 +114,16 @@ class Plan:
             return sa[0] == sb[0] and sa[1] < sb[2] and sb[1] < sa[2] and a.count > 0 and b.count > 0
 
         rounds = []
-        for rnd in schedule.ranks[rank]:
+        for k, rnd in enumerate(schedule.ranks[rank]):
             sends, recvs, locs = [], [], []
             send_chunks = [s.src for s in rnd.steps if isinstance(s, Send)]
+            nth: dict[int, int] = {}
             for s in rnd.steps:
                 if isinstance(s, Send):
                     c = s.src
-                    sends.append((global_rank(s.peer), _BUF[c.buffer], c.offset * isz, c.end * isz))
+                    i = nth[s.peer] = nth.get(s.peer, -1) + 1
+                    sends.append((global_rank(s.peer), _BUF[c.buffer], c.offset * isz, c.end * isz,
+                                  _receiver_stores(schedule, rank, s.peer, k, i)))
                 elif isinstance(s, Recv):
                     c = s.dst
                     mode = PLAIN
@@ -136,6 +139,16 @@ class Plan:
             if sends or recvs or locs:
                 rounds.append((tuple(sends), tuple(recvs), tuple(locs)))
         self.rounds = tuple(rounds)
+
+
+def _receiver_stores(schedule: Schedule, rank: int, peer: int, k: int, i: int) -> bool:
+    """Is the i-th message from rank to peer in round k received plainly (not reduced)?
+    Schedules built for one rank only (e.g. all_to_all with split sizes) have no peer programs."""
+    try:
+        recvs = [s for s in schedule.ranks[peer][k].steps if isinstance(s, Recv) and s.peer == rank]
+        return not recvs[i].reduce
+    except IndexError:
+        return True
 
 
 def alias_delta(inp: np.ndarray, out: np.ndarray) -> Optional[int]:
@@ -164,7 +177,7 @@ def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: i
     fn = plan.ufunc
     for sends, recvs, locs in plan.rounds:
         if sends or recvs:
-            ops = [Op("send", peer, B[b][lo:hi], seq, 0, sigb) for peer, b, lo, hi in sends]
+            ops = [Op("send", peer, B[b][lo:hi], seq, 0, sigb, None, bulk) for peer, b, lo, hi, bulk in sends]
             deferred = None
             for peer, b, lo, hi, mode in recvs:
                 if mode == DEFERRED:

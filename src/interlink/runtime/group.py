@@ -402,7 +402,7 @@ class Group:
         book = self.ctx.p2p_sent if kind == "send" else self.ctx.p2p_recv
         book[g] += 1
         sigb = encode_sig(f"p2p {a.dtype} n={a.size} {self.name}")
-        op = Op(kind, g, a.view(np.uint8), book[g], int(tag), sigb)
+        op = Op(kind, g, a.view(np.uint8), book[g], int(tag), sigb, None, kind == "send")
         return op, g
 
     def isend(self, tensor: Any, dst: int, tag: int = 0) -> Work:

@@ -59,10 +59,10 @@ class Op:
     """
 
     __slots__ = ("kind", "peer", "data", "seq", "tag", "sigb", "reduce", "done", "offset", "started",
-                 "got_header", "tmp")
+                 "got_header", "tmp", "bulk")
 
     def __init__(self, kind: str, peer: int, data: np.ndarray, seq: int, tag: int, sigb: bytes,
-                 reduce: Optional[ReduceFn] = None) -> None:
+                 reduce: Optional[ReduceFn] = None, bulk: bool = False) -> None:
         self.kind = kind  # "send" | "recv"
         self.peer = peer
         self.data = data
@@ -75,6 +75,9 @@ class Op:
         self.started = False
         self.got_header = None
         self.tmp = None
+        # a send whose receiver stores (not reduces) the data: a transport may let the receiver read it
+        # in place (one copy) instead of streaming it through a shared ring (two copies)
+        self.bulk = bulk
 
     def expected(self) -> MsgHeader:
         return MsgHeader(self.data.size, self.seq, self.tag, self.sigb.decode(errors="replace"))

@@ -28,7 +28,16 @@ from .base import HEADER, Op
 
 CTRL = 128
 META = 128
+ACKS = 96  # offset in a ring's control block: large (CMA) messages the consumer has finished reading
+FLAGS = 8 + 24  # offset of the header's flags word inside a slot's meta
+FLAG_CMA = 1
 _LEN = struct.Struct("<Q")
+_DESC = struct.Struct("<QQ")  # pid, address of a CMA message
+CMA_PIECE = 1 << 20  # reducing CMA receives read and reduce this much at a time (stays in cache)
+
+
+def cma_threshold() -> int:
+    return _env_int("INTERLINK_CMA_MIN_BYTES", 64 * 1024)
 
 
 def _env_int(name: str, default: int) -> int:
@@ -51,6 +60,7 @@ class _Ring:
         buf = np.frombuffer(mm, dtype=np.uint8)
         self.wc = np.frombuffer(mm, dtype=np.uint64, count=1, offset=base)
         self.rc = np.frombuffer(mm, dtype=np.uint64, count=1, offset=base + 64)
+        self.acks = np.frombuffer(mm, dtype=np.uint64, count=1, offset=base + ACKS)
         self.meta_base = base + CTRL
         data_base = base + CTRL + nslots * META
         self.slots = [buf[data_base + i * slot: data_base + (i + 1) * slot] for i in range(nslots)]
@@ -73,6 +83,10 @@ class ShmChannel:
         high_to_low = _Ring(mm, rs, slot, nslots)
         self.tx, self.rx = (low_to_high, high_to_low) if i_am_low else (high_to_low, low_to_high)
         self.peer_bell: "Bell | None" = None  # set once the host page exists
+        self.cma_min = 0  # messages of at least this many bytes go by CMA (0: never)
+        self.cma_sent = 0
+        self.peer_pid = 0
+        self._piece: "np.ndarray | None" = None
 
     # -- creation: the lower rank makes the memfd and passes it over the Unix socket ------------
     @classmethod
@@ -97,12 +111,40 @@ class ShmChannel:
                 mm = mmap.mmap(fds[0], size)
             finally:
                 os.close(fds[0])
-        return cls(peer, mm, i_am_low, slot, nslots)
+        ch = cls(peer, mm, i_am_low, slot, nslots)
+        ch._probe_cma(sock)
+        return ch
+
+    def _probe_cma(self, sock: socket.socket) -> None:
+        """Both sides try to read a magic word from each other; CMA is used only if both can."""
+        from . import cma
+
+        probe = np.frombuffer(b"ILNKCMA!", dtype=np.uint8).copy()
+        mine = 0
+        if cma.available:
+            cma.allow_peers()
+        sock.sendall(_DESC.pack(os.getpid(), probe.ctypes.data if cma.available else 0))
+        pid, addr = _DESC.unpack(_recv_exact(sock, _DESC.size))
+        if cma.available and addr:
+            got = np.zeros(8, dtype=np.uint8)
+            try:
+                cma.read(pid, addr, got.ctypes.data, 8)
+                mine = int(got.tobytes() == b"ILNKCMA!")
+            except OSError:
+                mine = 0
+        sock.sendall(bytes([mine]))
+        theirs = _recv_exact(sock, 1)[0]
+        del probe
+        if mine and theirs:
+            self.cma_min = cma_threshold()
+            self.peer_pid = pid
 
     # -- progress ------------------------------------------------------------------------------
     def progress_send(self, op: Op) -> bool:
         ring = self.tx
         nbytes = op.data.size
+        if op.bulk and self.cma_min and nbytes >= self.cma_min:
+            return self._send_cma(op)
         moved = False
         while not op.done:
             w = int(ring.wc[0])
@@ -127,6 +169,55 @@ class ShmChannel:
                 op.done = True
         return op.done
 
+    def _send_cma(self, op: Op) -> bool:
+        """Large message: publish (pid, address) in one slot, complete when the peer has read it."""
+        ring = self.tx
+        if not op.started:
+            w = int(ring.wc[0])
+            if w - int(ring.rc[0]) >= ring.n:
+                return False
+            i = w % ring.n
+            meta = ring.meta_base + i * META
+            _LEN.pack_into(self.mm, meta, _DESC.size)
+            sigb = op.sigb
+            HEADER.pack_into(self.mm, meta + 8, op.data.size, op.seq, op.tag, FLAG_CMA, len(sigb), sigb)
+            ring.slots[i][:_DESC.size] = np.frombuffer(_DESC.pack(os.getpid(), op.data.ctypes.data), dtype=np.uint8)
+            self.cma_sent += 1
+            op.tmp = self.cma_sent  # the ack count that means "read"
+            op.started = True
+            op.offset = 1
+            ring.wc[0] = w + 1  # publish
+            if self.peer_bell is not None:
+                self.peer_bell.ring()
+        if int(ring.acks[0]) >= op.tmp:
+            op.done = True
+            op.offset = op.data.size
+            return True
+        return False
+
+    def _recv_cma(self, op: Op, slot: int) -> None:
+        from . import cma
+
+        ring = self.rx
+        pid, addr = _DESC.unpack_from(ring.slots[slot][:_DESC.size].tobytes())
+        nbytes = op.data.size
+        try:
+            if op.reduce is None:
+                cma.read(pid, addr, op.data.ctypes.data, nbytes)
+            else:
+                piece = self._piece
+                if piece is None or piece.size < min(CMA_PIECE, nbytes):
+                    piece = self._piece = np.empty(min(CMA_PIECE, max(nbytes, 1)), dtype=np.uint8)
+                base = piece.ctypes.data
+                for off in range(0, nbytes, CMA_PIECE):
+                    n = min(CMA_PIECE, nbytes - off)
+                    cma.read(pid, addr + off, base, n)
+                    op.reduce(op.data[off:off + n], piece[:n])
+        except OSError as e:
+            from .base import PeerClosed
+
+            raise PeerClosed(self.peer, f"(reading its memory failed: {e})") from None
+
     def progress_recv(self, op: Op) -> bool:
         ring = self.rx
         nbytes = op.data.size
@@ -140,6 +231,15 @@ class ShmChannel:
             if not op.started:
                 op.check_header(self.mm, meta + 8, self.peer)
                 op.started = True
+                if _LEN.unpack_from(self.mm, meta + FLAGS)[0] & FLAG_CMA:
+                    self._recv_cma(op, i)
+                    ring.rc[0] = r + 1  # release the descriptor slot
+                    ring.acks[0] = int(ring.acks[0]) + 1  # and tell the sender its buffer is free
+                    if self.peer_bell is not None:
+                        self.peer_bell.ring()
+                    op.offset = nbytes
+                    op.done = True
+                    return True
             if n:
                 src = ring.slots[i][:n]
                 dst = op.data[op.offset:op.offset + n]
@@ -158,6 +258,8 @@ class ShmChannel:
     def ready(self, op: Op) -> bool:
         """Could progress move this op now? (data waiting to be read, or a free slot to write)."""
         if op.kind == "send":
+            if op.started and op.tmp is not None:  # a CMA send waits for the reader's ack
+                return int(self.tx.acks[0]) >= op.tmp
             return int(self.tx.wc[0]) - int(self.tx.rc[0]) < self.tx.n
         return int(self.rx.rc[0]) != int(self.rx.wc[0])
 
@@ -173,6 +275,16 @@ class ShmChannel:
 
 
 assert HEADER.size <= META - 8
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("peer closed the connection during shared-memory setup")
+        buf += chunk
+    return buf
 
 
 # ---- doorbells: how a rank sleeps until a peer on the same host has news for it -------------------
