@@ -1,0 +1,95 @@
+"""Algorithm selection (per call, INTERLINK_ALGO), in-place aliasing patterns and transport options,
+on real processes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mp import run_ranks
+
+
+def algo_choice(rank: int, world: int) -> dict:
+    import interlink as dist
+    from interlink.runtime import api
+
+    g = dist.init(timeout=30)
+    a = np.ones(1000, dtype=np.float32)
+    dist.all_reduce(a)
+    env_sig = g.recorder[-1].sig
+    dist.all_reduce(a, algorithm="direct")
+    call_sig = g.recorder[-1].sig
+    err = None
+    try:
+        dist.all_reduce(a, algorithm="no_such_algorithm")
+    except ValueError as e:
+        err = str(e)
+    b = np.full(7, float(rank))
+    dist.all_reduce(b)  # still in step after the refused call
+    out = {"env_sig": env_sig, "call_sig": call_sig, "err": err, "sum": b.tolist(), "a0": float(a[0])}
+    assert api.is_initialized()
+    dist.destroy()
+    return out
+
+
+def test_algorithm_from_env_and_per_call() -> None:
+    res = run_ranks(3, algo_choice, env={"INTERLINK_ALGO": "all_reduce:ring,broadcast:binomial"})
+    for r in res:
+        assert "all_reduce:ring " in r["env_sig"], r
+        assert "all_reduce:direct " in r["call_sig"], r
+        assert r["err"] and "no_such_algorithm" in r["err"] and "available" in r["err"], r
+        assert r["sum"] == [3.0] * 7 and r["a0"] == 9.0
+
+
+def aliasing(rank: int, world: int, n: int) -> list:
+    import interlink as dist
+
+    dist.init(timeout=30)
+    p = world
+    fails = []
+    for algo in (None, "ring", "recursive_doubling", "bruck", "direct"):
+        # all_gather in place: the input is this rank's slice of the output (torch/nccl-tests style)
+        out = np.zeros(n * p, dtype=np.float64)
+        out[rank * n:(rank + 1) * n] = rank + 1
+        try:
+            dist.all_gather_into_tensor(out, out[rank * n:(rank + 1) * n], algorithm=algo)
+        except ValueError:
+            continue  # algorithm not registered for all_gather
+        exp = np.repeat(np.arange(1, p + 1, dtype=np.float64), n)
+        if not np.array_equal(out, exp):
+            fails.append(f"all_gather in place {algo}: {out[:8]}")
+    for algo in (None, "ring", "recursive_halving", "direct"):
+        # reduce_scatter in place: the output is this rank's slice of the input
+        inp = np.arange(n * p, dtype=np.float64) + rank
+        exp = (np.arange(n * p, dtype=np.float64) * p + sum(range(p)))[rank * n:(rank + 1) * n]
+        dist.reduce_scatter_tensor(inp[rank * n:(rank + 1) * n], inp, algorithm=algo)
+        if not np.array_equal(inp[rank * n:(rank + 1) * n], exp):
+            fails.append(f"reduce_scatter in place {algo}")
+    dist.destroy()
+    return fails
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_in_place_aliasing(nranks: int) -> None:
+    res = run_ranks(nranks, aliasing, 1000)
+    assert res == [[]] * nranks, res
+
+
+def big_moves(rank: int, world: int) -> bool:
+    import interlink as dist
+
+    dist.init(timeout=60)
+    n = 3_000_001
+    a = np.arange(n, dtype=np.float32) if rank == 0 else np.zeros(n, dtype=np.float32)
+    dist.broadcast(a, src=0)
+    ok = bool(np.array_equal(a, np.arange(n, dtype=np.float32)))
+    out = np.empty(n * world, dtype=np.float32)
+    dist.all_gather_into_tensor(out, np.full(n, rank, dtype=np.float32))
+    ok &= bool(np.array_equal(out, np.repeat(np.arange(world, dtype=np.float32), n)))
+    dist.destroy()
+    return ok
+
+
+@pytest.mark.parametrize("cma", ["0", "1"])
+def test_large_messages_with_and_without_cma(cma: str) -> None:
+    assert run_ranks(3, big_moves, env={"INTERLINK_CMA": cma}) == [True] * 3
