@@ -67,6 +67,7 @@ class Engine:
                  bell=None) -> None:
         self.rank = rank
         self.bell = bell  # this rank's doorbell on the host page (shared-memory waits), or None
+        self.hosts: list[str] = []  # host identity of every global rank
         try:
             ncpu = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):  # pragma: no cover

@@ -49,6 +49,9 @@ _TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+# collectives with a hierarchical algorithm the default picks when the group spans hosts
+HIERARCHICAL = {"all_reduce": "hierarchical", "all_gather": "hierarchical", "broadcast": "hierarchical"}
+
 _PER_RANK_BLOCK = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 
 
@@ -133,6 +136,7 @@ class Group:
         self.seq = 0
         self.recorder: collections.deque[Record] = collections.deque(maxlen=RECORDER_SIZE)
         self._plans: dict[tuple, Plan] = {}
+        self._layout: Optional[tuple[int, int]] = None
 
     def __repr__(self) -> str:
         return f"Group({self.name}, rank {self.rank} of {self.size})"
@@ -143,6 +147,26 @@ class Group:
 
     def get_world_size(self) -> int:
         return self.size
+
+    def host_layout(self) -> tuple[int, int]:
+        """(hosts, ranks per host) when the group's ranks come in consecutive equal blocks per host
+        (the last block may be smaller); (hosts, 1) otherwise, which disables hierarchical choices."""
+        if self._layout is None:
+            hosts = self.ctx.engine.hosts
+            ids = [hosts[g] for g in self.ranks] if hosts else ["?"] * self.size
+            blocks: list[tuple[str, int]] = []
+            for h in ids:
+                if blocks and blocks[-1][0] == h:
+                    blocks[-1] = (h, blocks[-1][1] + 1)
+                else:
+                    blocks.append((h, 1))
+            distinct = len({h for h, _ in blocks})
+            sizes = [n for _, n in blocks]
+            if distinct == len(blocks) and all(n == sizes[0] for n in sizes[:-1]) and sizes[-1] <= sizes[0]:
+                self._layout = (len(blocks), sizes[0])
+            else:
+                self._layout = (distinct, 1)
+        return self._layout
 
     size_ = property(lambda self: self.size)
 
@@ -186,8 +210,17 @@ class Group:
             return plan
         if schedule is None:
             nbytes = count * dtype.itemsize * (self.size if collective in _PER_RANK_BLOCK else 1)
-            algo = algorithm or _env_algorithm(collective) or default_algorithm(collective, nbytes, self.size)
-            schedule = registry.get_schedule(collective, algo, self.size, count, root)
+            nhosts, local_size = self.host_layout()
+            algo = algorithm or _env_algorithm(collective)
+            if algo is None:
+                algo = default_algorithm(collective, nbytes, self.size)
+                if nhosts > 1 and local_size > 1 and nbytes > SMALL_BYTES and \
+                        collective in HIERARCHICAL and HIERARCHICAL[collective] in registry.algorithms_for(collective):
+                    algo = HIERARCHICAL[collective]  # the group spans hosts: cross each link once
+            params = {}
+            if "local_size" in registry.get_entry(collective, algo).params:
+                params["local_size"] = local_size if nhosts > 1 else self.size
+            schedule = registry.get_schedule(collective, algo, self.size, count, root, **params)
         sig = (f"{collective}:{schedule.algorithm} {dtype} n={count} {op.name.lower()} root={root} "
                f"{self.name}{sig_extra}")
         plan = Plan(schedule, self.rank, dtype, op, alias, self.ranks.__getitem__, sig)

@@ -82,7 +82,9 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
                timeout: float, force_tcp: bool = False) -> Engine:
     """Connect this rank to every other rank; returns the Engine holding the channels."""
     if world == 1:
-        return Engine(rank, {}, {})
+        eng = Engine(rank, {}, {})
+        eng.hosts = [host_identity()]
+        return eng
     jobtag = hashlib.sha256(secret + str(master_port).encode()).hexdigest()[:16]
     host = host_identity()
     ip = bind_address(master_addr, master_port)
@@ -181,7 +183,11 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
     log.info("interlink: rank %d connected: shm %s, tcp %s", rank, sorted(local),
              sorted(set(range(world)) - local - {rank}))
     bell = _host_page(rank, local, channels, controls, timeout) if local else None
-    return Engine(rank, channels, controls, bell=bell)
+    eng = Engine(rank, channels, controls, bell=bell)
+    # which ranks share a host (what algorithms need to know); with INTERLINK_TRANSPORT=tcp every
+    # rank talks TCP, but the hosts are still the hosts
+    eng.hosts = [infos[r]["host"] for r in range(world)]
+    return eng
 
 
 def _host_page(rank: int, local: set, channels: dict, controls: dict, timeout: float):
