@@ -28,6 +28,7 @@ IN, OUT, SCR = 0, 1, 2
 _BUF = {"input": IN, "output": OUT, "scratch": SCR}
 PLAIN, REDUCE, DEFERRED = 0, 1, 2
 _U8 = np.dtype(np.uint8)
+_EMPTY = np.empty(0, dtype=np.uint8)
 
 
 @functools.lru_cache(maxsize=256)
@@ -169,9 +170,10 @@ def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: i
     if plan.copy_input:
         inp = inp.copy()
     dtype = plan.dtype
-    scratch = np.empty(plan.scratch, dtype=dtype)
+    scratch = np.empty(plan.scratch, dtype=dtype) if plan.scratch else _EMPTY
     T = (inp, out, scratch)
-    B = (inp.view(_U8), out.view(_U8), scratch.view(_U8))
+    ob = out.view(_U8)
+    B = (ob if inp is out else inp.view(_U8), ob, scratch.view(_U8) if plan.scratch else _EMPTY)
     sigb = plan.sigb
     reducer = plan.reducer
     fn = plan.ufunc

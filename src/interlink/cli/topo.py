@@ -1,0 +1,328 @@
+"""``interlink topo``: show, save and draw a topology (this machine by default).
+
+    interlink topo                                   discover this machine: devices, links, path types
+    interlink topo --topology dgx-h100               a preset; 16xdgx-h100:oversub=2 a cluster; or a file
+    interlink topo --topology 16xdgx-h100 --json     the topology (schema of interlink.topology.io) as JSON
+    interlink topo --save topo.yaml --draw topo.png  save it; draw it (matplotlib, networkx if present)
+    interlink topo --links my-links.yaml             override link catalog entries (YAML or JSON)
+    interlink topo --measure                         put this host's measured memcpy bandwidth into shm
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+_MAX_TABLE_DEVICES = 120
+_MAX_MATRIX = 16
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "topo",
+        help="show, save and draw the hardware topology (this machine or a preset)",
+        description="Print the devices and links of a topology and the path type between ranks (like "
+                    "`nvidia-smi topo -m`). Without --topology, this machine is discovered.",
+    )
+    p.add_argument("--topology", "-t", metavar="SPEC",
+                   help="preset (dgx-h100, ...), cluster (16xdgx-h100:oversub=2) or a .yaml/.json file; "
+                        "default: discover this machine")
+    p.add_argument("--links", metavar="FILE", help="YAML/JSON file overriding link catalog entries")
+    p.add_argument("--measure", action="store_true", help="discovery: measure memcpy bandwidth for shm links")
+    p.add_argument("--json", action="store_true", help="print JSON (topology, summary, path matrix, notes)")
+    p.add_argument("--save", metavar="FILE", help="write the topology to FILE (.yaml/.yml or .json)")
+    p.add_argument("--draw", metavar="FILE", help="draw the topology to an image FILE (needs matplotlib)")
+    p.add_argument("--full", action="store_true", help="list every device and link, however many")
+    p.add_argument("--list", action="store_true", help="list presets and link catalog names, then exit")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..topology import TopologyError
+
+    try:
+        return _run(args)
+    except TopologyError as exc:
+        print(f"interlink topo: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..topology import CATALOG, PRESETS, discover, load_catalog, parse_topology
+
+    catalog = load_catalog(args.links) if args.links else None
+    if args.list:
+        print("presets:")
+        for name, p in PRESETS.items():
+            print(f"  {name:<12} {p.description}")
+        print("links (GB/s per direction: line / effective, latency us):")
+        for name, s in (catalog or CATALOG).items():
+            print(f"  {name:<14} {s.line_gbps:>8.2f} / {s.effective_gbps:>7.2f}  {s.latency_us:>5.2f}  {s.source}")
+        return 0
+    notes: list[str] = []
+    if args.topology:
+        topo = parse_topology(args.topology, catalog=catalog)
+    else:
+        d = discover(measure=args.measure, catalog=catalog)
+        topo, notes = d.topology, d.notes
+    if args.save:
+        topo.save(args.save)
+    if args.draw:
+        try:
+            draw(topo, args.draw)
+        except ImportError as exc:
+            print(f"interlink topo: --draw needs matplotlib (pip install 'interlink[plot]'): {exc}", file=sys.stderr)
+            return 1
+    if args.json:
+        from ..topology import topology_to_dict
+
+        labels, rows = _matrix(topo)
+        out = {"summary": topo.summary(), "notes": notes, "matrix": {"labels": labels, "rows": rows},
+               "examples": [_path_json(topo, a, b) for a, b in _example_pairs(topo)],
+               "topology": topology_to_dict(topo)}
+        json.dump(out, sys.stdout, indent=1, default=str)
+        print()
+    else:
+        _print(topo, notes, args.full)
+    if args.save and not args.json:
+        print(f"saved {args.save}")
+    if args.draw and not args.json:
+        print(f"drew {args.draw}")
+    return 0
+
+
+# ---- text ---------------------------------------------------------------------------------------
+
+
+def _fmt_bw(x: float) -> str:
+    return "inf" if x == math.inf else f"{x:.1f}"
+
+
+def _shown(topo, full: bool):
+    if full or len(topo.devices) <= _MAX_TABLE_DEVICES:
+        return list(topo.devices), list(topo.links), ""
+    h0 = topo.hosts[0] if topo.hosts else None
+    devs = [d for d in topo.devices if d.host == h0]
+    fabric = [d for d in topo.devices if d.host is None]
+    devs += fabric[:8]
+    ids = {d.id for d in devs}
+    links = [ln for ln in topo.links if ln.a in ids and ln.b in ids]
+    more = (f"showing host {h0} and {min(8, len(fabric))} of {len(fabric)} fabric devices "
+            f"({len(devs)} of {len(topo.devices)} devices, {len(links)} of {len(topo.links)} links; --full for all)")
+    return devs, links, more
+
+
+def _attrs(d) -> str:
+    return " ".join(f"{k}={v}" for k, v in d.attrs.items() if k not in ("index",))
+
+
+def _matrix(topo) -> tuple[list[str], list[list[str]]]:
+    """Path types from the ranks of the first host (at most 16) to those ranks and that host's NICs."""
+    if not topo.nranks:
+        return [], []
+    h = topo.device(0).host
+    ranks = topo.ranks_on_host(h)[:_MAX_MATRIX] if h is not None else [0]
+    nics = [d.id for d in topo.devices if d.kind == "nic" and d.host == h and not d.attrs.get("loopback")][:_MAX_MATRIX]
+    cols: list[str | int] = [*ranks, *nics]
+    labels = [topo.device_of(r) for r in ranks] + nics
+    rows = []
+    for r in ranks:
+        row = []
+        for c in cols:
+            p = topo.path(r, c)
+            if p.path_type.value == "LOC":
+                row.append("X")
+            elif p.path_type.value == "NVL":
+                n = min(topo.links[lid].count for lid in p.hops)
+                row.append(f"NV{n}")
+            else:
+                row.append(p.path_type.value)
+        rows.append(row)
+    return labels, rows
+
+
+def _example_pairs(topo) -> list[tuple[int, int]]:
+    pairs = []
+    if topo.nranks > 1:
+        pairs.append((0, 1))
+    hs = sorted({topo.device(r).host for r in range(topo.nranks)} - {None}) if topo.nranks else []
+    if len(hs) > 1:
+        pairs.append((0, topo.ranks_on_host(hs[1])[0]))
+        last = topo.ranks_on_host(hs[-1])[-1]
+        if last != pairs[-1][1]:
+            pairs.append((0, last))
+    return pairs
+
+
+def _path_json(topo, a: int, b: int) -> dict[str, Any]:
+    p = topo.path(a, b)
+    return {"src_rank": a, "dst_rank": b, "src": p.src, "dst": p.dst, "path_type": p.path_type.value,
+            "bottleneck_gbps": p.bottleneck_gbps, "line_gbps": p.line_gbps, "latency_us": p.latency_us,
+            "devices": list(p.devices)}
+
+
+def _print(topo, notes: list[str], full: bool) -> None:
+    s = topo.summary()
+    kinds = ", ".join(f"{n} {k}" for k, n in s["devices"].items())
+    head = (f"topology {topo.name or '(unnamed)'}: {s['hosts']} host(s); {kinds}; {s['links']} links; "
+            f"{topo.nranks} ranks ({topo.ranks_per_host} per host)")
+    extra = {k: v for k, v in topo.meta.items() if k in ("network", "oversubscription", "hosts_per_leaf", "leaves")}
+    devs, links, more = _shown(topo, full)
+    dev_rows = [(d.id, d.kind, "-" if d.host is None else str(d.host), d.name, _attrs(d)) for d in devs]
+    link_rows = [(str(ln.id), ln.a, ln.b, ln.spec.name, str(ln.count) + ("" if ln.factor == 1 else f" x{ln.factor:g}"),
+                  _fmt_bw(ln.gbps), _fmt_bw(ln.line_gbps), f"{ln.latency_us:g}") for ln in links]
+    labels, rows = _matrix(topo)
+    examples = [topo.path(a, b) for a, b in _example_pairs(topo)]
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        Console = None  # type: ignore[assignment]
+    if Console is not None:
+        con = Console()
+        con.print(f"[bold]{head}[/bold]")
+        if extra:
+            con.print("network: " + ", ".join(f"{k}={v}" for k, v in extra.items()))
+        for n in notes:
+            con.print(f"[yellow]note:[/yellow] {n}")
+        t = Table(title="devices", title_justify="left")
+        for c in ("id", "kind", "host", "name", "attrs"):
+            t.add_column(c, no_wrap=c != "attrs")
+        for r in dev_rows:
+            t.add_row(*r)
+        con.print(t)
+        t = Table(title="links (GB/s per direction)", title_justify="left")
+        for c in ("#", "a", "b", "spec", "count", "GB/s", "line", "lat us"):
+            t.add_column(c, no_wrap=True, justify="right" if c in ("#", "count", "GB/s", "line", "lat us") else "left")
+        for r in link_rows:
+            t.add_row(*r)
+        con.print(t)
+        if more:
+            con.print(more)
+    else:
+        print(head)
+        if extra:
+            print("network: " + ", ".join(f"{k}={v}" for k, v in extra.items()))
+        for n in notes:
+            print(f"note: {n}")
+        _plain("devices", ("id", "kind", "host", "name", "attrs"), dev_rows)
+        _plain("links (GB/s per direction)", ("#", "a", "b", "spec", "count", "GB/s", "line", "lat us"), link_rows)
+        if more:
+            print(more)
+    if labels:
+        short = [lab.split("/")[-1] for lab in labels]
+        _plain("path types from the ranks of the first host (like nvidia-smi topo -m)", ["", *short],
+               [(short[i], *row) for i, row in enumerate(rows)])
+    for p in examples:
+        print(f"path {p.src} -> {p.dst}: {p.path_type.value}, {_fmt_bw(p.bottleneck_gbps)} GB/s per direction, "
+              f"{p.latency_us:.2f} us, via {' > '.join(p.devices)}")
+    print("legend: X self; NV# NVLink (# links, possibly via NVSwitch); C2C NVLink-C2C; PIX one PCIe switch; "
+          "PXB several PCIe switches; PHB through a CPU / host memory; SYS across CPU sockets; NET network")
+
+
+def _plain(title: str, cols, rows) -> None:
+    rows = [tuple(str(x) for x in r) for r in rows]
+    w = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    print(title)
+    print("  ".join(c.ljust(w[i]) for i, c in enumerate(cols)).rstrip())
+    for r in rows:
+        print("  ".join(x.ljust(w[i]) for i, x in enumerate(r)).rstrip())
+
+
+# ---- drawing ------------------------------------------------------------------------------------
+
+_LAYER = {"net_switch": 7.0, "cpu": 4.6, "host_mem": 4.6, "pcie_switch": 3.5, "nic": 2.5, "gpu": 1.3, "nvswitch": 0.0}
+_COLORS = {"gpu": "#76b900", "cpu": "#1f77b4", "host_mem": "#17becf", "nic": "#ff7f0e", "pcie_switch": "#9467bd",
+           "nvswitch": "#2ca02c", "net_switch": "#d62728"}
+_EDGE = {"nvlink": "#2ca02c", "c2c": "#8c564b", "pcie": "#9467bd", "smp": "#1f77b4", "shm": "#17becf",
+         "tcp": "#7f7f7f", "infiniband": "#d62728", "roce": "#e377c2", "ethernet": "#bcbd22", "ipoib": "#ff9896"}
+
+
+def layout(topo, max_hosts: int = 4) -> tuple[dict[str, tuple[float, float]], list[int]]:
+    """Hand layout: hosts side by side, devices in layers by kind; fabric devices above/below all hosts."""
+    hosts = topo.hosts[:max_hosts]
+    pos: dict[str, tuple[float, float]] = {}
+    x0 = 0.0
+    for h in hosts:
+        layers: dict[float, list[str]] = {}
+        for d in topo.devices:
+            if d.host == h:
+                layers.setdefault(_LAYER[d.kind], []).append(d.id)
+        width = max((len(v) for v in layers.values()), default=1)
+        for y, ids in layers.items():
+            step = width / len(ids)
+            for k, i in enumerate(ids):
+                pos[i] = (x0 + step * (k + 0.5), y)
+        x0 += width + 1.0
+    total = max(x0 - 1.0, 1.0)
+    fabric: dict[float, list[str]] = {}
+    for d in topo.devices:
+        if d.host is None:
+            y = _LAYER[d.kind] + (1.2 if d.attrs.get("tier") == "spine" else 0.0)
+            if d.kind == "nvswitch":
+                y = -1.0
+            fabric.setdefault(y, []).append(d.id)
+    for y, ids in fabric.items():
+        shown = [i for i in ids if any(ln.a in pos or ln.b in pos for ln in topo.links_of(i))] or ids[:1]
+        step = total / len(shown)
+        for k, i in enumerate(shown):
+            pos[i] = (step * (k + 0.5), y)
+    return pos, hosts
+
+
+def draw(topo, path: str, max_hosts: int = 4) -> None:
+    """Draw ``topo`` to an image file: hosts side by side, devices layered by kind, links coloured by
+    kind with width growing with bandwidth. Clusters show their first ``max_hosts`` hosts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    pos, hosts = layout(topo, max_hosts)
+    edges = [ln for ln in topo.links if ln.a in pos and ln.b in pos]
+    xs = [p[0] for p in pos.values()]
+    fig, ax = plt.subplots(figsize=(max(8.0, min(30.0, (max(xs) - min(xs) + 2) * 0.9)), 7.5))
+    widths = [0.6 + 1.2 * math.log10(1 + ln.gbps) for ln in edges]
+    colors = [_EDGE.get(ln.spec.kind, "#333333") for ln in edges]
+    try:
+        import networkx as nx
+    except ImportError:
+        nx = None
+    if nx is not None:
+        g = nx.Graph()
+        for d in topo.devices:
+            if d.id in pos:
+                g.add_node(d.id)
+        for ln in edges:
+            g.add_edge(ln.a, ln.b)
+        nx.draw_networkx_edges(g, pos, ax=ax, edgelist=[(ln.a, ln.b) for ln in edges], width=widths,
+                               edge_color=colors, alpha=0.8)
+        nodes = [d for d in topo.devices if d.id in pos]
+        nx.draw_networkx_nodes(g, pos, ax=ax, nodelist=[d.id for d in nodes],
+                               node_color=[_COLORS[d.kind] for d in nodes], node_size=380, edgecolors="black")
+        nx.draw_networkx_labels(g, pos, ax=ax, labels={d.id: d.id.split("/")[-1] for d in nodes}, font_size=6)
+    else:
+        for ln, w, c in zip(edges, widths, colors):
+            (xa, ya), (xb, yb) = pos[ln.a], pos[ln.b]
+            ax.plot([xa, xb], [ya, yb], color=c, linewidth=w, alpha=0.8, zorder=1)
+        for d in topo.devices:
+            if d.id in pos:
+                x, y = pos[d.id]
+                ax.scatter([x], [y], s=380, c=_COLORS[d.kind], edgecolors="black", zorder=2)
+                ax.text(x, y, d.id.split("/")[-1], fontsize=6, ha="center", va="center", zorder=3)
+    kinds_used = sorted({ln.spec.kind for ln in edges})
+    handles = [Line2D([0], [0], color=_EDGE.get(k, "#333333"), lw=3, label=k) for k in kinds_used]
+    handles += [Line2D([0], [0], marker="o", color="w", markerfacecolor=_COLORS[k], markeredgecolor="black",
+                       markersize=9, label=k) for k in _COLORS if any(d.kind == k and d.id in pos for d in topo.devices)]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+    shown = f" (first {len(hosts)} of {len(topo.hosts)} hosts)" if len(topo.hosts) > len(hosts) else ""
+    ax.set_title(f"{topo.name}{shown}: {topo.nranks} ranks, links coloured by kind, width ~ log GB/s")
+    ax.set_axis_off()
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
