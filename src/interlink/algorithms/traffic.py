@@ -1,0 +1,168 @@
+"""The traffic of a Schedule in compact form: what the cost model and the simulator read.
+
+A Schedule says, per rank and round, which chunk goes where. The model and the simulator only need,
+per round, the messages (src, dst, elements) and how much each rank reduces. At 16,384 ranks a
+Schedule of Python objects would hold ~10^9 steps, so the traffic is kept as numpy arrays, and runs of
+identical consecutive rounds (a ring repeats the same pattern p-1 times) are stored once with a repeat
+count.
+
+    traffic(collective, algorithm, nranks, count, root=0, **params) -> Traffic
+
+By default the traffic is derived from the Schedule itself (:func:`from_schedule`), so it is exactly
+what the runtime executes. A family may register a vectorised generator for large rank counts with
+:func:`register_traffic`; tests check that it equals :func:`from_schedule` wherever the Schedule can be
+built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .schedule import Recv, Reduce, Schedule, Send
+
+
+@dataclass(frozen=True, eq=False)
+class Phase:
+    """``repeat`` consecutive rounds with the same messages.
+
+    src, dst, elems: one entry per message (int64 arrays of equal length);
+    reduced: elements reduced per rank in one round (int64 array of length nranks), or None if none.
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    elems: np.ndarray
+    reduced: np.ndarray | None
+    repeat: int = 1
+
+    @property
+    def nmessages(self) -> int:
+        return int(self.src.size)
+
+    def same_as(self, other: "Phase") -> bool:
+        if self.src.size != other.src.size:
+            return False
+        if not (np.array_equal(self.src, other.src) and np.array_equal(self.dst, other.dst)
+                and np.array_equal(self.elems, other.elems)):
+            return False
+        if (self.reduced is None) != (other.reduced is None):
+            return False
+        return self.reduced is None or np.array_equal(self.reduced, other.reduced)
+
+
+@dataclass(frozen=True, eq=False)
+class Traffic:
+    collective: str
+    algorithm: str
+    nranks: int
+    count: int
+    phases: tuple[Phase, ...]
+
+    @property
+    def rounds(self) -> int:
+        """Communication rounds (rounds with at least one message)."""
+        return sum(ph.repeat for ph in self.phases if ph.nmessages)
+
+    def expand(self) -> Iterator[Phase]:
+        """Every round, in order (repeats unrolled: for small cases and tests)."""
+        for ph in self.phases:
+            for _ in range(ph.repeat):
+                yield Phase(ph.src, ph.dst, ph.elems, ph.reduced, 1)
+
+    def sent_per_rank(self) -> np.ndarray:
+        out = np.zeros(self.nranks, dtype=np.int64)
+        for ph in self.phases:
+            np.add.at(out, ph.src, ph.elems * ph.repeat)
+        return out
+
+    def equals(self, other: "Traffic") -> bool:
+        a, b = list(self.expand()), list(other.expand())
+        a = [p for p in a if p.nmessages or p.reduced is not None]
+        b = [p for p in b if p.nmessages or p.reduced is not None]
+        return len(a) == len(b) and all(_canon(x).same_as(_canon(y)) for x, y in zip(a, b))
+
+
+def _canon(ph: Phase) -> Phase:
+    """Messages in a fixed order, merged per (src, dst); zero reductions dropped."""
+    if ph.src.size:
+        key = ph.src * (int(ph.dst.max(initial=0)) + 1) + ph.dst
+        uniq, inv = np.unique(key, return_inverse=True)
+        elems = np.zeros(uniq.size, dtype=np.int64)
+        np.add.at(elems, inv, ph.elems)
+        first = np.zeros(uniq.size, dtype=np.int64)
+        first[inv[::-1]] = np.arange(ph.src.size)[::-1]
+        src, dst = ph.src[first], ph.dst[first]
+    else:
+        src = dst = elems = np.zeros(0, dtype=np.int64)
+    red = ph.reduced if ph.reduced is not None and ph.reduced.any() else None
+    return Phase(src.astype(np.int64), dst.astype(np.int64), elems, red, ph.repeat)
+
+
+def from_schedule(s: Schedule) -> Traffic:
+    """Traffic of a built Schedule (identical consecutive rounds merged)."""
+    phases: list[Phase] = []
+    p = s.nranks
+    for k in range(s.nrounds):
+        src, dst, elems = [], [], []
+        reduced = np.zeros(p, dtype=np.int64)
+        for r in range(p):
+            for st in s.ranks[r][k].steps:
+                if isinstance(st, Send):
+                    src.append(r)
+                    dst.append(st.peer)
+                    elems.append(st.src.count)
+                elif isinstance(st, Recv) and st.reduce:
+                    reduced[r] += st.dst.count
+                elif isinstance(st, Reduce):
+                    reduced[r] += st.dst.count
+        if not src and not reduced.any():
+            continue  # local copies only: not modelled as a round
+        ph = Phase(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(elems, dtype=np.int64),
+                   reduced if reduced.any() else None)
+        if phases and phases[-1].same_as(ph):
+            last = phases[-1]
+            phases[-1] = Phase(last.src, last.dst, last.elems, last.reduced, last.repeat + 1)
+        else:
+            phases.append(ph)
+    return Traffic(s.collective, s.algorithm, p, s.count, tuple(phases))
+
+
+TrafficFn = Callable[..., Traffic]
+_FAST: dict[tuple[str, str], TrafficFn] = {}
+
+
+def register_traffic(collective: str, algorithm: str) -> Callable[[TrafficFn], TrafficFn]:
+    """Register a vectorised generator ``fn(nranks, count, root=0, **params) -> Traffic`` that must
+    equal :func:`from_schedule` of the registered builder (tests check it)."""
+
+    def deco(fn: TrafficFn) -> TrafficFn:
+        _FAST[(collective, algorithm)] = fn
+        return fn
+
+    return deco
+
+
+# above this many (rank x round) cells, a Schedule of objects is too slow to build
+BUILD_LIMIT = 2_000_000
+
+
+def traffic(collective: str, algorithm: str, nranks: int, count: int, root: int = 0, *,
+            prefer_fast: bool | None = None, **params) -> Traffic:
+    """Traffic of (collective, algorithm) for nranks ranks and count elements per rank.
+
+    Uses the registered fast generator when there is one and the case is large (or prefer_fast);
+    otherwise builds the Schedule (cached) and derives the traffic from it."""
+    from . import registry
+
+    registry.get_entry(collective, algorithm)  # validates the names, loads the families
+    fast = _FAST.get((collective, algorithm))
+    big = nranks * max(nranks, 1) > BUILD_LIMIT
+    if fast is not None and (prefer_fast or (prefer_fast is None and big)):
+        return fast(nranks, count, root=root, **params)
+    if big and fast is None:
+        raise ValueError(f"{collective}/{algorithm} at {nranks} ranks is too large to build as a Schedule and "
+                         f"has no vectorised traffic generator")
+    return from_schedule(registry.get_schedule(collective, algorithm, nranks, count, root, **params))
