@@ -41,7 +41,7 @@ def device_of(x: Any) -> str:
     return "cpu"
 
 
-def as_flat(x: Any, name: str = "tensor", writable: bool = True) -> np.ndarray:
+def as_flat(x: Any, name: str = "tensor", writable: bool = True, reducing: bool = False) -> np.ndarray:
     """A flat (1-D, C-contiguous) numpy view of x sharing its memory.
 
     Raises TypeError for unsupported objects/dtypes and ValueError for non-contiguous or read-only
@@ -71,6 +71,9 @@ def as_flat(x: Any, name: str = "tensor", writable: bool = True) -> np.ndarray:
         if t.dtype == torch.bfloat16:
             bf = _bfloat16_np()
             raw = t.view(torch.int16).numpy()
+            if bf is None and reducing:
+                raise TypeError(f"{name} is bfloat16: reductions on bfloat16 need ml_dtypes "
+                                f"(pip install ml_dtypes); moving it (broadcast, gather, ...) works without")
             return (raw.view(bf) if bf is not None else raw.view(np.uint16)).reshape(-1)
         if t.dtype == torch.bool:
             return t.numpy().reshape(-1)

@@ -282,7 +282,7 @@ class Group:
     def all_reduce(self, tensor: Any, op: Any = ReduceOp.SUM, async_op: bool = False,
                    algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("all_reduce")
-        a = arrays.as_flat(tensor, "tensor")
+        a = arrays.as_flat(tensor, "tensor", reducing=True)
         rop = self._reduce_op(op, a.dtype)
         fn = lambda: self._execute("all_reduce", "", a.size, 0, a.dtype, rop, {"input": a, "output": a},
                                    algorithm, timeout)
@@ -302,7 +302,7 @@ class Group:
                algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("reduce")
         root = self._rank_arg(dst, "dst")
-        a = arrays.as_flat(tensor, "tensor")
+        a = arrays.as_flat(tensor, "tensor", reducing=True)
         rop = self._reduce_op(op, a.dtype)
         out = a if self.rank == root else np.empty_like(a)  # non-root tensors stay untouched
         fn = lambda: self._execute("reduce", "", a.size, root, a.dtype, rop, {"input": a, "output": out},
@@ -341,8 +341,8 @@ class Group:
     def reduce_scatter_tensor(self, output: Any, input: Any, op: Any = ReduceOp.SUM, async_op: bool = False,
                               algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("reduce_scatter")
-        out = arrays.as_flat(output, "output")
-        inp = arrays.as_flat(input, "input", writable=False)
+        out = arrays.as_flat(output, "output", reducing=True)
+        inp = arrays.as_flat(input, "input", writable=False, reducing=True)
         _same_dtype(out, inp, "reduce_scatter_tensor")
         rop = self._reduce_op(op, out.dtype)
         if inp.size != out.size * self.size:

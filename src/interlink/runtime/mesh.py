@@ -139,9 +139,9 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
                             controls[j] = conn
                         elif purpose == "ctrl":
                             controls[j] = conn
-                        else:
-                            channels[j] = TcpChannel(j, conn)
-                        conn.settimeout(None)
+                        conn.settimeout(None)  # blocking until the Engine takes over
+                        if purpose == "data":
+                            channels[j] = TcpChannel(j, conn)  # non-blocking from here on
                         with lock:
                             expected[(j, purpose)] = True
                     except (AuthenticationError, ValueError, KeyError, OSError) as e:
@@ -167,9 +167,9 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
                     controls[j] = sock
                 elif purpose == "ctrl":
                     controls[j] = sock
-                else:
-                    channels[j] = TcpChannel(j, sock)
-                sock.settimeout(None)
+                sock.settimeout(None)  # blocking until the Engine takes over
+                if purpose == "data":
+                    channels[j] = TcpChannel(j, sock)  # non-blocking from here on
         t.join(max(0.0, deadline - time.monotonic()))
     finally:
         tcp_l.close()
