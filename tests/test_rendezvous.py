@@ -292,6 +292,9 @@ def test_server_disappearing_raises_peer_lost():
 def test_server_close_linger_waits_for_clients():
     srv = StoreServer("127.0.0.1", 0, SECRET)
     c = StoreClient("127.0.0.1", srv.port, SECRET)
+    t_reg = time.monotonic() + 5  # the server counts the client once its side of the handshake ends
+    while srv.num_clients != 1 and time.monotonic() < t_reg:
+        time.sleep(0.01)
     assert srv.num_clients == 1
     threading.Timer(0.3, c.close).start()
     t0 = time.monotonic()
