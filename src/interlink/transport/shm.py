@@ -37,7 +37,7 @@ CMA_PIECE = 1 << 20  # reducing CMA receives read and reduce this much at a time
 
 
 def cma_threshold() -> int:
-    return _env_int("INTERLINK_CMA_MIN_BYTES", 64 * 1024)
+    return _env_int("INTERLINK_CMA_MIN_BYTES", 2 * 1024 * 1024)
 
 
 def _env_int(name: str, default: int) -> int:
