@@ -199,11 +199,12 @@ def suite(rank: int, world: int, part: str) -> tuple[int, list[str]]:
 RANKS = (1, 2, 3, 4, 5, 8)
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", "tcp", "shm-nofast"])
 @pytest.mark.parametrize("nranks", RANKS)
 @pytest.mark.parametrize("part", ["reduce", "move"])
 def test_collectives(nranks: int, transport: str, part: str) -> None:
-    env = {"INTERLINK_TRANSPORT": transport}
+    # shm: small all_reduce/broadcast/barrier take the shared-page fast path; shm-nofast: the channels
+    env = {"INTERLINK_TRANSPORT": transport.split("-")[0], "INTERLINK_FAST": "0" if "nofast" in transport else "1"}
     res = run_ranks(nranks, suite, part, env=env, timeout=300)
     fails = [f for _, fl in res for f in fl]
     assert not fails, "\n".join(fails[:20])

@@ -77,6 +77,16 @@ def mismatch(rank: int, world: int, kind: str) -> dict:
                 dist.all_reduce(np.ones(10))
         elif kind == "root":
             dist.broadcast(np.ones(1000), src=rank % 2)
+        elif kind == "path":  # rank 0 small (shared-page fast path), the others large (channels)
+            dist.all_reduce(np.ones(10 if rank == 0 else 50_000, dtype=np.float32))
+        elif kind == "order":  # the same two calls in a different order
+            a, b = np.ones(4), np.ones(4)
+            if rank == 0:
+                dist.all_reduce(a)
+                dist.broadcast(b, src=0)
+            else:
+                dist.broadcast(b, src=0)
+                dist.all_reduce(a)
     except Exception as e:
         return _err(e)
     # a rank whose part completed (a broadcast root's sends are buffered) learns at its next call
@@ -89,9 +99,10 @@ def mismatch(rank: int, world: int, kind: str) -> dict:
         return out
 
 
-@pytest.mark.parametrize("kind", ["count", "dtype", "op", "collective", "root"])
-def test_mismatch_raises_on_every_rank(kind: str) -> None:
-    res = run_ranks(3, mismatch, kind, timeout=60)
+@pytest.mark.parametrize("fast", ["1", "0"])
+@pytest.mark.parametrize("kind", ["count", "dtype", "op", "collective", "root", "path", "order"])
+def test_mismatch_raises_on_every_rank(kind: str, fast: str) -> None:
+    res = run_ranks(3, mismatch, kind, timeout=60, env={"INTERLINK_FAST": fast})
     for out in res:
         assert out["type"] == "CollectiveMismatchError", res
         assert out["seq"] == (2 if out.get("next_call") else 1) and out["group"] == "world", out

@@ -47,6 +47,9 @@ def as_flat(x: Any, name: str = "tensor", writable: bool = True, reducing: bool 
     Raises TypeError for unsupported objects/dtypes and ValueError for non-contiguous or read-only
     arrays, before anything is sent.
     """
+    if type(x) is np.ndarray and x.ndim == 1 and x.flags.c_contiguous and (x.flags.writeable or not writable) \
+            and not x.dtype.hasobject and x.dtype.fields is None:
+        return x  # the common case, checked in one go
     if isinstance(x, np.ndarray):
         arr = x
         if not arr.flags.c_contiguous:

@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 
 from ..errors import InterlinkError
 from ..transport.wire import secret_from_env
+from .fastpath import FastPath
 from .group import Group, _Ctx, run_p2p_batch
 from .mesh import build_mesh
 from .rendezvous import detect_env, rendezvous, store_barrier
@@ -66,6 +67,8 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, timeout: 
             server.close()
         raise
     ctx = _Ctx(r, w, engine, store, server, float(timeout))
+    if FastPath.usable(engine, w):
+        ctx.fast = FastPath(engine, w)
     ctx.runner = Runner(lambda jobs: run_p2p_batch(ctx, jobs))
     _CTX = ctx
     _WORLD = Group(ctx, range(w), "world")

@@ -89,6 +89,13 @@ def _env_algorithm_cached(collective: str, spec: str) -> Optional[str]:
     return None
 
 
+class _Sig:
+    __slots__ = ("sigb",)
+
+    def __init__(self, sigb: bytes) -> None:
+        self.sigb = sigb
+
+
 class Record:
     """One entry of the flight recorder."""
 
@@ -121,6 +128,7 @@ class _Ctx:
     p2p_sent: dict = field(default_factory=lambda: collections.defaultdict(int))
     p2p_recv: dict = field(default_factory=lambda: collections.defaultdict(int))
     broken: Optional[InterlinkError] = None
+    fast: Any = None  # FastPath when every rank is on this host
 
 
 class Group:
@@ -136,6 +144,9 @@ class Group:
         self.seq = 0
         self.recorder: collections.deque[Record] = collections.deque(maxlen=RECORDER_SIZE)
         self._plans: dict[tuple, Plan] = {}
+        # the small-message fast path: the world group of a job whose ranks share one host
+        self._fast = ctx.fast if (name == "world" and not os.environ.get("INTERLINK_ALGO")) else None
+        self._fast_sigs: dict[tuple, _Sig] = {}
         self._layout: Optional[tuple[int, int]] = None
 
     def __repr__(self) -> str:
@@ -263,6 +274,36 @@ class Group:
         rec.state = "done"
         rec.duration = time.perf_counter() - rec.start
 
+    def _run_fast(self, collective: str, a: np.ndarray, op: ReduceOp, root: int, timeout: Optional[float]) -> None:
+        """Small all_reduce/broadcast/barrier of an all-local world: one shared write per rank."""
+        self._check_usable(collective)
+        self.seq += 1
+        seq = self.seq
+        key = (collective, a.dtype, a.size, op, root)
+        tag = self._fast_sigs.get(key)
+        if tag is None:
+            tag = self._fast_sigs[key] = _Sig(
+                f"{collective}:fast {a.dtype} n={a.size} {op.name.lower()} root={root} {self.name}".encode())
+        sig = tag.sigb
+        rec = Record(seq, tag, time.perf_counter())
+        self.recorder.append(rec)
+        deadline = time.monotonic() + (timeout if timeout is not None else self.ctx.timeout)
+        fast = self._fast
+        try:
+            if collective == "all_reduce":
+                fast.all_reduce(a, op, seq, sig, deadline)
+            elif collective == "broadcast":
+                fast.broadcast(a, root, seq, sig, deadline)
+            else:
+                fast.barrier(seq, sig, deadline)
+        except BaseException as e:
+            rec.state = "failed"
+            if isinstance(e, (KeyboardInterrupt, MemoryError)):
+                raise
+            raise self._fail(e, collective, seq) from None
+        rec.state = "done"
+        rec.duration = time.perf_counter() - rec.start
+
     def _submit(self, fn: Callable[[], None], desc: str, async_op: bool) -> Optional[Work]:
         if async_op:
             return self.ctx.runner.submit(fn, desc)
@@ -284,8 +325,14 @@ class Group:
         self._check_usable("all_reduce")
         a = arrays.as_flat(tensor, "tensor", reducing=True)
         rop = self._reduce_op(op, a.dtype)
-        fn = lambda: self._execute("all_reduce", "", a.size, 0, a.dtype, rop, {"input": a, "output": a},
-                                   algorithm, timeout)
+        if algorithm is None and self._fast is not None and a.nbytes <= self._fast.max:
+            if not async_op:
+                self.ctx.runner.run_sync_call(self._run_fast, "all_reduce", a, rop, 0, timeout)
+                return None
+            fn = lambda: self._run_fast("all_reduce", a, rop, 0, timeout)
+        else:
+            fn = lambda: self._execute("all_reduce", "", a.size, 0, a.dtype, rop, {"input": a, "output": a},
+                                       algorithm, timeout)
         return self._submit(fn, f"all_reduce #{self.seq + 1} in {self.name}", async_op)
 
     def broadcast(self, tensor: Any, src: int = 0, async_op: bool = False, algorithm: Optional[str] = None,
@@ -294,8 +341,11 @@ class Group:
         root = self._rank_arg(src, "src")
         a = arrays.as_flat(tensor, "tensor")
         _dtype_ok(a.dtype)
-        fn = lambda: self._execute("broadcast", "", a.size, root, a.dtype, ReduceOp.SUM, {"input": a, "output": a},
-                                   algorithm, timeout)
+        if algorithm is None and self._fast is not None and a.nbytes <= self._fast.max:
+            fn = lambda: self._run_fast("broadcast", a, ReduceOp.SUM, root, timeout)
+        else:
+            fn = lambda: self._execute("broadcast", "", a.size, root, a.dtype, ReduceOp.SUM,
+                                       {"input": a, "output": a}, algorithm, timeout)
         return self._submit(fn, "broadcast", async_op)
 
     def reduce(self, tensor: Any, dst: int = 0, op: Any = ReduceOp.SUM, async_op: bool = False,
@@ -421,8 +471,11 @@ class Group:
     def barrier(self, async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("barrier")
         z = np.empty(0, dtype=np.uint8)
-        fn = lambda: self._execute("barrier", "", 0, 0, z.dtype, ReduceOp.SUM, {"input": z, "output": z},
-                                   None, timeout)
+        if self._fast is not None:
+            fn = lambda: self._run_fast("barrier", z, ReduceOp.SUM, 0, timeout)
+        else:
+            fn = lambda: self._execute("barrier", "", 0, 0, z.dtype, ReduceOp.SUM, {"input": z, "output": z},
+                                       None, timeout)
         return self._submit(fn, "barrier", async_op)
 
     # ---- point to point ----------------------------------------------------------------------

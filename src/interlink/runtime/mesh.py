@@ -198,24 +198,26 @@ def _host_page(rank: int, local: set, channels: dict, controls: dict, timeout: f
         page, fd = HostPage.create(len(members))
         try:
             for j in sorted(local):
-                socket.send_fds(controls[j], [struct.pack("<Q", len(members))], [fd])
+                socket.send_fds(controls[j], [struct.pack("<QQ", len(members), page.fast_max)], [fd])
         finally:
             os.close(fd)
     else:
         sock = controls[leader]
         sock.settimeout(timeout)
-        msg, fds, _flags, _addr = socket.recv_fds(sock, 8, 1)
+        msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 1)
         sock.settimeout(None)
-        if len(msg) != 8 or len(fds) != 1:
+        if len(msg) != 16 or len(fds) != 1:
             raise CommTimeoutError(f"rank {rank}: the host page from rank {leader} did not arrive",
                                    op="init", group="world", seq=0, ranks=[leader])
         try:
-            page = HostPage.attach(fds[0], struct.unpack("<Q", msg)[0])
+            page = HostPage.attach(fds[0], *struct.unpack("<QQ", msg))
         finally:
             os.close(fds[0])
     for j in local:
         channels[j].peer_bell = page.bell(members.index(j))
-    return page.bell(members.index(rank))
+    bell = page.bell(members.index(rank))
+    bell.members = members  # global ranks of this host, in page-index order
+    return bell
 
 
 def _connect(info: dict, unix: bool, deadline: float, peer: int) -> socket.socket:

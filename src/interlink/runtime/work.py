@@ -95,6 +95,14 @@ class Runner:
         w = self.submit(fn, desc)
         return w.result()
 
+    def run_sync_call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """run_sync without building a closure (the latency path)."""
+        if self._pending == 0:  # read without the lock: a stale non-zero only takes the slow path
+            with self._exec:
+                if self._pending == 0:
+                    return fn(*args)
+        return self.run_sync(lambda: fn(*args), "call")
+
     def submit(self, fn: Callable[[], Any], desc: str, p2p: Any = None) -> Work:
         w = Work(desc)
         with self._cv:

@@ -292,43 +292,88 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 BELL = 64  # bytes per rank on the host page: [0:4) doorbell counter (futex word), [4:8) sleeping flag
 
 
-class HostPage:
-    """One small shared page per host: a doorbell per local rank.
+FAST_SLOT_HDR = 128  # u64 words: fast seq, group seq, crc, nbytes; then the signature text (96 bytes)
 
-    A rank with nothing to do sets its sleeping flag, re-checks its work, and futex-waits on its doorbell;
-    a peer that publishes data to it (or frees ring space it waits for) bumps the doorbell and wakes it
-    when the flag is set. The wait has a timeout, so the control plane is still polled regularly.
+
+def fast_max_bytes() -> int:
+    """Largest payload of the small-message fast path (INTERLINK_FAST_MAX_BYTES, 0 disables)."""
+    return _env_int("INTERLINK_FAST_MAX_BYTES", 8192)
+
+
+class HostPage:
+    """One small shared page per host: a doorbell per local rank, and two small-message slots per rank.
+
+    Doorbells: a rank with nothing to do sets its sleeping flag, re-checks its work, and futex-waits
+    on its doorbell; a peer that publishes data to it (or frees ring space it waits for) bumps the
+    doorbell and wakes it when the flag is set. The wait has a timeout, so the control plane is still
+    polled regularly.
+
+    Slots (the small-message fast path): rank i's slot for parity q starts at
+    data_base + (2 i + q) * slot_stride: a 64-byte header (u64 words: fast seq, group seq, signature
+    crc, nbytes), then the payload. A strided view over the same parity of every rank gives the
+    ranks' contributions as one 2-D array.
     """
 
-    def __init__(self, mm: mmap.mmap, nlocal: int) -> None:
+    def __init__(self, mm: mmap.mmap, nlocal: int, fast_max: int) -> None:
         from . import futex
 
         self.mm = mm
         self.nlocal = nlocal
         self.words = np.frombuffer(mm, dtype=np.uint32, count=nlocal * BELL // 4)
         self.base = futex.address_of(mm) if futex.available else 0
+        self.fast_max = fast_max
+        self.slot_stride = FAST_SLOT_HDR + ((fast_max + 63) // 64) * 64
+        self.data_base = ((nlocal * BELL + 4095) // 4096) * 4096
+        # done[i]: the last fast-path call rank i has finished reading (bytes 8..16 of its bell block)
+        self.done = np.ndarray((nlocal,), dtype=np.uint64, buffer=mm, offset=8, strides=(BELL,))
+        # fseq[i, q]: the fast-path call whose payload rank i's slot of parity q holds (published last)
+        self.fseq = np.ndarray((nlocal, 2), dtype=np.uint64, buffer=mm, offset=self.data_base,
+                               strides=(2 * self.slot_stride, self.slot_stride))
+
+    @staticmethod
+    def size(nlocal: int, fast_max: int) -> int:
+        stride = FAST_SLOT_HDR + ((fast_max + 63) // 64) * 64
+        return ((nlocal * BELL + 4095) // 4096) * 4096 + 2 * nlocal * stride
 
     @classmethod
     def create(cls, nlocal: int) -> tuple["HostPage", int]:
+        fast_max = fast_max_bytes()
+        size = cls.size(nlocal, fast_max)
         fd = os.memfd_create("interlink-host", os.MFD_CLOEXEC)
-        os.ftruncate(fd, max(4096, nlocal * BELL))
-        mm = mmap.mmap(fd, max(4096, nlocal * BELL))
-        return cls(mm, nlocal), fd
+        os.ftruncate(fd, size)
+        mm = mmap.mmap(fd, size)
+        return cls(mm, nlocal, fast_max), fd
 
     @classmethod
-    def attach(cls, fd: int, nlocal: int) -> "HostPage":
-        mm = mmap.mmap(fd, max(4096, nlocal * BELL))
-        return cls(mm, nlocal)
+    def attach(cls, fd: int, nlocal: int, fast_max: int) -> "HostPage":
+        mm = mmap.mmap(fd, cls.size(nlocal, fast_max))
+        return cls(mm, nlocal, fast_max)
 
     def bell(self, index: int) -> "Bell":
         return Bell(self, index)
 
+    def slot_header(self, index: int, parity: int) -> np.ndarray:
+        off = self.data_base + (2 * index + parity) * self.slot_stride
+        return np.frombuffer(self.mm, dtype=np.uint64, count=4, offset=off)
+
+    def slot_data(self, index: int, parity: int) -> np.ndarray:
+        off = self.data_base + (2 * index + parity) * self.slot_stride + FAST_SLOT_HDR
+        return np.frombuffer(self.mm, dtype=np.uint8, count=self.fast_max, offset=off)
+
+    def stacked(self, parity: int, dtype: np.dtype, count: int) -> np.ndarray:
+        """[nlocal, count] view of every rank's payload of this parity."""
+        off = self.data_base + parity * self.slot_stride + FAST_SLOT_HDR
+        return np.ndarray((self.nlocal, count), dtype=dtype, buffer=self.mm, offset=off,
+                          strides=(2 * self.slot_stride, dtype.itemsize))
+
 
 class Bell:
-    __slots__ = ("page", "words", "i", "addr")
+    __slots__ = ("page", "words", "i", "addr", "index", "members")
 
     def __init__(self, page: HostPage, index: int) -> None:
         self.page = page
+        self.index = index
+        self.members: list[int] = []
         self.words = page.words
         self.i = index * (BELL // 4)
         self.addr = page.base + index * BELL

@@ -1,0 +1,193 @@
+"""The small-message fast path of a group whose ranks all share one host.
+
+Small all_reduce / broadcast / barrier calls skip the channels: every rank writes its payload once
+into its own slot on the host page and publishes it; every reader then takes all ranks' payloads as
+one strided array (all_reduce reduces them in rank order, so every rank gets bit-identical results).
+This is the 'direct' Schedule of each collective, executed with one shared write per rank instead of
+p-1 copies. Two slots per rank alternate by call; a rank reuses a slot only after every peer has
+finished reading its previous use (the `done` words). Each slot carries the call's group sequence
+number, a CRC of its signature and its size, so mismatched calls raise CollectiveMismatchError; a peer
+that took the regular path instead (e.g. a larger count) is noticed in the channel rings.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+import zlib
+from typing import Optional
+
+import numpy as np
+
+from ..errors import CollectiveMismatchError
+from ..ops import ReduceOp, finish_avg, ufunc
+from ..transport.base import MsgHeader
+from .engine import BELL_TIMEOUT, Engine
+
+SEQ, GSEQ, CRC, NBYTES = 0, 1, 2, 3
+SIG_BYTES = 96
+_META = struct.Struct(f"<QQQ{SIG_BYTES}s")  # group seq, crc, nbytes, signature (after the fast seq word)
+_CRCS: dict[bytes, int] = {}
+
+
+def _crc(sig: bytes) -> int:
+    c = _CRCS.get(sig)
+    if c is None:
+        if len(_CRCS) > 4096:
+            _CRCS.clear()
+        c = _CRCS[sig] = zlib.crc32(sig)
+    return c
+
+
+class FastPath:
+    def __init__(self, engine: Engine, world_ranks: int) -> None:
+        bell = engine.bell
+        self.engine = engine
+        self.bell = bell
+        self.page = bell.page
+        self.me = bell.index
+        self.n = self.page.nlocal
+        self.max = self.page.fast_max
+        self.f = 0  # fast-path calls so far (the same on every rank)
+        self.headers = [[self.page.slot_header(i, q) for q in (0, 1)] for i in range(self.n)]
+        self.datas = [self.page.slot_data(self.me, q) for q in (0, 1)]
+        self.peers = [i for i in range(self.n) if i != self.me]
+        # byte offsets of this rank's (group seq, crc, nbytes) header words, per parity
+        self.hoff = [self.page.data_base + (2 * self.me + q) * self.page.slot_stride + 8 for q in (0, 1)]
+        self.bells = [self.page.bell(i) for i in self.peers]
+        self.members = bell.members
+        self._views: dict = {}
+        self.spin = engine.spin
+        self.safe = 0  # every peer is known to have finished reading calls <= safe
+        self.peer_heads = [self.headers[i] for i in self.peers]
+
+    @staticmethod
+    def usable(engine: Engine, world_size: int) -> bool:
+        bell = engine.bell
+        return (bell is not None and len(bell.members) == world_size and bell.page.fast_max > 0
+                and os.environ.get("INTERLINK_FAST", "1") != "0")
+
+    # ---- waiting ---------------------------------------------------------------------------------
+    def _wait(self, ready, laggards, deadline: float, seq: int, sig: bytes) -> None:
+        """Spin, then sleep on this rank's doorbell, until ready(); TimeoutError(laggards()) after
+        the deadline. Peers ring the doorbell when they publish or finish reading."""
+        spins = 0
+        last_ctrl = time.monotonic()
+        while not ready():
+            spins += 1
+            if spins < self.spin:
+                if spins > 16:
+                    os.sched_yield()
+                continue
+            self._peek_channels(seq, sig)
+            now = time.monotonic()
+            if now > deadline:
+                raise TimeoutError([self.members[i] for i in laggards()])
+            snap = self.bell.snapshot()
+            self.bell.set_sleeping(True)
+            try:
+                if not ready():
+                    self.bell.sleep(snap, min(BELL_TIMEOUT, max(0.0, deadline - now)))
+            finally:
+                self.bell.set_sleeping(False)
+            if time.monotonic() - last_ctrl > BELL_TIMEOUT:
+                last_ctrl = time.monotonic()
+                self.engine.poll_controls(0.0)
+            spins = self.spin - 1
+
+    def _peek_channels(self, seq: int, sig: bytes) -> None:
+        """A peer that took the regular path sends through its channel: a mismatch, not a wait."""
+        for i in self.peers:
+            g = self.members[i]
+            ch = self.engine.channels.get(g)
+            rx = getattr(ch, "rx", None)
+            if rx is None or int(rx.rc[0]) == int(rx.wc[0]):
+                continue
+            slot = int(rx.rc[0]) % rx.n
+            got = MsgHeader.unpack_from(ch.mm, rx.meta_base + slot * 128 + 8)
+            from ..transport.base import HeaderMismatch
+
+            raise HeaderMismatch(g, MsgHeader(0, seq, 0, sig.decode(errors="replace") + " (fast path)"), got)
+
+    def _check(self, i: int, q: int, seq: int, crc: int, nbytes: int, sig: bytes) -> None:
+        h = self.headers[i][q]
+        if int(h[GSEQ]) != seq or int(h[CRC]) != crc or (nbytes >= 0 and int(h[NBYTES]) != nbytes):
+            g = self.members[i]
+            off = self.page.data_base + (2 * i + q) * self.page.slot_stride + 32
+            theirs = bytes(self.page.mm[off:off + SIG_BYTES]).rstrip(b"\0").decode(errors="replace")
+            mine = sig.decode(errors="replace")
+            raise CollectiveMismatchError(
+                f"rank {self.members[self.me]} called {mine} (seq {seq}) but rank {g} sent {theirs} "
+                f"(seq {int(h[GSEQ])}, {int(h[NBYTES])} bytes)", op=mine.split(":")[0], group="world",
+                seq=seq, ranks=[self.members[self.me], g])
+
+    # ---- one call ---------------------------------------------------------------------------------
+    def _begin(self, deadline: float, seq: int, sig: bytes) -> tuple[int, int]:
+        self.f += 1
+        f = self.f
+        q = f & 1
+        if f > 2 and self.safe < f - 2:  # every peer must have finished reading call f-2 (this slot)
+            done = self.page.done
+            self._wait(lambda: int(done.min()) >= f - 2, lambda: [i for i in self.peers if int(done[i]) < f - 2],
+                       deadline, seq, sig)
+        return f, q
+
+    def _publish(self, f: int, q: int, seq: int, crc: int, payload: Optional[np.ndarray], sig: bytes) -> None:
+        h = self.headers[self.me][q]
+        nbytes = 0 if payload is None else payload.nbytes
+        if nbytes:
+            self.datas[q][:nbytes] = payload.view(np.uint8)
+        _META.pack_into(self.page.mm, self.hoff[q], seq, crc, nbytes, sig[:SIG_BYTES])
+        h[SEQ] = f  # publish last
+        for b in self.bells:
+            b.ring()
+
+    def _finish(self, f: int) -> None:
+        self.page.done[self.me] = f
+        for b in self.bells:
+            b.ring()
+
+    def _all_published(self, f: int, q: int) -> bool:
+        for h in self.peer_heads:
+            if int(h[q][SEQ]) < f:
+                return False
+        return True
+
+    def _exchange(self, seq: int, sig: bytes, payload: Optional[np.ndarray], deadline: float) -> tuple[int, int]:
+        """Publish this rank's slot for the next call and wait until every rank has published its own;
+        every rank's signature is checked (a mismatch names both calls)."""
+        crc = _crc(sig)
+        f, q = self._begin(deadline, seq, sig)
+        self._publish(f, q, seq, crc, payload, sig)
+        if not self._all_published(f, q):
+            fseq = self.page.fseq
+            self._wait(lambda: self._all_published(f, q), lambda: [i for i in self.peers if int(fseq[i, q]) < f],
+                       deadline, seq, sig)
+        self.safe = f - 1  # a peer publishes call f only after finishing call f-1
+        for i in self.peers:
+            self._check(i, q, seq, crc, -1, sig)
+        return f, q
+
+    def all_reduce(self, a: np.ndarray, op: ReduceOp, seq: int, sig: bytes, deadline: float) -> None:
+        f, q = self._exchange(seq, sig, a, deadline)
+        key = (q, a.dtype, a.size)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = self.page.stacked(q, a.dtype, a.size)
+        fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op)
+        fn.reduce(view, axis=0, out=a)
+        self._finish(f)
+        if op is ReduceOp.AVG:
+            finish_avg(a, self.n)
+
+    def broadcast(self, a: np.ndarray, root: int, seq: int, sig: bytes, deadline: float) -> None:
+        r = self.members.index(root) if root in self.members else root
+        f, q = self._exchange(seq, sig, a if r == self.me else None, deadline)
+        if r != self.me and a.nbytes:
+            a.view(np.uint8)[...] = self.page.slot_data(r, q)[:a.nbytes]
+        self._finish(f)
+
+    def barrier(self, seq: int, sig: bytes, deadline: float) -> None:
+        f, _q = self._exchange(seq, sig, None, deadline)
+        self._finish(f)
