@@ -171,10 +171,7 @@ class FastPath:
 
     def all_reduce(self, a: np.ndarray, op: ReduceOp, seq: int, sig: bytes, deadline: float) -> None:
         f, q = self._exchange(seq, sig, a, deadline)
-        key = (q, a.dtype, a.size)
-        view = self._views.get(key)
-        if view is None:
-            view = self._views[key] = self.page.stacked(q, a.dtype, a.size)
+        view = self._stacked(q, a.dtype, a.size)
         fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op)
         fn.reduce(view, axis=0, out=a)
         self._finish(f)
@@ -187,6 +184,32 @@ class FastPath:
         if r != self.me and a.nbytes:
             a.view(np.uint8)[...] = self.page.slot_data(r, q)[:a.nbytes]
         self._finish(f)
+
+    def _stacked(self, q: int, dtype: np.dtype, count: int) -> np.ndarray:
+        key = (q, dtype, count)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) > 256:
+                self._views.clear()
+            view = self._views[key] = self.page.stacked(q, dtype, count)
+        return view
+
+    def all_gather(self, out: np.ndarray, inp: np.ndarray, seq: int, sig: bytes, deadline: float) -> None:
+        f, q = self._exchange(seq, sig, inp, deadline)
+        if inp.size:
+            out.reshape(self.n, inp.size)[...] = self._stacked(q, inp.dtype, inp.size)
+        self._finish(f)
+
+    def reduce_scatter(self, out: np.ndarray, inp: np.ndarray, op: ReduceOp, seq: int, sig: bytes,
+                       deadline: float) -> None:
+        f, q = self._exchange(seq, sig, inp, deadline)
+        n = out.size
+        if n:
+            view = self._stacked(q, inp.dtype, inp.size)[:, self.me * n:(self.me + 1) * n]
+            ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op).reduce(view, axis=0, out=out)
+        self._finish(f)
+        if op is ReduceOp.AVG:
+            finish_avg(out, self.n)
 
     def barrier(self, seq: int, sig: bytes, deadline: float) -> None:
         f, _q = self._exchange(seq, sig, None, deadline)

@@ -274,8 +274,9 @@ class Group:
         rec.state = "done"
         rec.duration = time.perf_counter() - rec.start
 
-    def _run_fast(self, collective: str, a: np.ndarray, op: ReduceOp, root: int, timeout: Optional[float]) -> None:
-        """Small all_reduce/broadcast/barrier of an all-local world: one shared write per rank."""
+    def _run_fast(self, collective: str, a: np.ndarray, op: ReduceOp, root: int, timeout: Optional[float],
+                  out: Optional[np.ndarray] = None) -> None:
+        """Small collectives of an all-local world: one shared write per rank (``a`` is the input)."""
         self._check_usable(collective)
         self.seq += 1
         seq = self.seq
@@ -294,6 +295,10 @@ class Group:
                 fast.all_reduce(a, op, seq, sig, deadline)
             elif collective == "broadcast":
                 fast.broadcast(a, root, seq, sig, deadline)
+            elif collective == "all_gather":
+                fast.all_gather(out, a, seq, sig, deadline)
+            elif collective == "reduce_scatter":
+                fast.reduce_scatter(out, a, op, seq, sig, deadline)
             else:
                 fast.barrier(seq, sig, deadline)
         except BaseException as e:
@@ -368,8 +373,11 @@ class Group:
         if out.size != inp.size * self.size:
             raise ValueError(f"all_gather_into_tensor: output has {out.size} elements, expected "
                              f"input size {inp.size} x group size {self.size} = {inp.size * self.size}")
-        fn = lambda: self._execute("all_gather", "", inp.size, 0, inp.dtype, ReduceOp.SUM,
-                                   {"input": inp, "output": out}, algorithm, timeout)
+        if algorithm is None and self._fast is not None and inp.nbytes <= self._fast.max:
+            fn = lambda: self._run_fast("all_gather", inp, ReduceOp.SUM, 0, timeout, out)
+        else:
+            fn = lambda: self._execute("all_gather", "", inp.size, 0, inp.dtype, ReduceOp.SUM,
+                                       {"input": inp, "output": out}, algorithm, timeout)
         return self._submit(fn, "all_gather", async_op)
 
     def all_gather(self, tensor_list: list, tensor: Any, async_op: bool = False,
@@ -398,8 +406,11 @@ class Group:
         if inp.size != out.size * self.size:
             raise ValueError(f"reduce_scatter_tensor: input has {inp.size} elements, expected "
                              f"output size {out.size} x group size {self.size} = {out.size * self.size}")
-        fn = lambda: self._execute("reduce_scatter", "", out.size, 0, out.dtype, rop,
-                                   {"input": inp, "output": out}, algorithm, timeout)
+        if algorithm is None and self._fast is not None and inp.nbytes <= self._fast.max:
+            fn = lambda: self._run_fast("reduce_scatter", inp, rop, 0, timeout, out)
+        else:
+            fn = lambda: self._execute("reduce_scatter", "", out.size, 0, out.dtype, rop,
+                                       {"input": inp, "output": out}, algorithm, timeout)
         return self._submit(fn, "reduce_scatter", async_op)
 
     def gather(self, tensor: Any, gather_list: Optional[list] = None, dst: int = 0, async_op: bool = False,
