@@ -16,6 +16,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "run",
     "algorithms",
     "bench",
+    "topo",
 )
 
 
