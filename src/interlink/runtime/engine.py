@@ -155,7 +155,9 @@ class Engine:
 
     def send_abort(self, info: dict) -> None:
         """Tell every live peer that this rank failed (best effort, never blocks for long)."""
-        self._send_all(_frame(dict(info, type="abort", rank=self.rank)))
+        info = dict(info, type="abort", rank=self.rank)
+        info.setdefault("origin", self.rank)
+        self._send_all(_frame(info))
 
     def _send_all(self, data: bytes) -> None:
         for peer, sock in self.controls.items():
@@ -299,8 +301,9 @@ def translate(exc: BaseException, *, op: str, group: str, seq: int, rank: int,
                              op=op, group=group, seq=seq, ranks=[exc.peer])
     if isinstance(exc, Aborted):
         cls = _ERRORS.get(exc.info.get("error", ""), PeerLostError)
-        return cls(f"rank {exc.peer} failed and aborted the job: {exc.info.get('message', '?')}",
-                   op=op, group=group, seq=seq, ranks=exc.info.get("ranks") or [exc.peer])
+        origin = exc.info.get("origin", exc.peer)
+        return cls(f"rank {origin} failed and aborted the job: {exc.info.get('message', '?')}",
+                   op=op, group=group, seq=seq, ranks=exc.info.get("ranks") or [origin])
     if isinstance(exc, TimeoutError) and exc.args and isinstance(exc.args[0], list):
         pending = exc.args[0]
         return CommTimeoutError(f"rank {rank} timed out in {op} waiting for ranks {pending}",

@@ -200,7 +200,10 @@ class Group:
         if isinstance(err, CommTimeoutError) and self.recorder:
             err.args = (err.args[0] + "\n" + self.flight_record(),)
         self.ctx.broken = err
-        if not isinstance(exc, Aborted):
+        if isinstance(exc, Aborted):
+            # pass the root cause on: a peer that sees this rank exit must read why before the EOF
+            self.ctx.engine.send_abort(exc.info)
+        else:
             self.ctx.engine.send_abort({"error": type(err).__name__, "message": err.message,
                                         "ranks": list(err.ranks)})
         return err
