@@ -1,0 +1,81 @@
+"""A rank of a job on emulated hosts (tests/test_netns.py starts it with ``interlink run --emulate-hosts``).
+
+    netns_job.py suite PART       the collective suite of test_runtime_collectives (PART: reduce, move)
+    netns_job.py probe NBYTES     channel kinds per peer + time of an NBYTES broadcast from rank 0
+    netns_job.py kill RANK        RANK SIGKILLs itself after init; the others wait in a collective
+    netns_job.py sleep            print "ready" and sleep (for signal tests)
+
+Each rank prints one line ``RESULT {json}`` on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def _channels() -> dict[str, str]:
+    from interlink.runtime import api
+
+    assert api._CTX is not None
+    return {str(peer): type(ch).__name__ for peer, ch in sorted(api._CTX.engine.channels.items())}
+
+
+def main(argv: list[str]) -> None:
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    mode = argv[0]
+    out: dict = {"rank": rank, "world": world, "node": int(os.environ["NODE_RANK"]),
+                 "ifname": os.environ.get("INTERLINK_IFNAME"), "netns": os.stat("/proc/self/ns/net").st_ino}
+    if mode == "suite":
+        from test_runtime_collectives import suite
+
+        checks, fails = suite(rank, world, argv[1])
+        out.update(checks=checks, fails=fails)
+    elif mode == "probe":
+        import numpy as np
+
+        import interlink as dist
+
+        nbytes = int(argv[1])
+        world_group = dist.init(timeout=60)
+        out["channels"] = _channels()
+        layout = getattr(world_group, "host_layout", None)  # (hosts, ranks per host) the runtime sees
+        out["layout"] = list(layout()) if layout is not None else None
+        buf = np.full(nbytes, rank, dtype=np.uint8)
+        times = []
+        for _ in range(2):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.broadcast(buf, src=0)
+            times.append(time.perf_counter() - t0)
+        out["ok"] = bool((buf == 0).all())
+        out["seconds"] = min(times)
+        dist.destroy()
+    elif mode == "kill":
+        import numpy as np
+
+        import interlink as dist
+
+        dist.init(timeout=60)
+        print(f"RESULT {json.dumps(out)}", flush=True)
+        if rank == int(argv[1]):
+            os.kill(os.getpid(), signal.SIGKILL)
+        dist.all_reduce(np.ones(4))  # never completes: the peer is gone
+        time.sleep(60)
+    elif mode == "sleep":
+        print(f"RESULT {json.dumps(out)}", flush=True)
+        print("ready", flush=True)
+        time.sleep(120)
+        return
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+    print(f"RESULT {json.dumps(out)}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
