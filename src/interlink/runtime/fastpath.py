@@ -23,11 +23,15 @@ import numpy as np
 from ..errors import CollectiveMismatchError
 from ..ops import ReduceOp, finish_avg, ufunc
 from ..transport.base import MsgHeader
+from ..transport.shm import fast_small_bytes
 from .engine import BELL_TIMEOUT, Engine
 
-SEQ, GSEQ, CRC, NBYTES = 0, 1, 2, 3
-SIG_BYTES = 96
-_META = struct.Struct(f"<QQQ{SIG_BYTES}s")  # group seq, crc, nbytes, signature (after the fast seq word)
+# slot header, u64 words: fast seq (published first phase), phase-2 seq, group seq, crc, nbytes; then
+# the signature text
+SEQ, PH2, GSEQ, CRC, NBYTES = 0, 1, 2, 3, 4
+SIG_OFF = 40
+SIG_BYTES = 88
+_META = struct.Struct(f"<QQQ{SIG_BYTES}s")  # group seq, crc, nbytes, signature (from word 2 on)
 _CRCS: dict[bytes, int] = {}
 
 
@@ -48,13 +52,16 @@ class FastPath:
         self.page = bell.page
         self.me = bell.index
         self.n = self.page.nlocal
-        self.max = self.page.fast_max
+        self.max = min(self.page.fast_max, fast_small_bytes())  # one-shot collectives
+        # two-phase all_reduce (reduce-scatter + all-gather in place) up to the slot size; with 2 ranks
+        # the pipelined ring over the channels measured faster (both cores copy at once), so not there
+        self.direct_max = self.page.fast_max if self.n >= 3 else self.max
         self.f = 0  # fast-path calls so far (the same on every rank)
         self.headers = [[self.page.slot_header(i, q) for q in (0, 1)] for i in range(self.n)]
         self.datas = [self.page.slot_data(self.me, q) for q in (0, 1)]
         self.peers = [i for i in range(self.n) if i != self.me]
         # byte offsets of this rank's (group seq, crc, nbytes) header words, per parity
-        self.hoff = [self.page.data_base + (2 * self.me + q) * self.page.slot_stride + 8 for q in (0, 1)]
+        self.hoff = [self.page.data_base + (2 * self.me + q) * self.page.slot_stride + 16 for q in (0, 1)]
         self.bells = [self.page.bell(i) for i in self.peers]
         self.members = bell.members
         self._views: dict = {}
@@ -114,7 +121,7 @@ class FastPath:
         h = self.headers[i][q]
         if int(h[GSEQ]) != seq or int(h[CRC]) != crc or (nbytes >= 0 and int(h[NBYTES]) != nbytes):
             g = self.members[i]
-            off = self.page.data_base + (2 * i + q) * self.page.slot_stride + 32
+            off = self.page.data_base + (2 * i + q) * self.page.slot_stride + SIG_OFF
             theirs = bytes(self.page.mm[off:off + SIG_BYTES]).rstrip(b"\0").decode(errors="replace")
             mine = sig.decode(errors="replace")
             raise CollectiveMismatchError(
@@ -177,6 +184,34 @@ class FastPath:
         self._finish(f)
         if op is ReduceOp.AVG:
             finish_avg(a, self.n)
+
+    def all_reduce_2phase(self, a: np.ndarray, op: ReduceOp, seq: int, sig: bytes, deadline: float) -> None:
+        """The 'two_shot' Schedule of all_reduce on shared memory: every rank publishes its input, reduces
+        its 1/p slice straight from every rank's slot (in rank order: identical bits everywhere), writes
+        it back into its own slot, and every rank copies the reduced slices out (DeepSpeed/vLLM style)."""
+        f, q = self._exchange(seq, sig, a, deadline)
+        n, p, me = a.size, self.n, self.me
+        base, extra = divmod(n, p)
+        lo = [i * base + min(i, extra) for i in range(p + 1)]
+        view = self._stacked(q, a.dtype, n)
+        mine = a[lo[me]:lo[me + 1]]
+        if mine.size:
+            ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op).reduce(view[:, lo[me]:lo[me + 1]], axis=0, out=mine)
+            view[me, lo[me]:lo[me + 1]] = mine
+        h = self.headers[me][q]
+        h[PH2] = f  # my slice is reduced and published
+        for b in self.bells:
+            b.ring()
+        heads = self.peer_heads
+        if any(int(hh[q][PH2]) < f for hh in heads):
+            self._wait(lambda: all(int(hh[q][PH2]) >= f for hh in heads),
+                       lambda: [i for i in self.peers if int(self.headers[i][q][PH2]) < f], deadline, seq, sig)
+        for i in self.peers:
+            if lo[i + 1] > lo[i]:
+                a[lo[i]:lo[i + 1]] = view[i, lo[i]:lo[i + 1]]
+        self._finish(f)
+        if op is ReduceOp.AVG:
+            finish_avg(a, p)
 
     def broadcast(self, a: np.ndarray, root: int, seq: int, sig: bytes, deadline: float) -> None:
         r = self.members.index(root) if root in self.members else root

@@ -296,6 +296,8 @@ class Group:
         try:
             if collective == "all_reduce":
                 fast.all_reduce(a, op, seq, sig, deadline)
+            elif collective == "all_reduce_2phase":
+                fast.all_reduce_2phase(a, op, seq, sig, deadline)
             elif collective == "broadcast":
                 fast.broadcast(a, root, seq, sig, deadline)
             elif collective == "all_gather":
@@ -333,11 +335,12 @@ class Group:
         self._check_usable("all_reduce")
         a = arrays.as_flat(tensor, "tensor", reducing=True)
         rop = self._reduce_op(op, a.dtype)
-        if algorithm is None and self._fast is not None and a.nbytes <= self._fast.max:
+        if algorithm is None and self._fast is not None and a.nbytes <= self._fast.direct_max:
+            kind = "all_reduce" if a.nbytes <= self._fast.max else "all_reduce_2phase"
             if not async_op:
-                self.ctx.runner.run_sync_call(self._run_fast, "all_reduce", a, rop, 0, timeout)
+                self.ctx.runner.run_sync_call(self._run_fast, kind, a, rop, 0, timeout)
                 return None
-            fn = lambda: self._run_fast("all_reduce", a, rop, 0, timeout)
+            fn = lambda: self._run_fast(kind, a, rop, 0, timeout)
         else:
             fn = lambda: self._execute("all_reduce", "", a.size, 0, a.dtype, rop, {"input": a, "output": a},
                                        algorithm, timeout)

@@ -295,9 +295,18 @@ BELL = 64  # bytes per rank on the host page: [0:4) doorbell counter (futex word
 FAST_SLOT_HDR = 128  # u64 words: fast seq, group seq, crc, nbytes; then the signature text (96 bytes)
 
 
-def fast_max_bytes() -> int:
-    """Largest payload of the small-message fast path (INTERLINK_FAST_MAX_BYTES, 0 disables)."""
+def fast_small_bytes() -> int:
+    """Largest payload of the one-shot small-message fast path (INTERLINK_FAST_MAX_BYTES)."""
     return _env_int("INTERLINK_FAST_MAX_BYTES", 8192)
+
+
+def fast_max_bytes() -> int:
+    """Slot size on the host page: the largest all_reduce done in place in shared memory
+    (INTERLINK_SHM_DIRECT_MAX_BYTES; 0 disables the shared-page paths)."""
+    small = fast_small_bytes()
+    if small <= 0:
+        return 0
+    return max(small, _env_int("INTERLINK_SHM_DIRECT_MAX_BYTES", 4 * 1024 * 1024))
 
 
 class HostPage:
@@ -354,7 +363,7 @@ class HostPage:
 
     def slot_header(self, index: int, parity: int) -> np.ndarray:
         off = self.data_base + (2 * index + parity) * self.slot_stride
-        return np.frombuffer(self.mm, dtype=np.uint64, count=4, offset=off)
+        return np.frombuffer(self.mm, dtype=np.uint64, count=5, offset=off)
 
     def slot_data(self, index: int, parity: int) -> np.ndarray:
         off = self.data_base + (2 * index + parity) * self.slot_stride + FAST_SLOT_HDR

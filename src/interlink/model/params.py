@@ -1,0 +1,370 @@
+"""The cost model's constants: named table entries, each with its unit and the source of its figure.
+
+Nothing in :mod:`interlink.model` hard-codes a figure: :mod:`~interlink.model.cost` reads every constant
+from a :class:`Params` (``params.get("nccl.base_latency_us.ring.simple")``). :data:`DEFAULTS` holds the
+built-in table; a file or a calibrated host profile gives a new :class:`Params` (nothing global changes).
+
+Names
+-----
+GPU topologies (NCCL's tuning model, ``src/graph/tuning.cc`` of NCCL 2.30, as summarised in
+``shared/reference/interconnects.md`` section 4)::
+
+    nccl.base_latency_us.{ring,tree}.{ll,ll128,simple}     once per collective call
+    nccl.hop_latency_us.{nvlink,pcie,net}.{ll,ll128,simple} once per round, by the kind of the round's path
+    protocol.efficiency.{ll,ll128,simple}                   fraction of the link bandwidth a protocol reaches
+    nvls.efficiency.{hopper,blackwell}                      NVLink SHARP (in-switch reduction) efficiency
+    nvls.latency_us                                         NVLS all_reduce latency
+    gpu.hbm_gbps.{a100,a800,h100,h800,h200,b200,default}    GPU memory bandwidth (the gamma of a reduction)
+    gpu.reduce_passes                                       memory passes per reduced byte
+
+CPU hosts (interlink's own runtime; ``host.*`` entries are what ``interlink bench --calibrate`` measures)::
+
+    host.call_us                     fixed cost of one collective call (Python path)
+    host.{shm,tcp}.alpha_us          per round: the exchange latency of one round over that transport
+    host.{shm,tcp}.beta_ns_per_byte  per byte a rank sends in a round (None: 1 / the path's bandwidth)
+    host.reduce_ns_per_byte          per byte a rank reduces
+    host.cores                       cores per host (0: this machine's count); ranks beyond it share cores
+    host.fast.{alpha_us,ns_per_byte,max_bytes}  the small-message fast path of an all-local group
+
+Files
+-----
+A YAML (needs PyYAML) or JSON file of ``{name: value}`` or ``{name: {value: v, source: "..."}}``,
+optionally under a top-level ``params:`` key, overrides entries (:func:`load_params`). A *profile*
+(written by :mod:`interlink.model.calibrate`, JSON, at ``INTERLINK_PROFILE`` or
+``~/.cache/interlink/profile.json``) carries measured ``host.*`` entries; :func:`with_profile`
+applies it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+__all__ = [
+    "ModelError",
+    "Param",
+    "Params",
+    "DEFAULTS",
+    "PROTOCOLS",
+    "default_params",
+    "load_params",
+    "params_from_dict",
+    "Profile",
+    "PROFILE_VERSION",
+    "profile_path",
+    "load_profile",
+    "save_profile",
+    "host_profile",
+    "with_profile",
+]
+
+PROTOCOLS = ("ll", "ll128", "simple")
+
+
+class ModelError(ValueError):
+    """A model input is wrong: unknown parameter, bad parameter file, unsupported collective or size."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One constant: ``name``, ``value`` (float, or None where the model derives it), ``unit``, ``source``."""
+
+    name: str
+    value: float | None
+    unit: str
+    source: str
+
+
+_TUNING = "NCCL 2.30 src/graph/tuning.cc (shared/reference/interconnects.md section 4)"
+_RESULTS = "benchmarks/RESULTS.md section 1 (2-core VM, 2026-11-22)"
+
+
+def _p(name: str, value: float | None, unit: str, source: str) -> Param:
+    return Param(name, value, unit, source)
+
+
+def _defaults() -> list[Param]:
+    out: list[Param] = []
+    base = {"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4)}
+    for algo, vals in base.items():
+        for proto, v in zip(PROTOCOLS, vals):
+            out.append(_p(f"nccl.base_latency_us.{algo}.{proto}", v, "us", f"{_TUNING}: baseLat {algo}"))
+    hop = {"nvlink": (0.6, 1.9, 3.4), "pcie": (1.0, 2.5, 5.7), "net": (2.7, 4.0, 14.0)}
+    for kind, vals in hop.items():
+        for proto, v in zip(PROTOCOLS, vals):
+            out.append(_p(f"nccl.hop_latency_us.{kind}.{proto}", v, "us",
+                          f"{_TUNING}: hwLat[{kind}] Ring; used for every algorithm"))
+    out += [
+        _p("protocol.efficiency.ll", 0.5, "fraction",
+           "NCCL LL: 8-byte stores of 4 data + 4 flag bytes, at most 50% of link bandwidth (interconnects.md s4)"),
+        _p("protocol.efficiency.ll128", 0.95, "fraction",
+           "NCCL LL128: 120 of every 128 bytes are data, ~95% of link bandwidth (interconnects.md s4)"),
+        _p("protocol.efficiency.simple", 1.0, "fraction", "NCCL Simple: full bandwidth (interconnects.md s4)"),
+        _p("nvls.efficiency.hopper", 0.85, "fraction", "NCCL src/tuning nvlsEfficiency: Hopper 0.85"),
+        _p("nvls.efficiency.blackwell", 0.74, "fraction", "NCCL src/tuning nvlsEfficiency: Blackwell 0.74"),
+        _p("nvls.latency_us", 25.0, "us", f"{_TUNING}: NVLS latency on NVLink"),
+        _p("gpu.hbm_gbps.a100", 2039.0, "GB/s", "A100-SXM4-80GB datasheet: HBM2e 2,039 GB/s"),
+        _p("gpu.hbm_gbps.a800", 2039.0, "GB/s", "A800 80GB: as A100-SXM4-80GB"),
+        _p("gpu.hbm_gbps.h100", 3350.0, "GB/s", "H100-SXM5 datasheet: HBM3 3.35 TB/s"),
+        _p("gpu.hbm_gbps.h800", 3350.0, "GB/s", "H800-SXM5: as H100-SXM5"),
+        _p("gpu.hbm_gbps.h200", 4800.0, "GB/s", "H200 datasheet: HBM3e 4.8 TB/s"),
+        _p("gpu.hbm_gbps.b200", 8000.0, "GB/s", "B200 datasheet: HBM3e 8 TB/s"),
+        _p("gpu.hbm_gbps.default", 2000.0, "GB/s", "estimate for an unknown GPU"),
+        _p("gpu.reduce_passes", 1.0, "passes",
+           "estimate: NCCL fuses the reduction into the copy kernel; one extra pass over HBM per reduced byte"),
+        _p("host.call_us", 6.5, "us", f"{_RESULTS}: the Python path of one call (world size 1)"),
+        _p("host.shm.alpha_us", 8.0, "us", f"{_RESULTS}: one shared-memory exchange"),
+        _p("host.tcp.alpha_us", 30.0, "us", "estimate: one loopback TCP exchange through the kernel (2 syscalls)"),
+        _p("host.shm.beta_ns_per_byte", None, "ns/B", "None: 1 / the path's bandwidth (the shm link: memcpy)"),
+        _p("host.tcp.beta_ns_per_byte", None, "ns/B", "None: 1 / the path's bandwidth (loopback-tcp link)"),
+        _p("host.reduce_ns_per_byte", 0.2, "ns/B",
+           "estimate: numpy a += b streams 3 bytes per reduced byte at ~15 GB/s of memory bandwidth"),
+        _p("host.cores", 0.0, "cores", "0: os.cpu_count() of the machine running the model"),
+        _p("host.fast.alpha_us", 20.0, "us", f"{_RESULTS}: 8-byte all_reduce of 2 ranks, 20.6 us"),
+        _p("host.fast.ns_per_byte", 0.2, "ns/B", "estimate: each rank reads and reduces every rank's payload"),
+        _p("host.fast.max_bytes", 8192.0, "B", "interlink.transport.shm.fast_max_bytes() default"),
+    ]
+    return out
+
+
+DEFAULTS: tuple[Param, ...] = tuple(_defaults())
+
+
+class Params:
+    """An immutable table of :class:`Param` by name. ``get(name)`` returns the value."""
+
+    def __init__(self, entries: Iterable[Param], origin: str = "defaults") -> None:
+        self._e: Mapping[str, Param] = MappingProxyType({p.name: p for p in entries})
+        self.origin = origin
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._e
+
+    def __iter__(self):
+        return iter(self._e.values())
+
+    def __len__(self) -> int:
+        return len(self._e)
+
+    def __repr__(self) -> str:
+        return f"Params({len(self._e)} entries, {self.origin})"
+
+    def entry(self, name: str) -> Param:
+        try:
+            return self._e[name]
+        except KeyError:
+            near = sorted(n for n in self._e if n.split(".")[0] == name.split(".")[0])
+            raise ModelError(f"no model parameter {name!r}" + (f" (known: {', '.join(near)})" if near else "")) \
+                from None
+
+    def get(self, name: str) -> float | None:
+        return self.entry(name).value
+
+    def value(self, name: str) -> float:
+        """Like :meth:`get`, for entries that must hold a number."""
+        v = self.entry(name).value
+        if v is None:
+            raise ModelError(f"model parameter {name!r} has no value")
+        return float(v)
+
+    def source(self, name: str) -> str:
+        return self.entry(name).source
+
+    def replace(self, values: Mapping[str, Any], source: str, *, allow_new: bool = False) -> "Params":
+        """A new table with some values replaced (``{name: value}`` or ``{name: {value, source, unit}}``)."""
+        e = dict(self._e)
+        for name, v in values.items():
+            if name not in e and not allow_new:
+                raise ModelError(f"{source}: no model parameter {name!r}; known: "
+                                 f"{', '.join(sorted(n for n in e if n.split('.')[0] == name.split('.')[0]))}")
+            old = e.get(name, Param(name, None, "", ""))
+            if isinstance(v, Mapping):
+                unknown = set(v) - {"value", "source", "unit"}
+                if unknown:
+                    raise ModelError(f"{source}: parameter {name!r}: unknown fields {sorted(unknown)}")
+                val = v.get("value", old.value)
+                src = str(v.get("source", source))
+                unit = str(v.get("unit", old.unit))
+            else:
+                val, src, unit = v, source, old.unit
+            if val is not None:
+                try:
+                    val = float(val)
+                except (TypeError, ValueError):
+                    raise ModelError(f"{source}: parameter {name!r} must be a number, got {val!r}") from None
+            e[name] = replace(old, value=val, source=src, unit=unit)
+        return Params(e.values(), f"{self.origin} + {source}")
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {n: {"value": p.value, "unit": p.unit, "source": p.source} for n, p in sorted(self._e.items())}
+
+    # ---- typed accessors --------------------------------------------------------------------------
+
+    def base_latency_us(self, family: str, protocol: str) -> float:
+        return self.value(f"nccl.base_latency_us.{family}.{protocol}")
+
+    def hop_latency_us(self, kind: str, protocol: str) -> float:
+        return self.value(f"nccl.hop_latency_us.{kind}.{protocol}")
+
+    def efficiency(self, protocol: str) -> float:
+        return self.value(f"protocol.efficiency.{protocol}")
+
+    def hbm_gbps(self, gpu_name: str) -> float:
+        key = gpu_family(gpu_name)
+        name = f"gpu.hbm_gbps.{key}"
+        return self.value(name if name in self else "gpu.hbm_gbps.default")
+
+    def nvls_efficiency(self, gpu_name: str) -> float:
+        arch = gpu_arch(gpu_name)
+        name = f"nvls.efficiency.{arch}"
+        return self.value(name) if name in self else 0.0
+
+    def cores(self) -> int:
+        c = int(self.value("host.cores"))
+        return c if c > 0 else (os.cpu_count() or 1)
+
+
+def gpu_family(name: str) -> str:
+    """'h100', 'a100', ... from a device name such as 'H100-SXM5-80GB'; '' when unknown."""
+    n = (name or "").lower()
+    for key in ("gb200", "b200", "b100", "h200", "h800", "h100", "gh200", "a800", "a100"):
+        if key in n:
+            return {"gb200": "b200", "b100": "b200", "gh200": "h100"}.get(key, key)
+    return ""
+
+
+def gpu_arch(name: str) -> str:
+    fam = gpu_family(name)
+    if fam in ("h100", "h800", "h200"):
+        return "hopper"
+    if fam in ("b200",):
+        return "blackwell"
+    if fam in ("a100", "a800"):
+        return "ampere"
+    return ""
+
+
+def default_params() -> Params:
+    return Params(DEFAULTS)
+
+
+def params_from_dict(data: Mapping[str, Any], base: Params | None = None, source: str = "file") -> Params:
+    base = default_params() if base is None else base
+    if isinstance(data, Mapping) and isinstance(data.get("params"), Mapping):
+        data = data["params"]
+    if not isinstance(data, Mapping):
+        raise ModelError(f"{source}: expected a mapping of parameter names to values")
+    return base.replace(data, source)
+
+
+def _read_file(path: str | os.PathLike[str]) -> Any:
+    p = os.fspath(path)
+    try:
+        with open(p, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ModelError(f"cannot read {p!r}: {exc}") from exc
+    if p.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError:
+            raise ModelError(f"{p}: reading YAML needs PyYAML (pip install 'interlink[topology]'); "
+                             "or give the parameters as JSON") from None
+        return yaml.safe_load(text)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{p}: not valid JSON: {exc}") from exc
+
+
+def load_params(path: str | os.PathLike[str], base: Params | None = None) -> Params:
+    """Parameters from a YAML/JSON file of overrides (see the module docstring)."""
+    return params_from_dict(_read_file(path) or {}, base, source=os.fspath(path))
+
+
+# ---- host profiles ---------------------------------------------------------------------------------
+
+PROFILE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What ``interlink bench --calibrate`` measured on one host.
+
+    ``params``: fitted ``host.*`` entries (``{name: value}``); ``fits``: per transport, the fit's
+    quality (samples, median and worst relative error); ``meta``: host name, date, cores, command.
+    """
+
+    params: Mapping[str, float]
+    fits: Mapping[str, Any]
+    meta: Mapping[str, Any]
+    path: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"interlink_profile": PROFILE_VERSION, "meta": dict(self.meta), "params": dict(self.params),
+                "fits": dict(self.fits)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], path: str = "") -> "Profile":
+        if not isinstance(data, Mapping) or data.get("interlink_profile") != PROFILE_VERSION:
+            raise ModelError(f"{path or 'profile'}: not an interlink profile of version {PROFILE_VERSION}")
+        return cls(dict(data.get("params") or {}), dict(data.get("fits") or {}), dict(data.get("meta") or {}), path)
+
+    @property
+    def source(self) -> str:
+        m = self.meta
+        return f"calibrated on {m.get('host', '?')} {m.get('date', '')}".strip()
+
+
+def profile_path() -> str:
+    """INTERLINK_PROFILE, else ~/.cache/interlink/profile.json."""
+    env = os.environ.get("INTERLINK_PROFILE")
+    if env:
+        return os.path.expanduser(env)
+    return os.path.join(os.path.expanduser("~"), ".cache", "interlink", "profile.json")
+
+
+def load_profile(path: str | os.PathLike[str] | None = None) -> Profile:
+    p = profile_path() if path is None else os.fspath(path)
+    return Profile.from_dict(_read_file(p), p)
+
+
+def save_profile(profile: Profile, path: str | os.PathLike[str] | None = None) -> str:
+    p = profile_path() if path is None else os.fspath(path)
+    d = os.path.dirname(p)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    tmp = f"{p}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(profile.to_dict(), f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, p)
+    return p
+
+
+_HOST_PROFILE: dict[str, Any] = {}
+
+
+def host_profile(reload: bool = False) -> Profile | None:
+    """This host's profile (read once per process and path), or None when there is none or it is unreadable."""
+    p = profile_path()
+    if reload or _HOST_PROFILE.get("path") != p:
+        prof: Profile | None
+        try:
+            prof = load_profile(p) if os.path.exists(p) else None
+        except ModelError:
+            prof = None
+        _HOST_PROFILE.clear()
+        _HOST_PROFILE.update(path=p, profile=prof)
+    return _HOST_PROFILE["profile"]
+
+
+def with_profile(params: Params, profile: Profile | None) -> Params:
+    """``params`` with the profile's measured ``host.*`` entries (unchanged when profile is None)."""
+    if profile is None:
+        return params
+    vals = {k: v for k, v in profile.params.items() if k in params}
+    return params.replace(vals, profile.source) if vals else params
