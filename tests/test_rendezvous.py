@@ -530,3 +530,10 @@ def test_detect_env_warns_when_multi_host_without_master_addr(clean_env, caplog)
 def test_detect_env_explicit_environ_mapping():
     env = detect_env(environ={"PMI_RANK": "0", "PMI_SIZE": "2"})
     assert env["source"] == "mpich" and env["world_size"] == 2
+
+
+def test_torchrun_master_port_is_shifted_and_overridable():
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29600", "TORCHELASTIC_RUN_ID": "abc"}
+    assert detect_env(environ=env)["master_port"] == 29601  # torchrun's agent holds 29600
+    env["INTERLINK_MASTER_PORT"] = "31000"
+    assert detect_env(environ=env)["master_port"] == 31000

@@ -168,7 +168,7 @@ def _bind_listener(host: str, port: int, backlog: int) -> socket.socket:
                 errno.EADDRINUSE,
                 f"cannot start the rendezvous store on {host or '*'}:{port}: address already in use. "
                 f"Another process (another job, or a leftover of an earlier run) is listening on port "
-                f"{port}. Pick a free port (MASTER_PORT=<port>, or `interlink run --master-port`) "
+                f"{port}. Pick a free port (MASTER_PORT=<port> or INTERLINK_MASTER_PORT=<port>, or `interlink run --master HOST:PORT`) "
                 f"or stop that process.",
             ) from e
         if e.errno == errno.EADDRNOTAVAIL:
@@ -855,7 +855,12 @@ def detect_env(
     if master_port is not None:
         port = int(master_port)
     else:
-        env_port = _env_int(env, "MASTER_PORT")
+        env_port = _env_int(env, "INTERLINK_MASTER_PORT")
+        if env_port is None:
+            env_port = _env_int(env, "MASTER_PORT")
+            # under torchrun its agent's own store already listens on MASTER_PORT: take the next port
+            if env_port is not None and env.get("TORCHELASTIC_RUN_ID"):
+                env_port += 1
         port = DEFAULT_MASTER_PORT if env_port is None else env_port
     if not 0 <= port <= 65535:
         raise ValueError(f"master_port must be in 0..65535, got {port}")
