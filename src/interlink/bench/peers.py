@@ -193,30 +193,9 @@ def run_gloo(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COL
     except ImportError:
         print("compare: torch with gloo not installed: skipping gloo", file=sys.stderr)
         return []
-    import multiprocessing as mp
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    ctx = mp.get_context("spawn")
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "gloo.json")
-        procs = [ctx.Process(target=_gloo_worker, args=(r, nranks, port, list(sizes), list(collectives), out))
-                 for r in range(nranks)]
-        for p in procs:
-            p.start()
-        deadline = time.monotonic() + timeout
-        for p in procs:
-            p.join(max(1.0, deadline - time.monotonic()))
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-        if not os.path.exists(out):
-            raise RuntimeError("gloo sweep failed")
-        with open(out) as f:
-            return json.load(f)
+    port = _free_port()
+    return _spawn_ranks(nranks, "gloo", timeout,
+                        lambda r, out: (_gloo_worker, (r, nranks, port, list(sizes), list(collectives), out)))
 
 
 # ---- interlink itself, with the very same loop ------------------------------------------------
@@ -257,23 +236,40 @@ def _interlink_worker(rank: int, nranks: int, env: dict, sizes: Sequence[int], c
 
 def run_interlink(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLLECTIVES,
                   transport: str = "shm", timeout: float = 1800, extra_env: dict | None = None) -> list[dict]:
-    import multiprocessing as mp
     import secrets
+
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "INTERLINK_SECRET": secrets.token_hex(16),
+           "INTERLINK_TRANSPORT": transport}
+    env.update(extra_env or {})
+    system = f"interlink-{transport}"
+    return _spawn_ranks(nranks, system, timeout,
+                        lambda r, out: (_interlink_worker, (r, nranks, env, list(sizes), list(collectives), out, system)))
+
+
+# ---- spawning the ranks of a peer --------------------------------------------------------------
+
+def _free_port() -> int:
     import socket
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "INTERLINK_SECRET": secrets.token_hex(16),
-           "INTERLINK_TRANSPORT": transport}
-    env.update(extra_env or {})
+    return port
+
+
+def _spawn_ranks(nranks: int, system: str, timeout: float, target_of: Callable) -> list[dict]:
+    """Start nranks spawned processes (target_of(rank, out_path) -> (fn, args)); rank 0 writes the
+    rows to out_path as JSON."""
+    import multiprocessing as mp
+
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "il.json")
-        procs = [ctx.Process(target=_interlink_worker,
-                             args=(r, nranks, env, list(sizes), list(collectives), out, f"interlink-{transport}"))
-                 for r in range(nranks)]
+        out = os.path.join(d, "rows.json")
+        procs = []
+        for r in range(nranks):
+            fn, args = target_of(r, out)
+            procs.append(ctx.Process(target=fn, args=args))
         for p in procs:
             p.start()
         deadline = time.monotonic() + timeout
@@ -283,6 +279,6 @@ def run_interlink(nranks: int, sizes: Sequence[int], collectives: Sequence[str] 
             if p.is_alive():
                 p.kill()
         if not os.path.exists(out):
-            raise RuntimeError(f"interlink {transport} sweep failed")
+            raise RuntimeError(f"{system} sweep failed")
         with open(out) as f:
             return json.load(f)
