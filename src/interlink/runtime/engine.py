@@ -182,16 +182,40 @@ class Engine:
         TimeoutError(pending peers) for the caller to turn into typed errors."""
         try:
             self._run(list(ops), deadline, feed)
-        except PeerClosed:
+        except PeerClosed as e:
             # a peer that failed first sends ABORT on its control socket, then exits: prefer its
-            # reason over the bare EOF of the data connection
+            # reason over the bare EOF of the data connection. The ABORT precedes the EOF in that
+            # peer's control stream, so read that stream to its end (bounded) instead of guessing a delay.
+            self.drain_control(e.peer, 2.0)
             try:
-                self.poll_controls(0.05)
+                self.poll_controls(0.0)
             except Aborted:
                 raise
             except PeerClosed:
                 pass
             raise
+
+    def drain_control(self, peer: int, timeout: float) -> None:
+        """Read ``peer``'s control stream until its ABORT (raised as Aborted) or its EOF, for at most
+        ``timeout`` seconds. Returns quietly on EOF, a clean BYE or when the time is up."""
+        sock = self.controls.get(peer)
+        if sock is None or peer in self.departed:
+            return
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                self._read_control(peer)
+            except PeerClosed:
+                return
+            if peer in self.departed:
+                return
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                select.select([sock], [], [], min(left, 0.05))
+            except (InterruptedError, OSError, ValueError):
+                return
 
     def _run(self, pending: list[Op], deadline: float, feed: Optional[Callable[[], list[Op]]]) -> None:
         channels = self.channels
