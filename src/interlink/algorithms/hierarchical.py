@@ -23,8 +23,12 @@ Rounds and traffic, even case (H hosts of L ranks, vector of n elements):
 
 from __future__ import annotations
 
+import numpy as np
+
 from .registry import register
+from .ring import _Phases, _Rings, split_sizes
 from .schedule import Builder, Chunk, Schedule, inp, out, split
+from .traffic import Traffic, register_traffic
 
 
 def default_local_size(nranks: int) -> int:
@@ -230,3 +234,74 @@ def broadcast_hierarchical(nranks: int, count: int, root: int = 0, local_size: i
     for h, members in enumerate(hs):
         _binomial_broadcast(b, k, members, members.index(leaders[h]), n, root)
     return b.build()
+
+
+# ---- vectorised traffic for large rank counts ---------------------------------------------------------
+
+
+
+def _block_sizes(psz: np.ndarray, m: int, L: int) -> np.ndarray:
+    """Elements each local rank of a host of m ranks owns: the sum of its lanes (see owned_lanes)."""
+    c = np.arange(m, dtype=np.int64)
+    first, end = -(-c * L // m), -(-(c + 1) * L // m)
+    cs = np.concatenate([[0], np.cumsum(psz)])
+    return cs[end] - cs[first]
+
+
+def _intra_stage(p: int, L: int, H: int, psz: np.ndarray, s0: int, reduce: bool, out: _Phases) -> None:
+    """Ring reduce-scatter (s0 = -1, reducing) or all-gather (s0 = 0) inside every host at once."""
+    m_last = p - (H - 1) * L
+    full = H if m_last == L else H - 1
+    groups = []
+    if full and L > 1:
+        members = np.arange(L, dtype=np.int64)[:, None] + L * np.arange(full, dtype=np.int64)[None, :]
+        groups.append(_Rings(members, np.tile(_block_sizes(psz, L, L), (full, 1)), p))
+    short = None
+    if m_last < L and m_last > 1:
+        short = _Rings(((H - 1) * L + np.arange(m_last, dtype=np.int64))[:, None],
+                       _block_sizes(psz, m_last, L)[None, :], p)
+    if short is None and len(groups) == 1:
+        groups[0].phases(s0, reduce, out)  # full hosts only: identical rounds stored once
+        return
+    for t in range(L - 1):
+        parts = [g.round(t, s0, reduce) for g in groups]
+        if short is not None and t < m_last - 1:
+            parts.append(short.round(t, s0, reduce))
+        if not parts:
+            continue
+        src = np.concatenate([x[0] for x in parts])
+        dst = np.concatenate([x[1] for x in parts])
+        el = np.concatenate([x[2] for x in parts])
+        red = None
+        if reduce:
+            red = np.zeros(p, dtype=np.int64)
+            for x in parts:
+                red += x[3]
+        out.add(src, dst, el, red)
+
+
+@register_traffic("all_reduce", "hierarchical")
+def all_reduce_hierarchical_traffic(nranks: int, count: int, root: int = 0,
+                                    local_size: int | None = None) -> Traffic:
+    """Traffic of :func:`all_reduce_hierarchical`: L - 1 intra-host reduce-scatter rounds, 2(H - 1)
+    rounds of the lane rings across hosts (all lanes at once), L - 1 intra-host all-gather rounds."""
+    p, n = nranks, count
+    L = resolve_local_size(p, local_size)
+    H = -(-p // L)
+    out = _Phases(p)
+    if p == 1 or n == 0:
+        return out.traffic("all_reduce", "hierarchical", n)
+    psz = split_sizes(n, L)
+    _intra_stage(p, L, H, psz, -1, True, out)
+    if H > 1:
+        m_last = p - (H - 1) * L
+        lanes = np.arange(L, dtype=np.int64)
+        members = np.arange(H, dtype=np.int64)[:, None] * L + lanes[None, :]
+        members[H - 1] = (H - 1) * L + lanes * m_last // L  # the owners of the lanes in the last host
+        base, extra = np.divmod(psz, H)
+        sizes = base[:, None] + (np.arange(H)[None, :] < extra[:, None])
+        rings = _Rings(members, sizes.astype(np.int64), p)
+        rings.phases(-1, True, out)  # reduce-scatter along each lane
+        rings.phases(0, False, out)  # all-gather along each lane
+    _intra_stage(p, L, H, psz, 0, False, out)
+    return out.traffic("all_reduce", "hierarchical", n)

@@ -5,8 +5,11 @@ Bandwidth-optimal for large messages; latency grows linearly with the number of 
 
 from __future__ import annotations
 
+import numpy as np
+
 from .registry import register
 from .schedule import Builder, Schedule, inp, out, scr, split
+from .traffic import Phase, Traffic, register_traffic
 
 
 @register("all_reduce", "ring")
@@ -98,3 +101,171 @@ def broadcast_ring(nranks: int, count: int, root: int = 0, segments: int | None 
             b.send(rnd, src, dst, inp(so, sn) if src == root else out(so, sn))
             b.recv(rnd, dst, src, out(so, sn))
     return b.build()
+
+
+# ---- vectorised traffic for large rank counts ---------------------------------------------------------
+#
+# The generators below return exactly ``traffic.from_schedule`` of the builders above (tests check it for
+# p in 1..33 and many counts), without building a Schedule: numpy over ranks, one Python step per round,
+# and identical consecutive rounds stored once with a repeat count. When the count does not divide
+# evenly, consecutive ring rounds differ (the block sizes rotate); every round is then kept, exact, but
+# its arrays are *views* of one doubled array of block sizes, so memory stays O(p) for all 2(p-1) rounds.
+
+
+
+def split_sizes(count: int, parts: int) -> np.ndarray:
+    """The sizes of :func:`~interlink.algorithms.schedule.split` as an int64 array."""
+    base, extra = divmod(int(count), int(parts))
+    out = np.full(parts, base, dtype=np.int64)
+    out[:extra] += 1
+    return out
+
+
+class _Rings:
+    """R parallel rings of m members, numbered member-major: message j = i * R + l is member i of ring l
+    sending to member i + 1 of ring l (members[i, l] holds the rank; sizes[l, k] is the element count
+    of block k of ring l).
+
+    In round t member i sends block (i - t + s0) % m and receives block (i - t + s0 - 1) % m. With the
+    member-major order, the block sizes of round t are one contiguous window of ``W`` (W[k*R + l] =
+    sizes[l, k % m]), so every round is a view; only zero-sized blocks (dropped, as the Builder drops
+    them) and per-rank reductions of ranks that hold several members cost a copy.
+    """
+
+    def __init__(self, members: np.ndarray, sizes: np.ndarray, nranks: int) -> None:
+        m, R = members.shape
+        self.m, self.R, self.nranks = m, R, nranks
+        self.src = members.reshape(-1)
+        self.dst = np.roll(members, -1, axis=0).reshape(-1)
+        self.W = np.ascontiguousarray(sizes[:, np.arange(2 * m + 2) % m].T).reshape(-1)
+        # rounds repeat exactly when every ring's blocks have one size
+        self.const = bool((sizes == sizes[:, :1]).all()) if sizes.size else True
+        self.identity = self.src.size == nranks and bool((self.src == np.arange(nranks)).all())
+        nz = sizes > 0
+        self.any_zero = not bool(nz.all())
+        # one ring whose non-empty blocks are a prefix (split() sizes): windows of the doubled ranks
+        self.prefix = -1
+        if R == 1 and self.any_zero:
+            z = int(nz[0].sum())
+            if bool(nz[0, :z].all()):
+                self.prefix = z
+                self.src2 = np.concatenate([self.src, self.src])
+                self.dst2 = np.concatenate([self.dst, self.dst])
+                self.sizes0 = sizes[0]
+
+    def _window(self, off: int) -> np.ndarray:
+        start = (self.m + off) * self.R
+        return self.W[start:start + self.m * self.R]
+
+    def round(self, t: int, s0: int, reduce: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """(src, dst, elems, reduced per rank or None) of round t."""
+        el = self._window(s0 - t)
+        red = None
+        if reduce:
+            rv = self._window(s0 - t - 1)
+            red = rv if self.identity else np.bincount(self.src, weights=rv, minlength=self.nranks).astype(np.int64)
+        if not self.any_zero:
+            return self.src, self.dst, el, red
+        if self.prefix >= 0:
+            a = (t - s0) % self.m
+            z = self.prefix
+            return self.src2[a:a + z], self.dst2[a:a + z], self.sizes0[:z], red
+        keep = el > 0
+        return self.src[keep], self.dst[keep], el[keep], red
+
+    def phases(self, s0: int, reduce: bool, out: "_Phases") -> None:
+        """Append the m - 1 rounds (one phase with a repeat count when they are identical)."""
+        if self.m < 2:
+            return
+        if self.const:
+            out.add(*self.round(0, s0, reduce), repeat=self.m - 1, merge=False)
+            return
+        for t in range(self.m - 1):
+            out.add(*self.round(t, s0, reduce), merge=False)
+
+
+class _Phases:
+    """Collects the rounds of a Traffic as :func:`~interlink.algorithms.traffic.from_schedule` would:
+    rounds with no message and no reduction are skipped, ``reduced`` is None when nothing is reduced,
+    and (with ``merge``) a round identical to the previous one extends its repeat count."""
+
+    def __init__(self, nranks: int) -> None:
+        self.nranks = nranks
+        self.list: list[Phase] = []
+
+    def add(self, src: np.ndarray, dst: np.ndarray, elems: np.ndarray, reduced: np.ndarray | None,
+            repeat: int = 1, merge: bool = True) -> None:
+        if reduced is not None and not reduced.any():
+            reduced = None
+        if src.size == 0 and reduced is None:
+            return
+        ph = Phase(src, dst, elems, reduced, repeat)
+        if merge and self.list:
+            last = self.list[-1]
+            if last.same_as(ph):
+                self.list[-1] = Phase(last.src, last.dst, last.elems, last.reduced, last.repeat + repeat)
+                return
+        self.list.append(ph)
+
+    def traffic(self, collective: str, algorithm: str, count: int) -> Traffic:
+        return Traffic(collective, algorithm, self.nranks, count, tuple(self.list))
+
+
+def _ring(p: int) -> np.ndarray:
+    return np.arange(p, dtype=np.int64)[:, None]
+
+
+@register_traffic("all_reduce", "ring")
+def all_reduce_ring_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`all_reduce_ring`: p - 1 reduce-scatter rounds, then p - 1 all-gather rounds."""
+    p = nranks
+    out = _Phases(p)
+    if p > 1 and count > 0:
+        rings = _Rings(_ring(p), split_sizes(count, p)[None, :], p)
+        rings.phases(0, True, out)   # round t: rank r sends chunk (r - t), reduces chunk (r - t - 1)
+        rings.phases(1, False, out)  # round t: rank r sends chunk (r + 1 - t), stores chunk (r - t)
+    return out.traffic("all_reduce", "ring", count)
+
+
+@register_traffic("all_gather", "ring")
+def all_gather_ring_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`all_gather_ring`: p - 1 identical rounds of one block per rank."""
+    p = nranks
+    out = _Phases(p)
+    if p > 1 and count > 0:
+        r = np.arange(p, dtype=np.int64)
+        out.add(r, (r + 1) % p, np.full(p, count, dtype=np.int64), None, repeat=p - 1)
+    return out.traffic("all_gather", "ring", count)
+
+
+@register_traffic("reduce_scatter", "ring")
+def reduce_scatter_ring_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`reduce_scatter_ring`: p - 1 identical rounds, each rank sends and reduces a block."""
+    p = nranks
+    out = _Phases(p)
+    if p > 1 and count > 0:
+        r = np.arange(p, dtype=np.int64)
+        blk = np.full(p, count, dtype=np.int64)
+        out.add(r, (r + 1) % p, blk, blk.copy(), repeat=p - 1)
+    return out.traffic("reduce_scatter", "ring", count)
+
+
+@register_traffic("broadcast", "ring")
+def broadcast_ring_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None) -> Traffic:
+    """Traffic of :func:`broadcast_ring`: link i of the chain (ranks root+i-1 -> root+i) carries segment
+    s in round s + i - 1."""
+    p, n = nranks, count
+    out = _Phases(p)
+    if p == 1 or n == 0:
+        return out.traffic("broadcast", "ring", n)
+    if segments is None:
+        segments = 1 if p == 2 else min(n, 8)
+    seg = split_sizes(n, max(1, min(segments, n)))
+    S = seg.size
+    for k in range(S + p - 2):
+        i = np.arange(max(1, k - S + 2), min(p - 1, k + 1) + 1, dtype=np.int64)
+        el = seg[k - i + 1]
+        keep = el > 0
+        i, el = i[keep], el[keep]
+        out.add((root + i - 1) % p, (root + i) % p, el, None)
+    return out.traffic("broadcast", "ring", n)

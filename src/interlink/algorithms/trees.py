@@ -9,8 +9,12 @@ Logarithmic latency (``ceil(log2 p)`` rounds); good for small and medium message
 
 from __future__ import annotations
 
+import numpy as np
+
 from .registry import register
+from .ring import _Phases, split_sizes
 from .schedule import Builder, Schedule, inp, out, scr, split
+from .traffic import Traffic, register_traffic
 
 
 def ceil_log2(p: int) -> int:
@@ -254,3 +258,109 @@ __all__ = [
     "broadcast_binomial", "reduce_binomial", "gather_binomial", "scatter_binomial", "all_reduce_tree",
     "btree_parents", "double_binary_tree", "ceil_log2",
 ]
+
+
+# ---- vectorised traffic for large rank counts ---------------------------------------------------------
+
+
+
+def _btree_parents_np(p: int) -> np.ndarray:
+    r = np.arange(p, dtype=np.int64)
+    bit = r & -r
+    up = (r ^ bit) | (bit << 1)
+    up = np.where(up >= p, r ^ bit, up)
+    up[0] = -1
+    return up
+
+
+def _double_binary_tree_np(p: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`double_binary_tree` with numpy (parent arrays)."""
+    t1 = _btree_parents_np(p)
+    r = np.arange(p, dtype=np.int64)
+    if p % 2 == 0:
+        m = t1[p - 1 - r]
+        t2 = np.where(m < 0, -1, p - 1 - m)
+    else:
+        m = t1[(r - 1) % p]
+        t2 = np.where(m < 0, -1, (m + 1) % p)
+    return t1, t2
+
+
+def _depths_heights_np(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depth of every rank and height of its subtree; O(p x height) numpy."""
+    p = parents.size
+    nonroot = parents >= 0
+    depth = np.zeros(p, dtype=np.int64)
+    u = parents.copy()
+    while True:
+        up = u >= 0
+        if not up.any():
+            break
+        depth += up
+        u = np.where(up, parents[np.maximum(u, 0)], -1)
+    height = np.zeros(p, dtype=np.int64)
+    kids, par = np.flatnonzero(nonroot), parents[nonroot]
+    while True:
+        new = np.zeros(p, dtype=np.int64)
+        np.maximum.at(new, par, height[kids] + 1)
+        if np.array_equal(new, height):
+            break
+        height = new
+    return depth, height
+
+
+@register_traffic("all_reduce", "tree")
+def all_reduce_tree_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None) -> Traffic:
+    """Traffic of :func:`all_reduce_tree` (both trees of the double binary tree, every segment), one
+    numpy pass over the ranks per round."""
+    p, n = nranks, count
+    out = _Phases(p)
+    if p == 1:
+        return out.traffic("all_reduce", "tree", n)
+    S = max(1, min(int(segments) if segments is not None else 1, n // 2))
+    halves = split_sizes(n, 2)
+    trees = []
+    last = 0
+    for hn, parents in zip(halves.tolist(), _double_binary_tree_np(p)):
+        depth, height = _depths_heights_np(parents)
+        H = int(height[parents < 0][0])
+        kids = np.flatnonzero(parents >= 0)
+        seg = split_sizes(hn, S)
+        trees.append((parents, kids, depth, height, H, seg))
+        last = max(last, 1 + int(height[kids].max(initial=0)) + S - 1, 1 + H + S - 1 + int(depth.max()) - 1)
+    for k in range(1, last + 1):
+        srcs, dsts, els = [], [], []
+        red = np.zeros(p, dtype=np.int64)
+        for parents, kids, depth, height, H, seg in trees:
+            s = k - 1 - height[kids]  # up: a rank of subtree height h sends segment s in round 1 + h + s
+            ok = (s >= 0) & (s < S)
+            c, el = kids[ok], seg[s[ok]]
+            nz = el > 0
+            c, el = c[nz], el[nz]
+            srcs.append(c)
+            dsts.append(parents[c])
+            els.append(el)
+            red += np.bincount(parents[c], weights=el, minlength=p).astype(np.int64)
+            s = k - H - depth[kids]  # down: parent at depth d - 1 sends segment s in round 1 + H + s + d - 1
+            ok = (s >= 0) & (s < S)
+            c, el = kids[ok], seg[s[ok]]
+            nz = el > 0
+            c, el = c[nz], el[nz]
+            srcs.append(parents[c])
+            dsts.append(c)
+            els.append(el)
+        out.add(np.concatenate(srcs), np.concatenate(dsts), np.concatenate(els), red)
+    return out.traffic("all_reduce", "tree", n)
+
+
+@register_traffic("broadcast", "binomial")
+def broadcast_binomial_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`broadcast_binomial`: in round k relative ranks v < 2^k send to v + 2^k."""
+    p, n = nranks, count
+    out = _Phases(p)
+    if n > 0:
+        for k in range(ceil_log2(p)):
+            step = 1 << k
+            v = np.arange(min(step, p - step), dtype=np.int64)
+            out.add((v + root) % p, (v + step + root) % p, np.full(v.size, n, dtype=np.int64), None)
+    return out.traffic("broadcast", "binomial", n)

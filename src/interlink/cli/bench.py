@@ -99,6 +99,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="force an algorithm (see `interlink algorithms`); default: INTERLINK_ALGO or the built-in choice")
     p.add_argument("--json", dest="json_path", default=None, metavar="FILE",
                    help="also write {collective, nranks, rows: [...]} to FILE ('-' for stdout, instead of the table)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="measure this host's transports (shm, tcp; 2 and --ranks ranks, default 2 and 4), fit the "
+                        "cost model's host parameters and write the profile (INTERLINK_PROFILE or "
+                        "~/.cache/interlink/profile.json) that predictions and the tuner use")
     p.set_defaults(func=run)
     return p
 
@@ -191,10 +195,65 @@ class _LineSink:
 # ---- the command ------------------------------------------------------------------------------
 
 
+def calibrate(args: argparse.Namespace) -> int:
+    """``interlink bench --calibrate``: measure, fit, save the profile, print the fit."""
+    from ..model import calibrate as cal
+
+    n = args.ranks if args.ranks is not None else 4
+    if n < 2:
+        print("interlink bench: --calibrate needs --ranks >= 2", file=sys.stderr)
+        return 2
+    ranks = (2, n) if n > 2 else (2,)
+    transports = (args.transport,) if args.transport else cal.TRANSPORTS
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        prof, samples = cal.calibrate(ranks, transports, log=say)
+    except (RuntimeError, OSError) as exc:
+        print(f"interlink bench: calibration failed: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(cal.report_lines(prof, samples)))
+    return 0
+
+
+def add_predictions(rows: list, collective: str, nranks: int, transport: str, algorithm: Any = None) -> None:
+    """Add ``pred_busbw`` (bytes/s) to each row: the cost model's bus bandwidth for the row's algorithm on
+    this host (its calibrated profile if any, else the built-in CPU host parameters). Rows the model
+    cannot predict get None; nothing is added when the model is unavailable."""
+    try:
+        from ..model import predict
+        from ..model.cost import FAST_COLLECTIVES
+        from ..model.tuner import group_topology
+        from ..transport import shm
+    except ImportError:
+        return
+    topo = group_topology((1, nranks), nranks)
+    tcp = transport == "tcp"
+    fast_max = getattr(shm, "fast_small_bytes", getattr(shm, "fast_max_bytes", lambda: 0))()
+    for row in rows:
+        algo = row.get("algorithm")
+        try:
+            if collective == "sendrecv" or algo is None:
+                row["pred_busbw"] = None
+                continue
+            # the out-of-place call of these takes the small-message fast path (see bench.sweep._make_call)
+            if (algorithm is None and not os.environ.get("INTERLINK_ALGO") and not tcp and nranks > 1
+                    and collective in FAST_COLLECTIVES - {"all_reduce", "broadcast"}):
+                per_rank = row["size"] // nranks if collective == "all_gather" else row["size"]
+                if per_rank <= fast_max:
+                    algo = "fast"
+            pred = predict(collective, row["size"], topo, algorithm=algo, dtype=row.get("type", "float32"),
+                           root=max(0, int(row.get("root", 0))), transport="tcp" if tcp else None)
+            row["pred_busbw"] = pred.busbw_gbps * 1e9
+        except Exception:  # noqa: BLE001 - a column of predictions must never break the benchmark
+            row["pred_busbw"] = None
+
+
 def run(args: argparse.Namespace) -> int:
     from .. import __version__
     from .launcher import LaunchError, launch
 
+    if getattr(args, "calibrate", False):
+        return calibrate(args)
     nranks = args.ranks if args.ranks is not None else default_ranks()
     cfg = BenchConfig(collective=args.collective, min_bytes=args.minbytes, max_bytes=args.maxbytes,
                       factor=args.stepfactor, iters=args.iters, warmup=args.warmup, dtype=args.dtype,
@@ -247,6 +306,7 @@ def run(args: argparse.Namespace) -> int:
 
     rows = state["rows"]
     start = state["start"]
+    add_predictions(rows, cfg.collective, start["nranks"], start["transport"], cfg.algorithm)
     meta = {"version": __version__, "collective": cfg.collective, "nranks": start["nranks"],
             "transport": start["transport"], "dtype": rows[0]["type"] if rows else cfg.dtype, "op": cfg.op,
             "root": cfg.root, "algorithm": cfg.algorithm, "min_bytes": cfg.min_bytes, "max_bytes": cfg.max_bytes,

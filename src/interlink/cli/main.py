@@ -17,6 +17,8 @@ SUBCOMMANDS: tuple[str, ...] = (
     "algorithms",
     "bench",
     "topo",
+    "predict",
+    "simulate",
 )
 
 

@@ -16,15 +16,20 @@ GPU topologies (NCCL's tuning model, ``src/graph/tuning.cc`` of NCCL 2.30, as su
     nvls.latency_us                                         NVLS all_reduce latency
     gpu.hbm_gbps.{a100,a800,h100,h800,h200,b200,default}    GPU memory bandwidth (the gamma of a reduction)
     gpu.reduce_passes                                       memory passes per reduced byte
+    reduce.overlap.{gpu,cpu}                                how much of the reduction hides under the transfer
 
 CPU hosts (interlink's own runtime; ``host.*`` entries are what ``interlink bench --calibrate`` measures)::
 
     host.call_us                     fixed cost of one collective call (Python path)
     host.{shm,tcp}.alpha_us          per round: the exchange latency of one round over that transport
+    host.{shm,tcp}.op_us             per round, per message the busiest rank sends or receives
+    host.{shm,tcp}.alpha_oversub_us  per round, x (ranks active on a host - cores) / cores: shared cores
     host.{shm,tcp}.beta_ns_per_byte  per byte a rank sends in a round (None: 1 / the path's bandwidth)
-    host.reduce_ns_per_byte          per byte a rank reduces
-    host.cores                       cores per host (0: this machine's count); ranks beyond it share cores
-    host.fast.{alpha_us,ns_per_byte,max_bytes}  the small-message fast path of an all-local group
+    host.reduce_ns_per_byte          per byte a rank reduces (host.tcp.reduce_ns_per_byte: out of TCP messages)
+    host.llc_bytes, host.dram_factor per-byte costs grow by up to dram_factor once the working set leaves the cache
+    (cores per host come from the topology: ``meta['cores_per_host']`` or its core devices; ranks beyond them share)
+    host.fast.{alpha_us,alpha_oversub_us,ns_per_byte,max_bytes}  the one-shot fast path of an all-local group
+    host.fast2.{...}                 its two-phase all_reduce in shared memory (each rank reduces 1/p)
 
 Files
 -----
@@ -115,17 +120,46 @@ def _defaults() -> list[Param]:
         _p("gpu.hbm_gbps.default", 2000.0, "GB/s", "estimate for an unknown GPU"),
         _p("gpu.reduce_passes", 1.0, "passes",
            "estimate: NCCL fuses the reduction into the copy kernel; one extra pass over HBM per reduced byte"),
+        _p("reduce.overlap.gpu", 1.0, "fraction",
+           "NCCL's kernels reduce as the data streams in (the reduction is fused into the copy), so the HBM "
+           "pass overlaps the link transfer: a round takes max(transfer, reduce) (0: transfer + reduce)"),
+        _p("reduce.overlap.cpu", 0.0, "fraction",
+           "interlink's executor reduces received slots with numpy on the same cores that copy: additive"),
         _p("host.call_us", 6.5, "us", f"{_RESULTS}: the Python path of one call (world size 1)"),
         _p("host.shm.alpha_us", 8.0, "us", f"{_RESULTS}: one shared-memory exchange"),
         _p("host.tcp.alpha_us", 30.0, "us", "estimate: one loopback TCP exchange through the kernel (2 syscalls)"),
+        _p("host.shm.op_us", 4.0, "us",
+           "estimate: Python cost of posting and completing one message, per message of the busiest rank "
+           "in a round"),
+        _p("host.tcp.op_us", 6.0, "us", "estimate: as host.shm.op_us, plus a socket call"),
+        _p("host.shm.alpha_oversub_us", 50.0, "us",
+           f"{_RESULTS}: 4 ranks on 2 cores pay ~10x the latency of 2 (futex sleeps and wake-ups); added per "
+           "round x (ranks active on a host - cores) / cores"),
+        _p("host.tcp.alpha_oversub_us", 50.0, "us", "estimate: as host.shm.alpha_oversub_us"),
         _p("host.shm.beta_ns_per_byte", None, "ns/B", "None: 1 / the path's bandwidth (the shm link: memcpy)"),
         _p("host.tcp.beta_ns_per_byte", None, "ns/B", "None: 1 / the path's bandwidth (loopback-tcp link)"),
         _p("host.reduce_ns_per_byte", 0.2, "ns/B",
            "estimate: numpy a += b streams 3 bytes per reduced byte at ~15 GB/s of memory bandwidth"),
-        _p("host.cores", 0.0, "cores", "0: os.cpu_count() of the machine running the model"),
-        _p("host.fast.alpha_us", 20.0, "us", f"{_RESULTS}: 8-byte all_reduce of 2 ranks, 20.6 us"),
+        _p("host.tcp.reduce_ns_per_byte", None, "ns/B",
+           "per byte a rank reduces out of TCP messages (received into a buffer first); None: "
+           "host.reduce_ns_per_byte"),
+        _p("host.llc_bytes", 32.0 * 2**20, "B",
+           "estimate (this project's VM: 32 MiB L3); per-byte costs grow once a host's working set leaves it"),
+        _p("host.dram_factor", 1.0, "x",
+           "per-byte cost out of cache / in cache; 1: no cache effect (calibration fits it); the factor applied "
+           "is 1 + (x - 1) * max(0, 1 - llc / working set), working set = 2 x S x ranks on the host"),
+        _p("host.fast.alpha_us", 14.0, "us", f"{_RESULTS}: 8-byte all_reduce of 2 ranks, 20.6 us (less the call)"),
+        _p("host.fast.alpha_oversub_us", 190.0, "us", f"{_RESULTS}: 8-byte all_reduce of 4 ranks on 2 cores, 212 us"),
         _p("host.fast.ns_per_byte", 0.2, "ns/B", "estimate: each rank reads and reduces every rank's payload"),
-        _p("host.fast.max_bytes", 8192.0, "B", "interlink.transport.shm.fast_max_bytes() default"),
+        _p("host.fast.max_bytes", 8192.0, "B", "interlink.transport.shm.fast_small_bytes() default"),
+        _p("host.fast2.alpha_us", 20.0, "us", "estimate: two exchanges on the host page (publish, reduced slice)"),
+        _p("host.fast2.alpha_oversub_us", 100.0, "us", "estimate: as host.fast.alpha_oversub_us, two exchanges"),
+        _p("host.fast2.ns_per_byte", 0.4, "ns/B",
+           "estimate: per byte of the vector, a rank copies it in, reduces its slice from every slot and "
+           "copies the other slices out (~3 passes at ~8 GB/s)"),
+        _p("host.fast2.min_ranks", 3.0, "ranks", "interlink.runtime.fastpath: two-phase all_reduce from 3 ranks"),
+        _p("host.fast2.max_bytes", 4.0 * 2**20, "B",
+           "interlink.transport.shm.fast_max_bytes() default: all_reduce in shared memory up to this size"),
     ]
     return out
 
@@ -221,10 +255,6 @@ class Params:
         arch = gpu_arch(gpu_name)
         name = f"nvls.efficiency.{arch}"
         return self.value(name) if name in self else 0.0
-
-    def cores(self) -> int:
-        c = int(self.value("host.cores"))
-        return c if c > 0 else (os.cpu_count() or 1)
 
 
 def gpu_family(name: str) -> str:

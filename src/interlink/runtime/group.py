@@ -33,8 +33,9 @@ log = logging.getLogger("interlink")
 
 RECORDER_SIZE = int(os.environ.get("INTERLINK_RECORDER", "32"))
 
-# Default algorithm choice (the model's tuner replaces this table): preference lists per collective,
-# small messages first. The first registered algorithm wins.
+# Default algorithm choice: the model's tuner (interlink.model.tuner) for the group's layout; this table
+# when the model fails or INTERLINK_TUNER=table: preference lists per collective, small messages first.
+# The first registered algorithm wins.
 SMALL_BYTES = 64 * 1024
 _TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "all_reduce": (("recursive_doubling", "direct", "ring"), ("ring",)),
@@ -55,8 +56,31 @@ HIERARCHICAL = {"all_reduce": "hierarchical", "all_gather": "hierarchical", "bro
 _PER_RANK_BLOCK = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 
 
-def default_algorithm(collective: str, nbytes: int, nranks: int) -> str:
-    return _default_algorithm(collective, nbytes <= SMALL_BYTES, nranks, len(registry.entries()))
+def default_algorithm(collective: str, nbytes: int, nranks: int, layout: Optional[tuple[int, int]] = None) -> str:
+    """The algorithm a call runs when neither the call nor INTERLINK_ALGO names one: the cost model's
+    choice for a group of ``nranks`` laid out as ``layout`` (hosts, ranks per host; default one host),
+    or :func:`table_algorithm` when the model fails or INTERLINK_TUNER=table."""
+    layout = layout or (1, nranks)
+    if os.environ.get("INTERLINK_TUNER", "").lower() != "table":
+        try:
+            from ..model import tuner
+
+            transport = "tcp" if os.environ.get("INTERLINK_TRANSPORT", "").lower() == "tcp" else None
+            return tuner.choose_for_group(collective, nbytes, nranks, layout, transport)
+        except Exception as exc:  # noqa: BLE001 - the table is the fallback
+            log.debug("interlink: tuner failed for %s (%d bytes, %d ranks): %s; using the table",
+                      collective, nbytes, nranks, exc)
+    return table_algorithm(collective, nbytes, nranks, layout)
+
+
+def table_algorithm(collective: str, nbytes: int, nranks: int, layout: tuple[int, int] = (1, 1)) -> str:
+    """The built-in table: small/large preference lists, hierarchical when the group spans hosts."""
+    algo = _default_algorithm(collective, nbytes <= SMALL_BYTES, nranks, len(registry.entries()))
+    nhosts, local_size = layout
+    if nhosts > 1 and local_size > 1 and nbytes > SMALL_BYTES and \
+            collective in HIERARCHICAL and HIERARCHICAL[collective] in registry.algorithms_for(collective):
+        algo = HIERARCHICAL[collective]  # the group spans hosts: cross each link once
+    return algo
 
 
 @functools.lru_cache(maxsize=256)
@@ -227,10 +251,7 @@ class Group:
             nhosts, local_size = self.host_layout()
             algo = algorithm or _env_algorithm(collective)
             if algo is None:
-                algo = default_algorithm(collective, nbytes, self.size)
-                if nhosts > 1 and local_size > 1 and nbytes > SMALL_BYTES and \
-                        collective in HIERARCHICAL and HIERARCHICAL[collective] in registry.algorithms_for(collective):
-                    algo = HIERARCHICAL[collective]  # the group spans hosts: cross each link once
+                algo = default_algorithm(collective, nbytes, self.size, (nhosts, local_size))
             params = {}
             if "local_size" in registry.get_entry(collective, algo).params:
                 params["local_size"] = local_size if nhosts > 1 else self.size
@@ -280,7 +301,9 @@ class Group:
     def _run_fast(self, collective: str, a: np.ndarray, op: ReduceOp, root: int, timeout: Optional[float],
                   out: Optional[np.ndarray] = None) -> None:
         """Small collectives of an all-local world: one shared write per rank (``a`` is the input)."""
-        self._check_usable(collective)
+        # errors name the collective the user called, not the fast path's variant of it
+        public = "all_reduce" if collective == "all_reduce_2phase" else collective
+        self._check_usable(public)
         self.seq += 1
         seq = self.seq
         key = (collective, a.dtype, a.size, op, root)
@@ -310,7 +333,7 @@ class Group:
             rec.state = "failed"
             if isinstance(e, (KeyboardInterrupt, MemoryError)):
                 raise
-            raise self._fail(e, collective, seq) from None
+            raise self._fail(e, public, seq) from None
         rec.state = "done"
         rec.duration = time.perf_counter() - rec.start
 

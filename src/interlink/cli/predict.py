@@ -1,0 +1,110 @@
+"""``interlink predict``: the cost model's prediction for one collective, size and topology.
+
+    interlink predict all_reduce --size 1G --topology dgx-h100
+    interlink predict all_reduce --size 64M --topology 16xdgx-h100 --algorithm ring --json
+    interlink predict broadcast --size 1M --nranks 4                  # this machine (calibrated profile)
+
+Prints the predicted time, algbw and busbw (nccl-tests definitions, GB/s = 1e9 B/s), the chosen
+algorithm and protocol, the runner-up, and a table of every algorithm (its best protocol; ``--all``:
+every algorithm x protocol). ``--json`` prints the prediction as one JSON object instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .bench import parse_collective, parse_size
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "predict",
+        help="predict a collective's time and bus bandwidth on a topology (the cost model)",
+        description="Predict time, algbw and busbw of a collective with the alpha-beta-gamma cost model: every "
+                    "registered algorithm (x protocol LL/LL128/Simple on GPU topologies, plus NVLS where the "
+                    "NVSwitch has it) is evaluated on the topology and the fastest is chosen.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Sizes take binary K/M/G suffixes (64K = 65536), as nccl-tests: the size is the bytes of the largest "
+               "buffer. Topologies: a preset (dgx-h100), a cluster (16xdgx-h100:oversub=2), a .yaml/.json file, or "
+               "'this' (default: this machine; a CPU host uses the profile of `interlink bench --calibrate`).",
+    )
+    p.add_argument("collective", type=parse_collective, help="all_reduce, broadcast, reduce, all_gather, ...")
+    p.add_argument("--size", "-s", type=parse_size, required=True, metavar="BYTES",
+                   help="bytes of the largest buffer (8, 64K, 1M, 8G)")
+    p.add_argument("--topology", "-t", default=None, metavar="SPEC", help="topology (default: this machine)")
+    p.add_argument("--nranks", "-n", type=int, default=None, metavar="N",
+                   help="ranks (default: every rank of the topology; the first N otherwise)")
+    p.add_argument("--algorithm", "-a", default=None, metavar="A", help="only this algorithm (or nvls, fast)")
+    p.add_argument("--dtype", "-d", default="float32", metavar="D", help="element type (default float32)")
+    p.add_argument("--root", type=int, default=0, help="root of rooted collectives (default 0)")
+    p.add_argument("--transport", choices=("shm", "tcp"), default=None,
+                   help="CPU hosts: the transport between ranks of a host (default shm)")
+    p.add_argument("--params", default=None, metavar="FILE",
+                   help="YAML/JSON file overriding model parameters (see interlink.model.params)")
+    p.add_argument("--no-profile", action="store_true", help="ignore this host's calibrated profile")
+    p.add_argument("--all", action="store_true", help="table of every algorithm x protocol")
+    p.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+def _gbs(v: float) -> str:
+    return f"{v:.2f}"
+
+
+def _time(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:.3f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3f} ms"
+    return f"{us:.2f} us"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..model import ModelError, load_params, predict
+    from ..model.params import default_params, host_profile, with_profile
+    from ..topology import TopologyError
+
+    if args.collective == "sendrecv":
+        print("interlink predict: sendrecv is point to point; predict a collective", file=sys.stderr)
+        return 2
+    try:
+        params = None
+        if args.params:
+            base = default_params() if args.no_profile else with_profile(default_params(), host_profile())
+            params = load_params(args.params, base)
+        pred = predict(args.collective, args.size, args.topology, nranks=args.nranks, algorithm=args.algorithm,
+                       dtype=args.dtype, root=args.root, params=params,
+                       profile=False if args.no_profile else None, transport=args.transport)
+    except (ModelError, TopologyError, ValueError) as exc:
+        print(f"interlink predict: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(pred.to_dict(), indent=2))
+        return 0
+    out = sys.stdout
+    proto = f"/{pred.protocol}" if pred.mode == "gpu" else ""
+    out.write(f"# interlink predict: {pred.collective}, {pred.nbytes} B ({pred.count} x {pred.dtype} per rank), "
+              f"{pred.nranks} ranks on {pred.topology} ({pred.mode})\n")
+    out.write(f"time      {_time(pred.time_us)}\n")
+    out.write(f"algbw     {_gbs(pred.algbw_gbps)} GB/s\n")
+    out.write(f"busbw     {_gbs(pred.busbw_gbps)} GB/s\n")
+    out.write(f"algorithm {pred.algorithm}{proto}\n")
+    ru = pred.runner_up
+    if ru is not None:
+        rproto = f"/{ru.protocol}" if pred.mode == "gpu" else ""
+        out.write(f"runner-up {ru.algorithm}{rproto}: {_time(ru.time_us)} "
+                  f"({ru.time_us / pred.time_us:.2f}x), busbw {_gbs(ru.busbw_gbps)} GB/s\n")
+    rows = list(pred.table) if args.all else pred.per_algorithm()
+    out.write("#\n")
+    out.write(f"# {'algorithm':<20} {'protocol':>8} {'time (us)':>12} {'algbw':>9} {'busbw':>9} {'channels':>8}  method\n")
+    for c in rows:
+        out.write(f"  {c.algorithm:<20} {c.protocol if pred.mode == 'gpu' else '-':>8} {c.time_us:12.2f} "
+                  f"{_gbs(c.algbw_gbps):>9} {_gbs(c.busbw_gbps):>9} {c.channels:>8}  {c.method}"
+                  f"{'  ' + c.note if c.note else ''}\n")
+    for n in pred.notes:
+        out.write(f"# note: {n}\n")
+    return 0

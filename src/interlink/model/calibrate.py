@@ -1,0 +1,512 @@
+"""Calibration: measure this host's transports and fit the cost model's host parameters.
+
+    interlink bench --calibrate [--ranks N] [--transport shm|tcp]   measure, fit, write the profile
+    python -m interlink.model.calibrate --worker JSON                (one rank; started by the above)
+
+What is measured. For each transport (shm, tcp: ``INTERLINK_TRANSPORT``) and rank count (2 and N,
+default 4; ranks beyond the cores share them, which the model knows), local ranks run interlink's own
+collectives with explicit algorithms (:data:`CASES`: all_reduce ring and rabenseifner and broadcast
+binomial at 4 KiB .. 64 MiB; the latency algorithms recursive_doubling and direct where they are
+candidates), and, over shm, all_reduce without an algorithm at 8 B .. 4 MiB: the runtime's shared-memory
+paths (labelled by the path the call took, read back from the group's flight recorder). Every point
+is the median of ``reps`` repetitions, each the mean of a timed loop, maximum over ranks.
+
+What is fitted. The CPU model is linear in its host parameters (:func:`interlink.model.cost.cpu_terms`):
+per round alpha plus op_us per message of the busiest rank plus alpha_oversub when more ranks are busy
+than cores, beta per byte the busiest rank moves, gamma per byte it reduces (bytes x the core-sharing
+factor x a cache factor), plus a fixed cost per call. Per transport, non-negative least absolute
+relative error (reweighted least squares, robust to points spoilt by load on a shared machine) fits
+the linear parameters; a grid search fits the cache parameters
+(``host.llc_bytes``, ``host.dram_factor``); the shared-memory paths get their own (alpha,
+alpha_oversub, per byte). The result is a :class:`~interlink.model.params.Profile` of ``host.*``
+parameters, saved as JSON at ``INTERLINK_PROFILE`` or ``~/.cache/interlink/profile.json``;
+predictions for CPU hosts and the runtime's tuner (groups on one host) use it from then on.
+
+Layering: measuring needs the runtime and the launcher, imported lazily inside the functions that
+run ranks (the fit itself needs only the model).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..algorithms.traffic import traffic
+from .params import Profile, save_profile
+
+MARKER = "@@interlink-calibrate "
+
+SIZES: tuple[int, ...] = tuple(4096 * 4**k for k in range(8))  # 4 KiB .. 64 MiB
+#: (collective, algorithm, largest size) measured per transport and rank count: bandwidth algorithms at
+#: every size, latency algorithms where they are candidates (up to 1 MiB)
+CASES: tuple[tuple[str, str, int], ...] = (
+    ("all_reduce", "ring", SIZES[-1]),
+    ("all_reduce", "rabenseifner", SIZES[-1]),
+    ("broadcast", "binomial", SIZES[-1]),
+    ("all_reduce", "recursive_doubling", 1 << 20),
+    ("all_reduce", "direct", 1 << 16),
+)
+FAST_SIZES: tuple[int, ...] = (8, 256, 1024, 4096, 8192, 16384, 65536, 262144, 1 << 20, 4 << 20)
+DEFAULT_RANKS: tuple[int, ...] = (2, 4)
+TRANSPORTS: tuple[str, ...] = ("shm", "tcp")
+DEFAULT_REPS = 5
+DEFAULT_PASSES = 3
+BUDGET_BYTES = 64 << 20  # bytes timed per repetition (iterations = clamp(budget / size, 2, 50))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured point: median seconds over repetitions (each the max over ranks)."""
+
+    transport: str
+    nranks: int
+    collective: str
+    algorithm: str  # "fast" for the fast path
+    nbytes: int
+    count: int
+    seconds: float
+    spread: float = 0.0  # (max - min) / median over repetitions
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# ---- one rank's measurements ------------------------------------------------------------------------
+
+
+def _emit(ev: dict) -> None:
+    sys.stdout.write(MARKER + json.dumps(ev) + "\n")
+    sys.stdout.flush()
+
+
+def measure(cases: Sequence[tuple[str, Optional[str], int]], reps: int = DEFAULT_REPS,
+            on_point: Optional[Callable[[dict], None]] = None) -> list[dict]:
+    """Run inside every rank after interlink.init(): time each (collective, algorithm, nbytes).
+
+    Returns (on every rank) dicts with collective, algorithm, nbytes, count, times (seconds per
+    repetition, max over ranks)."""
+    import interlink as il  # the public API (lazily: the runtime sits above the model)
+
+    p = il.get_world_size()
+    out = []
+    for coll, algo, size in cases:
+        count = max(size // 4, 1)
+        buf = np.zeros(count, dtype=np.float32)
+        kw = {"algorithm": algo} if algo else {}
+        if coll == "all_reduce":
+            call = lambda: il.all_reduce(buf, **kw)  # noqa: E731
+        elif coll == "broadcast":
+            call = lambda: il.broadcast(buf, 0, **kw)  # noqa: E731
+        else:
+            raise ValueError(f"calibration measures all_reduce and broadcast, not {coll}")
+        nbytes = count * 4
+        iters = int(min(50, max(2, BUDGET_BYTES // max(nbytes, 1))))
+        for _ in range(2):
+            call()
+        times = np.zeros(reps, dtype=np.float64)
+        for k in range(reps):
+            il.barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                call()
+            times[k] = (time.perf_counter() - t0) / iters
+        path = algo or _last_path(coll)
+        il.all_reduce(times, "max")
+        pt = {"collective": coll, "algorithm": path, "nbytes": nbytes, "count": count, "nranks": p,
+              "iters": iters, "times": times.tolist()}
+        out.append(pt)
+        if on_point is not None:
+            on_point(pt)
+    return out
+
+
+def _last_path(collective: str) -> str:
+    """The path the world group's last call took, from its flight recorder's signature:
+    'fast' (one-shot shared memory), 'fast2' (two-phase shared memory) or the Schedule's algorithm."""
+    try:
+        from ..runtime import api
+
+        sig = api._world().recorder[-1].sig
+    except Exception:  # noqa: BLE001 - no recorder: assume the one-shot path
+        return "fast"
+    head = sig.split(" ", 1)[0]  # e.g. all_reduce:ring, all_reduce:fast, all_reduce_2phase:fast
+    name, _, algo = head.partition(":")
+    if algo == "fast":
+        return "fast" if name == collective else "fast2"
+    return algo or "fast"
+
+
+def _worker(spec: Mapping[str, Any]) -> None:
+    import interlink as il
+
+    g = il.init()
+    try:
+        cases = [(c, a, int(s)) for c, a, s in spec["cases"]]
+        lead = g.rank == 0
+        measure(cases, int(spec.get("reps", DEFAULT_REPS)), (lambda pt: _emit(pt)) if lead else None)
+    finally:
+        il.destroy()
+
+
+# ---- the whole measurement (parent process) -------------------------------------------------------
+
+
+def plan(transport: str, sizes: Sequence[int] = SIZES, fast_sizes: Sequence[int] = FAST_SIZES,
+         cases: Sequence[tuple[str, str, int]] = CASES) -> list[tuple[str, Optional[str], int]]:
+    out: list[tuple[str, Optional[str], int]] = [(c, a, s) for c, a, top in cases for s in sizes if s <= top]
+    if transport == "shm":
+        big = shm_limits()[1]
+        out += [("all_reduce", None, s) for s in fast_sizes if s <= big]
+    return out
+
+
+def run_points(nranks: int, transport: str, cases: Sequence[tuple[str, Optional[str], int]], reps: int,
+               on_point: Optional[Callable[[dict], None]] = None,
+               on_message: Optional[Callable[[str], None]] = None) -> list[dict]:
+    """Start ``nranks`` local ranks over ``transport`` and measure ``cases`` (rank 0's points)."""
+    from ..cli.launcher import launch
+
+    env = dict(os.environ)
+    env["INTERLINK_TRANSPORT"] = transport
+    env.pop("INTERLINK_ALGO", None)
+    points: list[dict] = []
+    tail: list[str] = []
+
+    class Sink:
+        def __init__(self, err: bool) -> None:
+            self.err = err
+
+        def write(self, data: bytes) -> int:
+            for line in data.decode("utf-8", "replace").splitlines():
+                _, _, rest = line.partition("] ")
+                if not self.err and rest.startswith(MARKER):
+                    pt = json.loads(rest[len(MARKER):])
+                    pt["transport"] = transport
+                    points.append(pt)
+                    if on_point is not None:
+                        on_point(pt)
+                else:
+                    tail.append(line)
+                    del tail[:-8]
+                    if on_message is not None:
+                        on_message(line)
+            return len(data)
+
+        def flush(self) -> None:
+            pass
+
+    spec = {"cases": [[c, a, s] for c, a, s in cases], "reps": reps}
+    rc = launch(["-m", "interlink.model.calibrate", "--worker", json.dumps(spec)], nranks, env=env,
+                stdout=Sink(False), stderr=Sink(True))  # type: ignore[arg-type]
+    if rc != 0:
+        raise RuntimeError(f"calibration ranks ({nranks} over {transport}) failed with status {rc}"
+                           + (":\n" + "\n".join(tail) if tail else ""))
+    return points
+
+
+def shm_limits() -> tuple[int, int]:
+    """(largest one-shot fast-path payload, largest shared-memory all_reduce) of the runtime here."""
+    try:
+        from ..transport import shm
+    except ImportError:
+        return 8192, 0
+    small = getattr(shm, "fast_small_bytes", None)
+    big = getattr(shm, "fast_max_bytes", None)
+    s = int(small()) if small else (int(big()) if big else 8192)
+    b = int(big()) if (small and big) else s
+    return s, max(b, s)
+
+
+def to_samples(points: Iterable[Mapping[str, Any]]) -> list[Sample]:
+    """Samples (median over repetitions) from measured points (labelled with the path they took)."""
+    out = []
+    for pt in points:
+        ts = np.asarray(pt["times"], dtype=np.float64)
+        med = float(np.median(ts))
+        out.append(Sample(pt["transport"], int(pt["nranks"]), pt["collective"], pt["algorithm"], int(pt["nbytes"]),
+                          int(pt["count"]), med, float((ts.max() - ts.min()) / med) if med > 0 else 0.0))
+    return out
+
+
+# ---- features and the fit ---------------------------------------------------------------------------
+
+
+def terms(sample: Sample, cores: Optional[int] = None) -> dict[str, float]:
+    """The model's linear terms for one sample (see :func:`interlink.model.cost.cpu_terms`)."""
+    from .cost import cpu_terms, cpu_topology
+
+    topo = cpu_topology(sample.nranks, cores=cores or os.cpu_count() or 1)
+    tr = traffic(sample.collective, sample.algorithm, sample.nranks, sample.count, 0)
+    return cpu_terms(tr, topo, itemsize=4, transport=sample.transport)
+
+
+def fast_features(nranks: int, nbytes: int, cores: Optional[int] = None, kind: str = "fast",
+                  llc: float = 32.0 * 2**20, dram: float = 1.0) -> tuple[float, float]:
+    """(core-sharing excess f - 1, bytes one rank processes x f x cache factor) of a shared-memory
+    all_reduce: 'fast' reads every rank's payload (p x n), 'fast2' processes the vector once (n)."""
+    cores = cores or (os.cpu_count() or 1)
+    f = max(1.0, nranks / cores)
+    work = nbytes * nranks if kind == "fast" else nbytes
+    wset = 2.0 * nbytes * nranks
+    cf = 1.0 + (dram - 1.0) * max(0.0, 1.0 - llc / wset) if wset > 0 else 1.0
+    return f - 1.0, float(work) * f * cf
+
+
+def nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative least squares (Lawson-Hanson active set; small problems)."""
+    m, n = A.shape
+    x = np.zeros(n)
+    passive = np.zeros(n, bool)
+    w = A.T @ (b - A @ x)
+    for _ in range(3 * n + 10):
+        if passive.all() or w[~passive].max(initial=0.0) <= 1e-12 * max(1.0, np.abs(w).max()):
+            break
+        j = int(np.argmax(np.where(passive, -np.inf, w)))
+        passive[j] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(A[:, passive], b, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            neg = passive & (z <= 0)
+            alpha = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + alpha * (z - x)
+            passive &= x > 1e-15
+        w = A.T @ (b - A @ x)
+    return x
+
+
+def _robust_nnls(A: np.ndarray, iters: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative x minimising sum |A x - 1| (relative errors, rows already divided by the measured
+    time) by iteratively reweighted least squares: a point spoilt by a burst of load on a shared
+    machine pulls the fit far less than under plain least squares. Returns (x, A x - 1)."""
+    scale = np.abs(A).max(axis=0)
+    scale[scale == 0] = 1.0
+    As = A / scale
+    w = np.ones(A.shape[0])
+    x = np.zeros(A.shape[1])
+    for _ in range(iters):
+        sw = np.sqrt(w)
+        x = nnls(As * sw[:, None], sw)
+        err = As @ x - 1.0
+        w = 1.0 / np.maximum(np.abs(err), 0.02)
+    return x / scale, As @ x - 1.0
+
+
+LLC_GRID = tuple(float(m << 20) for m in (2, 4, 8, 16, 32, 64))
+DRAM_GRID = tuple(1.0 + 0.25 * k for k in range(9))  # 1.0 .. 3.0
+
+
+def fit(samples: Sequence[Sample], cores: Optional[int] = None) -> tuple[dict[str, float], dict[str, Any]]:
+    """Fit host.* parameters to the samples; returns (params, fit quality per transport).
+
+    Linear parameters by non-negative least absolute relative error (reweighted least squares); the
+    cache parameters (host.llc_bytes, host.dram_factor) by a grid search around it."""
+    from .cost import CPU_TERMS, _term_name
+
+    cores = cores or (os.cpu_count() or 1)
+    reg = [s for s in samples if s.algorithm not in ("fast", "fast2")]
+    fast = [s for s in samples if s.algorithm in ("fast", "fast2")]
+    transports = sorted({s.transport for s in reg})
+    cols: list[str] = []
+    for t in transports:
+        for n in CPU_TERMS:
+            name = _term_name(n, t)
+            if name not in cols:
+                cols.append(name)
+    per_byte = [c for c in cols if "ns_per_byte" in c]  # the cache factor applies to these
+    params: dict[str, float] = {}
+    quality: dict[str, Any] = {}
+    if reg:
+        T = [terms(s, cores) for s in reg]
+        base = np.array([[tm.get(c, 0.0) for c in cols] for tm in T])
+        wset = np.array([tm["working_set"] for tm in T])
+        y = np.array([s.seconds * 1e6 for s in reg])
+        pb = np.array([c in per_byte for c in cols])
+        best = None
+        for llc in LLC_GRID:
+            for m in DRAM_GRID:
+                if m == 1.0 and llc != LLC_GRID[0]:
+                    continue  # without a factor the cache size does not matter
+                cf = 1.0 + (m - 1.0) * np.maximum(0.0, 1.0 - llc / np.maximum(wset, 1.0))
+                A = base * np.where(pb[None, :], cf[:, None], 1.0) / y[:, None]
+                x, err = _robust_nnls(A)
+                score = float(np.mean(np.abs(err)))
+                if best is None or score < best[0]:
+                    best = (score, llc, m, x, err)
+        assert best is not None
+        _, llc, m, x, err = best
+        params.update({c: float(v) for c, v in zip(cols, x)})
+        params["host.llc_bytes"] = llc
+        params["host.dram_factor"] = m
+        for t in transports:
+            sel = np.array([s.transport == t for s in reg])
+            e = np.abs(err[sel])
+            quality[t] = {"samples": int(sel.sum()), "median_rel_err": float(np.median(e)),
+                          "max_rel_err": float(e.max())}
+    llc, m = params.get("host.llc_bytes", 32.0 * 2**20), params.get("host.dram_factor", 1.0)
+    for kind in ("fast", "fast2"):
+        pts = [s for s in fast if s.algorithm == kind]
+        if not pts:
+            continue
+        call = params.get("host.call_us", 0.0)
+        F = np.array([[1.0, *fast_features(s.nranks, s.nbytes, cores, kind, llc, m)] for s in pts])
+        y = np.array([max(s.seconds * 1e6 - call, 1e-3) for s in pts])
+        x, _ = _robust_nnls(F / y[:, None])
+        params[f"host.{kind}.alpha_us"] = float(x[0])
+        params[f"host.{kind}.alpha_oversub_us"] = float(x[1])
+        params[f"host.{kind}.ns_per_byte"] = float(x[2]) * 1e3
+        pred = (call + F @ x) / np.array([s.seconds * 1e6 for s in pts])
+        e = np.abs(pred - 1.0)
+        quality[kind] = {"samples": len(pts), "median_rel_err": float(np.median(e)), "max_rel_err": float(e.max())}
+    small, big = shm_limits()
+    params["host.fast.max_bytes"] = float(small)
+    params["host.fast2.max_bytes"] = float(big)
+    return params, quality
+
+
+# ---- the command -----------------------------------------------------------------------------------
+
+
+def _cpu_busy(interval: float = 1.0) -> float:
+    """Fraction of this machine's CPU time spent busy over ``interval`` seconds (/proc/stat; 0 elsewhere)."""
+    def snap() -> tuple[float, float]:
+        with open("/proc/stat") as f:
+            v = [float(x) for x in f.readline().split()[1:]]
+        idle = v[3] + (v[4] if len(v) > 4 else 0.0)
+        return sum(v), idle
+
+    try:
+        t0, i0 = snap()
+        time.sleep(interval)
+        t1, i1 = snap()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return 0.0 if t1 <= t0 else 1.0 - (i1 - i0) / (t1 - t0)
+
+
+def wait_quiet(max_wait: float = 60.0, busy: float = 0.2, log: Optional[Callable[[str], None]] = None) -> float:
+    """Wait (at most ``max_wait`` seconds) until the machine is quiet (less than ``busy`` of its CPU time
+    used by others), so that measurements on a shared machine are not taken during someone else's burst.
+    Returns the seconds waited."""
+    t0 = time.time()
+    while time.time() - t0 < max_wait:
+        if _cpu_busy() < busy:
+            break
+        time.sleep(1.0)
+    waited = time.time() - t0
+    if log is not None and waited > 2:
+        log(f"interlink calibrate: waited {waited:.0f} s for a quiet machine")
+    return waited
+
+
+def merge_passes(points: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """One point per (transport, ranks, collective, algorithm, bytes) with the repetitions of every pass."""
+    out: dict[tuple, dict] = {}
+    for pt in points:
+        key = (pt["transport"], pt["nranks"], pt["collective"], pt["algorithm"], pt["nbytes"])
+        if key in out:
+            out[key]["times"] = list(out[key]["times"]) + list(pt["times"])
+        else:
+            out[key] = dict(pt)
+    return list(out.values())
+
+
+def calibrate(ranks: Sequence[int] = DEFAULT_RANKS, transports: Sequence[str] = TRANSPORTS, *,
+              sizes: Sequence[int] = SIZES, reps: int = DEFAULT_REPS, passes: int = DEFAULT_PASSES,
+              save: bool = True, path: Optional[str] = None, log: Optional[Callable[[str], None]] = None,
+              quiet_wait: float = 30.0) -> tuple[Profile, list[Sample]]:
+    """Measure (``passes`` times over the whole plan, so that a burst of load on a shared machine
+    spoils at most one pass; each point is the median of all its repetitions; before each run, wait
+    up to ``quiet_wait`` seconds for the machine to be quiet), fit and (by default) save this host's
+    profile. Returns (profile, samples)."""
+    cores = os.cpu_count() or 1
+    say = log or (lambda m: None)
+    points: list[dict] = []
+    t0 = time.time()
+    for k in range(max(1, passes)):
+        for transport in transports:
+            for p in ranks:
+                say(f"interlink calibrate: pass {k + 1}/{passes}: {p} ranks over {transport} ...")
+                if quiet_wait > 0:
+                    wait_quiet(quiet_wait, log=say)
+                points += run_points(p, transport, plan(transport, sizes), reps, on_message=say)
+    samples = to_samples(merge_passes(points))
+    params, quality = fit(samples, cores)
+    meta = {"host": socket.gethostname(), "date": datetime.datetime.now(datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M UTC"), "cores": cores, "ranks": list(ranks), "transports": list(transports),
+        "reps": reps, "passes": passes, "seconds": round(time.time() - t0, 1),
+        "model": "time = call + alpha x rounds + beta x bytes + gamma x reduced bytes (per transport)"}
+    try:
+        from ..topology import measure_memcpy_gbps
+
+        meta["memcpy_gbps"] = round(measure_memcpy_gbps(), 2)
+    except Exception:  # noqa: BLE001 - informative only
+        pass
+    prof = Profile(params, quality, meta)
+    if save:
+        p = save_profile(prof, path)
+        prof = Profile(params, quality, meta, p)
+        from .params import host_profile
+
+        host_profile(reload=True)
+    return prof, samples
+
+
+def report_lines(profile: Profile, samples: Sequence[Sample]) -> list[str]:
+    """The fitted parameters, then measured vs predicted per sample (nccl-tests-like columns)."""
+    from .cost import cpu_topology, predict
+    from .params import default_params, with_profile
+
+    params = with_profile(default_params(), profile)
+    lines = [f"# interlink calibration: {profile.source}, {profile.meta.get('cores')} cores"
+             + (f", memcpy {profile.meta['memcpy_gbps']} GB/s" if "memcpy_gbps" in profile.meta else "")]
+    for k in sorted(profile.params):
+        lines.append(f"#  {k:<28} {profile.params[k]:12.4f}  {params.entry(k).unit}")
+    for t, q in sorted(profile.fits.items()):
+        lines.append(f"#  fit {t:<5}: {q['samples']} samples, median |error| {100 * q['median_rel_err']:.1f}%, "
+                     f"worst {100 * q['max_rel_err']:.1f}%")
+    if profile.path:
+        lines.append(f"#  profile written to {profile.path}")
+    lines.append("#")
+    lines.append(f"# {'transport':>9} {'ranks':>5} {'collective':>10} {'algorithm':>18} {'bytes':>10} "
+                 f"{'measured':>10} {'predicted':>10} {'ratio':>6}")
+    cores = int(profile.meta.get("cores") or os.cpu_count() or 1)
+    for s in samples:
+        topo = cpu_topology(s.nranks, cores=cores)
+        try:
+            pr = predict(s.collective, s.nbytes, topo, algorithm=s.algorithm, params=params,
+                         transport="tcp" if s.transport == "tcp" else None)
+            pt = pr.time_us
+        except Exception:  # noqa: BLE001
+            pt = float("nan")
+        mt = s.seconds * 1e6
+        lines.append(f"  {s.transport:>9} {s.nranks:>5} {s.collective:>10} {s.algorithm:>18} {s.nbytes:>10} "
+                     f"{mt:10.1f} {pt:10.1f} {pt / mt:6.2f}")
+    return lines
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "--worker":
+        try:
+            _worker(json.loads(argv[1]))
+        except KeyboardInterrupt:
+            return 130
+        return 0
+    print("usage: interlink bench --calibrate [--ranks N]  (this module runs one rank: --worker JSON)",
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1042 @@
+"""The cost model: alpha-beta-gamma time of a Schedule on a Topology, and predictions per collective.
+
+    schedule_time(traffic_or_schedule, topology, itemsize=4, protocol="simple") -> Estimate
+    predict("all_reduce", 1 << 30, "dgx-h100") -> Prediction (fastest algorithm x protocol, the table)
+
+The time of a Schedule (its :class:`~interlink.algorithms.traffic.Traffic`: rounds of messages
+(src, dst, elements) and elements reduced per rank) on a Topology whose ranks 0..p-1 run it:
+
+* **a message** from rank a to rank b takes ``bytes / (bandwidth x efficiency)`` where the bandwidth
+  is the bottleneck of ``topology.path(a, b)`` (effective GB/s per direction) and the efficiency is the
+  protocol's (LL 50%, LL128 95%, Simple 100%, as NCCL models them);
+* **a round** takes the largest latency of its messages (alpha) plus the largest time any rank spends
+  sending or receiving (beta: a rank's messages in one round share its port, so they add up; a GPU's
+  NVLink port and its NIC are separate ports) plus the largest time any rank spends reducing (gamma x
+  bytes reduced: 1 / HBM bandwidth on GPUs, the host's measured reduce rate on CPUs);
+* **rounds add up** (a run of identical rounds counts ``repeat`` times), plus a fixed cost per call
+  (NCCL's base latency per algorithm and protocol on GPUs; the Python call path on CPU hosts).
+
+The model is contention-free by design: messages of one round never slow each other down in the
+network (that is the simulator's job, :mod:`interlink.sim`), only at their endpoints.
+
+Latency per round comes from NCCL's tables on GPU topologies (per-hop latency by the kind of path:
+NVLink, PCIe, network, per protocol) and from the host parameters on CPU topologies (measured by
+``interlink bench --calibrate``): ``alpha`` per round, ``op_us`` per message the busiest rank sends or
+receives, ``alpha_oversub`` when more ranks take part than the host has cores, plus the wire latency of
+paths between hosts. On CPU hosts bytes are also weighed by the core-sharing factor (ranks / cores, at
+least 1) and a cache factor (up to ``host.dram_factor`` once the host's working set, 2 x S per rank,
+leaves ``host.llc_bytes``). See :mod:`interlink.model.params` for every constant and its source.
+
+A run of identical rounds that forms rings (every rank sends to one and receives from one rank) pays
+the largest latency once and then, per round, the largest *mean* latency around a ring: the pipelined
+steady state, where a chunk crosses each link once per lap (NCCL: (nsteps - nInterSteps) x intraLat +
+nInterSteps x interLat). Other rounds pay the largest latency of their messages. On GPUs the reduction
+overlaps the transfer (``reduce.overlap.gpu``: NCCL reduces as data streams in); on CPUs it adds up.
+
+Refinements that matter on real machines:
+
+* **Channels.** NCCL runs one ring per NIC ("channel"), each ring leaving every host through another
+  NIC, and splits the data over them; a single ring spanning hosts would push everything through one
+  NIC (on 2 x DGX-H100: 47 GB/s instead of 8 x 47). :func:`predict` gives ring algorithms spanning
+  hosts ``channels = min(NICs per host, ranks per host)``: a message between hosts then gets
+  ``channels`` x its path bandwidth (C rings over C NICs), a message inside a host does not (the C
+  rings share the host's links). Latency per round is unchanged. Other algorithms already cross hosts
+  from every rank through its own NIC. ``Prediction.table`` shows the channel count per row.
+* **NVLS** (NVLink SHARP, in-switch reduction on NVSwitch gen 3+): a pseudo-algorithm ``nvls`` for
+  all_reduce when every rank's GPU hangs off an NVLS-capable switch of one NVLink domain. Each GPU
+  sends its buffer into the switch once (reduced there) and receives the result once: n(1 + 1/p) bytes
+  per direction at ``efficiency x`` its NVLink bandwidth (0.85 on Hopper), latency 25 us. In bus
+  bandwidth that is 2(p-1)/(p+1) x 0.85 x B, whose limit for many GPUs is NCCL's "2 x 0.85 x B".
+* **Shared-memory paths** of an all-local CPU group's world group: ``fast`` (small all_reduce/broadcast/
+  all_gather/reduce_scatter/barrier: one shared write per rank, every rank reads all payloads) and
+  ``fast2`` (all_reduce of 3+ ranks up to a few MiB: every rank reduces its 1/p slice from every slot).
+  They are rows of :func:`predict` (not tuner candidates: the runtime takes them by size).
+* **Large rank counts.** Traffic comes from :func:`interlink.algorithms.traffic.traffic` (a vectorised
+  generator when the algorithm family registers one); without one, Schedules are built up to
+  :data:`SCHEDULE_RANKS_LIMIT` ranks, and beyond that the closed-form costs of
+  ``shared/reference/interconnects.md`` section 3 are used (the row's ``method`` says which).
+
+Path lookups are vectorised: every message is mapped to a *path class* (same host or not, the class
+of each end's host and the position of its device there, same NVLink domain, same leaf switch) and one
+path per class is looked up (cached per topology), so a phase of 16,384 messages costs one numpy pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import weakref
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence, Union
+
+import numpy as np
+
+from ..algorithms import registry
+from ..algorithms import traffic as _traffic
+from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
+from ..algorithms.traffic import Traffic, from_schedule
+from ..topology import PathType, Topology, TopologyBuilder, TopologyError, parse_topology
+from .params import PROTOCOLS, ModelError, Params, Profile, default_params, host_profile, with_profile
+
+__all__ = [
+    "Estimate",
+    "Candidate",
+    "Prediction",
+    "schedule_time",
+    "predict",
+    "cpu_topology",
+    "this_host_topology",
+    "resolve_topology",
+    "count_for",
+    "itemsize_of",
+    "SCHEDULE_RANKS_LIMIT",
+    "PER_RANK_SPLIT",
+]
+
+#: Without a vectorised traffic generator, Schedules are built up to this many ranks (beyond: closed form).
+SCHEDULE_RANKS_LIMIT = 256
+
+#: Collectives whose nccl-tests size S is count x itemsize x nranks (count is one rank's block).
+PER_RANK_SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
+
+#: Pseudo-algorithms: NVLink SHARP, and the shared-memory paths of an all-local CPU group.
+PSEUDO = ("nvls", "fast", "fast2")
+
+#: Collectives the small-message fast path of an all-local group serves.
+FAST_COLLECTIVES = frozenset({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"})
+
+_NVLINK, _PCIE, _NET = 0, 1, 2
+_HOP_KINDS = ("nvlink", "pcie", "net")
+
+
+# ---- results -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Time of one Schedule on one topology, microseconds, split into its alpha/beta/gamma parts.
+
+    ``latency_us`` (base or call cost plus one latency per round), ``transfer_us`` (bytes over
+    bandwidth), ``reduce_us`` (bytes reduced); ``rounds``: communication rounds; ``mode``: "gpu"
+    (NCCL-like tables, protocols) or "cpu" (host parameters).
+    """
+
+    time_us: float
+    latency_us: float
+    transfer_us: float
+    reduce_us: float
+    rounds: int
+    protocol: str
+    channels: int = 1
+    mode: str = "cpu"
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One row of a prediction's table: an (algorithm, protocol) and its predicted time."""
+
+    algorithm: str
+    protocol: str
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    method: str = "schedule"  # schedule | traffic | closed-form | nvls | fast
+    channels: int = 1
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"algorithm": self.algorithm, "protocol": self.protocol, "time_us": self.time_us,
+                "algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps, "method": self.method,
+                "channels": self.channels, "note": self.note}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The fastest (algorithm, protocol) for a collective of ``nbytes`` (nccl-tests' S) on a topology.
+
+    ``algbw_gbps = S / time``, ``busbw_gbps = algbw x busbw_factor`` (GB/s = 1e9 B/s).
+    ``table``: every candidate evaluated, fastest first; ``runner_up``: the fastest other algorithm.
+    """
+
+    collective: str
+    nbytes: int
+    count: int
+    nranks: int
+    dtype: str
+    topology: str
+    mode: str
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    algorithm: str
+    protocol: str
+    runner_up: Candidate | None
+    table: tuple[Candidate, ...]
+    notes: tuple[str, ...] = ()
+    params_origin: str = ""
+
+    @property
+    def best(self) -> Candidate:
+        return self.table[0]
+
+    def per_algorithm(self) -> list[Candidate]:
+        """The best protocol of every algorithm, fastest first."""
+        seen: dict[str, Candidate] = {}
+        for c in self.table:
+            seen.setdefault(c.algorithm, c)
+        return list(seen.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        ru = self.runner_up
+        return {
+            "collective": self.collective, "nbytes": self.nbytes, "count": self.count, "nranks": self.nranks,
+            "dtype": self.dtype, "topology": self.topology, "mode": self.mode,
+            "time_us": self.time_us, "algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps,
+            "algorithm": self.algorithm, "protocol": self.protocol,
+            "runner_up": None if ru is None else {"algorithm": ru.algorithm, "protocol": ru.protocol,
+                                                  "time_us": ru.time_us, "busbw_gbps": ru.busbw_gbps},
+            "table": [c.to_dict() for c in self.table], "notes": list(self.notes), "params": self.params_origin,
+        }
+
+
+# ---- per-topology facts and path classes -------------------------------------------------------------
+
+
+class _TopoInfo:
+    """Arrays per rank (host, position, classes) and the path-class cache of one topology."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        n = topo.nranks
+        self.n = n
+        devs = [topo.device(r) for r in range(n)]
+        hosts = [d.host for d in devs]
+        ids: dict[Any, int] = {}
+        host = np.empty(n, np.int64)
+        for r, h in enumerate(hosts):
+            host[r] = ids.setdefault(h if h is not None else ("fabric", r), len(ids))
+        self.host = host
+        self.nhosts = len(ids)
+        self.ranks_on_host = np.bincount(host, minlength=self.nhosts)
+        self.gpu = all(d.kind == "gpu" for d in devs)
+        self.gpu_names = [d.name for d in devs] if self.gpu else []
+        # cores per host (CPU hosts): the topology's meta, else the host's core devices
+        cores = topo.meta.get("cores_per_host")
+        if cores:
+            per_host = np.full(self.nhosts, float(cores))
+        else:
+            per_host = np.zeros(self.nhosts)
+            inv = {v: k for k, v in ids.items()}
+            for hi in range(self.nhosts):
+                h = inv[hi]
+                c = 0 if isinstance(h, tuple) else sum(
+                    1 for d in topo.host_devices(h) if d.kind == "cpu" and "core" in d.attrs)
+                per_host[hi] = c if c > 0 else self.ranks_on_host[hi]  # no core devices: no sharing
+        self.oversub = np.maximum(1.0, self.ranks_on_host / per_host)[host]  # per rank
+        self.cores_per_host = per_host
+        # structural classes: (host class, device position) per rank, when the router exposes them
+        self.exact = True
+        try:
+            router = topo._routing()
+            pos = np.array([router.local[topo._idx[d.id]] for d in devs], dtype=np.int64)
+            hc = np.array([router.host_class[h] for h in hosts], dtype=np.int64)
+            self.pos, self.hclass = pos, hc
+            self.exact = False
+        except Exception:  # noqa: BLE001 - a topology without the router's internals: exact pairs
+            self.pos = self.hclass = np.zeros(n, np.int64)
+        if not self.exact and self.nhosts > 1:
+            self.dom = np.array([topo.nvlink_domain(r) for r in range(n)], dtype=np.int64)
+            leaf_of: dict[str, int] = {}
+            leaf = np.full(n, -1, np.int64)
+            for r in range(n):
+                nic = topo.nic_for(r)
+                if nic is None:
+                    continue
+                lf = leaf_of.get(nic)
+                if lf is None:
+                    lf = -1
+                    for nb in topo.neighbors(nic):
+                        if topo.device(nb).host is None:
+                            lf = topo._idx[nb]
+                            break
+                    leaf_of[nic] = lf
+                leaf[r] = lf
+            self.leaf = leaf
+        else:
+            self.dom = self.leaf = np.zeros(n, np.int64)
+        self.P = int(self.pos.max(initial=0)) + 1
+        self.HC = int(self.hclass.max(initial=0)) + 1
+        self._paths: dict[tuple[int, bool], tuple[float, float, int, bool]] = {}
+        nics = {topo.nic_for(r) for r in np.flatnonzero(host == 0).tolist()} if n else set()
+        nics.discard(None)
+        self.nics_per_host = len(nics)
+
+    def keys(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        if self.exact:
+            return src * self.n + dst
+        same = self.host[src] == self.host[dst]
+        P, HC = self.P, self.HC
+        hs, hd, ps, pd = self.hclass[src], self.hclass[dst], self.pos[src], self.pos[dst]
+        k_same = (hs * P + ps) * P + pd
+        sd = (self.dom[src] == self.dom[dst]).astype(np.int64)
+        sl = (self.leaf[src] == self.leaf[dst]).astype(np.int64)
+        k_cross = ((((hs * P + ps) * HC + hd) * P + pd) * 2 + sd) * 2 + sl
+        return np.where(same, k_same * 2, k_cross * 2 + 1)
+
+    def classify(self, src: np.ndarray, dst: np.ndarray, tcp: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per message: bottleneck GB/s, path latency us, hop kind (nvlink/pcie/net), crosses hosts."""
+        if src.size == 0:
+            z = np.zeros(0)
+            return z, z, np.zeros(0, np.int64), np.zeros(0, bool)
+        keys = self.keys(src, dst)
+        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        bw = np.empty(uniq.size)
+        lat = np.empty(uniq.size)
+        kind = np.empty(uniq.size, np.int64)
+        cross = np.empty(uniq.size, bool)
+        for i, (k, j) in enumerate(zip(uniq.tolist(), first.tolist())):
+            v = self._paths.get((k, tcp))
+            if v is None:
+                v = self._lookup(int(src[j]), int(dst[j]), tcp)
+                if len(self._paths) > 1 << 16:
+                    self._paths.clear()
+                self._paths[(k, tcp)] = v
+            bw[i], lat[i], kind[i], cross[i] = v
+        return bw[inv], lat[inv], kind[inv], cross[inv]
+
+    def _lookup(self, a: int, b: int, tcp: bool) -> tuple[float, float, int, bool]:
+        t = self.topo
+        cross = bool(self.host[a] != self.host[b])
+        p = None
+        if tcp and not cross:
+            try:
+                p = t.path(a, b, via={"tcp"})
+            except TopologyError:
+                p = None
+        if p is None:
+            p = t.path(a, b)
+        pt = p.path_type
+        kind = _NET if pt is PathType.NET else (_NVLINK if pt in (PathType.NVL, PathType.C2C, PathType.LOC) else _PCIE)
+        bw = p.bottleneck_gbps if math.isfinite(p.bottleneck_gbps) else 1e12
+        return bw, p.latency_us, kind, cross
+
+
+_INFOS: dict[int, tuple[Any, _TopoInfo]] = {}
+
+
+def _info(topo: Topology) -> _TopoInfo:
+    key = id(topo)
+    hit = _INFOS.get(key)
+    if hit is not None and hit[0]() is topo:
+        return hit[1]
+    info = _TopoInfo(topo)
+    if len(_INFOS) > 64:
+        for k in [k for k, (ref, _) in _INFOS.items() if ref() is None] or list(_INFOS)[:32]:
+            _INFOS.pop(k, None)
+    _INFOS[key] = (weakref.ref(topo), info)
+    return info
+
+
+# ---- the evaluation of one Traffic -------------------------------------------------------------------
+
+
+@dataclass
+class _Rounds:
+    """Per phase: repeat, latency parts, beta seconds (at efficiency 1) and gamma seconds.
+
+    GPU latencies depend on the protocol, so they are kept as hop-kind counts: ``kinds[i]`` says which
+    hop kinds (nvlink, pcie, net) phase i's messages use (the first round pays the largest);
+    ``cycles[i]`` (repeated permutation phases: rings) holds per distinct cycle its hop-kind counts and
+    length, ``rest[i]`` the kinds of messages outside cycles. CPU latencies are numbers (``lat_first``,
+    ``lat_steady``).
+    """
+
+    repeat: np.ndarray
+    kinds: np.ndarray  # (phases, 3) bool
+    cycles: list  # per phase: None or (k, 4) array [n_nvlink, n_pcie, n_net, length]
+    rest: np.ndarray  # (phases, 3) bool
+    lat_first: np.ndarray
+    lat_steady: np.ndarray
+    beta_s: np.ndarray
+    gamma_s: np.ndarray
+    rounds: int
+    mode: str
+    channels: int
+
+
+def _host_rates(params: Params, transport: str) -> tuple[float, float, float | None, float]:
+    """(alpha us, alpha per oversubscribed round us, beta s/B or None, us per message) of a host transport."""
+    alpha = params.value(f"host.{transport}.alpha_us")
+    over = params.value(f"host.{transport}.alpha_oversub_us")
+    beta = params.get(f"host.{transport}.beta_ns_per_byte")
+    return alpha, over, (None if beta is None else beta * 1e-9), params.value(f"host.{transport}.op_us")
+
+
+def working_set(collective: str, nranks: int, count: int, itemsize: int, ranks_on_host: int) -> float:
+    """Bytes a host's ranks touch: 2 buffers of S (the largest buffer) per rank on the host."""
+    from ..algorithms.schedule import buffer_sizes
+
+    if collective == "barrier":
+        return 0.0
+    b = buffer_sizes(collective, nranks, count)
+    return 2.0 * max(b["input"], b["output"]) * itemsize * ranks_on_host
+
+
+def cache_factor(params: Params, wset: float) -> float:
+    """Per-byte cost multiplier of a host working set: 1 in cache, up to host.dram_factor beyond it."""
+    m = params.value("host.dram_factor")
+    if m == 1.0 or wset <= 0:
+        return 1.0
+    return 1.0 + (m - 1.0) * max(0.0, 1.0 - params.value("host.llc_bytes") / wset)
+
+
+def _gamma_per_rank(info: _TopoInfo, params: Params) -> np.ndarray:
+    if info.gpu:
+        passes = params.value("gpu.reduce_passes")
+        return np.array([passes / (params.hbm_gbps(nm) * 1e9) for nm in info.gpu_names])
+    return np.full(info.n, params.value("host.reduce_ns_per_byte") * 1e-9) * info.oversub
+
+
+def _cycles(src: np.ndarray, dst: np.ndarray, p: int) -> tuple[list[np.ndarray], np.ndarray] | None:
+    """For a permutation phase (every rank sends <= 1 and receives <= 1 message): the message indices of
+    each cycle, and a mask of the messages on no cycle (chains). None when it is not a permutation."""
+    if np.bincount(src, minlength=p).max(initial=0) > 1 or np.bincount(dst, minlength=p).max(initial=0) > 1:
+        return None
+    msg_of = np.full(p, -1, np.int64)
+    msg_of[src] = np.arange(src.size)
+    seen = np.zeros(p, bool)
+    on_cycle = np.zeros(src.size, bool)
+    cycles: list[np.ndarray] = []
+    nxt = np.full(p, -1, np.int64)
+    nxt[src] = dst
+    for start in src.tolist():
+        if seen[start]:
+            continue
+        path = []
+        r = start
+        while r >= 0 and not seen[r]:
+            seen[r] = True
+            path.append(r)
+            r = int(nxt[r])
+        if r >= 0 and r in path:  # closed a new cycle
+            cyc = path[path.index(r):]
+            idx = msg_of[np.array(cyc)]
+            on_cycle[idx] = True
+            cycles.append(idx)
+    return cycles, ~on_cycle
+
+
+def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, channels: int,
+            transport: str | None) -> _Rounds:
+    p = tr.nranks
+    nph = len(tr.phases)
+    rep = np.array([ph.repeat for ph in tr.phases], dtype=np.float64)
+    kinds = np.zeros((nph, 3), bool)
+    rest = np.zeros((nph, 3), bool)
+    cycles: list = [None] * nph
+    lat_first = np.zeros(nph)
+    lat_steady = np.zeros(nph)
+    beta = np.zeros(nph)
+    gam = np.zeros(nph)
+    gamma = _gamma_per_rank(info, params)[:p]
+    gpu = info.gpu
+    tcp_all = transport == "tcp"
+    if not gpu:
+        a_shm, o_shm, b_shm, m_shm = _host_rates(params, "shm")
+        a_tcp, o_tcp, b_tcp, m_tcp = _host_rates(params, "tcp")
+        cf = cache_factor(params, working_set(tr.collective, p, tr.count, itemsize,
+                                              int(info.ranks_on_host.max(initial=1))))
+        gamma = gamma * cf
+    rounds = 0
+    g_tcp = None
+    if not gpu and params.get("host.tcp.reduce_ns_per_byte") is not None:
+        g_tcp = params.value("host.tcp.reduce_ns_per_byte") * 1e-9 * info.oversub[:p] * cf
+    for i, ph in enumerate(tr.phases):
+        if ph.reduced is not None:
+            gam[i] = float((ph.reduced[:p] * itemsize * gamma[: ph.reduced.size]).max(initial=0.0))
+            if g_tcp is not None and ph.src.size and (tcp_all or info.nhosts > 1):
+                # ranks whose incoming messages of this round come over TCP reduce at the TCP rate
+                _, _, _, xr = info.classify(ph.src, ph.dst)
+                tin = np.bincount(ph.dst, weights=(xr | tcp_all).astype(np.float64), minlength=p)[:p] > 0
+                g = np.where(tin, g_tcp, gamma[:p])
+                gam[i] = float((ph.reduced[:p] * itemsize * g).max(initial=0.0))
+        if ph.src.size == 0:
+            continue
+        rounds += ph.repeat
+        src, dst = ph.src, ph.dst
+        nbytes = ph.elems.astype(np.float64) * itemsize
+        bw, plat, kind, cross = info.classify(src, dst, tcp=tcp_all and not gpu)
+        if gpu:
+            rate = bw * 1e9
+            if channels > 1:
+                rate = np.where(cross, rate * channels, rate)
+            t = nbytes / rate
+            port_net = kind == _NET
+            kinds[i] = np.bincount(kind, minlength=3)[:3] > 0
+            mlat = None
+        else:
+            tcp = cross | tcp_all
+            wire = 1.0 / (bw * 1e9)
+            if b_shm is None and b_tcp is None:
+                per_byte = wire
+            else:
+                bs = wire if b_shm is None else np.full(src.size, b_shm)
+                bt = wire if b_tcp is None else np.maximum(b_tcp, np.where(cross, wire, 0.0))
+                per_byte = np.where(tcp, bt, bs)
+            if channels > 1:
+                per_byte = np.where(cross, per_byte / channels, per_byte)
+            f = np.maximum(info.oversub[src], info.oversub[dst]) * cf
+            t = nbytes * per_byte * f
+            port_net = tcp
+            # ranks active on one host beyond its cores: each such round pays for the sharing
+            act = np.unique(np.concatenate([src, dst]))
+            per_host = np.bincount(info.host[act], minlength=info.nhosts)
+            excess = float(np.max(np.maximum(0.0, per_host - info.cores_per_host) / info.cores_per_host))
+            mlat = (np.where(tcp, a_tcp, a_shm) + np.where(tcp, o_tcp, o_shm) * excess
+                    + np.where(cross, plat, 0.0))
+            # the busiest rank's messages (sent + received), each costing its transport's op_us
+            op = np.where(tcp, m_tcp, m_shm)
+            ops = (np.bincount(src, weights=op * info.oversub[src], minlength=p)
+                   + np.bincount(dst, weights=op * info.oversub[dst], minlength=p))
+            ops_us = float(ops.max())
+            lat_first[i] = lat_steady[i] = float(mlat.max()) + ops_us
+        if ph.repeat > 1:
+            cyc = _cycles(src, dst, p)
+            if cyc is not None:
+                loops, off = cyc
+                if gpu:
+                    rows = np.array([np.append(np.bincount(kind[c], minlength=3)[:3], c.size) for c in loops],
+                                    dtype=np.float64).reshape(-1, 4)
+                    cycles[i] = np.unique(rows, axis=0) if rows.size else rows
+                    rest[i] = np.bincount(kind[off], minlength=3)[:3] > 0
+                else:
+                    means = [float(mlat[c].mean()) for c in loops]
+                    lat_steady[i] = max(means + ([float(mlat[off].max())] if off.any() else [])) + ops_us
+        port = port_net.astype(np.int64)
+        send = np.bincount(src * 2 + port, weights=t, minlength=2 * p)
+        recv = np.bincount(dst * 2 + port, weights=t, minlength=2 * p)
+        beta[i] = max(float(send.max()), float(recv.max()))
+    return _Rounds(rep, kinds, cycles, rest, lat_first, lat_steady, beta, gam, rounds,
+                   "gpu" if gpu else "cpu", channels)
+
+
+def _family(algorithm: str) -> str:
+    return "ring" if algorithm.startswith("ring") else "tree"
+
+
+def _finish(r: _Rounds, params: Params, protocol: str, algorithm: str, notes: tuple[str, ...] = ()) -> Estimate:
+    """Add up the rounds: latency (first round of a phase: the largest; the following rounds of a
+    repeated ring: the largest mean around a cycle, i.e. the pipelined steady state) + transfer + reduce."""
+    if r.mode == "gpu":
+        eff = params.efficiency(protocol)
+        hop = np.array([params.hop_latency_us(k, protocol) for k in _HOP_KINDS])
+        first = np.where(r.kinds, hop[None, :], 0.0).max(axis=1) if r.kinds.size else np.zeros(0)
+        steady = first.copy()
+        for i, cyc in enumerate(r.cycles):
+            if cyc is not None and cyc.size:
+                m = float(((cyc[:, :3] @ hop) / cyc[:, 3]).max())
+                steady[i] = max(m, float(np.where(r.rest[i], hop, 0.0).max()))
+        base = params.base_latency_us(_family(algorithm), protocol)
+        beta = r.beta_s / eff
+        overlap = params.value("reduce.overlap.gpu")
+    else:
+        first, steady = r.lat_first, r.lat_steady
+        base = params.value("host.call_us")
+        beta = r.beta_s
+        overlap = params.value("reduce.overlap.cpu")
+    per_lat = first + (r.repeat - 1) * steady
+    latency = base + float(per_lat.sum())
+    hidden = overlap * np.minimum(beta, r.gamma_s)  # the part of the reduction under the transfer
+    transfer = float((r.repeat * beta).sum()) * 1e6
+    reduce = float((r.repeat * (r.gamma_s - hidden)).sum()) * 1e6
+    return Estimate(latency + transfer + reduce, latency, transfer, reduce, r.rounds, protocol, r.channels,
+                    r.mode, notes)
+
+
+def _check_protocol(protocol: str, gpu: bool) -> str:
+    pr = protocol.lower()
+    if gpu and pr not in PROTOCOLS:
+        raise ModelError(f"unknown protocol {protocol!r}; expected one of {PROTOCOLS}")
+    if not gpu and pr != "simple":
+        raise ModelError(f"protocol {protocol!r} applies to GPU topologies only (CPU hosts: 'simple')")
+    return pr
+
+
+def schedule_time(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology | str, *, itemsize: int = 4,
+                  protocol: str = "simple", params: Params | None = None, channels: int = 1,
+                  transport: str | None = None) -> Estimate:
+    """Alpha-beta-gamma time of a Schedule (or its Traffic) on ``topology``; rank r runs on topology rank r.
+
+    ``protocol``: "ll", "ll128" or "simple" on GPU topologies, "simple" on CPU hosts. ``channels``: NCCL-
+    style parallel rings (see the module docstring). ``transport="tcp"`` makes same-host messages of a
+    CPU topology go over loopback TCP (``INTERLINK_TRANSPORT=tcp``). ``params``: the constants
+    (default: :func:`~interlink.model.params.default_params` with this host's profile).
+    """
+    tr = from_schedule(traffic_or_schedule) if isinstance(traffic_or_schedule, Schedule) else traffic_or_schedule
+    topo = resolve_topology(topology)
+    if tr.nranks > topo.nranks:
+        raise ModelError(f"the schedule has {tr.nranks} ranks, topology {topo.name!r} only {topo.nranks}")
+    if channels < 1:
+        raise ModelError(f"channels must be >= 1, got {channels}")
+    if tr.nranks < topo.nranks:
+        topo = topo.with_ranks(list(topo.ranks[: tr.nranks]))
+    info = _info(topo)
+    protocol = _check_protocol(protocol, info.gpu)
+    params = _params(params)
+    r = _rounds(tr, info, params, int(itemsize), int(channels), transport)
+    return _finish(r, params, protocol, tr.algorithm)
+
+
+#: the CPU model's linear parameters (per transport where the name has {t})
+CPU_TERMS = ("host.call_us", "host.{t}.alpha_us", "host.{t}.op_us", "host.{t}.alpha_oversub_us",
+             "host.{t}.beta_ns_per_byte", "host.{t}.reduce_ns_per_byte")
+
+
+def _term_name(template: str, transport: str) -> str:
+    name = template.format(t=transport)
+    return "host.reduce_ns_per_byte" if name == "host.shm.reduce_ns_per_byte" else name
+
+
+def cpu_terms(traffic: Traffic, topology: Topology, *, itemsize: int = 4, transport: str = "shm") -> dict[str, float]:
+    """The CPU model is linear in its host parameters: time_us = sum(value x term). Returns the terms
+    (per unit of each parameter of :data:`CPU_TERMS`, with the cache factor at 1) and ``working_set``,
+    for a single-host topology: what calibration fits against."""
+    info = _info(topology)
+    if info.gpu:
+        raise ModelError("cpu_terms needs a CPU topology")
+    names = [_term_name(n, transport) for n in CPU_TERMS]
+    other = "tcp" if transport == "shm" else "shm"
+    zero = {_term_name(n, t): 0.0 for n in CPU_TERMS for t in (transport, other)}
+    zero["host.dram_factor"] = 1.0
+    base = default_params()
+    out: dict[str, float] = {}
+    for n in names:
+        unit = dict(zero)
+        unit[n] = 1.0
+        pr = base.replace(unit, "unit")
+        r = _rounds(traffic, info, pr, itemsize, 1, "tcp" if transport == "tcp" else None)
+        out[n] = _finish(r, pr, "simple", traffic.algorithm).time_us
+    out["working_set"] = working_set(traffic.collective, traffic.nranks, traffic.count, itemsize,
+                                     int(info.ranks_on_host.max(initial=1)))
+    return out
+
+
+# ---- closed forms (interconnects.md section 3) for rank counts beyond a Schedule ---------------------
+
+
+def _closed_form(collective: str, algorithm: str, p: int, count: int, itemsize: int, info: _TopoInfo,
+                 params: Params, protocol: str, channels: int, local_size: int,
+                 transport: str | None) -> Estimate | None:
+    lg = max(1, math.ceil(math.log2(p))) if p > 1 else 0
+    H = info.nhosts
+    L = max(1, local_size)
+    gpu = info.gpu
+    if p == 1:
+        return Estimate(0.0, 0.0, 0.0, 0.0, 0, protocol, 1, "gpu" if gpu else "cpu", ("closed form",))
+    topo = info.topo
+    r0 = 0
+    intra_peer = 1 if info.ranks_on_host[info.host[0]] > 1 else None
+    inter_peer = int(np.flatnonzero(info.host != info.host[0])[0]) if H > 1 else None
+
+    def link(peer: int | None, ch: int) -> tuple[float, float]:
+        """(alpha us, beta s/B) of the path from rank 0 to peer."""
+        if peer is None:
+            return 0.0, 0.0
+        bw, lat, kind, cross = info.classify(np.array([r0]), np.array([peer]),
+                                             tcp=transport == "tcp" and not gpu)
+        if gpu:
+            a = params.hop_latency_us(_HOP_KINDS[int(kind[0])], protocol)
+            b = 1.0 / (bw[0] * 1e9 * params.efficiency(protocol))
+        else:
+            t = "tcp" if (cross[0] or transport == "tcp") else "shm"
+            a, _, hb, op = _host_rates(params, t)
+            a += 2 * op
+            a += float(lat[0]) if cross[0] else 0.0
+            wire = 1.0 / (bw[0] * 1e9)
+            b = wire if hb is None else (max(hb, wire) if cross[0] else hb)
+            b *= float(info.oversub[0])
+        return a, (b / ch if cross[0] else b)
+
+    ring_like = algorithm.startswith("ring")
+    a_i, b_i = link(intra_peer, 1)
+    a_x, b_x = link(inter_peer, channels if ring_like else 1)
+    a, b = (a_x, b_x) if H > 1 else (a_i, b_i)
+    g = float(_gamma_per_rank(info, params)[0])
+    n = count * itemsize  # the vector (all_reduce, broadcast, reduce) or one rank's block
+    N = n * p  # the whole buffer of per-rank collectives
+    q = (p - 1) / p
+    Hh = max(1, math.ceil(p / L))
+    forms: dict[tuple[str, str], tuple[float, float, float]] = {
+        ("all_reduce", "ring"): (2 * (p - 1) * a, 2 * q * n * b, q * n * g),
+        ("all_reduce", "recursive_doubling"): (lg * a, lg * n * b, lg * n * g),
+        ("all_reduce", "rabenseifner"): (2 * lg * a, 2 * q * n * b, q * n * g),
+        ("all_reduce", "tree"): (2 * lg * a, 2 * n * b, n * g),
+        ("all_reduce", "direct"): (a, (p - 1) * n * b, (p - 1) * n * g),
+        ("all_reduce", "hierarchical"): (2 * (L - 1) * a_i + 2 * (Hh - 1) * a_x,
+                                         2 * (L - 1) / L * n * b_i + 2 * (Hh - 1) / Hh * n / L * b_x,
+                                         ((L - 1) / L * n + (Hh - 1) / Hh * n / L) * g),
+        ("broadcast", "binomial"): (lg * a, lg * n * b, 0.0),
+        ("broadcast", "direct"): (a, (p - 1) * n * b, 0.0),
+        ("broadcast", "ring"): ((8 + p - 2) * a, (8 + p - 2) * n / 8 * b, 0.0),
+        ("broadcast", "hierarchical"): (math.ceil(math.log2(Hh)) * a_x + math.ceil(math.log2(L)) * a_i,
+                                        math.ceil(math.log2(Hh)) * n * b_x + math.ceil(math.log2(L)) * n * b_i,
+                                        0.0),
+        ("reduce", "binomial"): (lg * a, lg * n * b, lg * n * g),
+        ("reduce", "direct"): (a, (p - 1) * n * b, (p - 1) * n * g),
+        ("all_gather", "ring"): ((p - 1) * a, q * N * b, 0.0),
+        ("all_gather", "recursive_doubling"): (lg * a, q * N * b, 0.0),
+        ("all_gather", "bruck"): (lg * a, q * N * b, 0.0),
+        ("all_gather", "direct"): (a, q * N * b, 0.0),
+        ("all_gather", "hierarchical"): ((Hh - 1) * a_x + (L - 1) * a_i,
+                                         (Hh - 1) * n * b_x + (L - 1) * Hh * n * b_i, 0.0),
+        ("reduce_scatter", "ring"): ((p - 1) * a, q * N * b, q * N * g),
+        ("reduce_scatter", "recursive_halving"): (lg * a, q * N * b, q * N * g),
+        ("reduce_scatter", "direct"): (a, q * N * b, q * N * g),
+        ("gather", "binomial"): (lg * a, q * N * b, 0.0),
+        ("gather", "direct"): (a, q * N * b, 0.0),
+        ("scatter", "binomial"): (lg * a, q * N * b, 0.0),
+        ("scatter", "direct"): (a, q * N * b, 0.0),
+        ("all_to_all", "pairwise"): ((p - 1) * a, q * N * b, 0.0),
+        ("all_to_all", "bruck"): (lg * a, N / 2 * lg * b, 0.0),
+        ("barrier", "dissemination"): (lg * a, 0.0, 0.0),
+    }
+    f = forms.get((collective, algorithm))
+    if f is None:
+        return None
+    lat_rounds, tb, tg = f
+    base = params.base_latency_us(_family(algorithm), protocol) if gpu else params.value("host.call_us")
+    lat = base + lat_rounds
+    return Estimate(lat + (tb + tg) * 1e6, lat, tb * 1e6, tg * 1e6, 0, protocol,
+                    channels if ring_like else 1, "gpu" if gpu else "cpu",
+                    ("closed form (interconnects.md section 3)",))
+
+
+# ---- topologies for CPU hosts --------------------------------------------------------------------------
+
+
+def cpu_topology(ranks_per_host: Sequence[int] | int, *, cores: int | None = None, network: str = "eth-25g",
+                 name: str = "") -> Topology:
+    """CPU hosts with the given number of ranks each (one 'core' device per rank, even beyond the host's
+    cores: ``cores`` per host, default this machine's, is kept in ``meta['cores_per_host']`` and ranks
+    beyond it share cores), shared memory and loopback TCP inside a host, ``network`` between hosts."""
+    counts = [int(ranks_per_host)] if isinstance(ranks_per_host, int) else [int(c) for c in ranks_per_host]
+    if not counts or any(c < 1 for c in counts):
+        raise ModelError(f"ranks per host must be >= 1, got {counts}")
+    cores = int(cores) if cores else (os.cpu_count() or 1)
+    b = TopologyBuilder(name or (f"cpu:{counts[0]}" if len(counts) == 1 else f"cpu:{len(counts)}x{counts[0]}"))
+    multi = len(counts) > 1
+    sw = b.device("net/switch", "net_switch", None, "Ethernet switch") if multi else None
+    ranks = []
+    for h, c in enumerate(counts):
+        pre = f"h{h}/" if multi else ""
+        mem = b.device(f"{pre}mem0", "host_mem", h, "DRAM", socket=0, numa=0)
+        lo = b.device(f"{pre}lo", "nic", h, "loopback", loopback=True)
+        for k in range(c):
+            core = b.device(f"{pre}core{k}", "cpu", h, "CPU core", core=k, socket=0, numa=0)
+            b.link(core, mem, "shm")
+            b.link(core, lo, "loopback-tcp")
+            ranks.append(core)
+        if multi:
+            eth = b.device(f"{pre}eth0", "nic", h, "Ethernet NIC", role="compute")
+            b.link(eth, mem, "pcie-gen3-x8")
+            b.link(eth, sw, network)  # type: ignore[arg-type]
+    return b.build(ranks, meta={"cores_per_host": cores, "hosts": len(counts)})
+
+
+_DISCOVERED: dict[str, Any] = {}
+
+
+def this_host_topology(nranks: int | None = None) -> Topology:
+    """This machine: the discovered topology when it has GPUs, else a CPU host of ``nranks`` ranks
+    (default: one per core) with this machine's core count."""
+    if "topo" not in _DISCOVERED:
+        try:
+            from ..topology import discover
+
+            d = discover()
+            _DISCOVERED["topo"] = d.topology if any(dv.kind == "gpu" for dv in d.topology.devices) else None
+        except Exception:  # noqa: BLE001 - discovery is best effort
+            _DISCOVERED["topo"] = None
+    t = _DISCOVERED["topo"]
+    if t is not None and (nranks is None or nranks <= t.nranks):
+        return t
+    prof = host_profile()
+    cores = int(prof.meta.get("cores", 0)) if prof is not None else 0
+    return cpu_topology(nranks or cores or os.cpu_count() or 1, cores=cores or None, name="this-host")
+
+
+def resolve_topology(topology: Topology | str | None, nranks: int | None = None) -> Topology:
+    if topology is None:
+        return this_host_topology(nranks)
+    if isinstance(topology, str):
+        return _parse_cached(topology)
+    return topology
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_cached(spec: str) -> Topology:
+    if spec in ("this", "local", "host"):
+        return this_host_topology()
+    return parse_topology(spec)
+
+
+def _fit_ranks(topo: Topology, nranks: int, notes: list[str]) -> Topology:
+    if nranks < 1:
+        raise ModelError(f"nranks must be >= 1, got {nranks}")
+    if nranks == topo.nranks:
+        return topo
+    if nranks < topo.nranks:
+        return topo.with_ranks(list(topo.ranks[:nranks]))
+    info = _info(topo)
+    if info.gpu:
+        raise ModelError(f"topology {topo.name!r} has {topo.nranks} GPUs; cannot place {nranks} ranks "
+                         f"(use a cluster spec such as {math.ceil(nranks / max(1, topo.ranks_per_host))}x...)")
+    H = info.nhosts
+    per = math.ceil(nranks / H)
+    counts = [per] * (H - 1) + [nranks - per * (H - 1)]
+    cores = int(info.cores_per_host.min()) if info.cores_per_host.size else None
+    notes.append(f"{nranks} ranks on {H} host(s) of {cores} cores: ranks beyond the cores share them")
+    return cpu_topology(counts, cores=cores, name=f"{topo.name}+{nranks}ranks")
+
+
+# ---- predictions ------------------------------------------------------------------------------------
+
+
+def itemsize_of(dtype: Any) -> int:
+    name = str(dtype).lower()
+    if name in ("bfloat16", "bf16"):
+        return 2
+    aliases = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "char": "int8",
+               "fp16": "float16", "fp32": "float32", "fp64": "float64"}
+    try:
+        return int(np.dtype(aliases.get(name, dtype)).itemsize)
+    except TypeError:
+        raise ModelError(f"unknown dtype {dtype!r}") from None
+
+
+def count_for(collective: str, nbytes: int, itemsize: int, nranks: int) -> tuple[int, int]:
+    """(per-rank count, S) for a size in bytes, as nccl-tests counts them."""
+    if collective == "barrier":
+        return 0, 0
+    if collective in PER_RANK_SPLIT:
+        c = max(int(nbytes) // itemsize // nranks, 0)
+        return c, c * itemsize * nranks
+    c = max(int(nbytes) // itemsize, 0)
+    return c, c * itemsize
+
+
+def _params(params: Params | None, profile: Profile | bool | None = None) -> Params:
+    if params is not None:
+        return params
+    if profile is False:
+        return default_params()
+    prof = host_profile() if profile is None or profile is True else profile
+    return with_profile(default_params(), prof)  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=128)
+def _traffic_cached(collective: str, algorithm: str, p: int, count: int, root: int, bparams: tuple) -> Traffic:
+    return _traffic.traffic(collective, algorithm, p, count, root, prefer_fast=True, **dict(bparams))
+
+
+def _has_fast_generator(collective: str, algorithm: str) -> bool:
+    return (collective, algorithm) in getattr(_traffic, "_FAST", {})
+
+
+def _builder_params(collective: str, algorithm: str, p: int, local_size: int) -> tuple:
+    entry = registry.get_entry(collective, algorithm)
+    return (("local_size", local_size),) if "local_size" in entry.params else ()
+
+
+def channels_for(topo: Topology, algorithm: str) -> int:
+    """NCCL-style rings: one per NIC of a host (at most the ranks per host) for ring algorithms spanning hosts."""
+    info = _info(topo)
+    if info.nhosts <= 1 or not algorithm.startswith("ring"):
+        return 1
+    return max(1, min(info.nics_per_host, int(info.ranks_on_host.min())))
+
+
+def predict(collective: str, nbytes: int, topology: Topology | str | None = None, *, nranks: int | None = None,
+            algorithm: str | None = None, dtype: Any = "float32", root: int = 0, params: Params | None = None,
+            profile: Profile | bool | None = None, transport: str | None = None,
+            candidates: Iterable[str] | None = None, fast_path: bool = True) -> Prediction:
+    """Predict a collective of ``nbytes`` (nccl-tests' S: the bytes of the largest buffer) on a topology.
+
+    Every registered algorithm (or ``candidates``, or only ``algorithm``) is evaluated, on GPU topologies
+    under each protocol (LL, LL128, Simple), plus ``nvls`` where the hardware has it and ``fast`` (the
+    small-message path of an all-local CPU group; ``fast_path=False`` leaves it out); the fastest wins.
+    ``topology``: a Topology, a spec for :func:`~interlink.topology.parse_topology`, or None for this
+    machine. ``nranks``: the first nranks ranks of the topology (CPU hosts may take more ranks than
+    cores). ``profile``: this host's calibrated profile is used by default for CPU hosts (False: none).
+    """
+    if collective not in COLLECTIVES:
+        raise ModelError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
+    if nbytes < 0:
+        raise ModelError(f"size must be >= 0 bytes, got {nbytes}")
+    notes: list[str] = []
+    topo = resolve_topology(topology, nranks)
+    topo = _fit_ranks(topo, topo.nranks if nranks is None else int(nranks), notes)
+    info = _info(topo)
+    p = topo.nranks
+    itemsize = itemsize_of(dtype)
+    count, S = count_for(collective, nbytes, itemsize, p)
+    if S != nbytes and collective != "barrier":
+        notes.append(f"size rounded to {S} bytes ({count} elements per rank of {itemsize} bytes)")
+    if not 0 <= root < p:
+        raise ModelError(f"root {root} out of range for {p} ranks")
+    params = _params(params, profile)
+    gpu = info.gpu
+    protocols = PROTOCOLS if gpu else ("simple",)
+    local_size = int(info.ranks_on_host.max()) if info.nhosts > 1 else p
+    have = registry.algorithms_for(collective)
+    if algorithm is not None:
+        names = [algorithm]
+    elif candidates is not None:
+        names = list(candidates)
+    else:
+        names = list(have) + list(PSEUDO)
+    for nm in names:
+        if nm not in have and nm not in PSEUDO:
+            raise ModelError(f"no algorithm {nm!r} for {collective}; available: {have + list(PSEUDO)}")
+    factor = busbw_factor(collective, p)
+
+    def cand(algo: str, proto: str, t_us: float, method: str, ch: int = 1, note: str = "") -> Candidate:
+        algbw = S / (t_us * 1e-6) / 1e9 if t_us > 0 else 0.0
+        return Candidate(algo, proto, t_us, algbw, algbw * factor, method, ch, note)
+
+    table: list[Candidate] = []
+    for algo in names:
+        if algo == "nvls":
+            c = _nvls(collective, S, info, params, explicit=algorithm == "nvls")
+            if c is not None:
+                table.append(cand("nvls", "simple", c[0], "nvls", 1, c[1]))
+            continue
+        if algo in ("fast", "fast2"):
+            c = _fast(collective, S, info, params, (fast_path or algorithm == algo) and transport != "tcp",
+                      explicit=algorithm == algo, kind=algo)
+            if c is not None:
+                table.append(cand(algo, "simple", c, "shared memory"))
+            continue
+        ch = channels_for(topo, algo)
+        bparams = _builder_params(collective, algo, p, local_size)
+        tr = None
+        method = "schedule"
+        if _has_fast_generator(collective, algo) or p <= SCHEDULE_RANKS_LIMIT:
+            try:
+                tr = _traffic_cached(collective, algo, p, count, root, bparams)
+                method = "traffic" if _has_fast_generator(collective, algo) else "schedule"
+            except ValueError as exc:
+                notes.append(f"{algo}: {exc}")
+        if tr is not None:
+            r = _rounds(tr, info, params, itemsize, ch, transport)
+            for proto in protocols:
+                e = _finish(r, params, proto, algo)
+                table.append(cand(algo, proto, e.time_us, method, ch))
+        else:
+            for proto in protocols:
+                e = _closed_form(collective, algo, p, count, itemsize, info, params, proto, ch, local_size, transport)
+                if e is None:
+                    notes.append(f"{algo}: no Schedule at {p} ranks and no closed form; left out")
+                    break
+                table.append(cand(algo, proto, e.time_us, "closed-form", e.channels,
+                                  f"closed form: no Schedule at {p} ranks"))
+    if not table:
+        raise ModelError(f"no algorithm could be evaluated for {collective} on {topo.name!r} at {p} ranks"
+                         + (f" ({'; '.join(notes)})" if notes else ""))
+    table.sort(key=lambda c: (float(f"{c.time_us:.9g}"), _pref(c.algorithm), PROTOCOLS.index(c.protocol)))
+    best = table[0]
+    runner = next((c for c in table if c.algorithm != best.algorithm), None)
+    if any(c.channels > 1 for c in table):
+        ch = max(c.channels for c in table)
+        notes.append(f"ring algorithms run {ch} channels (one ring per NIC, as NCCL does); a single ring "
+                     f"spanning hosts would cross each host boundary through one NIC")
+    if not gpu and info.oversub.max() > 1 and not any("share them" in n for n in notes):
+        notes.append(f"{int(info.ranks_on_host.max())} ranks on a host of {int(info.cores_per_host.min())} cores: "
+                     f"ranks beyond the cores share them")
+    if not gpu:
+        prof = [pp for pp in params if pp.name.startswith("host.") and pp.source.startswith("calibrated")]
+        notes.append("host parameters: " + (prof[0].source if prof else "defaults (no calibrated profile)"))
+    return Prediction(collective, S, count, p, str(dtype), topo.name, "gpu" if gpu else "cpu", best.time_us,
+                      best.algbw_gbps, best.busbw_gbps, best.algorithm, best.protocol, runner, tuple(table),
+                      tuple(notes), params.origin)
+
+
+#: ties (equal predicted times, e.g. hierarchical on one host is a ring) go to the simpler algorithm
+PREFERENCE = ("nvls", "fast", "fast2", "ring", "recursive_doubling", "rabenseifner", "binomial", "direct", "bruck",
+              "recursive_halving", "pairwise", "dissemination", "tree", "hierarchical")
+
+
+def _pref(algorithm: str) -> tuple[int, str]:
+    return (PREFERENCE.index(algorithm) if algorithm in PREFERENCE else len(PREFERENCE), algorithm)
+
+
+def _nvls(collective: str, S: int, info: _TopoInfo, params: Params, explicit: bool) -> tuple[float, str] | None:
+    """NVLS all_reduce: (time us, note) or None where the hardware has no NVLS."""
+    topo = info.topo
+    p = info.n
+
+    def no(why: str) -> None:
+        if explicit:
+            raise ModelError(f"nvls is not available here: {why}")
+        return None
+
+    if collective != "all_reduce":
+        return no("NVLS is modelled for all_reduce only")
+    if not info.gpu or p < 2:
+        return no("needs at least 2 GPUs")
+    eff = min(params.nvls_efficiency(nm) for nm in info.gpu_names)
+    if eff <= 0:
+        return no("the GPUs have no NVLink SHARP (Hopper and later)")
+    sw = {topo.nvls_switch(r) for r in range(p)}
+    if None in sw:
+        return no("a GPU is not attached to an NVLS-capable NVSwitch (gen 3+)")
+    if len({topo.nvlink_domain(r) for r in range(p)}) != 1:
+        return no("the ranks span several NVLink domains (NVLS+Tree across hosts is not modelled)")
+    bw = min(topo.path(r, next(iter(sw)) if len(sw) == 1 else topo.nvls_switch(r)).bottleneck_gbps
+             for r in range(min(p, 8)))
+    t = params.value("nvls.latency_us") + S * (1 + 1 / p) / (eff * bw * 1e9) * 1e6
+    return t, f"in-switch reduction: n(1+1/p) per GPU at {eff:g} x {bw:g} GB/s"
+
+
+def _fast(collective: str, S: int, info: _TopoInfo, params: Params, allowed: bool, explicit: bool,
+          kind: str = "fast") -> float | None:
+    """A shared-memory path of an all-local CPU group (the world group of a one-host job), time us, or
+    None where the runtime would not take it. ``fast``: one shared write per rank, every rank reads all
+    payloads; ``fast2`` (all_reduce): every rank reduces its 1/p slice from every slot, then copies the
+    other slices out."""
+    why = None
+    p = info.n
+    if info.gpu or info.nhosts != 1:
+        why = "the shared-memory paths serve CPU ranks of one host"
+    elif kind == "fast" and collective not in FAST_COLLECTIVES:
+        why = f"the fast path serves {', '.join(sorted(FAST_COLLECTIVES))}"
+    elif kind == "fast2" and collective != "all_reduce":
+        why = "the two-phase shared-memory path serves all_reduce"
+    elif not allowed:
+        why = "disabled (or TCP forced: the fast paths live in shared memory)"
+    else:
+        # payload: what one rank writes (checked against the slot size); work: bytes one rank processes
+        if kind == "fast":
+            payload, work = {"all_reduce": (S, S * p), "broadcast": (S, S), "all_gather": (S // p, S),
+                             "reduce_scatter": (S, S), "barrier": (0, 0)}[collective]
+            lo = 0.0
+        else:
+            payload, work = S, S
+            lo = params.value("host.fast.max_bytes")
+        top = params.value(f"host.{kind}.max_bytes")
+        if payload > top or (kind == "fast2" and payload <= lo):
+            why = f"the payload is outside ({lo:g}, {top:g}] bytes (host.{kind}.max_bytes)"
+        elif kind == "fast2" and p < params.value("host.fast2.min_ranks"):
+            why = f"the two-phase path needs {params.value('host.fast2.min_ranks'):g}+ ranks"
+        else:
+            f = float(info.oversub.max())
+            cf = cache_factor(params, working_set(collective, p, count_for(collective, S, 1, p)[0], 1, p))
+            return (params.value("host.call_us") + params.value(f"host.{kind}.alpha_us")
+                    + params.value(f"host.{kind}.alpha_oversub_us") * (f - 1.0)
+                    + work * params.value(f"host.{kind}.ns_per_byte") * 1e-3 * f * cf)
+    if explicit:
+        raise ModelError(f"{kind} is not available here: {why}")
+    return None

@@ -1,0 +1,344 @@
+"""The cost model: published figures, alpha-beta sanity, choices, parameters, tuner, calibration fit, CLI.
+
+Published figures: shared/reference/interconnects.md section 5 (busbw, nccl-tests definitions, large sizes),
+checked within 15%.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from interlink.algorithms.schedule import busbw_factor
+from interlink.algorithms.traffic import Phase, Traffic, traffic
+from interlink.model import (DEFAULTS, ModelError, Profile, cpu_topology, default_params, load_params, predict,
+                             schedule_time)
+from interlink.model import cost, tuner
+from interlink.model.calibrate import Sample, fit, nnls
+from interlink.topology import TopologyBuilder, parse_topology
+
+GiB = 1 << 30
+
+
+def within(value: float, target: float, tol: float = 0.15) -> bool:
+    return abs(value - target) <= tol * target
+
+
+# ---- published measurements (interconnects.md section 5) ---------------------------------------------
+
+
+@pytest.mark.parametrize("spec, kwargs, nbytes, target, per_nic", [
+    ("dgx-a100", {}, GiB, 230.0, False),                          # NVIDIA staff, nccl-tests#149
+    ("dgx-h100", {"algorithm": "ring"}, GiB, 370.0, False),        # nccl-tests#212, nccl#1455
+    ("dgx-h100", {}, GiB, 480.0, False),                           # NVLS default, nccl-tests#212
+    ("dgx-h100", {}, 4 * GiB, 480.0, False),
+    ("2xdgx-h100", {}, 8 * GiB, 47.0, True),                       # NDR per NIC 46-48, nccl-tests#290
+    ("16xdgx-h100", {}, 8 * GiB, 47.0, True),
+    ("2xdgx-a100", {}, 8 * GiB, 24.0, True),                       # HDR per NIC ~24, nccl#412
+])
+def test_published_busbw(spec: str, kwargs: dict, nbytes: int, target: float, per_nic: bool) -> None:
+    p = predict("all_reduce", nbytes, spec, **kwargs)
+    busbw = p.busbw_gbps / (8 if per_nic else 1)  # 8 compute NICs per DGX
+    assert within(busbw, target), (spec, p.algorithm, p.protocol, busbw, target)
+
+
+def test_h100_default_is_nvls_with_published_algbw() -> None:
+    p = predict("all_reduce", GiB, "dgx-h100")
+    assert p.algorithm == "nvls"
+    assert within(p.algbw_gbps, 275.0)
+    assert p.runner_up is not None and p.runner_up.algorithm != "nvls"
+    # without NVLS hardware (A100: NVSwitch gen 2) there is no nvls row
+    assert all(c.algorithm != "nvls" for c in predict("all_reduce", GiB, "dgx-a100").table)
+    with pytest.raises(ModelError, match="nvls"):
+        predict("all_reduce", GiB, "dgx-a100", algorithm="nvls")
+
+
+def test_nccl_worked_example_latencies() -> None:
+    # interconnects.md section 4: 8 GPUs on NVLink, allreduce: Ring/LL 15.0 us, Ring/Simple 56 us
+    p = predict("all_reduce", 8, "dgx-h100", algorithm="ring")
+    t = {c.protocol: c.time_us for c in p.table}
+    assert t["ll"] == pytest.approx(15.0, rel=0.01)
+    assert t["simple"] == pytest.approx(56.0, rel=0.01)
+    assert predict("all_reduce", 8, "dgx-h100", algorithm="nvls").time_us == pytest.approx(25.0, rel=0.01)
+
+
+def test_multinode_ring_channels_are_explicit() -> None:
+    topo = parse_topology("2xdgx-h100")
+    tr = traffic("all_reduce", "ring", 16, GiB // 4)
+    one = schedule_time(tr, topo, channels=1)
+    eight = schedule_time(tr, topo, channels=8)
+    factor = busbw_factor("all_reduce", 16)
+    bus1 = GiB / (one.time_us * 1e-6) / 1e9 * factor
+    bus8 = GiB / (eight.time_us * 1e-6) / 1e9 * factor
+    assert within(bus1, 47.0)  # a single ring leaves each host through one NIC
+    assert bus8 > 6 * bus1  # one ring per NIC
+    p = predict("all_reduce", GiB, topo, algorithm="ring")
+    assert p.best.channels == 8 and any("channels" in n for n in p.notes)
+
+
+# ---- alpha-beta sanity ----------------------------------------------------------------------------------
+
+
+def _uniform_gpus(p: int):
+    b = TopologyBuilder("uniform")
+    b.device("sw", "nvswitch")
+    for g in range(p):
+        b.device(f"gpu{g}", "gpu", host=0, name="H100-SXM5-80GB")
+        b.link(f"gpu{g}", "sw", "nvlink4", count=18)
+    return b.build()
+
+
+@pytest.mark.parametrize("p", [2, 5, 8])
+@pytest.mark.parametrize("n", [4096, 64 << 20])
+def test_ring_all_reduce_matches_alpha_beta_formula_gpu(p: int, n: int) -> None:
+    topo = _uniform_gpus(p)
+    params = default_params()
+    tr = traffic("all_reduce", "ring", p, n // 4)
+    e = schedule_time(tr, topo, itemsize=4, protocol="simple", params=params)
+    a = params.hop_latency_us("nvlink", "simple")
+    b = 1.0 / (topo.path(0, 1).bottleneck_gbps * 1e3)  # us per byte
+    expect = 2 * (p - 1) * a + 2 * n * (p - 1) / p * b
+    got = e.time_us - params.base_latency_us("ring", "simple")
+    assert got == pytest.approx(expect, rel=0.01)
+    assert e.rounds == 2 * (p - 1)
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_ring_all_reduce_matches_alpha_beta_gamma_formula_cpu(p: int) -> None:
+    topo = cpu_topology(p, cores=p)
+    params = default_params()
+    n = 16 << 20
+    e = schedule_time(traffic("all_reduce", "ring", p, n // 4), topo, params=params)
+    a = params.value("host.shm.alpha_us") + 2 * params.value("host.shm.op_us")
+    b = 1.0 / (topo.path(0, 1).bottleneck_gbps * 1e3)
+    g = params.value("host.reduce_ns_per_byte") * 1e-3
+    cf = cost.cache_factor(params, cost.working_set("all_reduce", p, n // 4, 4, p))
+    expect = params.value("host.call_us") + 2 * (p - 1) * a + cf * (2 * n * (p - 1) / p * b + n * (p - 1) / p * g)
+    assert e.time_us == pytest.approx(expect, rel=0.01)
+
+
+def test_rank_sends_share_its_port() -> None:
+    # direct all_reduce: each rank sends p-1 whole buffers in one round over its one port
+    p, n = 8, 64 << 20
+    topo = _uniform_gpus(p)
+    e = schedule_time(traffic("all_reduce", "direct", p, n // 4), topo)
+    assert e.transfer_us == pytest.approx((p - 1) * n / (topo.path(0, 1).bottleneck_gbps * 1e3), rel=0.01)
+
+
+# ---- choices ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", ["dgx-h100", "dgx-a100", "2xdgx-h100", "pcie-8gpu", "cpu-host"])
+def test_small_messages_pick_a_latency_optimal_algorithm(spec: str) -> None:
+    p = predict("all_reduce", 8, spec)
+    assert p.algorithm not in ("ring", "hierarchical"), p.per_algorithm()
+    if p.mode == "gpu":
+        assert p.protocol in ("ll", "ll128")
+    big = predict("all_reduce", GiB, spec)
+    assert big.algorithm in ("ring", "rabenseifner", "nvls", "hierarchical", "fast2"), big.per_algorithm()
+
+
+@pytest.mark.parametrize("spec", ["dgx-h100", "2xdgx-a100", "cpu-host", "2xcpu-host"])
+@pytest.mark.parametrize("collective", ["all_reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
+                                        "reduce", "gather", "barrier"])
+@pytest.mark.parametrize("nbytes", [0, 8, 65536, 64 << 20])
+def test_choice_is_never_slower_than_the_runner_up(spec: str, collective: str, nbytes: int) -> None:
+    p = predict(collective, nbytes, spec)
+    times = [c.time_us for c in p.table]
+    tie = 1 + 1e-9  # equal times (to 9 digits) go to the simpler algorithm
+    assert all(a <= b * tie for a, b in zip(times, times[1:]))
+    assert p.time_us <= min(times) * tie
+    if p.runner_up is not None:
+        assert p.time_us <= p.runner_up.time_us * tie and p.runner_up.algorithm != p.algorithm
+    assert p.busbw_gbps == pytest.approx(p.algbw_gbps * busbw_factor(collective, p.nranks))
+
+
+def test_large_rank_counts_fall_back_to_closed_forms(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cost, "SCHEDULE_RANKS_LIMIT", 8)
+    monkeypatch.setattr(cost, "_has_fast_generator", lambda c, a: False)
+    closed = predict("all_reduce", GiB, "2xdgx-h100", algorithm="ring")
+    assert closed.best.method == "closed-form" and "closed form" in closed.best.note
+    monkeypatch.setattr(cost, "SCHEDULE_RANKS_LIMIT", 256)
+    built = predict("all_reduce", GiB, "2xdgx-h100", algorithm="ring")
+    assert built.best.method == "schedule"
+    assert closed.time_us == pytest.approx(built.time_us, rel=0.1)
+
+
+def test_thousands_of_ranks_in_one_numpy_pass() -> None:
+    topo = parse_topology("256xdgx-h100")  # 2048 ranks
+    p = topo.nranks
+    src = np.arange(p, dtype=np.int64)
+    ph = Phase(src, (src + 1) % p, np.full(p, 1 << 20, np.int64), None, 2 * (p - 1))
+    tr = Traffic("all_reduce", "ring", p, p << 20, (ph,))
+    t0 = time.perf_counter()
+    e = schedule_time(tr, topo, channels=8)
+    assert time.perf_counter() - t0 < 5.0
+    # NVLink-bound: 2(p-1) rounds of 4 MiB at 370.8 GB/s (8 rings over 8 NICs of 47 GB/s = 376 GB/s)
+    assert e.transfer_us == pytest.approx(2 * (p - 1) * (4 << 20) / 370.8e3, rel=0.02)
+    # pipelined steady state: the network latency is paid once per host crossing, not in every round
+    hop = default_params().hop_latency_us
+    assert e.latency_us < 2 * (p - 1) * hop("net", "simple")
+    assert e.latency_us > 2 * (p - 1) * hop("nvlink", "simple")
+
+
+# ---- parameters -----------------------------------------------------------------------------------------
+
+
+def test_every_constant_names_its_source() -> None:
+    names = [p.name for p in DEFAULTS]
+    assert len(names) == len(set(names))
+    for p in DEFAULTS:
+        assert p.source and p.unit, p
+    assert default_params().get("nvls.efficiency.hopper") == 0.85
+    assert default_params().efficiency("ll") == 0.5
+
+
+def test_parameters_from_a_file(tmp_path) -> None:
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps({"params": {"nvls.efficiency.hopper": {"value": 0.5, "source": "test"},
+                                        "nvls.latency_us": 10}}))
+    params = load_params(f)
+    assert params.source("nvls.efficiency.hopper") == "test"
+    slow = predict("all_reduce", GiB, "dgx-h100", algorithm="nvls", params=params)
+    fast = predict("all_reduce", GiB, "dgx-h100", algorithm="nvls")
+    assert slow.time_us > 1.5 * fast.time_us
+    y = tmp_path / "p.yaml"
+    y.write_text("nccl.hop_latency_us.nvlink.ll: 1.0\n")
+    assert load_params(y).get("nccl.hop_latency_us.nvlink.ll") == 1.0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"no.such.param": 1}))
+    with pytest.raises(ModelError, match="no model parameter"):
+        load_params(bad)
+
+
+def test_bad_inputs_raise_model_errors() -> None:
+    with pytest.raises(ModelError):
+        predict("all_reduce", 1024, "dgx-h100", nranks=9)
+    with pytest.raises(ModelError):
+        predict("no_such", 1024, "dgx-h100")
+    with pytest.raises(ModelError):
+        predict("all_reduce", 1024, "dgx-h100", algorithm="no_such")
+    with pytest.raises(ModelError):
+        schedule_time(traffic("all_reduce", "ring", 2, 4), "cpu-host", protocol="ll")
+
+
+def test_cpu_host_takes_more_ranks_than_cores() -> None:
+    p = predict("all_reduce", 1 << 20, "cpu-host", nranks=4, profile=False)
+    assert p.nranks == 4 and any("share" in n for n in p.notes)
+    two = predict("all_reduce", 1 << 20, "cpu-host", nranks=2, profile=False, algorithm="ring")
+    four = predict("all_reduce", 1 << 20, "cpu-host", nranks=4, profile=False, algorithm="ring")
+    assert four.time_us > 2 * two.time_us  # more rounds, more bytes, shared cores
+
+
+# ---- tuner and runtime wiring ---------------------------------------------------------------------------
+
+
+def test_tuner_caches_and_is_consistent() -> None:
+    tuner.clear_cache()
+    topo = parse_topology("dgx-h100")
+    a = tuner.choose("all_reduce", 64 << 20, 8, topo)
+    assert a in ("ring", "rabenseifner")  # nvls is not a runtime algorithm
+    t0 = time.perf_counter()
+    for _ in range(1000):
+        assert tuner.choose("all_reduce", 64 << 20, 8, topo) == a
+    assert (time.perf_counter() - t0) / 1000 < 50e-6
+    # the same bucket gives the same answer whatever size of the bucket came first
+    assert tuner.choose("all_reduce", (64 << 20) + 12345, 8, topo) == a
+    assert tuner.choose("all_reduce", 8, 8, topo, candidates=["ring"]) == "ring"
+    t0 = time.perf_counter()
+    for _ in range(1000):
+        tuner.choose_for_group("all_reduce", 4096, 4, (1, 4))
+    assert (time.perf_counter() - t0) / 1000 < 50e-6
+
+
+def test_runtime_default_algorithm_uses_the_tuner(monkeypatch: pytest.MonkeyPatch) -> None:
+    from interlink.algorithms import registry
+    from interlink.runtime import group
+
+    have = set(registry.algorithms_for("all_reduce"))
+    assert group.default_algorithm("all_reduce", 64 << 20, 4) in have
+    assert group.default_algorithm("all_reduce", 1 << 20, 8, (2, 4)) in have
+    monkeypatch.setenv("INTERLINK_TUNER", "table")
+    assert group.default_algorithm("all_reduce", 1 << 20, 8, (2, 4)) == "hierarchical"
+    monkeypatch.delenv("INTERLINK_TUNER")
+    monkeypatch.setattr(tuner, "choose_for_group", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("x")))
+    assert group.default_algorithm("all_reduce", 1 << 20, 8, (2, 4)) == "hierarchical"  # the table fallback
+
+
+# ---- calibration fit -----------------------------------------------------------------------------------
+
+
+def test_nnls_keeps_coefficients_non_negative() -> None:
+    A = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    x = nnls(A, np.array([1.0, -1.0, 0.0]))
+    assert (x >= 0).all() and x[1] == 0.0
+
+
+def test_fit_recovers_known_host_parameters() -> None:
+    truth = {"host.call_us": 5.0, "host.shm.alpha_us": 3.0, "host.shm.op_us": 6.0, "host.shm.alpha_oversub_us": 40.0,
+             "host.shm.beta_ns_per_byte": 0.1, "host.reduce_ns_per_byte": 0.15, "host.dram_factor": 1.0}
+    params = default_params().replace(truth, "truth")
+    samples = []
+    for p in (2, 4):
+        topo = cpu_topology(p, cores=2)
+        for algo in ("ring", "recursive_doubling", "rabenseifner"):
+            for n in (4096, 65536, 1 << 20, 16 << 20):
+                t = predict("all_reduce", n, topo, algorithm=algo, params=params).time_us
+                samples.append(Sample("shm", p, "all_reduce", algo, n, n // 4, t * 1e-6))
+        for n in (4096, 1 << 20):
+            t = predict("broadcast", n, topo, algorithm="binomial", params=params).time_us
+            samples.append(Sample("shm", p, "broadcast", "binomial", n, n // 4, t * 1e-6))
+    got, quality = fit(samples, cores=2)
+    assert quality["shm"]["max_rel_err"] < 0.02
+    for k in ("host.shm.beta_ns_per_byte", "host.reduce_ns_per_byte", "host.shm.alpha_oversub_us"):
+        assert got[k] == pytest.approx(truth[k], rel=0.05), (k, got)
+    prof = Profile(got, quality, {"cores": 2, "host": "test", "date": "now"})
+    for s in samples:
+        pred = predict(s.collective, s.nbytes, cpu_topology(s.nranks, cores=2), algorithm=s.algorithm,
+                       profile=prof).time_us
+        assert pred == pytest.approx(s.seconds * 1e6, rel=0.03)
+
+
+def test_profile_round_trip(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from interlink.model.params import host_profile, load_profile, save_profile
+
+    prof = Profile({"host.shm.beta_ns_per_byte": 0.5}, {"shm": {"samples": 1}}, {"host": "h", "date": "d", "cores": 2})
+    path = tmp_path / "profile.json"
+    monkeypatch.setenv("INTERLINK_PROFILE", str(path))
+    save_profile(prof)
+    assert load_profile().params == prof.params
+    assert host_profile(reload=True) is not None
+    p = predict("broadcast", 64 << 20, cpu_topology(2, cores=2), algorithm="binomial")
+    q = predict("broadcast", 64 << 20, cpu_topology(2, cores=2), algorithm="binomial", profile=False)
+    assert p.time_us > q.time_us  # 0.5 ns/B is slower than the 8 GB/s shm link
+    assert any("calibrated on h" in n for n in p.notes)
+    monkeypatch.delenv("INTERLINK_PROFILE")
+    host_profile(reload=True)
+
+
+# ---- command line and the bench column ------------------------------------------------------------------
+
+
+def test_cli_predict_json(capsys: pytest.CaptureFixture) -> None:
+    from interlink.cli.main import main
+
+    assert main(["predict", "all_reduce", "--size", "1G", "--topology", "dgx-h100", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert {"time_us", "algbw_gbps", "busbw_gbps", "algorithm", "runner_up", "table"} <= set(d)
+    assert d["algorithm"] == "nvls" and d["nbytes"] == GiB
+    assert main(["predict", "allreduce", "-s", "64K", "-t", "2xdgx-a100", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "busbw" in out and "runner-up" in out and "ll128" in out
+    assert main(["predict", "all_reduce", "-s", "1M", "-t", "no-such-topology"]) == 2
+
+
+def test_bench_rows_get_predicted_busbw() -> None:
+    from interlink.cli.bench import add_predictions
+
+    rows = [{"size": 1 << 20, "type": "float32", "root": -1, "algorithm": "ring"},
+            {"size": 64, "type": "float32", "root": -1, "algorithm": "ring"}]
+    add_predictions(rows, "all_gather", 2, "shm")
+    assert rows[0]["pred_busbw"] > 0 and rows[1]["pred_busbw"] is not None

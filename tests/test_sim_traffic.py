@@ -1,0 +1,79 @@
+"""Vectorised traffic generators (algorithms/{ring,hierarchical,trees}.py) against the traffic of the
+built Schedule (traffic.from_schedule), round by round and message by message."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from interlink.algorithms import traffic as tr
+from interlink.algorithms.registry import get_schedule
+from interlink.algorithms.hierarchical import resolve_local_size
+
+NRANKS = list(range(1, 34))
+
+
+def counts(p: int) -> list[int]:
+    """0, tiny (fewer elements than ranks), divisible, not divisible, and one larger odd count."""
+    return sorted({0, 1, p - 1 if p > 1 else 3, 2 * p + 1, 4 * p})
+
+
+def check(coll: str, algo: str, p: int, n: int, root: int = 0, **params) -> None:
+    fast = tr._FAST[(coll, algo)](p, n, root=root, **params)
+    ref = tr.from_schedule(get_schedule(coll, algo, p, n, root, **params))
+    assert fast.nranks == p and fast.count == n
+    assert fast.equals(ref), (coll, algo, p, n, root, params)
+    assert fast.rounds == ref.rounds
+    assert np.array_equal(fast.sent_per_rank(), ref.sent_per_rank())
+
+
+@pytest.mark.parametrize("p", NRANKS)
+def test_ring_family(p):
+    for n in counts(p):
+        check("all_reduce", "ring", p, n)
+        check("all_gather", "ring", p, n)
+        check("reduce_scatter", "ring", p, n)
+        check("broadcast", "ring", p, n, p - 1)
+        check("broadcast", "binomial", p, n, p // 2)
+    check("broadcast", "ring", p, 50, 0, segments=3)
+
+
+@pytest.mark.parametrize("p", NRANKS)
+def test_hierarchical(p):
+    seen = set()
+    for L in (None, 1, 2, 3, 4, 5, 8, p + 2):
+        key = resolve_local_size(p, L)
+        if key in seen:
+            continue
+        seen.add(key)
+        for n in counts(p):
+            check("all_reduce", "hierarchical", p, n, local_size=L)
+
+
+@pytest.mark.parametrize("p", NRANKS)
+def test_tree(p):
+    for n in counts(p):
+        check("all_reduce", "tree", p, n)
+    for S in (2, 5):
+        check("all_reduce", "tree", p, 40, segments=S)
+
+
+def test_compact_at_scale():
+    """Divisible counts: a handful of phases whatever the rank count; uneven counts: every round kept,
+    as views of one array (no copy per round)."""
+    t = tr.traffic("all_reduce", "ring", 16384, 1 << 28)
+    assert [ph.repeat for ph in t.phases] == [16383, 16383]
+    t = tr.traffic("all_reduce", "hierarchical", 16384, 1 << 28, local_size=8)
+    assert len(t.phases) == 4 and t.rounds == 2 * 7 + 2 * 2047
+    u = tr.traffic("all_reduce", "ring", 4096, (1 << 20) + 7)
+    assert len(u.phases) == 2 * 4095
+    assert all(ph.elems.base is not None for ph in u.phases)  # views
+    assert int(u.sent_per_rank().sum()) == 2 * 4095 * ((1 << 20) + 7)
+    tree = tr.traffic("all_reduce", "tree", 16384, 1 << 20)
+    assert tree.rounds <= 2 * 14 + 1
+
+
+def test_traffic_uses_generator_when_large():
+    big = tr.traffic("all_reduce", "hierarchical", 4096, 1000, local_size=8)
+    assert big.algorithm == "hierarchical" and big.nranks == 4096
+    assert int(big.sent_per_rank().sum()) > 0
