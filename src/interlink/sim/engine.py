@@ -1,0 +1,838 @@
+"""Flow-level simulation of a Schedule on a Topology: links shared max-min fairly, rounds as barriers.
+
+    simulate(traffic_or_schedule, topology, itemsize=4) -> SimResult
+    simulate_collective("all_reduce", 1 << 30, "128xdgx-h100", algorithm="ring") -> SimResult
+
+The model
+---------
+* **A message is a flow** over the directed hops of ``topology.path(src, dst)``: each direction of a
+  link is one resource with the link's full per-direction capacity (``Link.gbps``, effective GB/s).
+* **Max-min fair sharing.** At any moment the rates of the flows in flight are the max-min fair
+  allocation (progressive filling: raise every unfrozen flow's rate together until some resource is
+  full, freeze the flows crossing it, repeat). When a flow completes, the rates of the others are
+  solved again (event-driven), so a flow that shared a link speeds up once its neighbour is done.
+* **Latency.** A flow ends its path's latency (the sum of its links' ``latency_us``) after its last
+  byte leaves: ``end = transfer end + path latency``. Latency does not hold bandwidth.
+* **Reduction.** A rank that reduces ``e`` elements in a round spends ``e x itemsize x gamma`` on it
+  (gamma: 1 / HBM bandwidth on GPUs, the host's reduce rate on CPUs, from
+  :mod:`interlink.model.params`), of which the fraction ``reduce.overlap`` hides under the transfer:
+  ``rank end = comm end + reduce - overlap x min(comm end, reduce)``.
+* **Rounds are global barriers** (the model implemented here): round k + 1 starts on every rank when
+  the last flow and the last reduction of round k are done. This is exact for schedules whose rounds
+  are balanced (rings, the lanes of hierarchical algorithms) and an upper bound where a rank could run
+  ahead of a slow one (NCCL-like per-rank dependencies would start a rank's next round as soon as
+  its own messages are in; not modelled). It lets a run of identical rounds (``Phase.repeat``) be
+  simulated once and multiplied.
+* **Near-identical rounds.** When the count does not divide evenly, consecutive ring rounds carry
+  blocks whose sizes differ by one element (the sizes rotate). With ``merge_tolerance=1`` (the
+  default) consecutive rounds with the same (src, dst) messages whose sizes differ by at most that
+  many elements are simulated once, with every message at its largest size in the group: the time
+  is an upper bound, off by at most ``merge_tolerance`` elements per message per round; bytes per
+  link stay exact. ``merge_tolerance=0`` simulates every distinct round.
+
+Path lookups are made once per distinct (src, dst) pair of ranks and kept per topology (a 16,384-rank
+hierarchical all_reduce has ~33k pairs); flows are numpy arrays, the flow x resource incidence is a
+pair of index arrays, and a round's solution is cached by its messages (the reduce-scatter and
+all-gather halves of a ring share one).
+
+Output (:class:`SimResult`): total time, algbw/busbw (nccl-tests definitions), per directed link the
+bytes carried and the average utilisation, per rank the busy and idle time, and per simulated phase its
+start, round time, repeat count and per-rank busy time within one round (the compact timeline that
+:mod:`interlink.sim.trace` turns into a Chrome/Perfetto trace).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Union
+
+import numpy as np
+
+from ..algorithms.schedule import Schedule, busbw_factor
+from ..algorithms.traffic import Phase, Traffic, from_schedule
+from ..topology import Topology, TopologyError, parse_topology
+
+__all__ = [
+    "SimError",
+    "SimResult",
+    "PhaseResult",
+    "simulate",
+    "simulate_collective",
+    "max_min_rates",
+    "PER_RANK_SPLIT",
+]
+
+#: Collectives whose nccl-tests size S is count x itemsize x nranks (count is one rank's block).
+PER_RANK_SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
+
+_REL = 1e-9  # relative tolerance: resources saturated together, flows finishing together
+_EMPTY_F = np.zeros(0, np.float32)
+_EMPTY_I = np.zeros(0, np.int64)
+
+
+class SimError(ValueError):
+    """A simulation that cannot run (too many ranks for the topology, a negative size ...)."""
+
+
+# ---- max-min fair rates ------------------------------------------------------------------------------
+
+
+def max_min_rates(flow_of_e: np.ndarray, res_of_e: np.ndarray, capacity: np.ndarray, nflows: int) -> np.ndarray:
+    """Exact max-min fair rates by progressive filling.
+
+    ``flow_of_e[i]`` uses resource ``res_of_e[i]`` (one entry per (flow, resource) incidence; a flow
+    lists each resource once), ``capacity[r]`` is resource r's capacity. Returns the rate of every flow
+    (``inf`` for a flow that uses no resource). Each iteration saturates the resources with the smallest
+    fair share and freezes the flows crossing them: as many iterations as distinct bottleneck levels.
+    """
+    rate = np.full(nflows, np.inf)
+    if flow_of_e.size == 0:
+        return rate
+    R = capacity.size
+    cap = capacity.astype(np.float64).copy()
+    n = np.bincount(res_of_e, minlength=R).astype(np.float64)
+    fe, re = flow_of_e, res_of_e
+    level = 0.0
+    frozen = np.zeros(nflows, bool)
+    while fe.size:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(n > 0, cap / n, np.inf)
+        inc = float(share.min())
+        level += inc
+        sat = share <= inc * (1.0 + _REL)
+        cap -= inc * n
+        cap[sat] = 0.0
+        hit = fe[sat[re]]
+        frozen[hit] = True
+        rate[hit] = level
+        rm = frozen[fe]
+        n -= np.bincount(re[rm], minlength=R)
+        keep = ~rm
+        fe, re = fe[keep], re[keep]
+    return rate
+
+
+# ---- results -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class PhaseResult:
+    """One simulated group of rounds: ``repeat`` rounds of ``round_us`` each from ``start_us``.
+
+    ``first_round``: index of its first communication round; ``merged``: Traffic phases simulated as
+    one (see ``merge_tolerance``); ``events``: max-min solves in one round; ``rank_busy_us``: per rank,
+    the time from the round's start to the end of its last flow and reduction (float32);
+    ``flow_src``/``flow_dst``/``flow_end_us``: the messages of one round and when each ended;
+    ``link_res``/``link_busy_us``: directed links used (``link id * 2 + direction``) and when the
+    last flow on each finished transmitting (relative to the round's start).
+    """
+
+    index: int
+    first_round: int
+    repeat: int
+    start_us: float
+    round_us: float
+    comm_us: float
+    reduce_us: float
+    ideal_us: float
+    nflows: int
+    events: int
+    merged: int
+    rank_busy_us: np.ndarray
+    flow_src: np.ndarray
+    flow_dst: np.ndarray
+    flow_end_us: np.ndarray
+    link_res: np.ndarray
+    link_busy_us: np.ndarray
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.repeat * self.round_us
+
+
+@dataclass
+class SimResult:
+    """What :func:`simulate` returns. Times in microseconds, bandwidths in GB/s (1e9 B/s).
+
+    ``nbytes``: nccl-tests' S (the largest buffer); ``algbw_gbps = S / time``; ``busbw_gbps = algbw x
+    busbw_factor``. ``ideal_us``: the same rounds with every flow alone on its path (no sharing): the
+    contention-free estimate. ``link_res``/``link_bytes``: every directed link that carried data
+    (``link id * 2 + direction``) and its bytes over the whole run; ``link_util``: bytes / (capacity x
+    time). ``rank_busy_us``: per rank, time spent with a flow in flight or reducing.
+    """
+
+    collective: str
+    algorithm: str
+    nranks: int
+    count: int
+    itemsize: int
+    nbytes: int
+    topology_name: str
+    time_us: float
+    ideal_us: float
+    rounds: int
+    phases: list[PhaseResult]
+    link_res: np.ndarray
+    link_bytes: np.ndarray
+    link_gbps: np.ndarray
+    rank_busy_us: np.ndarray
+    model: str = "global-barrier"
+    wall_s: float = 0.0
+    notes: tuple[str, ...] = ()
+    topology: Topology | None = field(default=None, repr=False)
+
+    @property
+    def algbw_gbps(self) -> float:
+        return self.nbytes / (self.time_us * 1e3) if self.time_us > 0 else 0.0
+
+    @property
+    def busbw_gbps(self) -> float:
+        return self.algbw_gbps * busbw_factor(self.collective, self.nranks)
+
+    @property
+    def slowdown(self) -> float:
+        """time / contention-free time (1.0: nothing was shared)."""
+        return self.time_us / self.ideal_us if self.ideal_us > 0 else 1.0
+
+    @property
+    def link_util(self) -> np.ndarray:
+        if self.time_us <= 0:
+            return np.zeros(self.link_res.size)
+        return self.link_bytes / (self.link_gbps * 1e3 * self.time_us)
+
+    @property
+    def rank_idle_us(self) -> np.ndarray:
+        return np.maximum(0.0, self.time_us - self.rank_busy_us)
+
+    def top_links(self, k: int = 10) -> list[dict[str, Any]]:
+        """The k busiest directed links (highest utilisation, then most bytes): id, ends (from -> to),
+        link spec, bytes, capacity and utilisation."""
+        util = self.link_util
+        order = np.lexsort((-self.link_bytes, -np.round(util, 9)))[:k]
+        out = []
+        for i in order.tolist():
+            res = int(self.link_res[i])
+            lid, d = divmod(res, 2)
+            row: dict[str, Any] = {"link": lid, "direction": d, "bytes": float(self.link_bytes[i]),
+                                   "gbps": float(self.link_gbps[i]), "util": float(util[i])}
+            if self.topology is not None:
+                ln = self.topology.links[lid]
+                a, b = (ln.a, ln.b) if d == 0 else (ln.b, ln.a)
+                row.update({"from": a, "to": b, "kind": ln.spec.name})
+            out.append(row)
+        return out
+
+    def link_name(self, res: int) -> str:
+        lid, d = divmod(int(res), 2)
+        if self.topology is None:
+            return f"link{lid}.{d}"
+        ln = self.topology.links[lid]
+        a, b = (ln.a, ln.b) if d == 0 else (ln.b, ln.a)
+        return f"{a}->{b}"
+
+    def to_dict(self, top_links: int = 10) -> dict[str, Any]:
+        busy = self.rank_busy_us
+        util = self.link_util
+        return {
+            "collective": self.collective, "algorithm": self.algorithm, "nranks": self.nranks,
+            "count": self.count, "itemsize": self.itemsize, "nbytes": self.nbytes,
+            "topology": self.topology_name, "time_us": self.time_us, "algbw_gbps": self.algbw_gbps,
+            "busbw_gbps": self.busbw_gbps, "ideal_us": self.ideal_us, "slowdown": self.slowdown,
+            "rounds": self.rounds, "model": self.model, "wall_s": self.wall_s,
+            "phases": [{"first_round": p.first_round, "repeat": p.repeat, "start_us": p.start_us,
+                        "round_us": p.round_us, "comm_us": p.comm_us, "reduce_us": p.reduce_us,
+                        "ideal_us": p.ideal_us, "flows": p.nflows, "events": p.events, "merged": p.merged}
+                       for p in self.phases[:200]],
+            "phases_total": len(self.phases),
+            "ranks": {"busy_us_mean": float(busy.mean()) if busy.size else 0.0,
+                      "busy_us_min": float(busy.min()) if busy.size else 0.0,
+                      "busy_us_max": float(busy.max()) if busy.size else 0.0,
+                      "idle_fraction_mean": float(1.0 - busy.mean() / self.time_us) if busy.size and self.time_us > 0
+                      else 0.0},
+            "links": {"used": int(self.link_res.size),
+                      "util_max": float(util.max()) if util.size else 0.0,
+                      "util_mean": float(util.mean()) if util.size else 0.0,
+                      "bytes_total": float(self.link_bytes.sum()),
+                      "top": self.top_links(top_links)},
+            "notes": list(self.notes),
+        }
+
+
+# ---- paths per pair of ranks, cached per topology ---------------------------------------------------
+
+
+class _Classes:
+    """Path classes of rank pairs, so that one route is searched per class, not per message.
+
+    Hosts of identical structure (the router's host classes) whose links to the fabric end at the same
+    fabric devices (an *attachment*: for a rail-optimized cluster, the hosts under one set of leaves)
+    route identically up to renaming. The class of a message is (host class, device position and
+    attachment of each end; same host or not). Its representative's route is looked up once and
+    translated to every message of the class: links inside a host by their position in the host's
+    link list, links from a host device to the fabric by their position among that device's outward
+    links, fabric links unchanged. Built from the router's internal tables; when a topology does not
+    fit this shape (a rank on a fabric device, hosts linked directly to each other) the table falls back
+    to one lookup per pair.
+    """
+
+    def __init__(self, topo: Topology, path: Any) -> None:
+        r = topo._routing()
+        idx = topo._idx
+        self.r = r
+        self.topo_path = path  # (rank a, rank b) -> Path
+        self.la = np.asarray(r.la, dtype=np.int64)
+        self.r_host_arr = np.array([-1 if h is None else h for h in r.host], dtype=np.int64)
+        rdev = np.array([idx[d] for d in topo.ranks], dtype=np.int64)
+        hosts = [r.host[i] for i in rdev.tolist()]
+        if any(h is None for h in hosts):
+            raise LookupError("a rank on a fabric device")
+        for x, outs in r.outward.items():
+            for _, far in outs:
+                if r.host[far] is not None:
+                    raise LookupError("hosts linked to each other directly")
+        self.rdev = rdev
+        self.rhost = np.array(hosts, dtype=np.int64)
+        self.rpos = np.array([r.local[i] for i in rdev.tolist()], dtype=np.int64)
+        # a route inside a host leaves it only when both ends have links of their own to the fabric
+        self.rout = np.array([i in r.outward for i in rdev.tolist()], dtype=bool)
+        used = sorted(set(hosts))
+        hcls = {h: r.host_class[h] for h in used}
+        # per host: its outward links in (device position, k) order, and the fabric ends (attachment)
+        attach_ids: dict[tuple, int] = {}
+        self.out_links: dict[int, np.ndarray] = {}
+        hattach: dict[int, int] = {}
+        for h in used:
+            lids, ends = [], []
+            for x in r.host_devs[h]:
+                for lid, far in r.outward.get(x, ()):
+                    lids.append(lid)
+                    ends.append(far)
+            self.out_links[h] = np.asarray(lids, dtype=np.int64)
+            hattach[h] = attach_ids.setdefault((hcls[h], tuple(ends)), len(attach_ids))
+        self.hclass = np.array([hcls[h] for h in hosts], dtype=np.int64)
+        self.hatt = np.array([hattach[h] for h in hosts], dtype=np.int64)
+        self.P = int(self.rpos.max(initial=0)) + 1
+        self.C = int(self.hclass.max(initial=0)) + 1
+        self.A = max(1, len(attach_ids))
+        self.host_links = {h: np.asarray(r.host_links.get(h, []), dtype=np.int64) for h in used}
+        # per host class / attachment: a (hosts, links) table, and each host's row in it
+        nh = max(used) + 1
+        self.hrow = np.zeros(nh, dtype=np.int64)
+        self.arow = np.zeros(nh, dtype=np.int64)
+        by_c: dict[int, list[int]] = {}
+        by_a: dict[int, list[int]] = {}
+        for h in used:
+            by_c.setdefault(hcls[h], []).append(h)
+            by_a.setdefault(hattach[h], []).append(h)
+        self.hl2d: dict[int, np.ndarray] = {}
+        self.ol2d: dict[int, np.ndarray] = {}
+        for c, hs in by_c.items():
+            self.hrow[hs] = np.arange(len(hs))
+            self.hl2d[c] = np.stack([self.host_links[h] for h in hs]) if hs else np.zeros((0, 0), np.int64)
+        for a_, hs in by_a.items():
+            self.arow[hs] = np.arange(len(hs))
+            self.ol2d[a_] = np.stack([self.out_links[h] for h in hs])
+        self.hcls_of = hcls
+        self.hatt_of = hattach
+        self.link_local = r.link_local
+        self.link_host = [r.host[a] if r.host[a] == r.host[b] else None for a, b in zip(r.la, r.lb)]
+        self.templates: dict[int, tuple] = {}
+        self.searched = 0
+        if (self.C * self.P * self.A) ** 2 * 2 >= 1 << 62:
+            raise LookupError("too many classes to key")
+
+    def keys(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        P, C, A = self.P, self.C, self.A
+        ka = (self.hclass[src] * P + self.rpos[src]) * A + self.hatt[src]
+        kb = (self.hclass[dst] * P + self.rpos[dst]) * A + self.hatt[dst]
+        same = self.rhost[src] == self.rhost[dst]
+        # inside a host the attachment matters only where the route may leave the host
+        local = same & ~(self.rout[src] & self.rout[dst])
+        ka = np.where(local, ka - self.hatt[src], ka)
+        kb = np.where(local, kb - self.hatt[dst], kb)
+        return (ka * (C * P * A) + kb) * 2 + same
+
+    def _template(self, a: int, b: int) -> tuple:
+        """Route of the representative pair as a recipe: per hop (kind, value, direction)."""
+        p = self.topo_path(a, b)
+        ha, hb = int(self.rhost[a]), int(self.rhost[b])
+        kinds, vals, dirs, outs = [], [], [], []
+        nodes = [self.r.topo._idx[d] for d in p.devices]
+        for i, (lid, d) in enumerate(zip(p.hops, p.directions)):
+            lh = self.link_host[lid]
+            if lh is not None:
+                if lh not in (ha, hb):
+                    raise LookupError("route through a third host")
+                kinds.append(0 if lh == ha else 1)
+                vals.append(self.link_local[lid])
+                outs.append(0)
+            elif self.r.host[nodes[i]] is not None or self.r.host[nodes[i + 1]] is not None:
+                hdev = nodes[i] if self.r.host[nodes[i]] is not None else nodes[i + 1]
+                side = self.r.host[hdev]
+                if side not in (ha, hb):
+                    raise LookupError("route through a third host")
+                kinds.append(2 if side == ha else 3)
+                vals.append(int(np.flatnonzero(self.out_links[side] == lid)[0]))
+                outs.append(1 if hdev == nodes[i] else 2)
+            else:
+                kinds.append(4)
+                vals.append(lid)
+                outs.append(0)
+            dirs.append(d)
+        self.searched += 1
+        return (np.array(kinds), np.array(vals, dtype=np.int64), np.array(dirs, dtype=np.int64),
+                np.array(outs), p.latency_us, p.bottleneck_gbps)
+
+    def translate(self, tmpl: tuple, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """(messages, hops) array of directed links (link id * 2 + direction) for every message of a class."""
+        kinds, vals, dirs, outs = tmpl[:4]
+        ha, hb = self.rhost[src], self.rhost[dst]
+        out = np.empty((src.size, kinds.size), dtype=np.int64)
+        for j in range(kinds.size):
+            k, v = int(kinds[j]), int(vals[j])
+            if k == 4:
+                out[:, j] = v * 2 + dirs[j]
+                continue
+            hs = ha if k in (0, 2) else hb
+            h0 = int(hs[0])  # every message of a class has its hosts in one host class and attachment
+            if k in (0, 1):
+                lids = self.hl2d[self.hcls_of[h0]][self.hrow[hs], v]
+            else:
+                lids = self.ol2d[self.hatt_of[h0]][self.arow[hs], v]
+            if k in (0, 1):
+                out[:, j] = lids * 2 + dirs[j]
+            else:
+                # orientation of an outward link: from its host device (outs 1) or into it (outs 2)
+                a_is_host = self.r_host_arr[self.la[lids]] >= 0
+                going_out = outs[j] == 1
+                out[:, j] = lids * 2 + np.where(a_is_host == going_out, 0, 1)
+        return out
+
+
+class _PathTable:
+    """(src, dst) rank pairs -> directed hops (CSR arrays), latency and bottleneck; grows on demand."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.n = topo.nranks
+        self.index: dict[int, int] = {}
+        self.indptr = np.zeros(1, np.int64)
+        self.hops = np.zeros(0, np.int64)
+        self.lat = np.zeros(0)
+        self.bw = np.zeros(0)
+        cap = np.array([ln.gbps for ln in topo.links], dtype=np.float64)
+        self.cap = np.repeat(cap, 2) * 1e3  # bytes per microsecond, per direction (link id * 2 + dir)
+        self.lookups = 0
+        self.classes: _Classes | None = None
+        try:
+            self.classes = _Classes(topo, self._path)
+        except (LookupError, AttributeError, KeyError, TypeError, ValueError):
+            self.classes = None  # not the router's usual shape: one lookup per pair
+
+    def ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        keys = src.astype(np.int64) * self.n + dst
+        uniq, inv = np.unique(keys, return_inverse=True)
+        get = self.index.get
+        ids = np.fromiter((get(k, -1) for k in uniq.tolist()), dtype=np.int64, count=uniq.size)
+        new = np.flatnonzero(ids < 0)
+        if new.size:
+            added = None
+            if self.classes is not None:
+                try:
+                    added = self._add_classes(uniq[new])
+                except LookupError:
+                    self.classes = None
+            if added is None:
+                added = self._add_pairs(uniq[new])
+            ids[new] = added
+        return ids[inv]
+
+    def _append(self, keys: np.ndarray, lens: np.ndarray, hops: np.ndarray, lat: np.ndarray,
+                bw: np.ndarray) -> np.ndarray:
+        base = len(self.index)
+        pid = base + np.arange(keys.size, dtype=np.int64)
+        self.index.update(zip(keys.tolist(), pid.tolist()))
+        self.indptr = np.concatenate([self.indptr, self.indptr[-1] + np.cumsum(lens)])
+        self.hops = np.concatenate([self.hops, hops])
+        self.lat = np.concatenate([self.lat, lat])
+        self.bw = np.concatenate([self.bw, np.where(np.isfinite(bw), bw * 1e3, np.inf)])
+        return pid
+
+    def _add_pairs(self, keys: np.ndarray) -> np.ndarray:
+        hops: list[int] = []
+        lens = np.empty(keys.size, np.int64)
+        lat = np.empty(keys.size)
+        bw = np.empty(keys.size)
+        for j, k in enumerate(keys.tolist()):
+            a, b = divmod(k, self.n)
+            p = self._path(a, b)
+            hops.extend(lid * 2 + d for lid, d in zip(p.hops, p.directions))
+            lens[j] = len(p.hops)
+            lat[j] = p.latency_us
+            bw[j] = p.bottleneck_gbps
+        self.lookups += keys.size
+        return self._append(keys, lens, np.asarray(hops, dtype=np.int64), lat, bw)
+
+    def _path(self, a: int, b: int) -> Any:
+        try:
+            return self.topo.path(a, b)
+        except TopologyError as exc:
+            raise SimError(f"no route for a message from rank {a} to rank {b}: {exc}") from None
+
+    def _add_classes(self, keys: np.ndarray) -> np.ndarray:
+        c = self.classes
+        assert c is not None
+        src, dst = np.divmod(keys, self.n)
+        ck = c.keys(src, dst)
+        order = np.argsort(ck, kind="stable")
+        cks = ck[order]
+        bounds = np.flatnonzero(np.diff(cks)) + 1
+        starts = np.concatenate([[0], bounds])
+        ends = np.concatenate([bounds, [cks.size]])
+        out_keys, out_lens, out_hops, out_lat, out_bw, sels = [], [], [], [], [], []
+        for s0, e0 in zip(starts.tolist(), ends.tolist()):
+            sel = order[s0:e0]
+            sels.append(sel)
+            key = int(cks[s0])
+            tmpl = c.templates.get(key)
+            if tmpl is None:
+                tmpl = c.templates[key] = c._template(int(src[sel[0]]), int(dst[sel[0]]))
+            h = c.translate(tmpl, src[sel], dst[sel])
+            out_keys.append(keys[sel])
+            out_lens.append(np.full(sel.size, h.shape[1], dtype=np.int64))
+            out_hops.append(h.reshape(-1))
+            out_lat.append(np.full(sel.size, tmpl[4]))
+            out_bw.append(np.full(sel.size, tmpl[5]))
+        self.lookups += len(starts)
+        pid = self._append(np.concatenate(out_keys), np.concatenate(out_lens), np.concatenate(out_hops),
+                           np.concatenate(out_lat), np.concatenate(out_bw))
+        res = np.empty(keys.size, dtype=np.int64)
+        res[np.concatenate(sels)] = pid
+        return res
+
+    def incidence(self, pid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(flow index, directed link) per hop of the flows with these path ids."""
+        starts = self.indptr[pid]
+        lens = self.indptr[pid + 1] - starts
+        total = int(lens.sum())
+        flow = np.repeat(np.arange(pid.size, dtype=np.int64), lens)
+        first = np.repeat(starts - (np.cumsum(lens) - lens), lens)
+        return flow, self.hops[first + np.arange(total, dtype=np.int64)]
+
+
+_TABLES: dict[int, tuple[Any, _PathTable]] = {}
+
+
+def _table(topo: Topology) -> _PathTable:
+    hit = _TABLES.get(id(topo))
+    if hit is not None and hit[0]() is topo:
+        return hit[1]
+    t = _PathTable(topo)
+    for k in [k for k, (ref, _) in _TABLES.items() if ref() is None]:
+        _TABLES.pop(k, None)
+    if len(_TABLES) > 16:
+        _TABLES.pop(next(iter(_TABLES)))
+    _TABLES[id(topo)] = (weakref.ref(topo), t)
+    return t
+
+
+# ---- one round ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Solved:
+    end: np.ndarray          # per flow: transfer end (us from the round's start), latency not included
+    events: int
+    res: np.ndarray          # directed links used
+    res_busy: np.ndarray     # per link: when its last flow finished transmitting
+    flow_of_e: np.ndarray
+    rinv: np.ndarray
+
+
+def _solve_round(table: _PathTable, pid: np.ndarray, nbytes: np.ndarray) -> _Solved:
+    """Event-driven max-min sharing of one round's flows; returns when each flow finished transmitting."""
+    F = pid.size
+    flow_of_e, res_of_e = table.incidence(pid)
+    res, rinv = np.unique(res_of_e, return_inverse=True)
+    cap = table.cap[res]
+    rem = nbytes.astype(np.float64).copy()
+    end = np.zeros(F)
+    active = rem > 0
+    t = 0.0
+    events = 0
+    while active.any():
+        m = active[flow_of_e]
+        rate = max_min_rates(flow_of_e[m], rinv[m], cap, F)
+        idx = np.flatnonzero(active)
+        r = rate[idx]
+        ttf = np.where(np.isinf(r), 0.0, rem[idx] / r)
+        dt = float(ttf.min())
+        done = ttf <= dt * (1.0 + _REL) + 1e-15
+        t += dt
+        rem[idx] = np.where(np.isinf(r), 0.0, rem[idx] - r * dt)
+        fin = idx[done]
+        end[fin] = t
+        rem[fin] = 0.0
+        active[fin] = False
+        events += 1
+    res_busy = np.zeros(res.size)
+    if flow_of_e.size:
+        np.maximum.at(res_busy, rinv, end[flow_of_e])
+    return _Solved(end, events, res, res_busy, flow_of_e, rinv)
+
+
+# ---- merging rounds ----------------------------------------------------------------------------------
+
+
+def _close(a: np.ndarray | None, b: np.ndarray | None, tol: int) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if a is b:
+        return True
+    if a.size != b.size:
+        return False
+    if tol == 0:
+        return bool(np.array_equal(a, b))
+    return bool(np.abs(a - b).max(initial=0) <= tol)
+
+
+def _same_pairs(a: Phase, b: Phase) -> bool:
+    if a.src.size != b.src.size:
+        return False
+    return (a.src is b.src or np.array_equal(a.src, b.src)) and (a.dst is b.dst or np.array_equal(a.dst, b.dst))
+
+
+def _groups(phases: Iterable[Phase], tol: int) -> list[list[Phase]]:
+    out: list[list[Phase]] = []
+    for ph in phases:
+        if out:
+            first = out[-1][0]
+            if (_same_pairs(first, ph) and _close(first.elems, ph.elems, tol)
+                    and _close(first.reduced, ph.reduced, tol)):
+                out[-1].append(ph)
+                continue
+        out.append([ph])
+    return out
+
+
+# ---- reductions --------------------------------------------------------------------------------------
+
+
+def _reduce_rates(topo: Topology, p: int, params: Any) -> tuple[np.ndarray, float, str]:
+    """(gamma seconds per byte per rank, overlap fraction, source) from the cost model's parameters."""
+    try:
+        from ..model.params import default_params
+    except ImportError:  # pragma: no cover - the model is part of the package
+        return np.zeros(p), 0.0, "no cost model: gamma 0"
+    devs = [topo.device(r) for r in range(p)]
+    gpu = bool(devs) and all(d.kind == "gpu" for d in devs)
+    prm = params
+    if prm is None:
+        prm = default_params()
+        if not gpu:  # CPU hosts: this host's calibrated reduce rate, as the cost model uses it
+            try:
+                from ..model.params import host_profile, with_profile
+
+                prm = with_profile(prm, host_profile())
+            except Exception:  # noqa: BLE001 - a missing or unreadable profile: the defaults
+                prm = default_params()
+    if gpu:
+        passes = prm.value("gpu.reduce_passes")
+        g = np.array([passes / (prm.hbm_gbps(d.name) * 1e9) for d in devs])
+        return g, float(prm.value("reduce.overlap.gpu")), "gpu.hbm_gbps x gpu.reduce_passes"
+    return (np.full(p, prm.value("host.reduce_ns_per_byte") * 1e-9), float(prm.value("reduce.overlap.cpu")),
+            "host.reduce_ns_per_byte")
+
+
+# ---- the simulation ----------------------------------------------------------------------------------
+
+
+def _resolve(topology: Topology | str) -> Topology:
+    if isinstance(topology, Topology):
+        return topology
+    try:
+        from ..model.cost import resolve_topology  # cached parse, "this" host
+
+        return resolve_topology(topology)
+    except ImportError:  # pragma: no cover
+        return parse_topology(topology)
+
+
+def nbytes_of(collective: str, nranks: int, count: int, itemsize: int) -> int:
+    """nccl-tests' S for a collective of ``count`` elements (per rank for the per-rank collectives)."""
+    if collective == "barrier":
+        return 0
+    return count * itemsize * (nranks if collective in PER_RANK_SPLIT else 1)
+
+
+def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology | str, *, itemsize: int = 4,
+             gamma: float | None = None, reduce_overlap: float | None = None, params: Any = None,
+             merge_tolerance: int = 1, base_us: float = 0.0, max_detail: int = 512) -> SimResult:
+    """Simulate a Schedule (or its Traffic) on ``topology``: rank r runs on topology rank r.
+
+    ``itemsize``: bytes per element. ``gamma`` (seconds per byte reduced) and ``reduce_overlap``
+    (0..1) override the cost model's figures; ``params``: a :class:`~interlink.model.params.Params`.
+    ``merge_tolerance``: consecutive rounds with the same messages and sizes within this many elements
+    are simulated once (see the module docstring; 0: exact). ``base_us``: a fixed cost added per call.
+    ``max_detail``: the first this many simulated phases keep their per-rank and per-flow detail (the
+    timeline of traces and plots); later ones keep their times only (totals stay exact).
+    """
+    t_wall = time.perf_counter()
+    tr = from_schedule(traffic_or_schedule) if isinstance(traffic_or_schedule, Schedule) else traffic_or_schedule
+    topo = _resolve(topology)
+    p = tr.nranks
+    if p > topo.nranks:
+        raise SimError(f"the schedule has {p} ranks; topology {topo.name!r} has only {topo.nranks}")
+    if itemsize < 1:
+        raise SimError(f"itemsize must be >= 1, got {itemsize}")
+    if merge_tolerance < 0:
+        raise SimError(f"merge_tolerance must be >= 0, got {merge_tolerance}")
+    if p < topo.nranks:
+        topo = topo.with_ranks(list(topo.ranks[:p]))
+    table = _table(topo)
+    notes: list[str] = []
+    g_rank, overlap, gsrc = _reduce_rates(topo, p, params)
+    if gamma is not None:
+        g_rank, gsrc = np.full(p, float(gamma)), "given"
+    if reduce_overlap is not None:
+        overlap = float(reduce_overlap)
+    red_us_per_elem = g_rank * itemsize * 1e6  # microseconds per element reduced, per rank
+
+    phases: list[PhaseResult] = []
+    link_bytes = np.zeros(table.cap.size)
+    busy_total = np.zeros(p)
+    now = float(base_us)
+    ideal = float(base_us)
+    rounds = 0
+    cache: OrderedDict[bytes, _Solved] = OrderedDict()  # recent round solutions, by a digest of the messages
+    for group in _groups(tr.phases, int(merge_tolerance)):
+        first = group[0]
+        repeat = sum(ph.repeat for ph in group)
+        if len(group) == 1:
+            elems, reduced, total_elems = first.elems, first.reduced, first.elems * first.repeat
+        else:
+            elems = np.maximum.reduce([ph.elems for ph in group])
+            reduced = None if first.reduced is None else np.maximum.reduce([ph.reduced for ph in group])
+            total_elems = np.add.reduce([ph.elems * ph.repeat for ph in group])
+        src, dst = first.src, first.dst
+        F = src.size
+        nb = elems.astype(np.float64) * itemsize
+        if F:
+            pid = table.ids(src, dst)
+            h = hashlib.blake2b(digest_size=20)
+            for a in (src, dst, elems):
+                h.update(np.ascontiguousarray(a, dtype=np.int64).data)
+            key = h.digest()
+            sol = cache.get(key)
+            if sol is None:
+                sol = _solve_round(table, pid, nb)
+                cache[key] = sol
+                if len(cache) > 32:
+                    cache.popitem(last=False)
+            else:
+                cache.move_to_end(key)
+            lat = table.lat[pid]
+            fin = sol.end + lat
+            comm_end = np.zeros(p)
+            np.maximum.at(comm_end, src, fin)
+            np.maximum.at(comm_end, dst, fin)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                alone = lat + np.where(nb > 0, nb / table.bw[pid], 0.0)
+            ideal_end = np.zeros(p)
+            np.maximum.at(ideal_end, src, alone)
+            np.maximum.at(ideal_end, dst, alone)
+            # exact bytes on every link over all the group's rounds
+            link_bytes[sol.res] += np.bincount(sol.rinv, weights=(total_elems * itemsize)[sol.flow_of_e],
+                                               minlength=sol.res.size)
+            comm_us = float(fin.max())
+            events = sol.events
+            rounds += repeat
+        else:
+            comm_end = np.zeros(p)
+            ideal_end = np.zeros(p)
+            comm_us = 0.0
+            events = 0
+            sol = None
+        if reduced is not None:
+            red = reduced[:p] * red_us_per_elem[: reduced.size]
+            if red.size < p:
+                red = np.concatenate([red, np.zeros(p - red.size)])
+            rank_end = comm_end + red - overlap * np.minimum(comm_end, red)
+            ideal_rank = ideal_end + red - overlap * np.minimum(ideal_end, red)
+        else:
+            rank_end, ideal_rank = comm_end, ideal_end
+        round_us = max(comm_us, float(rank_end.max(initial=0.0)))
+        ideal_round = float(ideal_rank.max(initial=0.0))
+        keep = len(phases) < max_detail and sol is not None
+        phases.append(PhaseResult(
+            index=len(phases), first_round=rounds - (repeat if F else 0), repeat=repeat, start_us=now,
+            round_us=round_us, comm_us=comm_us, reduce_us=round_us - comm_us, ideal_us=ideal_round,
+            nflows=F, events=events, merged=len(group),
+            rank_busy_us=rank_end.astype(np.float32) if len(phases) < max_detail else _EMPTY_F,
+            flow_src=src if keep else _EMPTY_I, flow_dst=dst if keep else _EMPTY_I,
+            flow_end_us=fin.astype(np.float32) if keep else _EMPTY_F,
+            link_res=sol.res if keep else _EMPTY_I,  # type: ignore[union-attr]
+            link_busy_us=sol.res_busy.astype(np.float32) if keep else _EMPTY_F))  # type: ignore[union-attr]
+        busy_total += rank_end * repeat
+        now += round_us * repeat
+        ideal += ideal_round * repeat
+    merged = len(tr.phases) - len(phases)
+    if merged:
+        notes.append(f"{merged + len(phases)} distinct round patterns simulated as {len(phases)} "
+                     f"(sizes within {merge_tolerance} element(s); time is an upper bound within that)")
+    notes.append(f"reduction: {gsrc}, overlap {overlap:g}")
+    used = np.flatnonzero(link_bytes)
+    return SimResult(
+        collective=tr.collective, algorithm=tr.algorithm, nranks=p, count=tr.count, itemsize=int(itemsize),
+        nbytes=nbytes_of(tr.collective, p, tr.count, int(itemsize)), topology_name=topo.name, time_us=now,
+        ideal_us=ideal, rounds=rounds, phases=phases, link_res=used, link_bytes=link_bytes[used],
+        link_gbps=table.cap[used] / 1e3, rank_busy_us=busy_total, wall_s=time.perf_counter() - t_wall,
+        notes=tuple(notes), topology=topo)
+
+
+def simulate_collective(collective: str, nbytes: int, topology: Topology | str, *, algorithm: str | None = None,
+                        nranks: int | None = None, itemsize: int = 4, root: int = 0,
+                        local_size: int | None = None, segments: int | None = None, **kwargs: Any) -> SimResult:
+    """Simulate ``collective`` of ``nbytes`` (nccl-tests' S) with ``algorithm`` on the first ``nranks``
+    ranks of ``topology``. Hierarchical algorithms get ``local_size`` = the topology's ranks per host
+    unless given. Other keyword arguments go to :func:`simulate`."""
+    from ..algorithms import registry
+    from ..algorithms import traffic as _traffic
+
+    t0 = time.perf_counter()
+    topo = _resolve(topology)
+    p = topo.nranks if nranks is None else int(nranks)
+    if p < 1 or p > topo.nranks:
+        raise SimError(f"nranks must be in 1..{topo.nranks} for topology {topo.name!r}, got {p}")
+    if nbytes < 0:
+        raise SimError(f"size must be >= 0 bytes, got {nbytes}")
+    if p < topo.nranks:
+        topo = topo.with_ranks(list(topo.ranks[:p]))
+    if algorithm is None:
+        have = registry.algorithms_for(collective)
+        if not have:
+            raise SimError(f"no algorithm for {collective!r}")
+        algorithm = "ring" if "ring" in have else have[0]
+    entry = registry.get_entry(collective, algorithm)
+    params: dict[str, Any] = {}
+    if "local_size" in entry.params:
+        params["local_size"] = local_size if local_size is not None else max(1, topo.ranks_per_host)
+    if "segments" in entry.params and segments is not None:
+        params["segments"] = segments
+    if collective == "barrier":
+        count = 0
+    elif collective in PER_RANK_SPLIT:
+        count = int(nbytes) // itemsize // p
+    else:
+        count = int(nbytes) // itemsize
+    tr = _traffic.traffic(collective, algorithm, p, count, root, prefer_fast=True, **params)
+    res = simulate(tr, topo, itemsize=itemsize, **kwargs)
+    res.wall_s = time.perf_counter() - t0
+    if res.nbytes != nbytes and collective != "barrier":
+        res.notes = res.notes + (f"size rounded to {res.nbytes} bytes ({count} elements of {itemsize} bytes"
+                                 f"{' per rank' if collective in PER_RANK_SPLIT else ''})",)
+    return res
