@@ -93,3 +93,49 @@ def big_moves(rank: int, world: int) -> bool:
 @pytest.mark.parametrize("cma", ["0", "1"])
 def test_large_messages_with_and_without_cma(cma: str) -> None:
     assert run_ranks(3, big_moves, env={"INTERLINK_CMA": cma}) == [True] * 3
+
+
+def fast_then_regular(rank: int, world: int, iters: int) -> int:
+    """A fast-path call (barrier, small all_reduce) followed at once by a regular-path call: a rank
+    that leaves the fast call first already sends for the next one while a slower rank still waits."""
+    import time
+
+    import interlink as dist
+
+    dist.init(timeout=60)
+    if rank == world - 1:
+        # this rank is descheduled between seeing "not everyone has published" and its next look:
+        # by then the others have left the fast call and already send for the next one
+        from interlink.runtime import fastpath
+
+        orig = fastpath.FastPath._all_published
+
+        def stale(self, f, q):  # type: ignore[no-untyped-def]
+            ok = orig(self, f, q)
+            if not ok:
+                time.sleep(0.005)
+            return ok
+
+        fastpath.FastPath._all_published = stale  # type: ignore[method-assign]
+    big = np.zeros(16384, dtype=np.float32)
+    small = np.zeros(4, dtype=np.float32)
+    for i in range(iters):
+        if rank == (i % world) and i % 3 == 0:
+            time.sleep(0.001)  # a late rank: the others finish the fast call before it looks again
+        dist.barrier()
+        big[:] = rank + i
+        dist.all_reduce(big, algorithm="ring")  # an explicit algorithm: the channels, not the fast path
+        assert big[0] == sum(range(world)) + world * i, (i, big[0])
+        small[:] = 1
+        dist.all_reduce(small)
+        assert small[0] == world
+    dist.destroy()
+    return iters
+
+
+@pytest.mark.parametrize("nranks", [4, 8])
+def test_fast_path_call_then_regular_call_is_not_a_mismatch(nranks: int) -> None:
+    # more ranks than cores, INTERLINK_SPIN=1: a waiting rank is often descheduled and looks at its
+    # channels at once (where the bug showed: a peer already sending for the next call was a "mismatch")
+    res = run_ranks(nranks, fast_then_regular, 100, env={"INTERLINK_SPIN": "1"}, timeout=120)
+    assert res == [100] * nranks

@@ -116,6 +116,11 @@ class FastPath:
                 continue
             slot = int(rx.rc[0]) % rx.n
             got = MsgHeader.unpack_from(ch.mm, rx.meta_base + slot * 128 + 8)
+            # only a world collective of this or an earlier call is a mismatch: a peer that finished
+            # this call may already send for the next one (seq > ours), and point-to-point messages
+            # and other groups' collectives share the channel
+            if got.seq > seq or got.sig.startswith("p2p ") or "world" not in got.sig.split():
+                continue
             from ..transport.base import HeaderMismatch
 
             raise HeaderMismatch(g, MsgHeader(0, seq, 0, sig.decode(errors="replace") + " (fast path)"), got)
