@@ -6,6 +6,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,3 +136,51 @@ def test_report_prints_optional_pred_column():
     assert any("pred" in ln for ln in lines if ln.startswith("#"))
     data = [ln.split() for ln in lines if not ln.startswith("#")]
     assert data[0][13] == "2.50" and data[0][14] == "ring"
+
+
+# ---- the main job, run exactly as a new user runs it -----------------------------------------
+
+def _rows(stdout: str) -> list[list[str]]:
+    return [ln.split() for ln in stdout.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def _interlink() -> list[str]:
+    """The installed console script (what a user types), else ``python -m interlink``."""
+    script = Path(sys.executable).parent / "interlink"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "interlink"]
+
+
+def test_bare_bench_as_a_new_user_runs_it(tmp_path):
+    """`interlink bench` with no argument: the all_reduce sweep 8 B .. 64 MiB on local ranks, every
+    result checked; within 120 s on a small machine."""
+    proc = subprocess.run([*_interlink(), "bench"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = proc.stdout
+    assert out.startswith("# interlink bench") and "nccl-tests format" in out.splitlines()[0]
+    assert "#  Collective all_reduce, nranks 2, transport shm, dtype float32, op sum" in out
+    header = [ln for ln in out.splitlines() if ln.startswith("#") and "#wrong" in ln]
+    assert header and header[0].split()[1:6] == ["size", "count", "type", "redop", "root"], header
+    assert "out-of-place" in out and "in-place" in out
+    rows = _rows(out)
+    assert [int(c[0]) for c in rows] == sizes(8, 64 << 20, 2)  # 8, 16, ..., 67108864: 24 rows
+    assert int(rows[-1][0]) == 67108864 and int(rows[-1][1]) == 67108864 // 4
+    for c in rows:
+        assert c[2:5] == ["float32", "sum", "-1"], c
+        assert c[8] == "0" and c[12] == "0", c  # #wrong, out-of-place and in-place
+        assert float(c[5]) > 0 and float(c[9]) > 0, c
+    assert "# Wrong values        : 0 OK" in out
+    assert "# Avg bus bandwidth" in out
+
+
+def test_bench_float64_max(tmp_path):
+    proc = subprocess.run([*_interlink(), "bench", "-d", "float64", "-o", "max",
+                           "-b", "8", "-e", "64K"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "dtype float64, op max" in proc.stdout
+    rows = _rows(proc.stdout)
+    assert [int(c[0]) for c in rows] == sizes(8, 64 * 1024, 2)
+    for c in rows:
+        assert c[2:4] == ["float64", "max"], c
+        assert int(c[1]) == int(c[0]) // 8, c
+        assert c[8] == "0" and c[12] == "0", c
+    assert "# Wrong values        : 0 OK" in proc.stdout

@@ -99,10 +99,11 @@ def mismatch(rank: int, world: int, kind: str) -> dict:
         return out
 
 
-@pytest.mark.parametrize("fast", ["1", "0"])
+@pytest.mark.parametrize("fast,transport", [("1", "shm"), ("0", "shm"), ("1", "tcp")])
 @pytest.mark.parametrize("kind", ["count", "dtype", "op", "collective", "root", "path", "order"])
-def test_mismatch_raises_on_every_rank(kind: str, fast: str) -> None:
-    res = run_ranks(3, mismatch, kind, timeout=60, env={"INTERLINK_FAST": fast})
+def test_mismatch_raises_on_every_rank(kind: str, fast: str, transport: str) -> None:
+    # over TCP there is no shared page, so the fast path is off whatever INTERLINK_FAST says
+    res = run_ranks(3, mismatch, kind, timeout=60, env={"INTERLINK_FAST": fast, "INTERLINK_TRANSPORT": transport})
     for out in res:
         assert out["type"] == "CollectiveMismatchError", res
         assert out["seq"] == (2 if out.get("next_call") else 1) and out["group"] == "world", out
@@ -132,8 +133,9 @@ def late(rank: int, world: int) -> dict:
     return {"type": None}
 
 
-def test_timeout_names_op_group_seq_and_missing_rank() -> None:
-    res = run_ranks(3, late, timeout=60)
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_timeout_names_op_group_seq_and_missing_rank(transport: str) -> None:
+    res = run_ranks(3, late, timeout=60, env={"INTERLINK_TRANSPORT": transport})
     for r in (0, 1):
         out = res[r]
         assert out["type"] in ("CommTimeoutError", "PeerLostError"), out
@@ -219,3 +221,141 @@ def test_unauthenticated_connection_refused_job_continues() -> None:
     res = run_ranks(2, intruder, timeout=60)
     assert res[1]["refused"] is True
     assert res[0]["sum"] == [1.0] * 5 and res[1]["sum"] == [1.0] * 5
+
+
+# ---- strangers on a rank's mesh listeners (data/control TCP port, Unix socket) ---------------
+
+def mesh_stranger(rank: int, world: int, silent: bool) -> dict:
+    """Rank 2 plays the stranger before it joins: it learns rank 0's listening addresses (what the
+    store publishes; an attacker could scan for them) and connects before any real peer does, so
+    rank 0's accept loop meets the strangers first. Then every rank runs collectives."""
+    import json
+    import logging
+    import threading
+
+    import interlink as dist
+    from interlink.errors import AuthenticationError
+    from interlink.runtime.rendezvous import StoreClient
+    from interlink.transport.wire import MAGIC, authenticate_client, secret_from_env
+
+    refused: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, rec: logging.LogRecord) -> None:
+            if "refused a connection" in rec.getMessage():
+                refused.append(rec.getMessage())
+
+    logging.getLogger("interlink").addHandler(Catch(logging.WARNING))
+    seen: dict = {}
+    threads: list[threading.Thread] = []
+    if rank == 2:
+        store = StoreClient(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), secret_from_env(),
+                            timeout=30, connect_timeout=30)
+        info = json.loads(store.get("mesh/0", timeout=30))
+        store.close()
+        tcp_addr = (info["tcp"][0], int(info["tcp"][1]))
+
+        def garbage(name: str, s: socket.socket) -> None:
+            # the server speaks first (its challenge), then our garbage must get the socket closed
+            s.settimeout(20)
+            s.sendall(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n" + b"\xff" * 200)
+            got = b""
+            try:
+                while True:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+                seen[name] = ("closed", got[:4])
+            except ConnectionResetError:
+                seen[name] = ("closed", got[:4])
+            except OSError as e:
+                seen[name] = (f"error {type(e).__name__}", got[:4])
+            s.close()
+
+        def impostor(name: str, s: socket.socket) -> None:
+            # speaks the protocol and claims to be rank 2's control connection, without the secret
+            try:
+                authenticate_client(s, b"not the job secret", timeout=20,
+                                    hello=json.dumps({"rank": 2, "purpose": "ctrl"}).encode())
+                seen[name] = ("accepted", b"")
+            except AuthenticationError as e:
+                seen[name] = ("refused", str(e).encode())
+            s.close()
+
+        def mute(name: str, s: socket.socket) -> None:
+            # connects and never answers the challenge
+            s.settimeout(30)
+            try:
+                got = s.recv(4096)
+                while s.recv(4096):
+                    pass
+                seen[name] = ("closed", got[:4])
+            except OSError as e:
+                seen[name] = (f"error {type(e).__name__}", b"")
+            s.close()
+
+        u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        u.connect("\0" + info["unix"])
+        jobs = [("tcp-garbage", garbage, socket.create_connection(tcp_addr, timeout=5)),
+                ("tcp-impostor", impostor, socket.create_connection(tcp_addr, timeout=5)),
+                ("unix-garbage", garbage, u)]
+        if silent:
+            jobs.insert(0, ("tcp-silent", mute, socket.create_connection(tcp_addr, timeout=5)))
+        for name, fn, s in jobs:
+            t = threading.Thread(target=fn, args=(name, s), daemon=True)
+            t.start()
+            threads.append(t)
+    t0 = time.monotonic()
+    dist.init(timeout=30, init_timeout=40)
+    init_s = time.monotonic() - t0
+    for t in threads:
+        t.join(30)
+    a = np.full(1000, float(rank + 1))
+    dist.all_reduce(a)
+    b = np.arange(10.0) if rank == 1 else np.zeros(10)
+    dist.broadcast(b, src=1)
+    dist.barrier()
+    dist.destroy()
+    return {"refused": refused, "seen": {k: [v[0], v[1].decode("latin-1")] for k, v in seen.items()},
+            "sum": a.tolist(), "bcast": b.tolist(), "init_s": init_s}
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_stranger_on_mesh_listener_refused_job_continues(transport: str) -> None:
+    res = run_ranks(3, mesh_stranger, False, timeout=90, env={"INTERLINK_TRANSPORT": transport})
+    seen = res[2]["seen"]
+    assert set(seen) == {"tcp-garbage", "tcp-impostor", "unix-garbage"}, seen
+    # rank 0 answered each garbage connection with its challenge, then hung up on it
+    assert seen["tcp-garbage"] == ["closed", "ILNK"] and seen["unix-garbage"] == ["closed", "ILNK"], seen
+    # the impostor was told its credentials were rejected
+    assert seen["tcp-impostor"][0] == "refused" and "rejected" in seen["tcp-impostor"][1], seen
+    # rank 0 refused exactly those three, named why, and nobody else refused anything
+    msgs = res[0]["refused"]
+    assert len(msgs) == 3, msgs
+    assert sum("bad magic" in m for m in msgs) == 2 and sum("failed authentication" in m for m in msgs) == 1, msgs
+    assert res[1]["refused"] == [] and res[2]["refused"] == []
+    # and the job went on: the real rank 2 joined and every collective is right
+    for r in res:
+        assert r["sum"] == [6.0] * 1000 and r["bcast"] == list(np.arange(10.0)), r
+
+
+class InitStalled(Exception):
+    """A stranger's silence held up the real ranks' connections."""
+
+
+def test_silent_stranger_on_mesh_listener_does_not_stall_init() -> None:
+    res = run_ranks(3, mesh_stranger, True, timeout=90, env={"INTERLINK_TRANSPORT": "tcp"})
+    seen = res[2]["seen"]
+    # refused (closed after the challenge went unanswered), the others too, and the job went on
+    assert seen["tcp-silent"] == ["closed", "ILNK"], seen
+    assert seen["tcp-garbage"] == ["closed", "ILNK"] and seen["tcp-impostor"][0] == "refused", seen
+    msgs = res[0]["refused"]
+    assert len(msgs) == 4 and sum("did not complete authentication" in m for m in msgs) == 1, msgs
+    for r in res:
+        assert r["sum"] == [6.0] * 1000 and r["bcast"] == list(np.arange(10.0)), r
+    # a normal join takes well under a second here; one mute connection must not add 10 s to it
+    slowest = max(r["init_s"] for r in res)
+    if slowest > 5.0:
+        raise InitStalled(f"init took {slowest:.1f}s with one silent stranger connected: "
+                          f"{[round(r['init_s'], 1) for r in res]}")

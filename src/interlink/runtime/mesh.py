@@ -114,6 +114,39 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
     errors: list[BaseException] = []
     deadline = time.monotonic() + timeout
 
+    def admit(conn: socket.socket, left: float) -> None:
+        conn.settimeout(max(1.0, min(30.0, left)))
+        try:
+            hello = json.loads(authenticate_server(conn, secret, timeout=min(10.0, max(1.0, left)),
+                                                   hello=str(rank).encode()))
+            j, purpose = int(hello["rank"]), str(hello["purpose"])
+            with lock:
+                if (j, purpose) not in expected or expected[(j, purpose)] is not False:
+                    raise AuthenticationError(f"unexpected connection {hello}")
+                expected[(j, purpose)] = None  # claimed: a second claim is refused
+            try:
+                if purpose == "shm":
+                    channels[j] = ShmChannel.create(j, conn, i_am_low=True)
+                    controls[j] = conn
+                elif purpose == "ctrl":
+                    controls[j] = conn
+                conn.settimeout(None)  # blocking until the Engine takes over
+                if purpose == "data":
+                    channels[j] = TcpChannel(j, conn)  # non-blocking from here on
+            except BaseException:
+                with lock:
+                    expected[(j, purpose)] = False
+                raise
+            with lock:
+                expected[(j, purpose)] = True
+        except (AuthenticationError, ValueError, KeyError, OSError) as e:
+            log.warning("interlink: rank %d refused a connection: %s", rank, e)
+            conn.close()
+        except BaseException as e:  # pragma: no cover - reported by the caller
+            with lock:
+                errors.append(e)
+            conn.close()
+
     def accept_loop() -> None:
         import selectors
 
@@ -121,32 +154,16 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
         sel.register(tcp_l, selectors.EVENT_READ)
         sel.register(unix_l, selectors.EVENT_READ)
         try:
-            while not all(expected.values()):
+            while not all(v is True for v in expected.values()):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
                 for key, _ in sel.select(min(left, 0.5)):
                     conn, _addr = key.fileobj.accept()  # type: ignore[union-attr]
-                    conn.settimeout(max(1.0, min(30.0, left)))
-                    try:
-                        hello = json.loads(authenticate_server(conn, secret, timeout=min(10.0, max(1.0, left)),
-                                                               hello=str(rank).encode()))
-                        j, purpose = int(hello["rank"]), str(hello["purpose"])
-                        if (j, purpose) not in expected or expected[(j, purpose)]:
-                            raise AuthenticationError(f"unexpected connection {hello}")
-                        if purpose == "shm":
-                            channels[j] = ShmChannel.create(j, conn, i_am_low=True)
-                            controls[j] = conn
-                        elif purpose == "ctrl":
-                            controls[j] = conn
-                        conn.settimeout(None)  # blocking until the Engine takes over
-                        if purpose == "data":
-                            channels[j] = TcpChannel(j, conn)  # non-blocking from here on
-                        with lock:
-                            expected[(j, purpose)] = True
-                    except (AuthenticationError, ValueError, KeyError, OSError) as e:
-                        log.warning("interlink: rank %d refused a connection: %s", rank, e)
-                        conn.close()
+                    # each connection proves itself on its own thread: a stranger that connects and
+                    # never answers must not hold up the peers behind it
+                    threading.Thread(target=admit, args=(conn, left), daemon=True,
+                                     name=f"interlink-admit-{rank}").start()
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
         finally:
