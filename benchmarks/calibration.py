@@ -35,6 +35,8 @@ from interlink.model import calibrate as cal
 from interlink.model import predict
 from interlink.model.params import host_profile, profile_path
 from interlink.model.tuner import choose_for_group, group_topology
+from interlink.algorithms import registry
+from interlink.sim import simulate_collective
 
 
 def parse_size(s: str) -> int:
@@ -106,21 +108,35 @@ def main(argv: list[str] | None = None) -> int:
             algo = paths[(p, mode)][i] if mode == "default" else cases[i][1]
             pred = predict("all_reduce", n, topo, algorithm=algo, params=params)
             meas = float(np.median(runs[(p, mode)][i])) * 1e6
+            # the simulator on the same calibrated host topology (Schedule paths only: the shared-page
+            # fast paths are not Schedules)
+            sim_us = None
+            if algo in registry.algorithms_for("all_reduce"):
+                sim_us = simulate_collective("all_reduce", n, topo, algorithm=algo, params=params).time_us
             results.append({"nranks": p, "mode": mode, "nbytes": n, "algorithm": algo,
                             "measured_us": meas, "predicted_us": pred.time_us,
-                            "ratio": pred.time_us / meas, "runs_us": [r * 1e6 for r in runs[(p, mode)][i]]})
+                            "ratio": pred.time_us / meas, "simulated_us": sim_us,
+                            "sim_ratio": None if sim_us is None else sim_us / meas,
+                            "runs_us": [r * 1e6 for r in runs[(p, mode)][i]]})
 
     print(f"# {'ranks':>5} {'mode':>8} {'size':>6} {'path/algorithm':>18} {'measured us':>12} "
-          f"{'predicted us':>12} {'pred/meas':>9}")
+          f"{'predicted us':>12} {'pred/meas':>9} {'simulated us':>12} {'sim/meas':>8}")
     for r in results:
         flag = "" if abs(r["ratio"] - 1) <= 0.25 else "  <-- outside 25%"
+        sim = (f"{r['simulated_us']:12.1f} {r['sim_ratio']:8.2f}" if r["simulated_us"] is not None
+               else f"{'-':>12} {'-':>8}")
         print(f"  {r['nranks']:>5} {r['mode']:>8} {human(r['nbytes']):>6} {r['algorithm']:>18} "
-              f"{r['measured_us']:12.1f} {r['predicted_us']:12.1f} {r['ratio']:9.2f}{flag}")
+              f"{r['measured_us']:12.1f} {r['predicted_us']:12.1f} {r['ratio']:9.2f} {sim}{flag}")
     within = [abs(r["ratio"] - 1) <= 0.25 for r in results]
     ratios = np.array([r["ratio"] for r in results])
-    print(f"# within 25%: {sum(within)} of {len(within)} points; ratio median {np.median(ratios):.2f}, "
+    print(f"# model within 25%: {sum(within)} of {len(within)} points; ratio median {np.median(ratios):.2f}, "
           f"min {ratios.min():.2f}, max {ratios.max():.2f}; {time.time() - t_start:.0f} s "
           f"({waited:.0f} s waiting for a quiet machine)")
+    big = [r for r in results if r["sim_ratio"] is not None and r["nbytes"] >= 1 << 20]
+    if big:
+        sw = [abs(r["sim_ratio"] - 1) <= 0.25 for r in big]
+        print(f"# simulator within 25% (1 MiB and up, Schedule paths): {sum(sw)} of {len(sw)} points; "
+              f"sim/meas min {min(r['sim_ratio'] for r in big):.2f}, max {max(r['sim_ratio'] for r in big):.2f}")
 
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.node(),
             "cpus": os.cpu_count(), "profile": prof.to_dict(), "command": " ".join(sys.argv)}
@@ -145,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
                 x = [r["nbytes"] for r in rs]
                 ax.plot(x, [r["measured_us"] for r in rs], "o-", color=color, label=f"{mode}: measured")
                 ax.plot(x, [r["predicted_us"] for r in rs], "x--", color=color, label=f"{mode}: predicted")
+                xs = [r["nbytes"] for r in rs if r["simulated_us"] is not None]
+                ax.plot(xs, [r["simulated_us"] for r in rs if r["simulated_us"] is not None], "+:", color=color,
+                        label=f"{mode}: simulated")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("all_reduce size (bytes)")

@@ -44,7 +44,8 @@ from .params import Profile, save_profile
 
 MARKER = "@@interlink-calibrate "
 
-SIZES: tuple[int, ...] = tuple(4096 * 4**k for k in range(8))  # 4 KiB .. 64 MiB
+# 4 KiB .. 64 MiB by 4x, plus 8 and 32 MiB where the working set leaves the last-level cache
+SIZES: tuple[int, ...] = tuple(sorted({4096 * 4**k for k in range(8)} | {8 << 20, 32 << 20}))
 #: (collective, algorithm, largest size) measured per transport and rank count: bandwidth algorithms at
 #: every size, latency algorithms where they are candidates (up to 1 MiB)
 CASES: tuple[tuple[str, str, int], ...] = (
@@ -302,7 +303,7 @@ def _robust_nnls(A: np.ndarray, iters: int = 6) -> tuple[np.ndarray, np.ndarray]
     return x / scale, As @ x - 1.0
 
 
-LLC_GRID = tuple(float(m << 20) for m in (2, 4, 8, 16, 32, 64))
+LLC_GRID = tuple(float(m << 20) for m in (2, 4, 8, 16, 32, 64, 128, 256))
 DRAM_GRID = tuple(1.0 + 0.25 * k for k in range(9))  # 1.0 .. 3.0
 
 

@@ -648,6 +648,33 @@ def _reduce_rates(topo: Topology, p: int, params: Any) -> tuple[np.ndarray, floa
             "host.reduce_ns_per_byte")
 
 
+def _all_gpu(topo: Topology, p: int) -> bool:
+    return p > 0 and all(topo.device(r).kind == "gpu" for r in range(p))
+
+
+@dataclass
+class _HostTerms:
+    """Per Traffic phase, the cost model's contention-free CPU-host terms (seconds / microseconds)."""
+    index: dict
+    lat_first: np.ndarray
+    lat_steady: np.ndarray
+    beta_s: np.ndarray
+    gamma_s: np.ndarray
+    call_us: float
+    overlap: float
+
+
+def _host_terms(tr: Traffic, topo: Topology, params: Any, itemsize: int, transport: str | None) -> "_HostTerms | None":
+    try:
+        from ..model import cost as _cost
+    except ImportError:  # pragma: no cover - the model is part of the package
+        return None
+    prm = _cost._params(params)
+    r = _cost._rounds(tr, _cost._info(topo), prm, itemsize, 1, transport)
+    return _HostTerms({id(ph): i for i, ph in enumerate(tr.phases)}, r.lat_first, r.lat_steady, r.beta_s,
+                      r.gamma_s, float(prm.value("host.call_us")), float(prm.value("reduce.overlap.cpu")))
+
+
 # ---- the simulation ----------------------------------------------------------------------------------
 
 
@@ -671,7 +698,8 @@ def nbytes_of(collective: str, nranks: int, count: int, itemsize: int) -> int:
 
 def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology | str, *, itemsize: int = 4,
              gamma: float | None = None, reduce_overlap: float | None = None, params: Any = None,
-             merge_tolerance: int = 1, base_us: float = 0.0, max_detail: int = 512) -> SimResult:
+             merge_tolerance: int = 1, base_us: float = 0.0, max_detail: int = 512,
+             transport: str | None = None) -> SimResult:
     """Simulate a Schedule (or its Traffic) on ``topology``: rank r runs on topology rank r.
 
     ``itemsize``: bytes per element. ``gamma`` (seconds per byte reduced) and ``reduce_overlap``
@@ -680,6 +708,14 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
     are simulated once (see the module docstring; 0: exact). ``base_us``: a fixed cost added per call.
     ``max_detail``: the first this many simulated phases keep their per-rank and per-flow detail (the
     timeline of traces and plots); later ones keep their times only (totals stay exact).
+    ``transport``: "tcp" sends same-host messages of a CPU topology over loopback TCP (as
+    ``INTERLINK_TRANSPORT=tcp``).
+
+    CPU hosts (interlink's own runtime, not GPUs): a round of the runtime costs more than its bytes
+    over a link (the Python path, per-message costs, cores shared by more ranks than the host has).
+    There the simulator takes each round's contention-free cost from the cost model's host terms
+    (calibrated by ``interlink bench --calibrate``) and multiplies its transfer part by the slowdown
+    the flow-level simulation finds for that round (1 where no link is shared).
     """
     t_wall = time.perf_counter()
     tr = from_schedule(traffic_or_schedule) if isinstance(traffic_or_schedule, Schedule) else traffic_or_schedule
@@ -695,6 +731,11 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
         topo = topo.with_ranks(list(topo.ranks[:p]))
     table = _table(topo)
     notes: list[str] = []
+    host = None if _all_gpu(topo, p) else _host_terms(tr, topo, params, int(itemsize), transport)
+    if host is not None:
+        base_us = float(base_us) + host.call_us
+        notes.append("CPU host: per-round latency, per-byte cost and reduction from the cost model's "
+                     "(calibrated) host parameters; flows give each round's contention slowdown")
     g_rank, overlap, gsrc = _reduce_rates(topo, p, params)
     if gamma is not None:
         g_rank, gsrc = np.full(p, float(gamma)), "given"
@@ -757,6 +798,44 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
             comm_us = 0.0
             events = 0
             sol = None
+        if host is not None:
+            # contention-free host round from the cost model, its transfer stretched by the flows' slowdown
+            ids = [host.index[id(ph)] for ph in group]
+            w = np.array([ph.repeat for ph in group], dtype=np.float64)
+            lat_sum = float(sum(host.lat_first[i] + (ph.repeat - 1) * host.lat_steady[i] for i, ph in zip(ids, group)))
+            beta_us = float((host.beta_s[ids] * w).sum()) / repeat * 1e6
+            gam_us = float((host.gamma_s[ids] * w).sum()) / repeat * 1e6
+            slow = 1.0
+            if F:
+                ideal_c = float(ideal_end.max(initial=0.0))
+                if ideal_c > 0:
+                    slow = max(1.0, comm_us / ideal_c)
+            comm_round = lat_sum / repeat + beta_us * slow
+            ideal_c_round = lat_sum / repeat + beta_us
+            hid = host.overlap * min(beta_us, gam_us)
+            round_us = comm_round + gam_us - hid
+            ideal_round = ideal_c_round + gam_us - hid
+            scale = comm_round / comm_us if comm_us > 0 else 1.0
+            rank_end = comm_end * scale
+            if reduced is not None and reduced.size and gam_us > 0:
+                share = reduced[:p].astype(np.float64) / max(1.0, float(reduced[:p].max(initial=0)))
+                if share.size < p:
+                    share = np.concatenate([share, np.zeros(p - share.size)])
+                rank_end = rank_end + share * (gam_us - hid)
+            keep = len(phases) < max_detail and sol is not None
+            phases.append(PhaseResult(
+                index=len(phases), first_round=rounds - (repeat if F else 0), repeat=repeat, start_us=now,
+                round_us=round_us, comm_us=comm_round, reduce_us=round_us - comm_round, ideal_us=ideal_round,
+                nflows=F, events=events, merged=len(group),
+                rank_busy_us=rank_end.astype(np.float32) if len(phases) < max_detail else _EMPTY_F,
+                flow_src=src if keep else _EMPTY_I, flow_dst=dst if keep else _EMPTY_I,
+                flow_end_us=(fin * scale).astype(np.float32) if keep else _EMPTY_F,
+                link_res=sol.res if keep else _EMPTY_I,  # type: ignore[union-attr]
+                link_busy_us=(sol.res_busy * scale).astype(np.float32) if keep else _EMPTY_F))  # type: ignore[union-attr]
+            busy_total += rank_end * repeat
+            now += round_us * repeat
+            ideal += ideal_round * repeat
+            continue
         if reduced is not None:
             red = reduced[:p] * red_us_per_elem[: reduced.size]
             if red.size < p:
@@ -784,7 +863,10 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
     if merged:
         notes.append(f"{merged + len(phases)} distinct round patterns simulated as {len(phases)} "
                      f"(sizes within {merge_tolerance} element(s); time is an upper bound within that)")
-    notes.append(f"reduction: {gsrc}, overlap {overlap:g}")
+    if host is None:
+        notes.append(f"reduction: {gsrc}, overlap {overlap:g}")
+    else:
+        notes.append(f"reduction: host.reduce_ns_per_byte (cost model), overlap {host.overlap:g}")
     used = np.flatnonzero(link_bytes)
     return SimResult(
         collective=tr.collective, algorithm=tr.algorithm, nranks=p, count=tr.count, itemsize=int(itemsize),
@@ -806,6 +888,11 @@ def simulate_collective(collective: str, nbytes: int, topology: Topology | str, 
     t0 = time.perf_counter()
     topo = _resolve(topology)
     p = topo.nranks if nranks is None else int(nranks)
+    if p > topo.nranks >= 1 and not _all_gpu(topo, topo.nranks):
+        # CPU hosts take more ranks than cores (they share them), as the cost model does
+        from ..model.cost import _fit_ranks
+
+        topo = _fit_ranks(topo, p, [])
     if p < 1 or p > topo.nranks:
         raise SimError(f"nranks must be in 1..{topo.nranks} for topology {topo.name!r}, got {p}")
     if nbytes < 0:
