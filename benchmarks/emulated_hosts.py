@@ -76,18 +76,27 @@ def run_case(launch: list[str], sizes: list[int], algos: list[str]) -> list[dict
             return json.load(f)
 
 
-def predict_rows(rows: list[dict], rate_gbps: float) -> None:
-    """Add the model's prediction where the cost model exists and can build this topology."""
-    try:
-        from interlink.model.cost import predict  # noqa: F401
-        from interlink.model import emulated_topology
-    except ImportError:
-        return
+def topology_spec(layout: tuple[int, int], rate: str) -> str:
+    """interlink's topology spec for a layout of (hosts, ranks per host): one CPU host, or H emulated
+    hosts sharing this machine's cores (each gets cores / H), joined by a ``rate`` link."""
+    hosts, per = layout
+    cores = os.cpu_count() or 1
+    if hosts <= 1:
+        return f"1xcpu-host:ranks={per},cores={cores}"
+    return f"{hosts}xcpu-host:ranks={per},cores={max(1, cores // hosts)},net={rate}"
+
+
+def predict_rows(rows: list[dict], rate: str) -> None:
+    """Add the cost model's prediction for the row's topology and algorithm (built-in host parameters
+    plus this host's calibrated profile, if any)."""
+    from interlink.model import predict
+
     for r in rows:
+        spec = topology_spec(tuple(r["layout"]), rate)
         try:
-            topo = emulated_topology(tuple(r["layout"]), rate_gbps if r["layout"][0] > 1 else None)
-            pr = predict("all_reduce", r["size"], topo, algorithm=r["algorithm"])
+            pr = predict("all_reduce", r["size"], spec, algorithm=r["algorithm"])
             r["pred_us"] = pr.time_us
+            r["topology"] = spec
         except Exception as e:  # the model does not know this case: say so, measure anyway
             r["pred_note"] = str(e)[:80]
 
@@ -112,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     rate_gbps = parse_rate(a.rate) / 8 / 1e9  # GB/s per direction
     one = run_case(["-n", "4"], sizes, algos)
     two = run_case(["--emulate-hosts", "2", "--nproc-per-host", "2", "--link-rate", a.rate], sizes, algos)
-    predict_rows(one, rate_gbps)
-    predict_rows(two, rate_gbps)
+    predict_rows(one, a.rate)
+    predict_rows(two, a.rate)
     print(f"# all_reduce float32, 4 ranks: 1 host x 4 (shm) vs 2 emulated hosts x 2 over {a.rate} "
           f"({time.strftime('%Y-%m-%d %H:%M')})")
     print("| layout | size | algorithm | time (ms) | busbw (GB/s) | predicted (ms) | measured/predicted |")

@@ -188,8 +188,10 @@ def iterations_for(nbytes: int, iters: Optional[int], warmup: Optional[int]) -> 
     return n, w
 
 
-def algorithm_for(collective: str, count: int, itemsize: int, nranks: int, user: Optional[str]) -> str:
-    """The algorithm a call with this count runs: --algorithm, else INTERLINK_ALGO, else the default."""
+def algorithm_for(collective: str, count: int, itemsize: int, nranks: int, user: Optional[str],
+                  layout: Optional[tuple[int, int]] = None) -> str:
+    """The algorithm a call with this count runs: --algorithm, else INTERLINK_ALGO, else the default for
+    the group's ``layout`` (hosts, ranks per host; default one host)."""
     if collective == "sendrecv":
         return "p2p"
     if user:
@@ -197,7 +199,7 @@ def algorithm_for(collective: str, count: int, itemsize: int, nranks: int, user:
     from ..runtime.group import _env_algorithm, default_algorithm
 
     nbytes = count * itemsize * (nranks if collective in PER_RANK_SPLIT else 1)
-    return _env_algorithm(collective) or default_algorithm(collective, nbytes, nranks)
+    return _env_algorithm(collective) or default_algorithm(collective, nbytes, nranks, layout)
 
 
 # ---- deterministic data and the reference ---------------------------------------------------------
@@ -389,7 +391,8 @@ def run_size(g: Any, cfg: BenchConfig, size: int, transport: str = "") -> dict:
     row: dict[str, Any] = {
         "size": nbytes, "count": count, "type": str(dt), "redop": rop.name.lower() if coll in REDUCING else "none",
         "root": cfg.root if coll in ROOTED else -1,
-        "algorithm": "dissemination" if coll == "barrier" else algorithm_for(coll, count, dt.itemsize, p, cfg.algorithm),
+        "algorithm": "dissemination" if coll == "barrier" else algorithm_for(coll, count, dt.itemsize, p, cfg.algorithm,
+                                                                             g.host_layout()),
         "nranks": p, "transport": transport, "iters": iters, "warmup": warmup,
     }
     times: list[float] = []

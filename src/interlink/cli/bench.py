@@ -99,6 +99,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="force an algorithm (see `interlink algorithms`); default: INTERLINK_ALGO or the built-in choice")
     p.add_argument("--json", dest="json_path", default=None, metavar="FILE",
                    help="also write {collective, nranks, rows: [...]} to FILE ('-' for stdout, instead of the table)")
+    p.add_argument("--emulate-hosts", type=int, default=None, metavar="H",
+                   help="run on H emulated hosts (network namespaces, as `interlink run --emulate-hosts`; root and "
+                        "iproute2) with --nproc-per-host ranks each; the predicted column models those hosts and link")
+    p.add_argument("--nproc-per-host", type=int, default=None, metavar="P", help="ranks per emulated host (default 2)")
+    p.add_argument("--link-rate", default=None, metavar="RATE", help="emulated link rate, e.g. 1gbit (tc tbf)")
+    p.add_argument("--link-delay", default=None, metavar="DELAY", help="emulated link delay, e.g. 1ms (needs netem)")
     p.add_argument("--calibrate", action="store_true",
                    help="measure this host's transports (shm, tcp; 2 and --ranks ranks, default 2 and 4), fit the "
                         "cost model's host parameters and write the profile (INTERLINK_PROFILE or "
@@ -215,7 +221,8 @@ def calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_predictions(rows: list, collective: str, nranks: int, transport: str, algorithm: Any = None) -> None:
+def add_predictions(rows: list, collective: str, nranks: int, transport: str, algorithm: Any = None,
+                    topology: Any = None) -> None:
     """Add ``pred_busbw`` (bytes/s) to each row: the cost model's bus bandwidth for the row's algorithm on
     this host (its calibrated profile if any, else the built-in CPU host parameters). Rows the model
     cannot predict get None; nothing is added when the model is unavailable."""
@@ -226,7 +233,7 @@ def add_predictions(rows: list, collective: str, nranks: int, transport: str, al
         from ..transport import shm
     except ImportError:
         return
-    topo = group_topology((1, nranks), nranks)
+    topo = group_topology((1, nranks), nranks) if topology is None else topology
     tcp = transport == "tcp"
     fast_max = getattr(shm, "fast_small_bytes", getattr(shm, "fast_max_bytes", lambda: 0))()
     for row in rows:
@@ -237,6 +244,7 @@ def add_predictions(rows: list, collective: str, nranks: int, transport: str, al
                 continue
             # the out-of-place call of these takes the small-message fast path (see bench.sweep._make_call)
             if (algorithm is None and not os.environ.get("INTERLINK_ALGO") and not tcp and nranks > 1
+                    and topology is None
                     and collective in FAST_COLLECTIVES - {"all_reduce", "broadcast"}):
                 per_rank = row["size"] // nranks if collective == "all_gather" else row["size"]
                 if per_rank <= fast_max:
@@ -254,7 +262,15 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, "calibrate", False):
         return calibrate(args)
-    nranks = args.ranks if args.ranks is not None else default_ranks()
+    hosts = getattr(args, "emulate_hosts", None)
+    per_host = getattr(args, "nproc_per_host", None) or 2
+    if hosts is not None:
+        if hosts < 1 or per_host < 1:
+            print("interlink bench: --emulate-hosts and --nproc-per-host must be >= 1", file=sys.stderr)
+            return 2
+        nranks = hosts * per_host
+    else:
+        nranks = args.ranks if args.ranks is not None else default_ranks()
     cfg = BenchConfig(collective=args.collective, min_bytes=args.minbytes, max_bytes=args.maxbytes,
                       factor=args.stepfactor, iters=args.iters, warmup=args.warmup, dtype=args.dtype,
                       op=args.op, root=args.root, check=bool(args.check), algorithm=args.algorithm)
@@ -272,6 +288,8 @@ def run(args: argparse.Namespace) -> int:
     with _Progress(cfg.collective) as progress:
 
         def on_stdout(line: str) -> None:
+            if line.startswith("[host "):  # emulated hosts: "[host k] [rank r] ..."
+                line = line.partition("] ")[2]
             prefix, _, rest = line.partition("] ")
             if prefix == "[rank 0" and rest.startswith(MARKER):
                 ev = json.loads(rest[len(MARKER):])
@@ -292,9 +310,20 @@ def run(args: argparse.Namespace) -> int:
                 line = "interlink bench:" + line[len("interlink run:"):]
             progress.message(line)
 
+        cmd = ["-m", "interlink.bench.sweep", json.dumps(cfg.to_dict())]
         try:
-            rc = launch(["-m", "interlink.bench.sweep", json.dumps(cfg.to_dict())], nranks, env=env,
-                        stdout=_LineSink(on_stdout), stderr=_LineSink(on_stderr))  # type: ignore[arg-type]
+            if hosts is not None:
+                from .netns import EmulationError, launch_emulated
+
+                try:
+                    rc = launch_emulated(cmd, hosts, per_host, rate=args.link_rate, delay=args.link_delay, env=env,
+                                         stdout=_LineSink(on_stdout), stderr=_LineSink(on_stderr))  # type: ignore[arg-type]
+                except EmulationError as exc:
+                    print(f"interlink bench: {exc}", file=sys.stderr)
+                    return 2
+            else:
+                rc = launch(cmd, nranks, env=env,
+                            stdout=_LineSink(on_stdout), stderr=_LineSink(on_stderr))  # type: ignore[arg-type]
         except LaunchError as exc:
             print(f"interlink bench: {exc}", file=sys.stderr)
             return 2
@@ -306,7 +335,15 @@ def run(args: argparse.Namespace) -> int:
 
     rows = state["rows"]
     start = state["start"]
-    add_predictions(rows, cfg.collective, start["nranks"], start["transport"], cfg.algorithm)
+    topology = None
+    if hosts is not None and hosts > 1:
+        from ..topology import parse_topology
+
+        net = args.link_rate or os.environ.get("INTERLINK_NET") or "eth-25g"
+        spec = (f"{hosts}xcpu-host:ranks={per_host},cores={max(1, (os.cpu_count() or 1) // hosts)},net={net}"
+                + (f",delay={args.link_delay}" if args.link_delay and args.link_rate else ""))
+        topology = parse_topology(spec)
+    add_predictions(rows, cfg.collective, start["nranks"], start["transport"], cfg.algorithm, topology)
     meta = {"version": __version__, "collective": cfg.collective, "nranks": start["nranks"],
             "transport": start["transport"], "dtype": rows[0]["type"] if rows else cfg.dtype, "op": cfg.op,
             "root": cfg.root, "algorithm": cfg.algorithm, "min_bytes": cfg.min_bytes, "max_bytes": cfg.max_bytes,

@@ -478,6 +478,9 @@ def launch_emulated(
     base_env["INTERLINK_SECRET"] = secrets.token_hex(32)
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         base_env.pop(key, None)
+    if rate and "INTERLINK_NET" not in base_env:
+        # the tuner models the network between the hosts as what the emulation shapes it to
+        base_env["INTERLINK_NET"] = f"{rate}@{delay}" if delay else str(rate)
     lock = threading.Lock()
     out = _Output(stdout if stdout is not None else sys.stdout.buffer, lock)
     err = _Output(stderr if stderr is not None else sys.stderr.buffer, lock)

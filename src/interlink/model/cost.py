@@ -480,16 +480,18 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, channel
         else:
             tcp = cross | tcp_all
             wire = 1.0 / (bw * 1e9)
-            if b_shm is None and b_tcp is None:
-                per_byte = wire
-            else:
-                bs = wire if b_shm is None else np.full(src.size, b_shm)
-                bt = wire if b_tcp is None else np.maximum(b_tcp, np.where(cross, wire, 0.0))
-                per_byte = np.where(tcp, bt, bs)
-            if channels > 1:
-                per_byte = np.where(cross, per_byte / channels, per_byte)
+            # a byte costs the host's copy work (slower when cores are shared or the working set leaves
+            # the cache) or the network's wire time, whichever is longer: the two overlap, and a slow
+            # network is not made slower by busy cores
+            bs = wire if b_shm is None else np.full(src.size, b_shm)
+            bt = np.where(cross, 0.0, wire) if b_tcp is None else np.full(src.size, b_tcp)
             f = np.maximum(info.oversub[src], info.oversub[dst]) * cf
-            t = nbytes * per_byte * f
+            host_pb = np.where(tcp, bt, bs) * f
+            net_pb = np.where(cross, wire, 0.0)
+            if channels > 1:
+                net_pb = net_pb / channels
+                host_pb = np.where(cross, host_pb / channels, host_pb)
+            t = nbytes * np.maximum(host_pb, net_pb)
             port_net = tcp
             # ranks active on one host beyond its cores: each such round pays for the sharing
             act = np.unique(np.concatenate([src, dst]))
@@ -519,6 +521,12 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, channel
         send = np.bincount(src * 2 + port, weights=t, minlength=2 * p)
         recv = np.bincount(dst * 2 + port, weights=t, minlength=2 * p)
         beta[i] = max(float(send.max()), float(recv.max()))
+        if not gpu and cross.any():
+            # a CPU host has one NIC: the messages of all its ranks that leave (enter) it share its wire
+            nt = (nbytes * net_pb)[cross]
+            hs = np.bincount(info.host[src[cross]], weights=nt, minlength=info.nhosts)
+            hr = np.bincount(info.host[dst[cross]], weights=nt, minlength=info.nhosts)
+            beta[i] = max(beta[i], float(hs.max()), float(hr.max()))
     return _Rounds(rep, kinds, cycles, rest, lat_first, lat_steady, beta, gam, rounds,
                    "gpu" if gpu else "cpu", channels)
 
@@ -717,33 +725,16 @@ def _closed_form(collective: str, algorithm: str, p: int, count: int, itemsize: 
 # ---- topologies for CPU hosts --------------------------------------------------------------------------
 
 
-def cpu_topology(ranks_per_host: Sequence[int] | int, *, cores: int | None = None, network: str = "eth-25g",
+def cpu_topology(ranks_per_host: Sequence[int] | int, *, cores: int | None = None, network: Any = "eth-25g",
                  name: str = "") -> Topology:
-    """CPU hosts with the given number of ranks each (one 'core' device per rank, even beyond the host's
-    cores: ``cores`` per host, default this machine's, is kept in ``meta['cores_per_host']`` and ranks
-    beyond it share cores), shared memory and loopback TCP inside a host, ``network`` between hosts."""
-    counts = [int(ranks_per_host)] if isinstance(ranks_per_host, int) else [int(c) for c in ranks_per_host]
-    if not counts or any(c < 1 for c in counts):
-        raise ModelError(f"ranks per host must be >= 1, got {counts}")
-    cores = int(cores) if cores else (os.cpu_count() or 1)
-    b = TopologyBuilder(name or (f"cpu:{counts[0]}" if len(counts) == 1 else f"cpu:{len(counts)}x{counts[0]}"))
-    multi = len(counts) > 1
-    sw = b.device("net/switch", "net_switch", None, "Ethernet switch") if multi else None
-    ranks = []
-    for h, c in enumerate(counts):
-        pre = f"h{h}/" if multi else ""
-        mem = b.device(f"{pre}mem0", "host_mem", h, "DRAM", socket=0, numa=0)
-        lo = b.device(f"{pre}lo", "nic", h, "loopback", loopback=True)
-        for k in range(c):
-            core = b.device(f"{pre}core{k}", "cpu", h, "CPU core", core=k, socket=0, numa=0)
-            b.link(core, mem, "shm")
-            b.link(core, lo, "loopback-tcp")
-            ranks.append(core)
-        if multi:
-            eth = b.device(f"{pre}eth0", "nic", h, "Ethernet NIC", role="compute")
-            b.link(eth, mem, "pcie-gen3-x8")
-            b.link(eth, sw, network)  # type: ignore[arg-type]
-    return b.build(ranks, meta={"cores_per_host": cores, "hosts": len(counts)})
+    """CPU hosts with the given number of ranks each: :func:`interlink.topology.presets.cpu_hosts`."""
+    from ..topology.presets import cpu_hosts
+    from ..topology import TopologyError
+
+    try:
+        return cpu_hosts(ranks_per_host, cores=cores, network=network, name=name)
+    except TopologyError as e:
+        raise ModelError(str(e)) from None
 
 
 _DISCOVERED: dict[str, Any] = {}
@@ -946,7 +937,22 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
     if not table:
         raise ModelError(f"no algorithm could be evaluated for {collective} on {topo.name!r} at {p} ranks"
                          + (f" ({'; '.join(notes)})" if notes else ""))
-    table.sort(key=lambda c: (float(f"{c.time_us:.9g}"), _pref(c.algorithm), PROTOCOLS.index(c.protocol)))
+    multi = info.nhosts > 1 and local_size > 1
+
+    def pref(c: Candidate) -> tuple:
+        # a group that spans hosts prefers the hierarchical algorithm among equals: it crosses each
+        # host boundary once per lane and keeps doing so as hosts are added
+        h = 0 if multi and c.algorithm == "hierarchical" else 1
+        return (h, _pref(c.algorithm), PROTOCOLS.index(c.protocol))
+
+    table.sort(key=lambda c: (float(f"{c.time_us:.9g}"), pref(c)))
+    if multi:
+        # within TIE_REL of the fastest, a group spanning hosts takes the hierarchical algorithm
+        near = [c for c in table if c.algorithm == "hierarchical"
+                and c.time_us <= table[0].time_us * (1.0 + TIE_REL) + 1e-9]
+        if near:
+            table.remove(near[0])
+            table.insert(0, near[0])
     best = table[0]
     runner = next((c for c in table if c.algorithm != best.algorithm), None)
     if any(c.channels > 1 for c in table):
@@ -965,6 +971,9 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
 
 
 #: ties (equal predicted times, e.g. hierarchical on one host is a ring) go to the simpler algorithm
+#: predictions closer than this (relative) count as a tie, broken by preference
+TIE_REL = 0.02
+
 PREFERENCE = ("nvls", "fast", "fast2", "ring", "recursive_doubling", "rabenseifner", "binomial", "direct", "bruck",
               "recursive_halving", "pairwise", "dissemination", "tree", "hierarchical")
 

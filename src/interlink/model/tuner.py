@@ -16,6 +16,8 @@ group on one host (whose ranks read the same profile file) uses this host's cali
 
 from __future__ import annotations
 
+import os
+
 import math
 from typing import Any, Iterable, Optional, Sequence, Union
 
@@ -47,13 +49,20 @@ def clear_cache() -> None:
     _GROUP.clear()
 
 
+def network_between_hosts() -> str:
+    """The link between hosts the tuner assumes: INTERLINK_NET (a catalog name such as eth-100g, ib-ndr,
+    roce-400g, or a rate such as 1gbit / 1gbit@2ms; ``interlink run --emulate-hosts --link-rate`` sets
+    it), else eth-25g."""
+    return os.environ.get("INTERLINK_NET", "").strip() or "eth-25g"
+
+
 def group_topology(layout: tuple[int, int], nranks: int, cores: Optional[int] = None) -> Topology:
     """CPU hosts for a group of ``nranks`` ranks laid out as ``layout = (hosts, ranks per host)``
     (the runtime's Group.host_layout()); the last host may hold fewer ranks. A layout that does
     not describe blocks (hosts x 1 < nranks, the runtime's answer for irregular placements) is
     modelled as one rank per host."""
     hosts, local = int(layout[0]), int(layout[1])
-    key = (hosts, local, nranks, cores)
+    key = (hosts, local, nranks, cores, network_between_hosts())
     t = _TOPOS.get(key)
     if t is None:
         if hosts <= 1:
@@ -62,7 +71,7 @@ def group_topology(layout: tuple[int, int], nranks: int, cores: Optional[int] = 
             counts = [local] * (hosts - 1) + [nranks - local * (hosts - 1)]
         else:
             counts = [1] * nranks
-        t = cpu_topology(counts, cores=cores)
+        t = cpu_topology(counts, cores=cores, network=network_between_hosts())
         if len(_TOPOS) > 256:
             _TOPOS.clear()
         _TOPOS[key] = t

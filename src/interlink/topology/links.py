@@ -312,8 +312,46 @@ def link(name: str, catalog: Mapping[str, LinkSpec] | None = None) -> LinkSpec:
     m = _PCIE_NAME.match(str(name))
     if m:
         return pcie(int(m.group(1)), int(m.group(2) or 16))
+    m = _RATE_NAME.match(str(name))
+    if m:
+        return ethernet_rate(m.group(1), m.group(2))
     raise TopologyError(f"unknown link {name!r}; known links: {', '.join(sorted(cat))} "
-                        "(and pcie-genG-xW for any PCIe generation G and width W)")
+                        "(and pcie-genG-xW for any PCIe generation G and width W; a tc rate such as 1gbit "
+                        "or 100mbit, optionally @DELAY such as 1gbit@2ms, for a shaped Ethernet link)")
+
+
+_RATE_NAME = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?\s*[kmgt]?(?:bit|bps))\s*(?:@\s*([0-9.]+\s*(?:us|ms|s)))?\s*$",
+                        re.IGNORECASE)
+_RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+               "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
+_DELAY_UNITS = {"us": 1.0, "ms": 1e3, "s": 1e6}
+#: TCP goodput over a shaped link: payload / line rate (1500-byte frames: 1448 B of payload in 1538 B
+#: on the wire); measured 0.94 on this project's emulated 1 Gbit/s link (benchmarks/RESULTS.md section 4)
+TCP_GOODPUT = 0.94
+
+
+def ethernet_rate(rate: str, delay: str | None = None) -> LinkSpec:
+    """An Ethernet link at a tc-style ``rate`` (``1gbit``, ``100mbit``, ``125mbps`` = bytes/s) carrying TCP,
+    with ``delay`` (``2ms``, ``50us``) added to the kernel stack's latency: the links of
+    ``interlink run --emulate-hosts --link-rate R --link-delay D``, or any shaped network."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]+)\s*", str(rate))
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in _RATE_UNITS:
+        raise TopologyError(f"link rate {rate!r}: expected a number and a unit such as 1gbit, 100mbit, 125mbps")
+    bits = float(m.group(1)) * _RATE_UNITS[unit]
+    if bits <= 0:
+        raise TopologyError(f"link rate {rate!r} must be > 0")
+    lat = CATALOG["eth-25g"].latency_us
+    if delay:
+        d = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*(us|ms|s)\s*", str(delay))
+        if d is None:
+            raise TopologyError(f"link delay {delay!r}: expected a number and us, ms or s, e.g. 2ms")
+        lat += float(d.group(1)) * _DELAY_UNITS[d.group(2)]
+    line = bits / 8e9
+    name = f"{rate.strip().lower()}" + (f"@{delay.strip().lower()}" if delay else "")
+    return LinkSpec(name, "ethernet", f"{line * 8:g} Gbit/s", line, line * TCP_GOODPUT, lat,
+                    source=f"shaped Ethernet at {rate} (tc tbf); effective: TCP goodput {TCP_GOODPUT:g} of line"
+                    + (f"; latency: kernel stack + {delay}" if delay else ""))
 
 
 def switch(name: str) -> SwitchSpec:

@@ -273,6 +273,72 @@ def _catalog() -> Mapping[str, LinkSpec]:
     return CATALOG
 
 
+def cpu_hosts(ranks_per_host: "list[int] | tuple[int, ...] | int", *, cores: int | None = None,
+              network: "str | LinkSpec" = "eth-25g", name: str = "",
+              catalog: Mapping[str, LinkSpec] | None = None) -> Topology:
+    """CPU hosts with the given number of ranks each (one 'core' device per rank, even beyond the host's
+    cores: ``cores`` per host, default this machine's, is kept in ``meta['cores_per_host']`` and ranks
+    beyond it share cores), shared memory and loopback TCP inside a host, ``network`` between hosts
+    (a catalog name or a rate such as ``1gbit`` / ``1gbit@2ms``) through one Ethernet switch."""
+    counts = [int(ranks_per_host)] if isinstance(ranks_per_host, int) else [int(c) for c in ranks_per_host]
+    if not counts or any(c < 1 for c in counts):
+        raise TopologyError(f"ranks per host must be >= 1, got {counts}")
+    cores = int(cores) if cores else (os.cpu_count() or 1)
+    net = link(network, catalog)
+    b = TopologyBuilder(name or (f"cpu:{counts[0]}" if len(counts) == 1 else f"cpu:{len(counts)}x{counts[0]}"),
+                        catalog)
+    multi = len(counts) > 1
+    sw = b.device("net/switch", "net_switch", None, "Ethernet switch") if multi else None
+    ranks = []
+    for h, c in enumerate(counts):
+        pre = f"h{h}/" if multi else ""
+        mem = b.device(f"{pre}mem0", "host_mem", h, "DRAM", socket=0, numa=0)
+        lo = b.device(f"{pre}lo", "nic", h, "loopback", loopback=True)
+        for k in range(c):
+            core = b.device(f"{pre}core{k}", "cpu", h, "CPU core", core=k, socket=0, numa=0)
+            b.link(core, mem, "shm")
+            b.link(core, lo, "loopback-tcp")
+            ranks.append(core)
+        if multi:
+            eth = b.device(f"{pre}eth0", "nic", h, "Ethernet NIC", role="compute")
+            b.link(eth, mem, "pcie-gen3-x8")
+            b.link(eth, sw, net)  # type: ignore[arg-type]
+    return b.build(ranks, meta={"cores_per_host": cores, "hosts": len(counts), "network": net.name})
+
+
+_CPU_OPTS = ("ranks", "cores", "net", "network", "delay")
+
+
+def _cpu_cluster(spec: str, hosts: int, opts: str, catalog: Mapping[str, LinkSpec] | None) -> Topology:
+    """``HxCPU-HOST[:ranks=P,cores=C,net=RATE|LINK,delay=D]``: H CPU hosts of P ranks (default C) each, C
+    cores per host (default this machine's), joined by one switch over ``net`` (default eth-25g; a tc rate
+    such as 1gbit makes a shaped link), ``delay`` added to its latency: the hosts of
+    ``interlink run --emulate-hosts H --nproc-per-host P --link-rate RATE --link-delay D``."""
+    kv: dict[str, str] = {}
+    for item in filter(None, (x.strip() for x in opts.split(","))):
+        key, eq, val = item.partition("=")
+        key = key.strip().lower()
+        if not eq or key not in _CPU_OPTS:
+            raise TopologyError(f"topology spec {spec!r}: option {item!r} is not KEY=VALUE with KEY in "
+                                f"{', '.join(_CPU_OPTS)}")
+        kv["net" if key == "network" else key] = val.strip()
+    try:
+        cores = int(kv["cores"]) if "cores" in kv else (os.cpu_count() or 1)
+        ranks = int(kv["ranks"]) if "ranks" in kv else cores
+    except ValueError:
+        raise TopologyError(f"topology spec {spec!r}: ranks and cores must be integers") from None
+    if ranks < 1 or cores < 1:
+        raise TopologyError(f"topology spec {spec!r}: ranks and cores must be >= 1")
+    net: Any = kv.get("net", "eth-25g")
+    if "delay" in kv:
+        from .links import ethernet_rate, _RATE_NAME
+
+        if not _RATE_NAME.match(net):
+            raise TopologyError(f"topology spec {spec!r}: delay needs net=RATE (e.g. net=1gbit,delay=2ms)")
+        net = ethernet_rate(net, kv["delay"])
+    return cpu_hosts([ranks] * hosts, cores=cores, network=net, name=spec.strip(), catalog=catalog)
+
+
 _CLUSTER = re.compile(r"^\s*(\d+)\s*[xX*]\s*([A-Za-z][\w.-]*)\s*$")
 _OPTS = {"oversub": "oversubscription", "oversubscription": "oversubscription", "net": "network",
          "network": "network"}
@@ -289,6 +355,9 @@ def parse_topology(spec: "str | os.PathLike[str] | Topology",
 
         return load_topology(s, catalog=catalog)
     head, _, opts = s.partition(":")
+    m = _CLUSTER.match(head)
+    if m and m.group(2).lower() == "cpu-host":
+        return _cpu_cluster(s, int(m.group(1)), opts, catalog)
     kwargs: dict[str, Any] = {}
     if opts:
         for item in opts.split(","):
