@@ -110,6 +110,24 @@ def suite(rank: int, world: int, part: str) -> tuple[int, list[str]]:
                     a = ins[rank].copy()
                     dist.broadcast(a, src=root)
                     check(f"broadcast {np.dtype(dt)} root={root} n={n}", a, ins[root])
+        # every registered broadcast and all_gather algorithm explicitly (hierarchical across hosts
+        # when this suite runs on emulated hosts), a middle root
+        from interlink.algorithms import algorithms_for
+
+        for algo in algorithms_for("broadcast"):
+            for n in (1, 1009, BIG):
+                case += 1
+                ins = [data(r, case, n, np.float32) for r in range(p)]
+                a = ins[rank].copy()
+                dist.broadcast(a, src=p // 2, algorithm=algo)
+                check(f"broadcast algo={algo} root={p // 2} n={n}", a, ins[p // 2])
+        for algo in algorithms_for("all_gather"):
+            for n in (1, 1009):
+                case += 1
+                ins = [data(r, case, n, np.float32) for r in range(p)]
+                out = np.empty(n * p, dtype=np.float32)
+                dist.all_gather_into_tensor(out, ins[rank], algorithm=algo)
+                check(f"all_gather algo={algo} n={n}", out, np.concatenate(ins))
         for dt in (np.float32, np.int8):
             for n in SIZES + (BIG // p,):
                 case += 1
