@@ -282,15 +282,22 @@ def test_nnls_keeps_coefficients_non_negative() -> None:
     assert (x >= 0).all() and x[1] == 0.0
 
 
-def test_fit_recovers_known_host_parameters() -> None:
+@pytest.mark.parametrize("cache", [
+    {"host.dram_factor": 1.0, "host.oversub_byte_factor": 1.0},
+    # a cache ramp from 64 MiB of running working set and ranks that pay 1.5x per byte for sharing a core
+    {"host.dram_factor": 1.5, "host.llc_bytes": float(64 << 20), "host.oversub_byte_factor": 1.5, "host.shm.fanout_us": 8.0},
+])
+def test_fit_recovers_known_host_parameters(cache: dict) -> None:
     truth = {"host.call_us": 5.0, "host.shm.alpha_us": 3.0, "host.shm.op_us": 6.0, "host.shm.alpha_oversub_us": 40.0,
-             "host.shm.beta_ns_per_byte": 0.1, "host.reduce_ns_per_byte": 0.15, "host.dram_factor": 1.0}
+             "host.shm.beta_ns_per_byte": 0.1, "host.reduce_ns_per_byte": 0.15, **cache}
     params = default_params().replace(truth, "truth")
     samples = []
     for p in (2, 4):
         topo = cpu_topology(p, cores=2)
-        for algo in ("ring", "recursive_doubling", "rabenseifner"):
-            for n in (4096, 65536, 1 << 20, 16 << 20):
+        for algo in ("ring", "recursive_doubling", "rabenseifner", "direct"):
+            for n in (4096, 65536, 1 << 20, 16 << 20, 32 << 20, 64 << 20):
+                if algo in ("recursive_doubling", "direct") and n > 1 << 20:
+                    continue
                 t = predict("all_reduce", n, topo, algorithm=algo, params=params).time_us
                 samples.append(Sample("shm", p, "all_reduce", algo, n, n // 4, t * 1e-6))
         for n in (4096, 1 << 20):
@@ -298,8 +305,12 @@ def test_fit_recovers_known_host_parameters() -> None:
             samples.append(Sample("shm", p, "broadcast", "binomial", n, n // 4, t * 1e-6))
     got, quality = fit(samples, cores=2)
     assert quality["shm"]["max_rel_err"] < 0.02
-    for k in ("host.shm.beta_ns_per_byte", "host.reduce_ns_per_byte", "host.shm.alpha_oversub_us"):
+    for k in ("host.shm.beta_ns_per_byte", "host.reduce_ns_per_byte", "host.shm.alpha_oversub_us",
+              "host.dram_factor", "host.oversub_byte_factor"):
         assert got[k] == pytest.approx(truth[k], rel=0.05), (k, got)
+    if truth["host.dram_factor"] > 1:
+        assert got["host.llc_bytes"] == truth["host.llc_bytes"]
+        assert got["host.shm.fanout_us"] == pytest.approx(truth["host.shm.fanout_us"], rel=0.05)
     prof = Profile(got, quality, {"cores": 2, "host": "test", "date": "now"})
     for s in samples:
         pred = predict(s.collective, s.nbytes, cpu_topology(s.nranks, cores=2), algorithm=s.algorithm,

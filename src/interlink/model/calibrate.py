@@ -240,25 +240,25 @@ def to_samples(points: Iterable[Mapping[str, Any]]) -> list[Sample]:
 # ---- features and the fit ---------------------------------------------------------------------------
 
 
-def terms(sample: Sample, cores: Optional[int] = None) -> dict[str, float]:
+def terms(sample: Sample, cores: Optional[int] = None, oversub_byte_factor: float = 1.0) -> dict[str, float]:
     """The model's linear terms for one sample (see :func:`interlink.model.cost.cpu_terms`)."""
     from .cost import cpu_terms, cpu_topology
 
     topo = cpu_topology(sample.nranks, cores=cores or os.cpu_count() or 1)
     tr = traffic(sample.collective, sample.algorithm, sample.nranks, sample.count, 0)
-    return cpu_terms(tr, topo, itemsize=4, transport=sample.transport)
+    return cpu_terms(tr, topo, itemsize=4, transport=sample.transport, oversub_byte_factor=oversub_byte_factor)
 
 
 def fast_features(nranks: int, nbytes: int, cores: Optional[int] = None, kind: str = "fast",
-                  llc: float = 32.0 * 2**20, dram: float = 1.0) -> tuple[float, float]:
+                  llc: float = 32.0 * 2**20, dram: float = 1.0, k: float = 1.0) -> tuple[float, float]:
     """(core-sharing excess f - 1, bytes one rank processes x f x cache factor) of a shared-memory
     all_reduce: 'fast' reads every rank's payload (p x n), 'fast2' processes the vector once (n)."""
     cores = cores or (os.cpu_count() or 1)
     f = max(1.0, nranks / cores)
     work = nbytes * nranks if kind == "fast" else nbytes
-    wset = 2.0 * nbytes * nranks
+    wset = 2.0 * nbytes * min(nranks, cores)  # ranks that run at once (cost.working_set)
     cf = 1.0 + (dram - 1.0) * max(0.0, 1.0 - llc / wset) if wset > 0 else 1.0
-    return f - 1.0, float(work) * f * cf
+    return f - 1.0, float(work) * (1.0 + k * (f - 1.0)) * cf
 
 
 def nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -304,6 +304,7 @@ def _robust_nnls(A: np.ndarray, iters: int = 6) -> tuple[np.ndarray, np.ndarray]
 
 
 LLC_GRID = tuple(float(m << 20) for m in (2, 4, 8, 16, 32, 64, 128, 256))
+OVERSUB_GRID = (1.0, 1.25, 1.5, 1.75, 2.0)
 DRAM_GRID = tuple(1.0 + 0.25 * k for k in range(9))  # 1.0 .. 3.0
 
 
@@ -328,39 +329,47 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None) -> tuple[dict[st
     params: dict[str, float] = {}
     quality: dict[str, Any] = {}
     if reg:
-        T = [terms(s, cores) for s in reg]
-        base = np.array([[tm.get(c, 0.0) for c in cols] for tm in T])
-        wset = np.array([tm["working_set"] for tm in T])
         y = np.array([s.seconds * 1e6 for s in reg])
         pb = np.array([c in per_byte for c in cols])
+        shm_mask = np.array([s.transport == "shm" for s in reg])
+        oversubscribed = any(s.nranks > cores for s in reg)
         best = None
-        for llc in LLC_GRID:
-            for m in DRAM_GRID:
-                if m == 1.0 and llc != LLC_GRID[0]:
-                    continue  # without a factor the cache size does not matter
-                cf = 1.0 + (m - 1.0) * np.maximum(0.0, 1.0 - llc / np.maximum(wset, 1.0))
-                A = base * np.where(pb[None, :], cf[:, None], 1.0) / y[:, None]
-                x, err = _robust_nnls(A)
-                score = float(np.mean(np.abs(err)))
-                if best is None or score < best[0]:
-                    best = (score, llc, m, x, err)
+        for k in (OVERSUB_GRID if oversubscribed else (1.0,)):
+            T = [terms(s, cores, k) for s in reg]
+            base = np.array([[tm.get(c, 0.0) for c in cols] for tm in T])
+            wset = np.array([tm["working_set"] for tm in T])
+            for llc in LLC_GRID:
+                for m in DRAM_GRID:
+                    if m == 1.0 and llc != LLC_GRID[0]:
+                        continue  # without a factor the cache size does not matter
+                    cf = 1.0 + (m - 1.0) * np.maximum(0.0, 1.0 - llc / np.maximum(wset, 1.0))
+                    A = base * np.where(pb[None, :], cf[:, None], 1.0) / y[:, None]
+                    x, err = _robust_nnls(A)
+                    # the cache and the sharing of cores are properties of the memory system and the
+                    # CPUs: judge them where those are the cost (shared memory; TCP's per-byte cost is
+                    # the kernel's copies, and its linear terms stay in the fit)
+                    score = float(np.mean(np.abs(err[shm_mask] if shm_mask.any() else err)))
+                    if best is None or score < best[0]:
+                        best = (score, llc, m, k, x, err)
         assert best is not None
-        _, llc, m, x, err = best
+        _, llc, m, k, x, err = best
         params.update({c: float(v) for c, v in zip(cols, x)})
         params["host.llc_bytes"] = llc
         params["host.dram_factor"] = m
+        params["host.oversub_byte_factor"] = k
         for t in transports:
             sel = np.array([s.transport == t for s in reg])
             e = np.abs(err[sel])
             quality[t] = {"samples": int(sel.sum()), "median_rel_err": float(np.median(e)),
                           "max_rel_err": float(e.max())}
     llc, m = params.get("host.llc_bytes", 32.0 * 2**20), params.get("host.dram_factor", 1.0)
+    k = params.get("host.oversub_byte_factor", 1.0)
     for kind in ("fast", "fast2"):
         pts = [s for s in fast if s.algorithm == kind]
         if not pts:
             continue
         call = params.get("host.call_us", 0.0)
-        F = np.array([[1.0, *fast_features(s.nranks, s.nbytes, cores, kind, llc, m)] for s in pts])
+        F = np.array([[1.0, *fast_features(s.nranks, s.nbytes, cores, kind, llc, m, k)] for s in pts])
         y = np.array([max(s.seconds * 1e6 - call, 1e-3) for s in pts])
         x, _ = _robust_nnls(F / y[:, None])
         params[f"host.{kind}.alpha_us"] = float(x[0])
@@ -453,6 +462,8 @@ def calibrate(ranks: Sequence[int] = DEFAULT_RANKS, transports: Sequence[str] = 
         meta["memcpy_gbps"] = round(measure_memcpy_gbps(), 2)
     except Exception:  # noqa: BLE001 - informative only
         pass
+    # the raw samples travel with the profile: a later fit can be redone without measuring again
+    meta["samples"] = [smp.to_dict() for smp in samples]
     prof = Profile(params, quality, meta)
     if save:
         p = save_profile(prof, path)

@@ -375,8 +375,22 @@ def _host_rates(params: Params, transport: str) -> tuple[float, float, float | N
     return alpha, over, (None if beta is None else beta * 1e-9), params.value(f"host.{transport}.op_us")
 
 
+def byte_oversub(info: "_TopoInfo", params: Params) -> np.ndarray:
+    """Per rank, the factor on a byte's cost when ranks share cores: 1 + k (f - 1), f = ranks per core."""
+    k = params.value("host.oversub_byte_factor")
+    return 1.0 + k * (info.oversub - 1.0)
+
+
+def _active_ranks(info: "_TopoInfo") -> int:
+    """Ranks of the busiest host that run at the same moment: no more than its cores."""
+    on_host = int(info.ranks_on_host.max(initial=1))
+    cores = int(info.cores_per_host.min(initial=on_host)) if info.cores_per_host.size else on_host
+    return max(1, min(on_host, cores))
+
+
 def working_set(collective: str, nranks: int, count: int, itemsize: int, ranks_on_host: int) -> float:
-    """Bytes a host's ranks touch: 2 buffers of S (the largest buffer) per rank on the host."""
+    """Bytes a host's running ranks touch at once: 2 buffers of S (the largest buffer) per rank that runs
+    (``ranks_on_host``: at most the host's cores: ranks that wait for a core do not stream memory)."""
     from ..algorithms.schedule import buffer_sizes
 
     if collective == "barrier":
@@ -397,7 +411,7 @@ def _gamma_per_rank(info: _TopoInfo, params: Params) -> np.ndarray:
     if info.gpu:
         passes = params.value("gpu.reduce_passes")
         return np.array([passes / (params.hbm_gbps(nm) * 1e9) for nm in info.gpu_names])
-    return np.full(info.n, params.value("host.reduce_ns_per_byte") * 1e-9) * info.oversub
+    return np.full(info.n, params.value("host.reduce_ns_per_byte") * 1e-9) * byte_oversub(info, params)
 
 
 def _cycles(src: np.ndarray, dst: np.ndarray, p: int) -> tuple[list[np.ndarray], np.ndarray] | None:
@@ -447,13 +461,13 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, channel
     if not gpu:
         a_shm, o_shm, b_shm, m_shm = _host_rates(params, "shm")
         a_tcp, o_tcp, b_tcp, m_tcp = _host_rates(params, "tcp")
-        cf = cache_factor(params, working_set(tr.collective, p, tr.count, itemsize,
-                                              int(info.ranks_on_host.max(initial=1))))
+        fo_shm, fo_tcp = params.value("host.shm.fanout_us"), params.value("host.tcp.fanout_us")
+        cf = cache_factor(params, working_set(tr.collective, p, tr.count, itemsize, _active_ranks(info)))
         gamma = gamma * cf
     rounds = 0
     g_tcp = None
     if not gpu and params.get("host.tcp.reduce_ns_per_byte") is not None:
-        g_tcp = params.value("host.tcp.reduce_ns_per_byte") * 1e-9 * info.oversub[:p] * cf
+        g_tcp = params.value("host.tcp.reduce_ns_per_byte") * 1e-9 * byte_oversub(info, params)[:p] * cf
     for i, ph in enumerate(tr.phases):
         if ph.reduced is not None:
             gam[i] = float((ph.reduced[:p] * itemsize * gamma[: ph.reduced.size]).max(initial=0.0))
@@ -485,7 +499,8 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, channel
             # network is not made slower by busy cores
             bs = wire if b_shm is None else np.full(src.size, b_shm)
             bt = np.where(cross, 0.0, wire) if b_tcp is None else np.full(src.size, b_tcp)
-            f = np.maximum(info.oversub[src], info.oversub[dst]) * cf
+            bo = byte_oversub(info, params)
+            f = np.maximum(bo[src], bo[dst]) * cf
             host_pb = np.where(tcp, bt, bs) * f
             net_pb = np.where(cross, wire, 0.0)
             if channels > 1:
@@ -504,6 +519,11 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, channel
             ops = (np.bincount(src, weights=op * info.oversub[src], minlength=p)
                    + np.bincount(dst, weights=op * info.oversub[dst], minlength=p))
             ops_us = float(ops.max())
+            # fan-out/fan-in: messages of the busiest rank beyond one send and one receive
+            cnt = np.bincount(src, minlength=p) + np.bincount(dst, minlength=p)
+            fan = float(np.maximum(0, cnt - 2).max(initial=0))
+            if fan:
+                ops_us += fan * (fo_tcp if bool(tcp.all()) else fo_shm)
             lat_first[i] = lat_steady[i] = float(mlat.max()) + ops_us
         if ph.repeat > 1:
             cyc = _cycles(src, dst, p)
@@ -599,7 +619,7 @@ def schedule_time(traffic_or_schedule: Union[Traffic, Schedule], topology: Topol
 
 
 #: the CPU model's linear parameters (per transport where the name has {t})
-CPU_TERMS = ("host.call_us", "host.{t}.alpha_us", "host.{t}.op_us", "host.{t}.alpha_oversub_us",
+CPU_TERMS = ("host.call_us", "host.{t}.alpha_us", "host.{t}.op_us", "host.{t}.fanout_us", "host.{t}.alpha_oversub_us",
              "host.{t}.beta_ns_per_byte", "host.{t}.reduce_ns_per_byte")
 
 
@@ -608,7 +628,8 @@ def _term_name(template: str, transport: str) -> str:
     return "host.reduce_ns_per_byte" if name == "host.shm.reduce_ns_per_byte" else name
 
 
-def cpu_terms(traffic: Traffic, topology: Topology, *, itemsize: int = 4, transport: str = "shm") -> dict[str, float]:
+def cpu_terms(traffic: Traffic, topology: Topology, *, itemsize: int = 4, transport: str = "shm",
+              oversub_byte_factor: float = 1.0) -> dict[str, float]:
     """The CPU model is linear in its host parameters: time_us = sum(value x term). Returns the terms
     (per unit of each parameter of :data:`CPU_TERMS`, with the cache factor at 1) and ``working_set``,
     for a single-host topology: what calibration fits against."""
@@ -619,6 +640,7 @@ def cpu_terms(traffic: Traffic, topology: Topology, *, itemsize: int = 4, transp
     other = "tcp" if transport == "shm" else "shm"
     zero = {_term_name(n, t): 0.0 for n in CPU_TERMS for t in (transport, other)}
     zero["host.dram_factor"] = 1.0
+    zero["host.oversub_byte_factor"] = float(oversub_byte_factor)
     base = default_params()
     out: dict[str, float] = {}
     for n in names:
@@ -628,7 +650,7 @@ def cpu_terms(traffic: Traffic, topology: Topology, *, itemsize: int = 4, transp
         r = _rounds(traffic, info, pr, itemsize, 1, "tcp" if transport == "tcp" else None)
         out[n] = _finish(r, pr, "simple", traffic.algorithm).time_us
     out["working_set"] = working_set(traffic.collective, traffic.nranks, traffic.count, itemsize,
-                                     int(info.ranks_on_host.max(initial=1)))
+                                     _active_ranks(info))
     return out
 
 
@@ -1042,10 +1064,12 @@ def _fast(collective: str, S: int, info: _TopoInfo, params: Params, allowed: boo
             why = f"the two-phase path needs {params.value('host.fast2.min_ranks'):g}+ ranks"
         else:
             f = float(info.oversub.max())
-            cf = cache_factor(params, working_set(collective, p, count_for(collective, S, 1, p)[0], 1, p))
+            fb = float(byte_oversub(info, params).max())
+            cf = cache_factor(params, working_set(collective, p, count_for(collective, S, 1, p)[0], 1,
+                                                  _active_ranks(info)))
             return (params.value("host.call_us") + params.value(f"host.{kind}.alpha_us")
                     + params.value(f"host.{kind}.alpha_oversub_us") * (f - 1.0)
-                    + work * params.value(f"host.{kind}.ns_per_byte") * 1e-3 * f * cf)
+                    + work * params.value(f"host.{kind}.ns_per_byte") * 1e-3 * fb * cf)
     if explicit:
         raise ModelError(f"{kind} is not available here: {why}")
     return None

@@ -23,9 +23,11 @@ CPU hosts (interlink's own runtime; ``host.*`` entries are what ``interlink benc
     host.call_us                     fixed cost of one collective call (Python path)
     host.{shm,tcp}.alpha_us          per round: the exchange latency of one round over that transport
     host.{shm,tcp}.op_us             per round, per message the busiest rank sends or receives
+    host.{shm,tcp}.fanout_us         per round, per message of the busiest rank beyond one send + one receive
     host.{shm,tcp}.alpha_oversub_us  per round, x (ranks active on a host - cores) / cores: shared cores
     host.{shm,tcp}.beta_ns_per_byte  per byte a rank sends in a round (None: 1 / the path's bandwidth)
     host.reduce_ns_per_byte          per byte a rank reduces (host.tcp.reduce_ns_per_byte: out of TCP messages)
+    host.oversub_byte_factor         k: with f ranks per core a byte costs 1 + k (f - 1) (k = 1: time shared)
     host.llc_bytes, host.dram_factor per-byte costs grow by up to dram_factor once the working set leaves the cache
     (cores per host come from the topology: ``meta['cores_per_host']`` or its core devices; ranks beyond them share)
     host.fast.{alpha_us,alpha_oversub_us,ns_per_byte,max_bytes}  the one-shot fast path of an all-local group
@@ -132,6 +134,10 @@ def _defaults() -> list[Param]:
            "estimate: Python cost of posting and completing one message, per message of the busiest rank "
            "in a round"),
         _p("host.tcp.op_us", 6.0, "us", "estimate: as host.shm.op_us, plus a socket call"),
+        _p("host.shm.fanout_us", 0.0, "us",
+           "per round, per message of the busiest rank beyond one send and one receive (a rank waiting on "
+           "several peers at once, e.g. direct all_reduce): 0 until calibration fits it"),
+        _p("host.tcp.fanout_us", 0.0, "us", "as host.shm.fanout_us, over TCP"),
         _p("host.shm.alpha_oversub_us", 50.0, "us",
            f"{_RESULTS}: 4 ranks on 2 cores pay ~10x the latency of 2 (futex sleeps and wake-ups); added per "
            "round x (ranks active on a host - cores) / cores"),
@@ -143,6 +149,9 @@ def _defaults() -> list[Param]:
         _p("host.tcp.reduce_ns_per_byte", None, "ns/B",
            "per byte a rank reduces out of TCP messages (received into a buffer first); None: "
            "host.reduce_ns_per_byte"),
+        _p("host.oversub_byte_factor", 1.0, "x",
+           "ranks sharing cores: a byte costs 1 + k x (ranks per core - 1) times its cost on a core of its "
+           "own (k = this; 1: the cores' time is simply shared; calibration fits it)"),
         _p("host.llc_bytes", 32.0 * 2**20, "B",
            "estimate (this project's VM: 32 MiB L3); per-byte costs grow once a host's working set leaves it"),
         _p("host.dram_factor", 1.0, "x",
