@@ -368,6 +368,20 @@ def _timed(call: Callable[[], None], iters: int, warmup: int, barrier: Callable[
     return (time.perf_counter() - t0) / iters
 
 
+def path_taken(g: Any, collective: str) -> Optional[str]:
+    """The path the group's last call took, from its flight recorder: 'fast' (one shared write per rank),
+    'fast2' (the two-phase shared-memory all_reduce) or the Schedule's algorithm; None if unknown."""
+    try:
+        sig = g.recorder[-1].sig
+    except (AttributeError, IndexError):
+        return None
+    sig = sig.decode() if isinstance(sig, bytes) else str(sig)
+    name, _, algo = sig.split(" ", 1)[0].partition(":")
+    if algo == "fast":
+        return "fast" if name == collective else "fast2"
+    return algo or None
+
+
 def transport_of(g: Any) -> str:
     """'shm', 'tcp', 'shm+tcp' (mixed) or 'self' (one rank), from this rank's channels."""
     names = sorted({getattr(ch, "name", type(ch).__name__) for ch in g.ctx.engine.channels.values()})
@@ -397,6 +411,7 @@ def run_size(g: Any, cfg: BenchConfig, size: int, transport: str = "") -> dict:
     }
     times: list[float] = []
     wrong: list[int] = []
+    paths: dict[str, Optional[str]] = {}
     modes = ("oop",) if coll in ("sendrecv", "barrier") else ("oop", "ip")
     for mode in modes:
         if coll == "barrier":
@@ -413,11 +428,19 @@ def run_size(g: Any, cfg: BenchConfig, size: int, transport: str = "") -> dict:
             _fill_for_check(coll, inp, out, rank, p, count, rop)
         call = _make_call(g, coll, inp, out, count, root, rop, cfg.algorithm)
         times.append(_timed(call, iters, warmup, barrier))
+        paths[mode] = path_taken(g, coll)
         if cfg.check and coll != "barrier":
             _fill_for_check(coll, inp, out, rank, p, count, rop)
             call()
             wrong.append(count_wrong(coll, out, rank=rank, nranks=p, count=count, dtype=dt, op=rop, root=root))
         del inp, out, call
+    # what the calls really ran (the shared-page paths of an all-local group, or the Schedule's algorithm):
+    # the in-place call's, as a user's torch-style call is in place; the out-of-place one's when it differs
+    ip, oop = paths.get("ip"), paths.get("oop")
+    if ip or oop:
+        row["algorithm"] = ip or oop
+        if ip and oop and ip != oop:
+            row["oop_algorithm"] = oop
     # the slowest rank's time; the number of wrong elements summed over ranks
     t = np.array(times, dtype=np.float64)
     il.all_reduce(t, "max")

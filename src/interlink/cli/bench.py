@@ -228,27 +228,17 @@ def add_predictions(rows: list, collective: str, nranks: int, transport: str, al
     cannot predict get None; nothing is added when the model is unavailable."""
     try:
         from ..model import predict
-        from ..model.cost import FAST_COLLECTIVES
         from ..model.tuner import group_topology
-        from ..transport import shm
     except ImportError:
         return
     topo = group_topology((1, nranks), nranks) if topology is None else topology
     tcp = transport == "tcp"
-    fast_max = getattr(shm, "fast_small_bytes", getattr(shm, "fast_max_bytes", lambda: 0))()
     for row in rows:
         algo = row.get("algorithm")
         try:
             if collective == "sendrecv" or algo is None:
                 row["pred_busbw"] = None
                 continue
-            # the out-of-place call of these takes the small-message fast path (see bench.sweep._make_call)
-            if (algorithm is None and not os.environ.get("INTERLINK_ALGO") and not tcp and nranks > 1
-                    and topology is None
-                    and collective in FAST_COLLECTIVES - {"all_reduce", "broadcast"}):
-                per_rank = row["size"] // nranks if collective == "all_gather" else row["size"]
-                if per_rank <= fast_max:
-                    algo = "fast"
             pred = predict(collective, row["size"], topo, algorithm=algo, dtype=row.get("type", "float32"),
                            root=max(0, int(row.get("root", 0))), transport="tcp" if tcp else None)
             row["pred_busbw"] = pred.busbw_gbps * 1e9

@@ -1058,6 +1058,10 @@ def _fast(collective: str, S: int, info: _TopoInfo, params: Params, allowed: boo
             payload, work = S, S
             lo = params.value("host.fast.max_bytes")
         top = params.value(f"host.{kind}.max_bytes")
+        if kind == "fast" and collective != "all_reduce" and p >= params.value("host.fast2.min_ranks"):
+            # from 3 ranks the one-shot all_gather/reduce_scatter/broadcast use the two-phase path's
+            # big slots (runtime.fastpath: direct_max)
+            top = max(top, params.value("host.fast2.max_bytes"))
         if payload > top or (kind == "fast2" and payload <= lo):
             why = f"the payload is outside ({lo:g}, {top:g}] bytes (host.{kind}.max_bytes)"
         elif kind == "fast2" and p < params.value("host.fast2.min_ranks"):

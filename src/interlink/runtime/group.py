@@ -375,7 +375,7 @@ class Group:
         root = self._rank_arg(src, "src")
         a = arrays.as_flat(tensor, "tensor")
         _dtype_ok(a.dtype)
-        if algorithm is None and self._fast is not None and a.nbytes <= self._fast.max:
+        if algorithm is None and self._fast is not None and a.nbytes <= self._fast.direct_max:
             fn = lambda: self._run_fast("broadcast", a, ReduceOp.SUM, root, timeout)
         else:
             fn = lambda: self._execute("broadcast", "", a.size, root, a.dtype, ReduceOp.SUM,
@@ -402,7 +402,7 @@ class Group:
         if out.size != inp.size * self.size:
             raise ValueError(f"all_gather_into_tensor: output has {out.size} elements, expected "
                              f"input size {inp.size} x group size {self.size} = {inp.size * self.size}")
-        if algorithm is None and self._fast is not None and inp.nbytes <= self._fast.max:
+        if algorithm is None and self._fast is not None and inp.nbytes <= self._fast.direct_max:
             fn = lambda: self._run_fast("all_gather", inp, ReduceOp.SUM, 0, timeout, out)
         else:
             fn = lambda: self._execute("all_gather", "", inp.size, 0, inp.dtype, ReduceOp.SUM,
@@ -435,7 +435,7 @@ class Group:
         if inp.size != out.size * self.size:
             raise ValueError(f"reduce_scatter_tensor: input has {inp.size} elements, expected "
                              f"output size {out.size} x group size {self.size} = {out.size * self.size}")
-        if algorithm is None and self._fast is not None and inp.nbytes <= self._fast.max:
+        if algorithm is None and self._fast is not None and inp.nbytes <= self._fast.direct_max:
             fn = lambda: self._run_fast("reduce_scatter", inp, rop, 0, timeout, out)
         else:
             fn = lambda: self._execute("reduce_scatter", "", out.size, 0, out.dtype, rop,
