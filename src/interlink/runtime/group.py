@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from .. import arrays
+from .. import arrays, devices
 from ..algorithms import registry
 from ..algorithms.schedule import Builder, Chunk, Schedule
 from ..errors import CommTimeoutError, InterlinkError, PeerLostError
@@ -356,48 +356,58 @@ class Group:
     def all_reduce(self, tensor: Any, op: Any = ReduceOp.SUM, async_op: bool = False,
                    algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("all_reduce")
-        a = arrays.as_flat(tensor, "tensor", reducing=True)
+        if type(tensor) is np.ndarray:
+            a, st = arrays.as_flat(tensor, "tensor", reducing=True), None
+        else:
+            st = _Staging()
+            a = st.flat(tensor, "tensor", reducing=True)
         rop = self._reduce_op(op, a.dtype)
         if algorithm is None and self._fast is not None and a.nbytes <= self._fast.direct_max:
             kind = "all_reduce" if a.nbytes <= self._fast.max else "all_reduce_2phase"
             if not async_op:
                 self.ctx.runner.run_sync_call(self._run_fast, kind, a, rop, 0, timeout)
+                if st is not None:
+                    st.upload()
                 return None
             fn = lambda: self._run_fast(kind, a, rop, 0, timeout)
         else:
             fn = lambda: self._execute("all_reduce", "", a.size, 0, a.dtype, rop, {"input": a, "output": a},
                                        algorithm, timeout)
-        return self._submit(fn, f"all_reduce #{self.seq + 1} in {self.name}", async_op)
+        return self._submit(_Staging.wrap(st, fn), f"all_reduce #{self.seq + 1} in {self.name}", async_op)
 
     def broadcast(self, tensor: Any, src: int = 0, async_op: bool = False, algorithm: Optional[str] = None,
                   timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("broadcast")
         root = self._rank_arg(src, "src")
-        a = arrays.as_flat(tensor, "tensor")
+        st = _Staging()
+        # only the root's data matters: other ranks' device arrays are not downloaded
+        a = st.flat(tensor, "tensor", download=(self.rank == root))
         _dtype_ok(a.dtype)
         if algorithm is None and self._fast is not None and a.nbytes <= self._fast.direct_max:
             fn = lambda: self._run_fast("broadcast", a, ReduceOp.SUM, root, timeout)
         else:
             fn = lambda: self._execute("broadcast", "", a.size, root, a.dtype, ReduceOp.SUM,
                                        {"input": a, "output": a}, algorithm, timeout)
-        return self._submit(fn, "broadcast", async_op)
+        return self._submit(st.wrap(fn), "broadcast", async_op)
 
     def reduce(self, tensor: Any, dst: int = 0, op: Any = ReduceOp.SUM, async_op: bool = False,
                algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("reduce")
         root = self._rank_arg(dst, "dst")
-        a = arrays.as_flat(tensor, "tensor", reducing=True)
+        st = _Staging()
+        a = st.flat(tensor, "tensor", reducing=True, upload=(self.rank == root))
         rop = self._reduce_op(op, a.dtype)
         out = a if self.rank == root else np.empty_like(a)  # non-root tensors stay untouched
         fn = lambda: self._execute("reduce", "", a.size, root, a.dtype, rop, {"input": a, "output": out},
                                    algorithm, timeout)
-        return self._submit(fn, "reduce", async_op)
+        return self._submit(st.wrap(fn), "reduce", async_op)
 
     def all_gather_into_tensor(self, output_tensor: Any, input_tensor: Any, async_op: bool = False,
                                algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("all_gather")
-        out = arrays.as_flat(output_tensor, "output_tensor")
-        inp = arrays.as_flat(input_tensor, "input_tensor", writable=False)
+        st = _Staging()
+        out = st.flat(output_tensor, "output_tensor", download=False)
+        inp = st.flat(input_tensor, "input_tensor", writable=False)
         _same_dtype(out, inp, "all_gather_into_tensor")
         if out.size != inp.size * self.size:
             raise ValueError(f"all_gather_into_tensor: output has {out.size} elements, expected "
@@ -407,14 +417,15 @@ class Group:
         else:
             fn = lambda: self._execute("all_gather", "", inp.size, 0, inp.dtype, ReduceOp.SUM,
                                        {"input": inp, "output": out}, algorithm, timeout)
-        return self._submit(fn, "all_gather", async_op)
+        return self._submit(st.wrap(fn), "all_gather", async_op)
 
     def all_gather(self, tensor_list: list, tensor: Any, async_op: bool = False,
                    algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         """torch's list form: tensor_list[i] receives rank i's tensor."""
         self._check_usable("all_gather")
-        inp = arrays.as_flat(tensor, "tensor", writable=False)
-        outs = _check_list(tensor_list, self.size, inp, "tensor_list")
+        st = _Staging()
+        inp = st.flat(tensor, "tensor", writable=False)
+        outs = _check_list(tensor_list, self.size, inp, "tensor_list", staging=st)
         buf = np.empty(inp.size * self.size, dtype=inp.dtype)
 
         def finish() -> None:
@@ -423,13 +434,14 @@ class Group:
 
         fn = lambda: self._execute("all_gather", "", inp.size, 0, inp.dtype, ReduceOp.SUM,
                                    {"input": inp, "output": buf}, algorithm, timeout, finish=finish)
-        return self._submit(fn, "all_gather", async_op)
+        return self._submit(st.wrap(fn), "all_gather", async_op)
 
     def reduce_scatter_tensor(self, output: Any, input: Any, op: Any = ReduceOp.SUM, async_op: bool = False,
                               algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("reduce_scatter")
-        out = arrays.as_flat(output, "output", reducing=True)
-        inp = arrays.as_flat(input, "input", writable=False, reducing=True)
+        st = _Staging()
+        out = st.flat(output, "output", reducing=True, download=False)
+        inp = st.flat(input, "input", writable=False, reducing=True)
         _same_dtype(out, inp, "reduce_scatter_tensor")
         rop = self._reduce_op(op, out.dtype)
         if inp.size != out.size * self.size:
@@ -440,15 +452,16 @@ class Group:
         else:
             fn = lambda: self._execute("reduce_scatter", "", out.size, 0, out.dtype, rop,
                                        {"input": inp, "output": out}, algorithm, timeout)
-        return self._submit(fn, "reduce_scatter", async_op)
+        return self._submit(st.wrap(fn), "reduce_scatter", async_op)
 
     def gather(self, tensor: Any, gather_list: Optional[list] = None, dst: int = 0, async_op: bool = False,
                algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("gather")
         root = self._rank_arg(dst, "dst")
-        inp = arrays.as_flat(tensor, "tensor", writable=False)
+        st = _Staging()
+        inp = st.flat(tensor, "tensor", writable=False)
         _dtype_ok(inp.dtype)
-        outs = _check_list(gather_list, self.size, inp, "gather_list") if self.rank == root else None
+        outs = _check_list(gather_list, self.size, inp, "gather_list", staging=st) if self.rank == root else None
         if self.rank != root and gather_list:
             raise ValueError(f"gather: gather_list must be None on non-destination rank {self.rank}")
         buf = np.empty(inp.size * self.size if self.rank == root else 0, dtype=inp.dtype)
@@ -461,16 +474,17 @@ class Group:
 
         fn = lambda: self._execute("gather", "", inp.size, root, inp.dtype, ReduceOp.SUM, bufs, algorithm,
                                    timeout, finish=finish)
-        return self._submit(fn, "gather", async_op)
+        return self._submit(st.wrap(fn), "gather", async_op)
 
     def scatter(self, tensor: Any, scatter_list: Optional[list] = None, src: int = 0, async_op: bool = False,
                 algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("scatter")
         root = self._rank_arg(src, "src")
-        out = arrays.as_flat(tensor, "tensor")
+        st = _Staging()
+        out = st.flat(tensor, "tensor", download=False)
         _dtype_ok(out.dtype)
         if self.rank == root:
-            ins = _check_list(scatter_list, self.size, out, "scatter_list", writable=False)
+            ins = _check_list(scatter_list, self.size, out, "scatter_list", writable=False, staging=st)
             inp = np.concatenate(ins) if ins else np.empty(0, out.dtype)
         else:
             if scatter_list:
@@ -478,14 +492,15 @@ class Group:
             inp = np.empty(out.size * self.size, dtype=out.dtype)
         fn = lambda: self._execute("scatter", "", out.size, root, out.dtype, ReduceOp.SUM,
                                    {"input": inp, "output": out}, algorithm, timeout)
-        return self._submit(fn, "scatter", async_op)
+        return self._submit(st.wrap(fn), "scatter", async_op)
 
     def all_to_all_single(self, output: Any, input: Any, output_split_sizes: Optional[Sequence[int]] = None,
                           input_split_sizes: Optional[Sequence[int]] = None, async_op: bool = False,
                           algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("all_to_all")
-        out = arrays.as_flat(output, "output")
-        inp = arrays.as_flat(input, "input", writable=False)
+        st = _Staging()
+        out = st.flat(output, "output", download=(output_split_sizes is not None or input_split_sizes is not None))
+        inp = st.flat(input, "input", writable=False)
         _same_dtype(out, inp, "all_to_all_single")
         p = self.size
         shape0 = _dim0(input)
@@ -499,14 +514,14 @@ class Group:
             n = inp.size // p
             fn = lambda: self._execute("all_to_all", "", n, 0, inp.dtype, ReduceOp.SUM,
                                        {"input": inp, "output": out}, algorithm, timeout)
-            return self._submit(fn, "all_to_all", async_op)
+            return self._submit(st.wrap(fn), "all_to_all", async_op)
         isplit = _splits(input_split_sizes, shape0, p, "input_split_sizes")
         osplit = _splits(output_split_sizes, oshape0, p, "output_split_sizes")
         sched = _alltoallv_schedule(p, self.rank, [s * row for s in isplit], [s * orow for s in osplit],
                                     inp.size, out.size)
         fn = lambda: self._execute("all_to_all", " v", 0, 0, inp.dtype, ReduceOp.SUM,
                                    {"input": inp, "output": out}, None, timeout, schedule=sched)
-        return self._submit(fn, "all_to_all", async_op)
+        return self._submit(st.wrap(fn), "all_to_all", async_op)
 
     def barrier(self, async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("barrier")
@@ -519,11 +534,15 @@ class Group:
         return self._submit(fn, "barrier", async_op)
 
     # ---- point to point ----------------------------------------------------------------------
-    def _p2p_op(self, kind: str, tensor: Any, peer: int, tag: int) -> tuple[Op, int]:
+    def _p2p_op(self, kind: str, tensor: Any, peer: int, tag: int,
+                st: Optional["_Staging"] = None) -> tuple[Op, int]:
         peer = self._rank_arg(peer, "dst" if kind == "send" else "src")
         if peer == self.rank:
             raise ValueError(f"{kind} to itself (rank {self.rank}) is not supported")
-        a = arrays.as_flat(tensor, "tensor", writable=(kind == "recv"))
+        if st is None:
+            a = arrays.as_flat(tensor, "tensor", writable=(kind == "recv"))
+        else:
+            a = st.flat(tensor, "tensor", writable=(kind == "recv"), download=(kind == "send"))
         g = self.ranks[peer]
         book = self.ctx.p2p_sent if kind == "send" else self.ctx.p2p_recv
         book[g] += 1
@@ -533,13 +552,16 @@ class Group:
 
     def isend(self, tensor: Any, dst: int, tag: int = 0) -> Work:
         self._check_usable("send")
-        op, _ = self._p2p_op("send", tensor, dst, tag)
+        st = _Staging()
+        op, _ = self._p2p_op("send", tensor, dst, tag, st)  # a device array is staged (copied) right here
         return self.ctx.runner.submit(None, f"send to {dst}", p2p=(self, op, "send"))  # type: ignore[arg-type]
 
     def irecv(self, tensor: Any, src: int, tag: int = 0) -> Work:
         self._check_usable("recv")
-        op, _ = self._p2p_op("recv", tensor, src, tag)
-        return self.ctx.runner.submit(None, f"recv from {src}", p2p=(self, op, "recv"))  # type: ignore[arg-type]
+        st = _Staging()
+        op, _ = self._p2p_op("recv", tensor, src, tag, st)
+        work = self.ctx.runner.submit(None, f"recv from {src}", p2p=(self, op, "recv"))  # type: ignore[arg-type]
+        return work if not st.back else _StagedWork(work, st)
 
     def send(self, tensor: Any, dst: int, tag: int = 0) -> None:
         self.isend(tensor, dst, tag).wait()
@@ -587,18 +609,83 @@ def _dtype_ok(dt: np.dtype) -> None:
         raise TypeError(f"dtype {dt} cannot be communicated")
 
 
+class _Staging:
+    """The device arrays of one call (GPU tensors, CuPy arrays: :mod:`interlink.devices`): the call runs
+    on host copies; the ones it writes go back to the device when it completes (the staged path)."""
+
+    __slots__ = ("back",)
+
+    def __init__(self) -> None:
+        self.back: list = []
+
+    def flat(self, x: Any, name: str, writable: bool = True, reducing: bool = False, download: bool = True,
+             upload: bool = True) -> np.ndarray:
+        if type(x) is np.ndarray or not devices.is_device_array(x):
+            return arrays.as_flat(x, name, writable, reducing)
+        staged = devices.stage(x, name, writable, download=download)
+        if writable and upload:
+            self.back.append(staged)
+        return arrays.as_flat(staged.host, name, writable, reducing)
+
+    def upload(self) -> None:
+        for staged in self.back:
+            staged.upload()
+
+    def wrap(self, fn: Callable[[], None]) -> Callable[[], None]:
+        if self is None or not self.back:
+            return fn
+
+        def run() -> None:
+            fn()
+            self.upload()
+        return run
+
+
+class _StagedWork(Work):
+    """A receive into a device array: the data goes to the device when the wait completes."""
+
+    def __init__(self, inner: Work, st: _Staging) -> None:
+        super().__init__(inner.desc)
+        self._inner = inner
+        self._st: Optional[_Staging] = st
+
+    def is_completed(self) -> bool:
+        return self._inner.is_completed()
+
+    def is_success(self) -> bool:
+        return self._inner.is_success()
+
+    def exception(self) -> Optional[BaseException]:
+        return self._inner.exception()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        self._inner.wait(timeout)
+        st, self._st = self._st, None
+        if st is not None:
+            st.upload()
+        return True
+
+    def result(self) -> Any:
+        self.wait()
+        return self._inner.result()
+
+
 def _same_dtype(a: np.ndarray, b: np.ndarray, what: str) -> None:
     if a.dtype != b.dtype:
         raise TypeError(f"{what}: output dtype {a.dtype} differs from input dtype {b.dtype}")
 
 
-def _check_list(lst: Optional[list], p: int, like: np.ndarray, what: str, writable: bool = True) -> list[np.ndarray]:
+def _check_list(lst: Optional[list], p: int, like: np.ndarray, what: str, writable: bool = True,
+                staging: Optional["_Staging"] = None) -> list[np.ndarray]:
     if lst is None or len(lst) != p:
         raise ValueError(f"{what} must hold {p} tensors (one per rank), got "
                          f"{'None' if lst is None else len(lst)}")
     out = []
     for i, t in enumerate(lst):
-        a = arrays.as_flat(t, f"{what}[{i}]", writable=writable)
+        if staging is None:
+            a = arrays.as_flat(t, f"{what}[{i}]", writable=writable)
+        else:  # outputs (writable) need no download: the call overwrites them
+            a = staging.flat(t, f"{what}[{i}]", writable=writable, download=not writable)
         if a.dtype != like.dtype or a.size != like.size:
             raise ValueError(f"{what}[{i}] has {a.size} elements of {a.dtype}, expected {like.size} of {like.dtype}")
         out.append(a)

@@ -1,0 +1,246 @@
+"""GPU arrays in every call, by the host-staged path: device -> (pinned) host -> the host transports
+(shared memory, TCP) -> host -> device.
+
+This is issue 8's *staged* baseline (seed 003: without GPUDirect, data is staged through pinned host
+memory, two copies). The direct device-to-device path (CUDA IPC) and NCCL are not built yet.
+
+How a call uses it: the runtime asks :func:`stage` for every array argument that lives on a device.
+A :class:`Staged` buffer holds a flat host copy (pinned where the library can pin) that the collective
+runs on; before any byte moves it is filled from the device (``download``, after synchronising the
+producing stream, so the host sees finished data); when the collective completes the runtime calls
+``upload`` for the arguments it wrote, and the result lands back on the device (stream-ordered, then
+synchronised, so the caller can use it at once, as with a synchronous CPU call).
+
+Adapters are tried in order, the first whose ``accepts(x)`` is true wins (like NCCL's transport
+registry): torch CUDA tensors, CuPy arrays, then anything with ``__cuda_array_interface__`` or a CUDA
+``__dlpack_device__`` (through CuPy). :func:`register_adapter` adds one in front (tests use a fake
+device; other accelerators can plug in). torch and CuPy are imported lazily, only when such an array
+is passed. Host staging buffers are cached per (device, dtype, size) and reused across calls.
+
+Unverified without a GPU: the torch and CuPy adapters below have not run on a device in this
+project yet (no device was lent to the session that wrote them); the staging logic around them is
+tested with a fake device adapter (tests/test_runtime_devices.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Optional, Protocol
+
+import numpy as np
+
+__all__ = ["Staged", "Adapter", "is_device_array", "stage", "register_adapter", "unregister_adapter"]
+
+
+class Staged(Protocol):
+    """One device array and its host copy."""
+
+    device: str
+    host: np.ndarray  # flat, C-contiguous; the collective runs on it
+
+    def download(self) -> None:
+        """device -> host (after the data's producer has finished)."""
+
+    def upload(self) -> None:
+        """host -> device (synchronised before returning)."""
+
+
+class Adapter(Protocol):
+    name: str
+
+    def accepts(self, x: Any) -> bool: ...
+
+    def stage(self, x: Any, name: str, writable: bool) -> Staged: ...
+
+
+_ADAPTERS: list[Adapter] = []
+_LOCK = threading.Lock()
+
+
+def register_adapter(adapter: Adapter, first: bool = True) -> None:
+    """Add an adapter (in front by default: it is asked before the built-in ones)."""
+    with _LOCK:
+        if first:
+            _ADAPTERS.insert(0, adapter)
+        else:
+            _ADAPTERS.append(adapter)
+
+
+def unregister_adapter(adapter: Adapter) -> None:
+    with _LOCK:
+        if adapter in _ADAPTERS:
+            _ADAPTERS.remove(adapter)
+
+
+def _adapter_for(x: Any) -> Optional[Adapter]:
+    for a in _ADAPTERS:
+        try:
+            if a.accepts(x):
+                return a
+        except Exception:  # noqa: BLE001 - an adapter that cannot tell is not the one
+            continue
+    return None
+
+
+def is_device_array(x: Any) -> bool:
+    """True for an array that lives in device memory and that an adapter can stage."""
+    if isinstance(x, np.ndarray) or x is None:
+        return False
+    return _adapter_for(x) is not None
+
+
+def stage(x: Any, name: str = "tensor", writable: bool = True, download: bool = True) -> Staged:
+    """A host staging buffer for device array ``x``, filled from the device unless ``download`` is
+    False (pure outputs). Raises TypeError / ValueError (bad dtype, non-contiguous) before any copy."""
+    a = _adapter_for(x)
+    if a is None:
+        raise TypeError(f"{name}: no device adapter accepts {type(x).__name__}")
+    st = a.stage(x, name, writable)
+    if download:
+        st.download()
+    return st
+
+
+# ---- host staging buffers, cached ------------------------------------------------------------------
+
+_POOL: dict[tuple, list] = {}
+_POOL_LIMIT = 64
+
+
+def _pooled(key: tuple, make: Callable[[], Any]) -> Any:
+    """A cached host buffer for ``key``; buffers are handed out one per staged argument of a call and
+    come back to the pool when the call's Staged objects are dropped."""
+    with _LOCK:
+        free = _POOL.get(key)
+        if free:
+            return free.pop()
+    return make()
+
+
+def _give_back(key: tuple, buf: Any) -> None:
+    with _LOCK:
+        free = _POOL.setdefault(key, [])
+        if len(free) < 4 and sum(len(v) for v in _POOL.values()) < _POOL_LIMIT:
+            free.append(buf)
+
+
+# ---- torch (CUDA tensors) --------------------------------------------------------------------------
+
+
+class _TorchStaged:
+    def __init__(self, t: Any, name: str) -> None:
+        import torch
+
+        self.t = t
+        self.device = str(t.device)
+        n = t.numel()
+        self.key = ("torch", self.device, t.dtype, n)
+        pin = bool(torch.cuda.is_available())
+
+        def make() -> Any:
+            return torch.empty(n, dtype=t.dtype, device="cpu", pin_memory=pin)
+
+        self.buf = _pooled(self.key, make)
+        from .arrays import as_flat
+
+        self.host = as_flat(self.buf, name)  # numpy view of the (pinned) host tensor
+
+    def download(self) -> None:
+        # copy_ is ordered on the tensor's current stream; synchronise so that the host sees the data
+        self.buf.copy_(self.t.reshape(-1), non_blocking=True)
+        _torch_sync(self.t)
+
+    def upload(self) -> None:
+        self.t.reshape(-1).copy_(self.buf, non_blocking=True)
+        _torch_sync(self.t)
+
+    def __del__(self) -> None:
+        try:
+            _give_back(self.key, self.buf)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _torch_sync(t: Any) -> None:
+    import torch
+
+    if t.device.type == "cuda":
+        torch.cuda.current_stream(t.device).synchronize()
+
+
+class _TorchAdapter:
+    name = "torch"
+
+    def accepts(self, x: Any) -> bool:
+        mod = type(x).__module__
+        return mod.startswith("torch") and hasattr(x, "device") and getattr(x.device, "type", "cpu") != "cpu"
+
+    def stage(self, x: Any, name: str, writable: bool) -> Staged:
+        if not x.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (got stride {tuple(x.stride())} for shape "
+                             f"{tuple(x.shape)}); call .contiguous() first")
+        if writable and x.requires_grad and x.is_leaf:
+            raise ValueError(f"{name} is a leaf tensor that requires grad; pass tensor.detach() or use torch.no_grad()")
+        return _TorchStaged(x.detach(), name)
+
+
+# ---- CuPy and anything CuPy can view (__cuda_array_interface__, CUDA DLPack) ---------------------
+
+
+class _CupyStaged:
+    def __init__(self, a: Any, name: str) -> None:
+        import cupy
+
+        self.a = a
+        self.device = f"cuda:{a.device.id}"
+        self.key = ("cupy", self.device, a.dtype.str, a.size)
+
+        def make() -> Any:
+            mem = cupy.cuda.alloc_pinned_memory(max(1, a.nbytes))
+            return np.frombuffer(mem, dtype=a.dtype, count=a.size), mem
+
+        self.buf = _pooled(self.key, make)
+        self.host = self.buf[0]
+
+    def download(self) -> None:
+        self.a.ravel().get(out=self.host)
+        self.a.device.synchronize()
+
+    def upload(self) -> None:
+        self.a.ravel().set(self.host)
+        self.a.device.synchronize()
+
+    def __del__(self) -> None:
+        try:
+            _give_back(self.key, self.buf)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class _CupyAdapter:
+    name = "cupy"
+
+    def accepts(self, x: Any) -> bool:
+        if type(x).__module__.startswith("cupy"):
+            return True
+        if hasattr(x, "__cuda_array_interface__"):
+            return True
+        dev = getattr(x, "__dlpack_device__", None)
+        return dev is not None and int(dev()[0]) in (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+    def stage(self, x: Any, name: str, writable: bool) -> Staged:
+        try:
+            import cupy
+        except ImportError:
+            raise TypeError(f"{name} lives in GPU memory ({type(x).__name__}); staging it needs CuPy "
+                            f"(pip install cupy-cuda12x) or a torch CUDA tensor") from None
+        a = x if isinstance(x, cupy.ndarray) else cupy.asarray(x)  # a view, no copy
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous")
+        if a.dtype.hasobject:
+            raise TypeError(f"{name} has dtype {a.dtype}, which cannot be communicated")
+        return _CupyStaged(a, name)
+
+
+register_adapter(_TorchAdapter(), first=False)
+register_adapter(_CupyAdapter(), first=False)
