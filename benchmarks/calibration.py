@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from interlink.model import calibrate as cal
+from interlink.bench import calibrate as cal
 from interlink.model import predict
 from interlink.model.params import host_profile, profile_path
 from interlink.model.tuner import choose_for_group, group_topology

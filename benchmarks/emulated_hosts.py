@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from interlink.cli.netns import parse_rate
 
-    rate_gbps = parse_rate(a.rate) / 8 / 1e9  # GB/s per direction
+    parse_rate(a.rate)  # a bad --rate fails here, before anything runs
     one = run_case(["-n", "4"], sizes, algos)
     two = run_case(["--emulate-hosts", "2", "--nproc-per-host", "2", "--link-rate", a.rate], sizes, algos)
     predict_rows(one, a.rate)

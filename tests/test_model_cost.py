@@ -409,3 +409,24 @@ def test_simulator_on_a_cpu_host_equals_the_model(p: int, size: int) -> None:
         m = predict("all_reduce", size, "cpu-host", nranks=p, algorithm=algo)
         s = simulate_collective("all_reduce", size, "cpu-host", nranks=p, algorithm=algo)
         assert s.time_us == pytest.approx(m.time_us, rel=0.10), (algo, s.time_us, m.time_us)
+
+
+def test_calibrate_measures_fits_and_saves(tmp_path) -> None:
+    """The measuring half (bench layer: real ranks) hands samples to the fit; the profile it writes
+    carries its samples and feeds predictions."""
+    from interlink.bench import calibrate as bcal
+    from interlink.model.params import load_profile
+
+    path = tmp_path / "profile.json"
+    prof, samples = bcal.calibrate(ranks=(2,), transports=("shm",), sizes=(4096, 1 << 20), reps=2, passes=1,
+                                   path=str(path), quiet_wait=0)
+    assert path.exists() and samples
+    algos = {s.algorithm for s in samples}
+    assert {"ring", "rabenseifner", "binomial"} <= algos and "fast" in algos  # explicit and the runtime's own
+    loaded = load_profile(str(path))
+    assert len(loaded.meta["samples"]) == len(samples)
+    assert loaded.params["host.shm.beta_ns_per_byte"] > 0
+    p = predict("all_reduce", 1 << 20, cpu_topology(2, cores=loaded.meta["cores"]), algorithm="ring",
+                profile=loaded)
+    meas = next(s for s in samples if s.algorithm == "ring" and s.nbytes == 1 << 20).seconds * 1e6
+    assert 0.5 < p.time_us / meas < 2.0, (p.time_us, meas)

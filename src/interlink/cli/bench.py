@@ -203,7 +203,7 @@ class _LineSink:
 
 def calibrate(args: argparse.Namespace) -> int:
     """``interlink bench --calibrate``: measure, fit, save the profile, print the fit."""
-    from ..model import calibrate as cal
+    from ..bench import calibrate as cal
 
     n = args.ranks if args.ranks is not None else 4
     if n < 2:

@@ -76,7 +76,7 @@ from ..algorithms import registry
 from ..algorithms import traffic as _traffic
 from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
 from ..algorithms.traffic import Traffic, from_schedule
-from ..topology import PathType, Topology, TopologyBuilder, TopologyError, parse_topology
+from ..topology import PathType, Topology, TopologyError, parse_topology
 from .params import PROTOCOLS, ModelError, Params, Profile, default_params, host_profile, with_profile
 
 __all__ = [
@@ -666,7 +666,6 @@ def _closed_form(collective: str, algorithm: str, p: int, count: int, itemsize: 
     gpu = info.gpu
     if p == 1:
         return Estimate(0.0, 0.0, 0.0, 0.0, 0, protocol, 1, "gpu" if gpu else "cpu", ("closed form",))
-    topo = info.topo
     r0 = 0
     intra_peer = 1 if info.ranks_on_host[info.host[0]] > 1 else None
     inter_peer = int(np.flatnonzero(info.host != info.host[0])[0]) if H > 1 else None
@@ -751,7 +750,6 @@ def cpu_topology(ranks_per_host: Sequence[int] | int, *, cores: int | None = Non
                  name: str = "") -> Topology:
     """CPU hosts with the given number of ranks each: :func:`interlink.topology.presets.cpu_hosts`."""
     from ..topology.presets import cpu_hosts
-    from ..topology import TopologyError
 
     try:
         return cpu_hosts(ranks_per_host, cores=cores, network=network, name=name)
