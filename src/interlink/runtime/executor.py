@@ -22,6 +22,7 @@ import numpy as np
 from ..algorithms.schedule import Chunk, Copy, Recv, Reduce, Schedule, Send
 from ..ops import ReduceOp, finish_avg, ufunc
 from ..transport.base import Op, encode_sig
+from ..transport.shm import cma_threshold
 from .engine import Engine
 
 IN, OUT, SCR = 0, 1, 2
@@ -114,6 +115,7 @@ class Plan:
             sa, sb = space(a), space(b)
             return sa[0] == sb[0] and sa[1] < sb[2] and sb[1] < sa[2] and a.count > 0 and b.count > 0
 
+        bulk_min = max(1, cma_threshold(schedule.collective))  # one-copy transfers from this size
         rounds = []
         for k, rnd in enumerate(schedule.ranks[rank]):
             sends, recvs, locs = [], [], []
@@ -124,7 +126,7 @@ class Plan:
                     c = s.src
                     i = nth[s.peer] = nth.get(s.peer, -1) + 1
                     sends.append((global_rank(s.peer), _BUF[c.buffer], c.offset * isz, c.end * isz,
-                                  _receiver_stores(schedule, rank, s.peer, k, i)))
+                                  bulk_min if _receiver_stores(schedule, rank, s.peer, k, i) else 0))
                 elif isinstance(s, Recv):
                     c = s.dst
                     mode = PLAIN

@@ -62,7 +62,7 @@ class Op:
                  "got_header", "tmp", "bulk")
 
     def __init__(self, kind: str, peer: int, data: np.ndarray, seq: int, tag: int, sigb: bytes,
-                 reduce: Optional[ReduceFn] = None, bulk: bool = False) -> None:
+                 reduce: Optional[ReduceFn] = None, bulk: int = 0) -> None:
         self.kind = kind  # "send" | "recv"
         self.peer = peer
         self.data = data
@@ -75,9 +75,9 @@ class Op:
         self.started = False
         self.got_header = None
         self.tmp = None
-        # a send whose receiver stores (not reduces) the data: a transport may let the receiver read it
-        # in place (one copy) instead of streaming it through a shared ring (two copies)
-        self.bulk = bulk
+        # a send whose receiver stores (not reduces) the data: from this many bytes (0: never) a transport
+        # may let the receiver read it in place (one copy) instead of streaming it through a ring (two)
+        self.bulk = int(bulk)
 
     def expected(self) -> MsgHeader:
         return MsgHeader(self.data.size, self.seq, self.tag, self.sigb.decode(errors="replace"))

@@ -36,7 +36,14 @@ _DESC = struct.Struct("<QQ")  # pid, address of a CMA message
 CMA_PIECE = 1 << 20  # reducing CMA receives read and reduce this much at a time (stays in cache)
 
 
-def cma_threshold() -> int:
+def cma_threshold(collective: str = "") -> int:
+    """Messages a receiver stores go by cross-memory attach (one copy) from this many bytes. all_gather
+    from 256 KiB (INTERLINK_CMA_ALLGATHER_MIN_BYTES): there the one copy wins from 256 KiB on two cores
+    (1 MiB on 2 ranks: 121 -> 100 us out of place, 91 -> 49 us in place); everything else from 2 MiB
+    (INTERLINK_CMA_MIN_BYTES): below it, the pipelined two-copy ring uses both cores and wins
+    (all_reduce 1 MiB: 152 us with it, 229 us with CMA from 256 KiB; benchmarks/RESULTS.md)."""
+    if collective == "all_gather":
+        return _env_int("INTERLINK_CMA_ALLGATHER_MIN_BYTES", 256 * 1024)
     return _env_int("INTERLINK_CMA_MIN_BYTES", 2 * 1024 * 1024)
 
 
@@ -83,7 +90,7 @@ class ShmChannel:
         high_to_low = _Ring(mm, rs, slot, nslots)
         self.tx, self.rx = (low_to_high, high_to_low) if i_am_low else (high_to_low, low_to_high)
         self.peer_bell: "Bell | None" = None  # set once the host page exists
-        self.cma_min = 0  # messages of at least this many bytes go by CMA (0: never)
+        self.cma_ok = False  # the peer's memory can be read by CMA (probed at connect)
         self.cma_sent = 0
         self.peer_pid = 0
         self._piece: "np.ndarray | None" = None
@@ -136,14 +143,14 @@ class ShmChannel:
         theirs = _recv_exact(sock, 1)[0]
         del probe
         if mine and theirs:
-            self.cma_min = cma_threshold()
+            self.cma_ok = True
             self.peer_pid = pid
 
     # -- progress ------------------------------------------------------------------------------
     def progress_send(self, op: Op) -> bool:
         ring = self.tx
         nbytes = op.data.size
-        if op.bulk and self.cma_min and nbytes >= self.cma_min:
+        if op.bulk and self.cma_ok and nbytes >= op.bulk:
             return self._send_cma(op)
         moved = False
         while not op.done:
