@@ -160,7 +160,7 @@ def _defaults() -> list[Param]:
         _p("host.fast.alpha_us", 14.0, "us", f"{_RESULTS}: 8-byte all_reduce of 2 ranks, 20.6 us (less the call)"),
         _p("host.fast.alpha_oversub_us", 190.0, "us", f"{_RESULTS}: 8-byte all_reduce of 4 ranks on 2 cores, 212 us"),
         _p("host.fast.ns_per_byte", 0.2, "ns/B", "estimate: each rank reads and reduces every rank's payload"),
-        _p("host.fast.max_bytes", 8192.0, "B", "interlink.transport.shm.fast_small_bytes() default"),
+        _p("host.fast.max_bytes", 65536.0, "B", "interlink.transport.shm.fast_small_bytes() default"),
         _p("host.fast2.alpha_us", 20.0, "us", "estimate: two exchanges on the host page (publish, reduced slice)"),
         _p("host.fast2.alpha_oversub_us", 100.0, "us", "estimate: as host.fast.alpha_oversub_us, two exchanges"),
         _p("host.fast2.ns_per_byte", 0.4, "ns/B",
