@@ -1066,7 +1066,8 @@ def _fast(collective: str, S: int, info: _TopoInfo, params: Params, allowed: boo
             why = f"the two-phase path needs {params.value('host.fast2.min_ranks'):g}+ ranks"
         else:
             f = float(info.oversub.max())
-            fb = float(byte_oversub(info, params).max())
+            kf = params.get(f"host.{kind}.oversub_byte_factor")
+            fb = (1.0 + kf * (f - 1.0)) if kf is not None else float(byte_oversub(info, params).max())
             cf = cache_factor(params, working_set(collective, p, count_for(collective, S, 1, p)[0], 1,
                                                   _active_ranks(info)))
             return (params.value("host.call_us") + params.value(f"host.{kind}.alpha_us")
