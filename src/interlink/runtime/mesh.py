@@ -114,6 +114,17 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
     errors: list[BaseException] = []
     deadline = time.monotonic() + timeout
 
+    def attach(j: int, purpose: str, sock: socket.socket, i_am_low: bool) -> None:
+        """An authenticated connection to rank j becomes its channel and/or control socket."""
+        if purpose == "shm":
+            channels[j] = ShmChannel.create(j, sock, i_am_low=i_am_low)
+            controls[j] = sock
+        elif purpose == "ctrl":
+            controls[j] = sock
+        sock.settimeout(None)  # blocking until the Engine takes over
+        if purpose == "data":
+            channels[j] = TcpChannel(j, sock)  # non-blocking from here on
+
     def admit(conn: socket.socket, left: float) -> None:
         conn.settimeout(max(1.0, min(30.0, left)))
         try:
@@ -125,14 +136,7 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
                     raise AuthenticationError(f"unexpected connection {hello}")
                 expected[(j, purpose)] = None  # claimed: a second claim is refused
             try:
-                if purpose == "shm":
-                    channels[j] = ShmChannel.create(j, conn, i_am_low=True)
-                    controls[j] = conn
-                elif purpose == "ctrl":
-                    controls[j] = conn
-                conn.settimeout(None)  # blocking until the Engine takes over
-                if purpose == "data":
-                    channels[j] = TcpChannel(j, conn)  # non-blocking from here on
+                attach(j, purpose, conn, True)
             except BaseException:
                 with lock:
                     expected[(j, purpose)] = False
@@ -179,14 +183,7 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
                 hello = json.dumps({"rank": rank, "purpose": purpose}).encode()
                 sock = _connect(info, purpose == "shm", deadline, j)
                 authenticate_client(sock, secret, timeout=max(1.0, deadline - time.monotonic()), hello=hello)
-                if purpose == "shm":
-                    channels[j] = ShmChannel.create(j, sock, i_am_low=False)
-                    controls[j] = sock
-                elif purpose == "ctrl":
-                    controls[j] = sock
-                sock.settimeout(None)  # blocking until the Engine takes over
-                if purpose == "data":
-                    channels[j] = TcpChannel(j, sock)  # non-blocking from here on
+                attach(j, purpose, sock, False)
         t.join(max(0.0, deadline - time.monotonic()))
     finally:
         tcp_l.close()

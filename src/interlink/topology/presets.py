@@ -156,14 +156,23 @@ def _pcie_8gpu(b: TopologyBuilder, host: int, copy: str | None) -> int:
     return 1
 
 
-def _cpu_host(b: TopologyBuilder, host: int, copy: str | None, cores: int = 2) -> int:
-    p = _prefix(host, copy)
+def _cpu_devices(b: TopologyBuilder, p: str, host: int, cores: int) -> tuple[str, list[str]]:
+    """One CPU host's memory, loopback NIC and cores (shared memory and loopback TCP to each core):
+    (memory device, core devices)."""
     mem = b.device(f"{p}mem0", "host_mem", host, "DRAM", socket=0, numa=0)
     lo = b.device(f"{p}lo", "nic", host, "loopback", loopback=True)
+    out = []
     for c in range(cores):
         core = b.device(f"{p}core{c}", "cpu", host, "CPU core", core=c, socket=0, numa=0)
         b.link(core, mem, "shm")
         b.link(core, lo, "loopback-tcp")
+        out.append(core)
+    return mem, out
+
+
+def _cpu_host(b: TopologyBuilder, host: int, copy: str | None, cores: int = 2) -> int:
+    p = _prefix(host, copy)
+    mem, _ = _cpu_devices(b, p, host, cores)
     if copy is not None:
         eth = b.device(f"{p}eth0", "nic", host, "Ethernet NIC", rail=0, role="compute", port="eth-25g")
         b.link(eth, mem, "pcie-gen3-x8")
@@ -291,16 +300,10 @@ def cpu_hosts(ranks_per_host: "list[int] | tuple[int, ...] | int", *, cores: int
     sw = b.device("net/switch", "net_switch", None, "Ethernet switch") if multi else None
     ranks = []
     for h, c in enumerate(counts):
-        pre = f"h{h}/" if multi else ""
-        mem = b.device(f"{pre}mem0", "host_mem", h, "DRAM", socket=0, numa=0)
-        lo = b.device(f"{pre}lo", "nic", h, "loopback", loopback=True)
-        for k in range(c):
-            core = b.device(f"{pre}core{k}", "cpu", h, "CPU core", core=k, socket=0, numa=0)
-            b.link(core, mem, "shm")
-            b.link(core, lo, "loopback-tcp")
-            ranks.append(core)
+        mem, cores_h = _cpu_devices(b, f"h{h}/" if multi else "", h, c)
+        ranks.extend(cores_h)
         if multi:
-            eth = b.device(f"{pre}eth0", "nic", h, "Ethernet NIC", role="compute")
+            eth = b.device(f"h{h}/eth0", "nic", h, "Ethernet NIC", role="compute")
             b.link(eth, mem, "pcie-gen3-x8")
             b.link(eth, sw, net)  # type: ignore[arg-type]
     return b.build(ranks, meta={"cores_per_host": cores, "hosts": len(counts), "network": net.name})
