@@ -151,6 +151,12 @@ def test_adapter_registry_and_errors() -> None:
 
     assert not devices.is_device_array(np.ones(3))
     assert not devices.is_device_array(bytearray(3))
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:  # CPU tensors stay on the zero-copy host path
+        assert not devices.is_device_array(torch.zeros(3))
     fakedev.install()
     try:
         x = fakedev.FakeDeviceArray(np.arange(4.0))
