@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from ..model.calibrate import (BUDGET_BYTES, CASES, DEFAULT_PASSES, DEFAULT_RANKS, DEFAULT_REPS, FAST_SIZES,
-                               SIZES, TRANSPORTS, Sample, fit_profile, report_lines, shm_limits, to_samples)
+                               SIZES, TRANSPORTS, Sample, fit_profile, report_lines, to_samples)
 from ..model.params import Profile
 
 __all__ = ["calibrate", "measure", "plan", "run_points", "wait_quiet", "merge_passes", "report_lines",
@@ -104,6 +104,21 @@ def _worker(spec: Mapping[str, Any]) -> None:
         il.destroy()
 
 
+def shm_limits() -> tuple[int, int]:
+    """(largest one-shot shared-page payload, largest shared-memory all_reduce) of the runtime here: the
+    fit records them with the profile (the model itself never imports the runtime or its transports)."""
+    try:
+        from ..transport import shm
+    except ImportError:
+        return 8192, 0
+    small = getattr(shm, "fast_small_bytes", None)
+    big = getattr(shm, "fast_max_bytes", None)
+    s = int(small()) if small else (int(big()) if big else 8192)
+    b = int(big()) if (small and big) else s
+    return s, max(b, s)
+
+
+
 # ---- the whole measurement (parent process) -------------------------------------------------------
 
 
@@ -124,7 +139,7 @@ def run_points(nranks: int, transport: str, cases: Sequence[tuple[str, Optional[
                on_point: Optional[Callable[[dict], None]] = None,
                on_message: Optional[Callable[[str], None]] = None) -> list[dict]:
     """Start ``nranks`` local ranks over ``transport`` and measure ``cases`` (rank 0's points)."""
-    from ..cli.launcher import launch
+    from ..runtime.launcher import launch
 
     env = dict(os.environ)
     env["INTERLINK_TRANSPORT"] = transport
@@ -235,7 +250,7 @@ def calibrate(ranks: Sequence[int] = DEFAULT_RANKS, transports: Sequence[str] = 
                 points += run_points(p, transport, plan(transport, sizes), reps, on_message=say)
     samples = to_samples(merge_passes(points))
     prof = fit_profile(samples, ranks=ranks, transports=transports, reps=reps, passes=passes,
-                       seconds=time.time() - t0, save=save, path=path)
+                       seconds=time.time() - t0, save=save, path=path, limits=shm_limits())
     return prof, samples
 
 

@@ -248,7 +248,7 @@ def add_predictions(rows: list, collective: str, nranks: int, transport: str, al
 
 def run(args: argparse.Namespace) -> int:
     from .. import __version__
-    from .launcher import LaunchError, launch
+    from ..runtime.launcher import LaunchError, launch
 
     if getattr(args, "calibrate", False):
         return calibrate(args)

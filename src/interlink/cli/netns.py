@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Mapping, Sequence
 
-from .launcher import DEFAULT_GRACE, _death_signal_preexec, _describe_status, _Output, _pump, _signal_group
+from ..runtime.launcher import DEFAULT_GRACE, _death_signal_preexec, _describe_status, _Output, _pump, _signal_group
 
 __all__ = [
     "EmulationError",
@@ -462,7 +462,7 @@ def launch_emulated(
     stderr: BinaryIO | None = None,
 ) -> int:
     """Run ``cmd`` (arguments after the interpreter) as ``nproc_per_host`` ranks on each of ``hosts``
-    emulated hosts; returns the exit status like :func:`interlink.cli.launcher.launch`.
+    emulated hosts; returns the exit status like :func:`interlink.runtime.launcher.launch`.
 
     Host k runs ``ip netns exec NS python -m interlink run -n P --nnodes H --node-rank k --master
     <host 0>:29500 cmd`` with one job secret for all and INTERLINK_IFNAME set to its interface; its

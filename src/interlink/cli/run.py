@@ -5,7 +5,7 @@
     interlink run -n 8 --nnodes 2 --node-rank 0 --master node0:29500 train.py   # INTERLINK_SECRET set
     interlink run --emulate-hosts 2 --nproc-per-host 2 --link-rate 1gbit train.py  # root: netns hosts
 
-See :mod:`interlink.cli.launcher` for the environment every rank gets.
+See :mod:`interlink.runtime.launcher` for the environment every rank gets.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Any
 
-from .launcher import DEFAULT_GRACE, LaunchError, launch
+from ..runtime.launcher import DEFAULT_GRACE, LaunchError, launch
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

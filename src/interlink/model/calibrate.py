@@ -76,20 +76,7 @@ class Sample:
         return dict(self.__dict__)
 
 
-# ---- the runtime's limits and the samples ---------------------------------------------------------
-
-
-def shm_limits() -> tuple[int, int]:
-    """(largest one-shot fast-path payload, largest shared-memory all_reduce) of the runtime here."""
-    try:
-        from ..transport import shm
-    except ImportError:
-        return 8192, 0
-    small = getattr(shm, "fast_small_bytes", None)
-    big = getattr(shm, "fast_max_bytes", None)
-    s = int(small()) if small else (int(big()) if big else 8192)
-    b = int(big()) if (small and big) else s
-    return s, max(b, s)
+# ---- the samples ------------------------------------------------------------------------------------
 
 
 def to_samples(points: Iterable[Mapping[str, Any]]) -> list[Sample]:
@@ -174,7 +161,8 @@ OVERSUB_GRID = (1.0, 1.25, 1.5, 1.75, 2.0)
 DRAM_GRID = tuple(1.0 + 0.25 * k for k in range(9))  # 1.0 .. 3.0
 
 
-def fit(samples: Sequence[Sample], cores: Optional[int] = None) -> tuple[dict[str, float], dict[str, Any]]:
+def fit(samples: Sequence[Sample], cores: Optional[int] = None,
+        limits: Optional[tuple[int, int]] = None) -> tuple[dict[str, float], dict[str, Any]]:
     """Fit host.* parameters to the samples; returns (params, fit quality per transport).
 
     Linear parameters by non-negative least absolute relative error (reweighted least squares); the
@@ -252,20 +240,21 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None) -> tuple[dict[st
         params[f"host.{kind}.ns_per_byte"] = float(x[2]) * 1e3
         params[f"host.{kind}.oversub_byte_factor"] = float(kf)
         quality[kind] = {"samples": len(pts), "median_rel_err": float(np.median(e)), "max_rel_err": float(e.max())}
-    small, big = shm_limits()
-    params["host.fast.max_bytes"] = float(small)
-    params["host.fast2.max_bytes"] = float(big)
+    if limits is not None:  # the runtime's shared-page sizes, measured with the samples (the bench layer)
+        params["host.fast.max_bytes"] = float(limits[0])
+        params["host.fast2.max_bytes"] = float(limits[1])
     return params, quality
 
 
 def fit_profile(samples: Sequence[Sample], *, ranks: Sequence[int] = DEFAULT_RANKS,
                 transports: Sequence[str] = TRANSPORTS, reps: int = DEFAULT_REPS, passes: int = DEFAULT_PASSES,
-                seconds: float = 0.0, save: bool = True, path: Optional[str] = None) -> Profile:
+                seconds: float = 0.0, save: bool = True, path: Optional[str] = None,
+                limits: Optional[tuple[int, int]] = None) -> Profile:
     """Fit this host's parameters to measured ``samples`` and (by default) save the profile, with the raw
     samples in it so that a later fit needs no new measurement. The measuring is
     :func:`interlink.bench.calibrate.calibrate` (it starts ranks: the bench layer, above the runtime)."""
     cores = os.cpu_count() or 1
-    params, quality = fit(samples, cores)
+    params, quality = fit(samples, cores, limits)
     meta = {"host": socket.gethostname(), "date": datetime.datetime.now(datetime.timezone.utc).strftime(
         "%Y-%m-%d %H:%M UTC"), "cores": cores, "ranks": list(ranks), "transports": list(transports),
         "reps": reps, "passes": passes, "seconds": round(seconds, 1),
