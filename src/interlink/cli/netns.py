@@ -46,6 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Mapping, Sequence
 
+from ..topology.links import TopologyError, delay_seconds, rate_bits
 from ..runtime.launcher import DEFAULT_GRACE, _death_signal_preexec, _describe_status, _Output, _pump, _signal_group
 
 __all__ = [
@@ -94,28 +95,16 @@ class EmulatedHost:
         return ["ip", "netns", "exec", self.netns, *argv]
 
 
-# ---- units ------------------------------------------------------------------------------------
-
-_RATE_UNITS = {
-    "": 1, "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12,
-    "kibit": 2**10, "mibit": 2**20, "gibit": 2**30, "tibit": 2**40,
-    "bps": 8, "kbps": 8 * 10**3, "mbps": 8 * 10**6, "gbps": 8 * 10**9, "tbps": 8 * 10**12,
-    "kibps": 8 * 2**10, "mibps": 8 * 2**20, "gibps": 8 * 2**30, "tibps": 8 * 2**40,
-}
-_TIME_UNITS = {
-    "": 1e-6, "us": 1e-6, "usec": 1e-6, "usecs": 1e-6, "ms": 1e-3, "msec": 1e-3, "msecs": 1e-3,
-    "s": 1.0, "sec": 1.0, "secs": 1.0,
-}
+# ---- units (tc's, shared with the topology's shaped links) ---------------------------------------
 
 
 def parse_rate(text: str) -> int:
     """A tc rate (``1gbit``, ``100mbit``, ``125mbps`` = bytes/s, a bare number = bit/s) in bit/s."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", str(text))
-    unit = m.group(2).lower() if m else None
-    if m is None or unit not in _RATE_UNITS:
+    try:
+        bits = int(rate_bits(text))
+    except TopologyError:
         raise EmulationError(f"--link-rate {text!r}: expected a number and a tc unit, e.g. 1gbit, 100mbit, "
-                             f"10gbit, 125mbps (bytes/s)")
-    bits = int(float(m.group(1)) * _RATE_UNITS[unit])
+                             f"10gbit, 125mbps (bytes/s)") from None
     if bits < 8000:
         raise EmulationError(f"--link-rate {text!r}: at least 8kbit")
     return bits
@@ -123,11 +112,10 @@ def parse_rate(text: str) -> int:
 
 def parse_delay(text: str) -> float:
     """A tc time (``1ms``, ``200us``, ``0.5ms``, a bare number = microseconds) in seconds."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", str(text))
-    unit = m.group(2).lower() if m else None
-    if m is None or unit not in _TIME_UNITS:
-        raise EmulationError(f"--link-delay {text!r}: expected a number and a unit, e.g. 1ms, 200us")
-    return float(m.group(1)) * _TIME_UNITS[unit]
+    try:
+        return delay_seconds(text)
+    except TopologyError:
+        raise EmulationError(f"--link-delay {text!r}: expected a number and a unit, e.g. 1ms, 200us") from None
 
 
 def tbf_params(rate_bits: int) -> tuple[int, float]:

@@ -23,6 +23,7 @@ import sys
 from typing import Any
 
 from .bench import parse_collective, parse_size
+from .predict import _time
 
 _SWEEP_DEFAULT = ("ring", "tree", "hierarchical")
 
@@ -64,14 +65,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="draw the rank timeline and link load (or, with --sweep-nodes, busbw vs nodes)")
     p.set_defaults(func=run)
     return p
-
-
-def _time(us: float) -> str:
-    if us >= 1e6:
-        return f"{us / 1e6:.3f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.3f} ms"
-    return f"{us:.2f} us"
 
 
 def parse_nodes(text: str) -> list[int]:

@@ -462,12 +462,13 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, channel
         a_shm, o_shm, b_shm, m_shm = _host_rates(params, "shm")
         a_tcp, o_tcp, b_tcp, m_tcp = _host_rates(params, "tcp")
         fo_shm, fo_tcp = params.value("host.shm.fanout_us"), params.value("host.tcp.fanout_us")
+        bo = byte_oversub(info, params)  # per rank: what sharing a core does to a byte's cost
         cf = cache_factor(params, working_set(tr.collective, p, tr.count, itemsize, _active_ranks(info)))
         gamma = gamma * cf
     rounds = 0
     g_tcp = None
     if not gpu and params.get("host.tcp.reduce_ns_per_byte") is not None:
-        g_tcp = params.value("host.tcp.reduce_ns_per_byte") * 1e-9 * byte_oversub(info, params)[:p] * cf
+        g_tcp = params.value("host.tcp.reduce_ns_per_byte") * 1e-9 * bo[:p] * cf
     for i, ph in enumerate(tr.phases):
         if ph.reduced is not None:
             gam[i] = float((ph.reduced[:p] * itemsize * gamma[: ph.reduced.size]).max(initial=0.0))
@@ -499,7 +500,6 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, channel
             # network is not made slower by busy cores
             bs = wire if b_shm is None else np.full(src.size, b_shm)
             bt = np.where(cross, 0.0, wire) if b_tcp is None else np.full(src.size, b_tcp)
-            bo = byte_oversub(info, params)
             f = np.maximum(bo[src], bo[dst]) * cf
             host_pb = np.where(tcp, bt, bs) * f
             net_pb = np.where(cross, wire, 0.0)

@@ -373,7 +373,7 @@ class Group:
         else:
             fn = lambda: self._execute("all_reduce", "", a.size, 0, a.dtype, rop, {"input": a, "output": a},
                                        algorithm, timeout)
-        return self._submit(_Staging.wrap(st, fn), f"all_reduce #{self.seq + 1} in {self.name}", async_op)
+        return self._submit(fn if st is None else st.wrap(fn), f"all_reduce #{self.seq + 1} in {self.name}", async_op)
 
     def broadcast(self, tensor: Any, src: int = 0, async_op: bool = False, algorithm: Optional[str] = None,
                   timeout: Optional[float] = None) -> Optional[Work]:
@@ -632,7 +632,7 @@ class _Staging:
             staged.upload()
 
     def wrap(self, fn: Callable[[], None]) -> Callable[[], None]:
-        if self is None or not self.back:
+        if not self.back:
             return fn
 
         def run() -> None:

@@ -815,37 +815,26 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
             hid = host.overlap * min(beta_us, gam_us)
             round_us = comm_round + gam_us - hid
             ideal_round = ideal_c_round + gam_us - hid
-            scale = comm_round / comm_us if comm_us > 0 else 1.0
+            scale = comm_round / comm_us if comm_us > 0 else 1.0  # flow times stretched to the host's
             rank_end = comm_end * scale
             if reduced is not None and reduced.size and gam_us > 0:
                 share = reduced[:p].astype(np.float64) / max(1.0, float(reduced[:p].max(initial=0)))
                 if share.size < p:
                     share = np.concatenate([share, np.zeros(p - share.size)])
                 rank_end = rank_end + share * (gam_us - hid)
-            keep = len(phases) < max_detail and sol is not None
-            phases.append(PhaseResult(
-                index=len(phases), first_round=rounds - (repeat if F else 0), repeat=repeat, start_us=now,
-                round_us=round_us, comm_us=comm_round, reduce_us=round_us - comm_round, ideal_us=ideal_round,
-                nflows=F, events=events, merged=len(group),
-                rank_busy_us=rank_end.astype(np.float32) if len(phases) < max_detail else _EMPTY_F,
-                flow_src=src if keep else _EMPTY_I, flow_dst=dst if keep else _EMPTY_I,
-                flow_end_us=(fin * scale).astype(np.float32) if keep else _EMPTY_F,
-                link_res=sol.res if keep else _EMPTY_I,  # type: ignore[union-attr]
-                link_busy_us=(sol.res_busy * scale).astype(np.float32) if keep else _EMPTY_F))  # type: ignore[union-attr]
-            busy_total += rank_end * repeat
-            now += round_us * repeat
-            ideal += ideal_round * repeat
-            continue
-        if reduced is not None:
-            red = reduced[:p] * red_us_per_elem[: reduced.size]
-            if red.size < p:
-                red = np.concatenate([red, np.zeros(p - red.size)])
-            rank_end = comm_end + red - overlap * np.minimum(comm_end, red)
-            ideal_rank = ideal_end + red - overlap * np.minimum(ideal_end, red)
+            comm_us = comm_round
         else:
-            rank_end, ideal_rank = comm_end, ideal_end
-        round_us = max(comm_us, float(rank_end.max(initial=0.0)))
-        ideal_round = float(ideal_rank.max(initial=0.0))
+            scale = 1.0
+            if reduced is not None:
+                red = reduced[:p] * red_us_per_elem[: reduced.size]
+                if red.size < p:
+                    red = np.concatenate([red, np.zeros(p - red.size)])
+                rank_end = comm_end + red - overlap * np.minimum(comm_end, red)
+                ideal_rank = ideal_end + red - overlap * np.minimum(ideal_end, red)
+            else:
+                rank_end, ideal_rank = comm_end, ideal_end
+            round_us = max(comm_us, float(rank_end.max(initial=0.0)))
+            ideal_round = float(ideal_rank.max(initial=0.0))
         keep = len(phases) < max_detail and sol is not None
         phases.append(PhaseResult(
             index=len(phases), first_round=rounds - (repeat if F else 0), repeat=repeat, start_us=now,
@@ -853,9 +842,9 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
             nflows=F, events=events, merged=len(group),
             rank_busy_us=rank_end.astype(np.float32) if len(phases) < max_detail else _EMPTY_F,
             flow_src=src if keep else _EMPTY_I, flow_dst=dst if keep else _EMPTY_I,
-            flow_end_us=fin.astype(np.float32) if keep else _EMPTY_F,
+            flow_end_us=(fin * scale).astype(np.float32) if keep else _EMPTY_F,
             link_res=sol.res if keep else _EMPTY_I,  # type: ignore[union-attr]
-            link_busy_us=sol.res_busy.astype(np.float32) if keep else _EMPTY_F))  # type: ignore[union-attr]
+            link_busy_us=(sol.res_busy * scale).astype(np.float32) if keep else _EMPTY_F))  # type: ignore[union-attr]
         busy_total += rank_end * repeat
         now += round_us * repeat
         ideal += ideal_round * repeat
