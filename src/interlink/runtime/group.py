@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ from ..ops import ReduceOp, check_op_dtype, dtype_kind, finish_avg
 from ..transport.base import Op, encode_sig
 from .engine import Aborted, Engine, translate
 from .executor import Plan, alias_delta, execute
+from .fastpath import AG, AR, BAR, BC, NAMES, RS
 from .work import Runner, Work
 
 log = logging.getLogger("interlink")
@@ -111,6 +113,9 @@ def _env_algorithm_cached(collective: str, spec: str) -> Optional[str]:
         if k.strip() == collective:
             return v.strip()
     return None
+
+
+_EMPTY = np.empty(0, dtype=np.uint8)  # the barrier's (absent) payload
 
 
 class _Sig:
@@ -337,6 +342,68 @@ class Group:
         rec.state = "done"
         rec.duration = time.perf_counter() - rec.start
 
+    def _hot(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: Any, root: Any) -> bool:
+        """The latency path of an all-local world: a synchronous call on numpy arrays that fit one shared
+        slot runs FastPath.hot with views and a signature cached by the call's shape. False when the call
+        is not for it (the caller takes the regular path, which also raises on bad input)."""
+        fast = self._fast
+        if self.ctx.broken is not None or not a.flags.c_contiguous or (
+                (kind == AR or kind == BC) and not a.flags.writeable):
+            return False
+        if out is not None:
+            if type(out) is not np.ndarray or not out.flags.c_contiguous or not out.flags.writeable:
+                return False
+            key = (kind, a.dtype, a.shape, out.dtype, out.shape, op, root)
+        else:
+            key = (kind, a.dtype, a.shape, op, root)
+        try:
+            sc = fast.shapes.get(key)
+        except TypeError:  # an unhashable op object: the regular path parses it
+            return False
+        if sc is None:
+            sc = self._hot_small(kind, a, out, op, root, key)
+        runner = self.ctx.runner
+        if not sc or runner._pending:
+            return False
+        with runner._exec:
+            self.seq = seq = self.seq + 1
+            rec = Record(seq, sc, perf_counter())
+            self.recorder.append(rec)
+            try:
+                fast.hot(sc, a, out, seq, self.ctx.timeout)
+            except BaseException as e:
+                rec.state = "failed"
+                if isinstance(e, (KeyboardInterrupt, MemoryError)):
+                    raise
+                raise self._fail(e, NAMES[kind], seq) from None
+            rec.state = "done"
+            rec.duration = perf_counter() - rec.start
+        return True
+
+    def _hot_small(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: Any, root: Any,
+                   key: tuple) -> Any:
+        """Validate the first call of a shape for the hot path; cache a Small, or False when the call is
+        not for it (too large, empty, or a mismatch of sizes the regular path reports)."""
+        fast = self._fast
+        inp = arrays.as_flat(a, "tensor", writable=False, reducing=kind in (AR, RS))
+        rop = ReduceOp.SUM
+        fits = 0 < inp.nbytes <= (fast.max if kind == AR else fast.direct_max)
+        if kind in (AR, RS):
+            rop = self._reduce_op(op, inp.dtype)
+        elif kind == BC:
+            root = self._rank_arg(root, "src")
+        if kind == BAR:
+            fits = True
+        elif out is not None:
+            o = arrays.as_flat(out, "output", reducing=kind == RS)
+            fits = fits and o.dtype == inp.dtype and (
+                o.size == inp.size * self.size if kind == AG else o.size * self.size == inp.size)
+        sc = fast.small(kind, a, out, rop, int(root), self.name) if fits else False
+        if len(fast.shapes) > 1024:
+            fast.shapes.clear()
+        fast.shapes[key] = sc
+        return sc
+
     def _submit(self, fn: Callable[[], None], desc: str, async_op: bool) -> Optional[Work]:
         if async_op:
             return self.ctx.runner.submit(fn, desc)
@@ -355,6 +422,9 @@ class Group:
     # ---- collectives -------------------------------------------------------------------------
     def all_reduce(self, tensor: Any, op: Any = ReduceOp.SUM, async_op: bool = False,
                    algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
+        if self._fast is not None and type(tensor) is np.ndarray and not (async_op or algorithm or timeout) \
+                and self._hot(AR, tensor, None, op, 0):
+            return None
         self._check_usable("all_reduce")
         if type(tensor) is np.ndarray:
             a, st = arrays.as_flat(tensor, "tensor", reducing=True), None
@@ -377,6 +447,9 @@ class Group:
 
     def broadcast(self, tensor: Any, src: int = 0, async_op: bool = False, algorithm: Optional[str] = None,
                   timeout: Optional[float] = None) -> Optional[Work]:
+        if self._fast is not None and type(tensor) is np.ndarray and not (async_op or algorithm or timeout) \
+                and self._hot(BC, tensor, None, None, src):
+            return None
         self._check_usable("broadcast")
         root = self._rank_arg(src, "src")
         st = _Staging()
@@ -404,6 +477,9 @@ class Group:
 
     def all_gather_into_tensor(self, output_tensor: Any, input_tensor: Any, async_op: bool = False,
                                algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
+        if self._fast is not None and type(input_tensor) is np.ndarray and not (async_op or algorithm or timeout) \
+                and self._hot(AG, input_tensor, output_tensor, None, 0):
+            return None
         self._check_usable("all_gather")
         st = _Staging()
         out = st.flat(output_tensor, "output_tensor", download=False)
@@ -438,6 +514,9 @@ class Group:
 
     def reduce_scatter_tensor(self, output: Any, input: Any, op: Any = ReduceOp.SUM, async_op: bool = False,
                               algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
+        if self._fast is not None and type(input) is np.ndarray and not (async_op or algorithm or timeout) \
+                and self._hot(RS, input, output, op, 0):
+            return None
         self._check_usable("reduce_scatter")
         st = _Staging()
         out = st.flat(output, "output", reducing=True, download=False)
@@ -524,6 +603,8 @@ class Group:
         return self._submit(st.wrap(fn), "all_to_all", async_op)
 
     def barrier(self, async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
+        if self._fast is not None and not (async_op or timeout) and self._hot(BAR, _EMPTY, None, None, 0):
+            return None
         self._check_usable("barrier")
         z = np.empty(0, dtype=np.uint8)
         if self._fast is not None:
