@@ -1,0 +1,125 @@
+"""The latency path (FastPath.hot): synchronous small calls on numpy arrays of an all-local world.
+
+Its views and signatures are cached by the call's shape, so these tests go after what a cache can get
+wrong: N-d and 1-element shapes, every dtype and op of reduce_scatter and all_reduce (AVG included),
+read-only inputs where the call only reads, shapes that alternate call by call (both slot parities
+with different views), hot calls interleaved with regular-path and async calls, and bad input that
+must still raise before any byte moves. Every result is compared with numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from interlink.ops import ReduceOp, numeric_dtypes, numpy_reduce, ops_for_dtype
+from mp import run_ranks
+from test_runtime_collectives import _eq, data
+
+
+def hot_suite(rank: int, world: int) -> tuple[int, list[str], int]:
+    import interlink as dist
+    from interlink.runtime import api
+    from interlink.runtime.fastpath import Small
+
+    dist.init(timeout=60)
+    p = world
+    fails: list[str] = []
+    checks = 0
+    case = 0
+
+    def check(name: str, got, exp) -> None:
+        nonlocal checks
+        checks += 1
+        if not _eq(np.asarray(got), np.asarray(exp)):
+            fails.append(f"rank {rank} {name}: got {np.asarray(got).ravel()[:6]} expected {np.asarray(exp).ravel()[:6]}")
+
+    # reduce_scatter and all_reduce: every dtype x op, tiny sizes (a block of 1 and of 3 per rank)
+    for dt in numeric_dtypes():
+        for op in ops_for_dtype(dt):
+            for n in (1, 3):
+                case += 1
+                ins = [data(r, case, n * p, dt, op) for r in range(p)]
+                out = np.empty(n, dtype=dt)
+                dist.reduce_scatter_tensor(out, ins[rank], op=op)
+                check(f"reduce_scatter {dt} {op.name} n={n}", out, numpy_reduce(op, ins)[rank * n:(rank + 1) * n])
+                a = ins[rank].copy().reshape(p, n)  # N-d, reduced in place
+                dist.all_reduce(a, op=op)
+                check(f"all_reduce 2-D {dt} {op.name}", a, numpy_reduce(op, ins).reshape(p, n))
+
+    # shapes alternating call by call: each parity sees different cached views
+    for it in range(6):
+        for shape in ((5,), (2, 3), (7, 1, 2), (1,)):
+            case += 1
+            n = int(np.prod(shape))
+            ins = [data(r, case, n, np.float64) for r in range(p)]
+            a = ins[rank].copy().reshape(shape)
+            dist.all_reduce(a, op="avg" if it % 2 else ReduceOp.SUM)
+            exp = numpy_reduce(ReduceOp.AVG if it % 2 else ReduceOp.SUM, ins).reshape(shape)
+            check(f"all_reduce shape={shape} it={it}", a, exp)
+            root = (it + n) % p
+            b = ins[rank].copy().reshape(shape)
+            dist.broadcast(b, src=root)
+            check(f"broadcast shape={shape} root={root}", b, ins[root].reshape(shape))
+            x = ins[rank].reshape(shape)
+            x.flags.writeable = False  # all_gather and reduce_scatter only read their input
+            out = np.empty((p,) + shape, dtype=np.float64)
+            dist.all_gather_into_tensor(out, x)
+            check(f"all_gather shape={shape}", out, np.stack([i.reshape(shape) for i in ins]))
+            rs_in = np.concatenate(ins).reshape((p * shape[0],) + shape[1:])
+            rs_in.flags.writeable = False
+            rs_out = np.empty(shape, dtype=np.float64)
+            dist.reduce_scatter_tensor(rs_out, rs_in)
+            check(f"reduce_scatter shape={shape}", rs_out, (np.float64(p) * np.concatenate(ins)).reshape(
+                (p * shape[0],) + shape[1:])[rank * shape[0]:(rank + 1) * shape[0]])
+            dist.barrier()
+        # interleaved: a regular-path call (explicit algorithm), an async one, a large one
+        case += 1
+        ins = [data(r, case, 11, np.int32) for r in range(p)]
+        a = ins[rank].copy()
+        dist.all_reduce(a, algorithm="ring")
+        check("all_reduce ring between hot calls", a, numpy_reduce(ReduceOp.SUM, ins))
+        a = ins[rank].copy()
+        dist.all_reduce(a, async_op=True).wait(timeout=30)
+        check("async all_reduce between hot calls", a, numpy_reduce(ReduceOp.SUM, ins))
+        big = [data(r, case, 70_001, np.float32) for r in range(p)]
+        a = big[rank].copy()
+        dist.all_reduce(a)
+        check("large all_reduce between hot calls", a, numpy_reduce(ReduceOp.SUM, big))
+
+    # bad input still raises before any byte moves, and the job goes on
+    for bad, exc in ((np.ones(6)[::2], ValueError), (np.ones(3, dtype=object), TypeError)):
+        try:
+            dist.all_reduce(bad)
+            fails.append(f"rank {rank}: all_reduce of a bad array did not raise")
+        except exc:
+            checks += 1
+    ro = np.ones(3)
+    ro.flags.writeable = False
+    try:
+        dist.all_reduce(ro)
+        fails.append(f"rank {rank}: all_reduce of a read-only array did not raise")
+    except ValueError:
+        checks += 1
+    try:
+        dist.all_reduce(np.ones(3, dtype=np.complex64), op="max")
+        fails.append(f"rank {rank}: MAX on complex did not raise")
+    except TypeError:
+        checks += 1
+    a = np.full(4, rank + 1.0)
+    dist.all_reduce(a)
+    check("all_reduce after refused calls", a, np.full(4, p * (p + 1) / 2))
+
+    hot = sum(isinstance(v, Small) for v in api._WORLD._fast.shapes.values()) if api._WORLD._fast else 0
+    dist.destroy()
+    return checks, fails, hot
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 5])
+def test_hot_path_against_numpy(nranks: int) -> None:
+    res = run_ranks(nranks, hot_suite, timeout=300)
+    fails = [f for _, fl, _ in res for f in fl]
+    assert not fails, "\n".join(fails[:20])
+    assert all(checks > 100 for checks, _, _ in res)
+    # the hot path really ran: dozens of call shapes cached on every rank (one rank has no shared page)
+    assert all(hot > 30 if nranks > 1 else hot == 0 for _, _, hot in res), [hot for _, _, hot in res]
