@@ -22,18 +22,25 @@ def _err(e: BaseException) -> dict:
 
 # ---- a rank dies mid-collective -------------------------------------------------------------
 
-def die_midway(rank: int, world: int) -> dict:
+def die_midway(rank: int, world: int, coll: str = "all_reduce") -> dict:
     import interlink as dist
 
     dist.init(timeout=60)
-    a = np.ones(1 << 16, dtype=np.float32)
-    dist.all_reduce(a)
+    if coll == "all_reduce":
+        a = np.ones(1 << 16, dtype=np.float32)
+        call = lambda: dist.all_reduce(a)
+    else:  # 1 MiB broadcast and reduce_scatter: streamed through the host page's slots on shm
+        a = np.ones(1 << 18, dtype=np.float32)
+        out = np.empty(a.size // world, dtype=np.float32)
+        call = (lambda: dist.broadcast(a, src=0)) if coll == "broadcast" else (
+            lambda: dist.reduce_scatter_tensor(out, a))
+    call()
     if rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     t = time.monotonic()
     try:
         for _ in range(3):
-            dist.all_reduce(a)
+            call()
     except Exception as e:
         out = _err(e)
         out["elapsed"] = time.monotonic() - t
@@ -41,17 +48,18 @@ def die_midway(rank: int, world: int) -> dict:
     return {"type": None}
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport,coll", [("shm", "all_reduce"), ("tcp", "all_reduce"), ("shm", "broadcast"),
+                                            ("shm", "reduce_scatter")])
 @pytest.mark.parametrize("nranks", [2, 4])
-def test_dead_rank_raises_peer_lost_within_seconds(nranks: int, transport: str) -> None:
+def test_dead_rank_raises_peer_lost_within_seconds(nranks: int, transport: str, coll: str) -> None:
     shm_before = set(os.listdir("/dev/shm"))
-    res = run_ranks(nranks, die_midway, env={"INTERLINK_TRANSPORT": transport}, expect_dead=(1,), timeout=60)
+    res = run_ranks(nranks, die_midway, coll, env={"INTERLINK_TRANSPORT": transport}, expect_dead=(1,), timeout=60)
     for r, out in enumerate(res):
         if r == 1:
             continue
         assert out["type"] == "PeerLostError", out
         assert out["elapsed"] < 5.0, out
-        assert out["op"] == "all_reduce" and out["group"] == "world" and out["seq"] == 2, out
+        assert out["op"] == coll and out["group"] == "world" and out["seq"] == 2, out
         assert "rank 1" in out["msg"], out
     # memfd-backed rings: nothing is ever named in /dev/shm, so nothing can leak
     assert set(os.listdir("/dev/shm")) - shm_before == set()

@@ -123,3 +123,65 @@ def test_hot_path_against_numpy(nranks: int) -> None:
     assert all(checks > 100 for checks, _, _ in res)
     # the hot path really ran: dozens of call shapes cached on every rank (one rank has no shared page)
     assert all(hot > 30 if nranks > 1 else hot == 0 for _, _, hot in res), [hot for _, _, hot in res]
+
+
+def stream_suite(rank: int, world: int) -> tuple[int, list[str]]:
+    """Large broadcast / all_gather / reduce_scatter stream through the slots in chunks; here the one-shot
+    size is 1 KiB and a chunk 4 KiB, so a few thousand elements make many chunks and a ragged last one."""
+    import interlink as dist
+
+    dist.init(timeout=60)
+    p = world
+    fails: list[str] = []
+    checks = 0
+    case = 0
+
+    def check(name: str, got, exp) -> None:
+        nonlocal checks
+        checks += 1
+        if not _eq(np.asarray(got), np.asarray(exp)):
+            fails.append(f"rank {rank} {name}: got {np.asarray(got).ravel()[:6]} expected {np.asarray(exp).ravel()[:6]}")
+
+    for n in (1021, 4099, 9001):  # primes: blocks and chunks never divide evenly
+        for dt in (np.float32, np.int16, np.complex128, np.uint8):
+            for root in sorted({0, p - 1, p // 2}):
+                case += 1
+                ins = [data(r, case, n, dt) for r in range(p)]
+                a = ins[rank].copy()
+                dist.broadcast(a, src=root)
+                check(f"streamed broadcast {np.dtype(dt)} n={n} root={root}", a, ins[root])
+            case += 1
+            ins = [data(r, case, n, dt) for r in range(p)]
+            out = np.empty(n * p, dtype=dt)
+            dist.all_gather_into_tensor(out, ins[rank])
+            check(f"streamed all_gather {np.dtype(dt)} n={n}", out, np.concatenate(ins))
+            inplace = np.zeros(n * p, dtype=dt)  # the input is this rank's block of the output
+            inplace[rank * n:(rank + 1) * n] = ins[rank]
+            dist.all_gather_into_tensor(inplace, inplace[rank * n:(rank + 1) * n])
+            check(f"streamed all_gather in place {np.dtype(dt)} n={n}", inplace, np.concatenate(ins))
+        for dt in numeric_dtypes():
+            for op in ops_for_dtype(dt):
+                case += 1
+                ins = [data(r, case, n * p, dt, op) for r in range(p)]
+                out = np.empty(n, dtype=dt)
+                dist.reduce_scatter_tensor(out, ins[rank], op=op)
+                check(f"streamed reduce_scatter {dt} {op.name} n={n}", out,
+                      numpy_reduce(op, ins)[rank * n:(rank + 1) * n])
+        # the regular entry (async) takes the same slots
+        case += 1
+        ins = [data(r, case, n, np.float64) for r in range(p)]
+        a = ins[rank].copy()
+        dist.broadcast(a, src=p - 1, async_op=True).wait(timeout=30)
+        check(f"async streamed broadcast n={n}", a, ins[p - 1])
+    dist.destroy()
+    return checks, fails
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 5])
+def test_streamed_path_against_numpy(nranks: int) -> None:
+    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_CHUNK_BYTES": "4096",
+           "INTERLINK_SHM_DIRECT_MAX_BYTES": str(1 << 20)}
+    res = run_ranks(nranks, stream_suite, env=env, timeout=300)
+    fails = [f for _, fl in res for f in fl]
+    assert not fails, "\n".join(fails[:20])
+    assert all(checks > 100 for checks, _ in res)

@@ -23,8 +23,8 @@ import numpy as np
 from .. import arrays, devices
 from ..algorithms import registry
 from ..algorithms.schedule import Builder, Chunk, Schedule
-from ..errors import CommTimeoutError, InterlinkError, PeerLostError
-from ..ops import ReduceOp, check_op_dtype, dtype_kind, finish_avg
+from ..errors import CommTimeoutError, InterlinkError
+from ..ops import ReduceOp, check_op_dtype
 from ..transport.base import Op, encode_sig
 from .engine import Aborted, Engine, translate
 from .executor import Plan, alias_delta, execute
@@ -305,10 +305,17 @@ class Group:
 
     def _run_fast(self, collective: str, a: np.ndarray, op: ReduceOp, root: int, timeout: Optional[float],
                   out: Optional[np.ndarray] = None) -> None:
-        """Small collectives of an all-local world: one shared write per rank (``a`` is the input)."""
-        # errors name the collective the user called, not the fast path's variant of it
-        public = "all_reduce" if collective == "all_reduce_2phase" else collective
-        self._check_usable(public)
+        """A call through the host page's slots from the regular entry (async, staged device arrays, an
+        explicit timeout): flat arrays, already validated."""
+        if collective != "all_reduce_2phase":
+            kind = NAMES.index(collective)
+            key = (kind, a.dtype, a.shape, None if out is None else out.shape, op, root, "flat")
+            sc = self._fast.shapes.get(key)
+            if sc is None:
+                sc = self._fast.shapes[key] = self._fast.small(kind, a, out, op, root, self.name)
+            self._call_small(kind, sc, a, out, timeout)
+            return
+        self._check_usable("all_reduce")
         self.seq += 1
         seq = self.seq
         key = (collective, a.dtype, a.size, op, root)
@@ -320,25 +327,14 @@ class Group:
         rec = Record(seq, tag, time.perf_counter())
         self.recorder.append(rec)
         deadline = time.monotonic() + (timeout if timeout is not None else self.ctx.timeout)
-        fast = self._fast
         try:
-            if collective == "all_reduce":
-                fast.all_reduce(a, op, seq, sig, deadline)
-            elif collective == "all_reduce_2phase":
-                fast.all_reduce_2phase(a, op, seq, sig, deadline)
-            elif collective == "broadcast":
-                fast.broadcast(a, root, seq, sig, deadline)
-            elif collective == "all_gather":
-                fast.all_gather(out, a, seq, sig, deadline)
-            elif collective == "reduce_scatter":
-                fast.reduce_scatter(out, a, op, seq, sig, deadline)
-            else:
-                fast.barrier(seq, sig, deadline)
+            self._fast.all_reduce_2phase(a, op, seq, sig, deadline)
         except BaseException as e:
             rec.state = "failed"
             if isinstance(e, (KeyboardInterrupt, MemoryError)):
                 raise
-            raise self._fail(e, public, seq) from None
+            # errors name the collective the user called, not the fast path's variant of it
+            raise self._fail(e, "all_reduce", seq) from None
         rec.state = "done"
         rec.duration = time.perf_counter() - rec.start
 
@@ -366,19 +362,25 @@ class Group:
         if not sc or runner._pending:
             return False
         with runner._exec:
-            self.seq = seq = self.seq + 1
-            rec = Record(seq, sc, perf_counter())
-            self.recorder.append(rec)
-            try:
-                fast.hot(sc, a, out, seq, self.ctx.timeout)
-            except BaseException as e:
-                rec.state = "failed"
-                if isinstance(e, (KeyboardInterrupt, MemoryError)):
-                    raise
-                raise self._fail(e, NAMES[kind], seq) from None
-            rec.state = "done"
-            rec.duration = perf_counter() - rec.start
+            self._call_small(kind, sc, a, out, None)
         return True
+
+    def _call_small(self, kind: int, sc: Any, a: np.ndarray, out: Optional[np.ndarray],
+                    timeout: Optional[float]) -> None:
+        if self.ctx.broken is not None:
+            self._check_usable(NAMES[kind])
+        self.seq = seq = self.seq + 1
+        rec = Record(seq, sc, perf_counter())
+        self.recorder.append(rec)
+        try:
+            self._fast.hot(sc, a, out, seq, self.ctx.timeout if timeout is None else timeout)
+        except BaseException as e:
+            rec.state = "failed"
+            if isinstance(e, (KeyboardInterrupt, MemoryError)):
+                raise
+            raise self._fail(e, NAMES[kind], seq) from None
+        rec.state = "done"
+        rec.duration = perf_counter() - rec.start
 
     def _hot_small(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: Any, root: Any,
                    key: tuple) -> Any:
@@ -387,7 +389,7 @@ class Group:
         fast = self._fast
         inp = arrays.as_flat(a, "tensor", writable=False, reducing=kind in (AR, RS))
         rop = ReduceOp.SUM
-        fits = 0 < inp.nbytes <= (fast.max if kind == AR else fast.direct_max)
+        fits = 0 < inp.nbytes <= (fast.max if kind == AR else fast.gather_max if kind == AG else fast.move_max)
         if kind in (AR, RS):
             rop = self._reduce_op(op, inp.dtype)
         elif kind == BC:
@@ -456,7 +458,7 @@ class Group:
         # only the root's data matters: other ranks' device arrays are not downloaded
         a = st.flat(tensor, "tensor", download=(self.rank == root))
         _dtype_ok(a.dtype)
-        if algorithm is None and self._fast is not None and a.nbytes <= self._fast.direct_max:
+        if algorithm is None and self._fast is not None and 0 < a.nbytes <= self._fast.move_max:
             fn = lambda: self._run_fast("broadcast", a, ReduceOp.SUM, root, timeout)
         else:
             fn = lambda: self._execute("broadcast", "", a.size, root, a.dtype, ReduceOp.SUM,
@@ -488,7 +490,7 @@ class Group:
         if out.size != inp.size * self.size:
             raise ValueError(f"all_gather_into_tensor: output has {out.size} elements, expected "
                              f"input size {inp.size} x group size {self.size} = {inp.size * self.size}")
-        if algorithm is None and self._fast is not None and inp.nbytes <= self._fast.direct_max:
+        if algorithm is None and self._fast is not None and 0 < inp.nbytes <= self._fast.gather_max:
             fn = lambda: self._run_fast("all_gather", inp, ReduceOp.SUM, 0, timeout, out)
         else:
             fn = lambda: self._execute("all_gather", "", inp.size, 0, inp.dtype, ReduceOp.SUM,
@@ -526,7 +528,7 @@ class Group:
         if inp.size != out.size * self.size:
             raise ValueError(f"reduce_scatter_tensor: input has {inp.size} elements, expected "
                              f"output size {out.size} x group size {self.size} = {out.size * self.size}")
-        if algorithm is None and self._fast is not None and inp.nbytes <= self._fast.direct_max:
+        if algorithm is None and self._fast is not None and 0 < inp.nbytes <= self._fast.move_max:
             fn = lambda: self._run_fast("reduce_scatter", inp, rop, 0, timeout, out)
         else:
             fn = lambda: self._execute("reduce_scatter", "", out.size, 0, out.dtype, rop,
