@@ -32,7 +32,7 @@ def die_midway(rank: int, world: int, coll: str = "all_reduce") -> dict:
     else:  # 1 MiB broadcast and reduce_scatter: streamed through the host page's slots on shm
         a = np.ones(1 << 18, dtype=np.float32)
         out = np.empty(a.size // world, dtype=np.float32)
-        call = (lambda: dist.broadcast(a, src=0)) if coll == "broadcast" else (
+        call = (lambda: dist.broadcast(a, src=0)) if coll.startswith("broadcast") else (
             lambda: dist.reduce_scatter_tensor(out, a))
     call()
     if rank == 1:
@@ -49,17 +49,21 @@ def die_midway(rank: int, world: int, coll: str = "all_reduce") -> dict:
 
 
 @pytest.mark.parametrize("transport,coll", [("shm", "all_reduce"), ("tcp", "all_reduce"), ("shm", "broadcast"),
-                                            ("shm", "reduce_scatter")])
+                                            ("shm", "reduce_scatter"), ("shm", "broadcast-direct"),
+                                            ("shm", "reduce_scatter-direct")])
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_dead_rank_raises_peer_lost_within_seconds(nranks: int, transport: str, coll: str) -> None:
     shm_before = set(os.listdir("/dev/shm"))
-    res = run_ranks(nranks, die_midway, coll, env={"INTERLINK_TRANSPORT": transport}, expect_dead=(1,), timeout=60)
+    env = {"INTERLINK_TRANSPORT": transport}
+    if coll.endswith("-direct"):  # 1 MiB is larger than a slot: peers read the writer's own buffer
+        env["INTERLINK_SHM_DIRECT_MAX_BYTES"] = str(1 << 16)
+    res = run_ranks(nranks, die_midway, coll, env=env, expect_dead=(1,), timeout=60)
     for r, out in enumerate(res):
         if r == 1:
             continue
         assert out["type"] == "PeerLostError", out
         assert out["elapsed"] < 5.0, out
-        assert out["op"] == coll and out["group"] == "world" and out["seq"] == 2, out
+        assert out["op"] == coll.split("-")[0] and out["group"] == "world" and out["seq"] == 2, out
         assert "rank 1" in out["msg"], out
     # memfd-backed rings: nothing is ever named in /dev/shm, so nothing can leak
     assert set(os.listdir("/dev/shm")) - shm_before == set()

@@ -125,9 +125,10 @@ def test_hot_path_against_numpy(nranks: int) -> None:
     assert all(hot > 30 if nranks > 1 else hot == 0 for _, _, hot in res), [hot for _, _, hot in res]
 
 
-def stream_suite(rank: int, world: int) -> tuple[int, list[str]]:
-    """Large broadcast / all_gather / reduce_scatter stream through the slots in chunks; here the one-shot
-    size is 1 KiB and a chunk 4 KiB, so a few thousand elements make many chunks and a ragged last one."""
+def stream_suite(rank: int, world: int, sizes: tuple) -> tuple[int, list[str]]:
+    """Large broadcast / all_gather / reduce_scatter stream through the slots in chunks, or (larger than a
+    slot) readers copy straight from the writers' buffers; the test shrinks the one-shot size to 1 KiB and
+    a chunk to 4 KiB, so a few thousand elements make many chunks and pieces and a ragged last one."""
     import interlink as dist
 
     dist.init(timeout=60)
@@ -142,7 +143,7 @@ def stream_suite(rank: int, world: int) -> tuple[int, list[str]]:
         if not _eq(np.asarray(got), np.asarray(exp)):
             fails.append(f"rank {rank} {name}: got {np.asarray(got).ravel()[:6]} expected {np.asarray(exp).ravel()[:6]}")
 
-    for n in (1021, 4099, 9001):  # primes: blocks and chunks never divide evenly
+    for n in sizes:  # primes: blocks and chunks never divide evenly
         for dt in (np.float32, np.int16, np.complex128, np.uint8):
             for root in sorted({0, p - 1, p // 2}):
                 case += 1
@@ -178,10 +179,15 @@ def stream_suite(rank: int, world: int) -> tuple[int, list[str]]:
 
 
 @pytest.mark.parametrize("nranks", [2, 3, 5])
-def test_streamed_path_against_numpy(nranks: int) -> None:
+@pytest.mark.parametrize("path", ["streamed", "direct"])
+def test_streamed_and_direct_paths_against_numpy(nranks: int, path: str) -> None:
     env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_CHUNK_BYTES": "4096",
            "INTERLINK_SHM_DIRECT_MAX_BYTES": str(1 << 20)}
-    res = run_ranks(nranks, stream_suite, env=env, timeout=300)
+    sizes: tuple = (1021, 4099, 9001)
+    if path == "direct":  # slots of 2 KiB: everything larger goes by cross-memory attach, 256 KiB a read
+        env["INTERLINK_SHM_DIRECT_MAX_BYTES"] = "2048"
+        sizes = (1021, 9001, 70001)
+    res = run_ranks(nranks, stream_suite, sizes, env=env, timeout=300)
     fails = [f for _, fl in res for f in fl]
     assert not fails, "\n".join(fails[:20])
     assert all(checks > 100 for checks, _ in res)

@@ -23,13 +23,14 @@ import numpy as np
 from ..errors import CollectiveMismatchError
 from ..ops import ReduceOp, finish_avg, ufunc
 from ..transport.base import MsgHeader
-from ..transport.shm import BELL, _env_int, fast_small_bytes
+from ..transport.shm import BELL, FAST_SLOT_HDR, _env_int, fast_small_bytes
 from .engine import BELL_TIMEOUT, Engine
 
 # slot header, u64 words: fast seq (published first phase), phase-2 seq, group seq, crc, nbytes,
 # progress (payload bytes written so far, when the payload streams in after the header); then the
 # signature text
 SEQ, PH2, GSEQ, CRC, NBYTES, PROG = 0, 1, 2, 3, 4, 5
+DESC = FAST_SLOT_HDR // 8  # first payload words: (pid, address) of a writer's own buffer (the direct path)
 SIG_OFF = 48
 SIG_BYTES = 80
 _META = struct.Struct(f"<QQQQ{SIG_BYTES}s")  # from word 2 on: group seq, crc, nbytes, progress, signature
@@ -56,7 +57,7 @@ class Small:
     the typed views of the slots it reads and writes, made once so that a call does no lookups."""
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
-                 "avg", "stream", "count", "block", "root")
+                 "avg", "stream", "count", "block", "root", "direct")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -75,6 +76,7 @@ class Small:
         self.count = 0  # input elements
         self.block = 0  # reduce_scatter: elements per rank
         self.root = 0
+        self.direct = False  # too large for a slot: peers read this rank's own buffer (cross-memory attach)
 
 
 class FastPath:
@@ -118,10 +120,45 @@ class FastPath:
         stride8, base8 = self.page.slot_stride // 8, self.page.data_base // 8
         slot_w = [[base8 + (2 * i + q) * stride8 for q in (0, 1)] for i in range(self.n)]
         self.my_w = slot_w[self.me]
+        self.slot_w = slot_w
         self.peer_w = [[slot_w[i][q] for i in self.peers] for q in (0, 1)]
         self.done_w = self.me * BELL // 8 + 1
         self.wake = [(i * BELL // 4 + 1, b) for i, b in zip(self.peers, self.bells)]  # (sleeping flag, bell)
         self.shapes: dict = {}  # call shape -> Small, or False when the call is not for the hot path
+        # larger than that: one copy, every reader takes its part straight from the writer's own buffer
+        # by cross-memory attach (process_vm_readv), when every pair of local ranks allows it
+        chans = [engine.channels.get(m) for i, m in enumerate(bell.members) if i != self.me]
+        self.cma = bool(chans) and all(getattr(c, "cma_ok", False) for c in chans) \
+            and os.environ.get("INTERLINK_FAST_CMA", "1") != "0"
+        self.cma = self._agree(self.cma)
+        self.pids = [0] * self.n
+        for i, c in zip(self.peers, chans):
+            self.pids[i] = getattr(c, "peer_pid", 0)
+        self.pids[self.me] = os.getpid()
+        self._piece: Optional[np.ndarray] = None
+
+    def _agree(self, ok: bool, timeout: float = 60.0) -> bool:
+        """All local ranks AND a flag through the host page (every rank builds its FastPath at init):
+        each writes 1 + flag into its doorbell block and waits for everyone's. Paths must be chosen the
+        same on every rank, and whether CMA works is known per pair."""
+        W = memoryview(self.page.mm).cast("Q")
+        word = lambda i: i * BELL // 8 + 2  # noqa: E731  (bytes 16..24 of rank i's doorbell block)
+        W[word(self.me)] = 1 + int(ok)
+        deadline = time.monotonic() + timeout
+        while any(W[word(i)] == 0 for i in range(self.n)):
+            if time.monotonic() > deadline:
+                raise TimeoutError([self.members[i] for i in range(self.n) if W[word(i)] == 0])
+            time.sleep(0.0005)
+        return all(W[word(i)] == 2 for i in range(self.n))
+
+    def takes(self, kind: int, nbytes: int) -> bool:
+        """Whether a broadcast, all_gather, reduce_scatter or barrier of nbytes (input) goes through the
+        host page (the slots, or readers taking from the writer's buffer), not the channels."""
+        if kind == BAR:
+            return True
+        if nbytes <= 0:
+            return False
+        return nbytes <= (self.gather_max if kind == AG else self.move_max) or self.cma
 
     @staticmethod
     def usable(engine: Engine, world_size: int) -> bool:
@@ -248,6 +285,12 @@ class FastPath:
         sc.count, sc.root = count, root
         if kind != AR and a.nbytes > self.max:
             sc.stream = max(1, self.chunk // dt.itemsize)
+            sc.direct = a.nbytes > (self.gather_max if kind == AG else self.move_max)
+            if sc.direct:
+                sc.block = count // self.n
+                sc.fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op) if kind == RS else None
+                sc.avg = op is ReduceOp.AVG
+                return sc
         rows = [self.page.stacked(q, dt, count) for q in (0, 1)] if kind != BAR else []
         sc.mine = [r[me].reshape(a.shape) if not sc.stream else r[me] for r in rows]
         if kind == AR:
@@ -276,6 +319,8 @@ class FastPath:
             done = self.page.done
             self._wait(lambda: int(done.min()) >= f - 2, lambda: [i for i in self.peers if int(done[i]) < f - 2],
                        time.monotonic() + timeout, seq, sc.sigb)
+        if sc.direct:
+            return self._direct(sc, a, out, f, q, seq, timeout)
         if sc.stream:
             return self._streamed(sc, a, out, f, q, seq, timeout)
         if sc.sends:
@@ -415,6 +460,85 @@ class FastPath:
         for flag, bell in wake:
             if B[flag]:
                 bell.ring()
+
+    def _direct(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, q: int, seq: int,
+                timeout: float) -> None:
+        """A broadcast, all_gather or reduce_scatter too large for a slot, in one copy: every rank
+        publishes the address of its input with its header, readers copy (or, in pieces that stay in
+        cache, reduce) straight out of the writers' buffers by cross-memory attach, and a writer returns
+        only when every reader is done with its buffer."""
+        from ..transport import cma
+        from ..transport.base import PeerClosed
+
+        W, B, wake = self.W, self.B, self.wake
+        kind, me, n = sc.kind, self.me, self.n
+        flat = a.reshape(-1)
+        mw = self.my_w[q]
+        _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, 0, sc.head)
+        W[mw + DESC] = self.pids[me]
+        W[mw + DESC + 1] = flat.ctypes.data if sc.sends else 0
+        W[mw] = f
+        for flag, bell in wake:
+            if B[flag]:
+                bell.ring()
+        self._gather_headers(sc, f, q, seq, timeout)
+        isz = a.dtype.itemsize
+        piece = max(1, 64 * self.chunk // isz)  # elements per cross-memory read (8 MiB)
+
+        def read(i: int, off: int, dst: np.ndarray) -> None:  # dst <- rank i's input from element off
+            w = self.slot_w[i][q]
+            try:
+                cma.read(W[w + DESC], W[w + DESC + 1] + off * isz, dst.ctypes.data, dst.nbytes)
+            except OSError as e:
+                raise PeerClosed(self.members[i], f"(reading its buffer failed: {e})") from None
+
+        if kind == BC:
+            if not sc.sends:
+                for lo in range(0, sc.count, piece):
+                    read(sc.root, lo, flat[lo:lo + piece])
+        elif kind == AG:
+            c = sc.count
+            o = out.reshape(-1)
+            own = o[me * c:(me + 1) * c]
+            if own.__array_interface__["data"][0] != flat.__array_interface__["data"][0]:
+                own[...] = flat
+            for k in range(1, n):
+                i = (me + k) % n
+                for lo in range(0, c, piece):
+                    read(i, lo, o[i * c + lo:i * c + min(c, lo + piece)])
+        else:  # reduce_scatter, in rank order, a cache-sized piece at a time
+            m = sc.block
+            dst = out.reshape(-1)
+            step = max(1, 2 * self.chunk // isz)  # 256 KiB: read and reduced while in cache
+            if self._piece is None or self._piece.nbytes < step * isz:
+                self._piece = np.empty(step * isz, dtype=np.uint8)
+            fn = sc.fn
+            for lo in range(0, m, step):
+                hi = min(lo + step, m)
+                acc = dst[lo:hi]
+                tmp = self._piece[:(hi - lo) * isz].view(a.dtype)
+                for i in range(n):
+                    if i == me:
+                        src = flat[me * m + lo:me * m + hi]
+                    else:
+                        read(i, me * m + lo, acc if i == 0 else tmp)
+                        src = tmp
+                    if i == 0:
+                        if me == 0:
+                            acc[...] = src
+                    else:
+                        fn(acc, src, out=acc)
+            if sc.avg:
+                finish_avg(dst, n)
+        W[self.done_w] = f
+        for flag, bell in wake:
+            if B[flag]:
+                bell.ring()
+        if sc.sends:  # my buffer must outlive every reader's copy
+            done = self.page.done
+            if int(done.min()) < f:
+                self._wait(lambda: int(done.min()) >= f, lambda: [i for i in self.peers if int(done[i]) < f],
+                           time.monotonic() + timeout, seq, sc.sigb)
 
     def _prog_w(self, i: int, q: int) -> int:
         return (self.page.data_base + (2 * i + q) * self.page.slot_stride) // 8 + PROG

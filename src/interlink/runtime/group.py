@@ -389,7 +389,7 @@ class Group:
         fast = self._fast
         inp = arrays.as_flat(a, "tensor", writable=False, reducing=kind in (AR, RS))
         rop = ReduceOp.SUM
-        fits = 0 < inp.nbytes <= (fast.max if kind == AR else fast.gather_max if kind == AG else fast.move_max)
+        fits = 0 < inp.nbytes <= fast.max if kind == AR else fast.takes(kind, inp.nbytes)
         if kind in (AR, RS):
             rop = self._reduce_op(op, inp.dtype)
         elif kind == BC:
@@ -458,7 +458,7 @@ class Group:
         # only the root's data matters: other ranks' device arrays are not downloaded
         a = st.flat(tensor, "tensor", download=(self.rank == root))
         _dtype_ok(a.dtype)
-        if algorithm is None and self._fast is not None and 0 < a.nbytes <= self._fast.move_max:
+        if algorithm is None and self._fast is not None and self._fast.takes(BC, a.nbytes):
             fn = lambda: self._run_fast("broadcast", a, ReduceOp.SUM, root, timeout)
         else:
             fn = lambda: self._execute("broadcast", "", a.size, root, a.dtype, ReduceOp.SUM,
@@ -490,7 +490,7 @@ class Group:
         if out.size != inp.size * self.size:
             raise ValueError(f"all_gather_into_tensor: output has {out.size} elements, expected "
                              f"input size {inp.size} x group size {self.size} = {inp.size * self.size}")
-        if algorithm is None and self._fast is not None and 0 < inp.nbytes <= self._fast.gather_max:
+        if algorithm is None and self._fast is not None and self._fast.takes(AG, inp.nbytes):
             fn = lambda: self._run_fast("all_gather", inp, ReduceOp.SUM, 0, timeout, out)
         else:
             fn = lambda: self._execute("all_gather", "", inp.size, 0, inp.dtype, ReduceOp.SUM,
@@ -528,7 +528,7 @@ class Group:
         if inp.size != out.size * self.size:
             raise ValueError(f"reduce_scatter_tensor: input has {inp.size} elements, expected "
                              f"output size {out.size} x group size {self.size} = {out.size * self.size}")
-        if algorithm is None and self._fast is not None and 0 < inp.nbytes <= self._fast.move_max:
+        if algorithm is None and self._fast is not None and self._fast.takes(RS, inp.nbytes):
             fn = lambda: self._run_fast("reduce_scatter", inp, rop, 0, timeout, out)
         else:
             fn = lambda: self._execute("reduce_scatter", "", out.size, 0, out.dtype, rop,
