@@ -125,11 +125,21 @@ def test_hot_path_against_numpy(nranks: int) -> None:
     assert all(hot > 30 if nranks > 1 else hot == 0 for _, _, hot in res), [hot for _, _, hot in res]
 
 
-def stream_suite(rank: int, world: int, sizes: tuple) -> tuple[int, list[str]]:
+def stream_suite(rank: int, world: int, sizes: tuple, shared: bool = False) -> tuple[int, list[str], int]:
     """Large broadcast / all_gather / reduce_scatter stream through the slots in chunks, or (larger than a
     slot) readers copy straight from the writers' buffers; the test shrinks the one-shot size to 1 KiB and
-    a chunk to 4 KiB, so a few thousand elements make many chunks and pieces and a ragged last one."""
+    a chunk to 4 KiB, so a few thousand elements make many chunks and pieces and a ragged last one.
+    shared: even ranks' inputs live in interlink.empty arrays (read in place by the peers), odd ranks'
+    in plain numpy arrays, so every call mixes both kinds of writer."""
     import interlink as dist
+    from interlink.runtime import api
+
+    def inp(x: np.ndarray) -> np.ndarray:
+        if not (shared and rank % 2 == 0):
+            return x
+        y = dist.empty(x.shape, x.dtype)
+        y[...] = x
+        return y
 
     dist.init(timeout=60)
     p = world
@@ -148,15 +158,15 @@ def stream_suite(rank: int, world: int, sizes: tuple) -> tuple[int, list[str]]:
             for root in sorted({0, p - 1, p // 2}):
                 case += 1
                 ins = [data(r, case, n, dt) for r in range(p)]
-                a = ins[rank].copy()
+                a = inp(ins[rank].copy())
                 dist.broadcast(a, src=root)
                 check(f"streamed broadcast {np.dtype(dt)} n={n} root={root}", a, ins[root])
             case += 1
             ins = [data(r, case, n, dt) for r in range(p)]
             out = np.empty(n * p, dtype=dt)
-            dist.all_gather_into_tensor(out, ins[rank])
+            dist.all_gather_into_tensor(out, inp(ins[rank]))
             check(f"streamed all_gather {np.dtype(dt)} n={n}", out, np.concatenate(ins))
-            inplace = np.zeros(n * p, dtype=dt)  # the input is this rank's block of the output
+            inplace = inp(np.zeros(n * p, dtype=dt))  # the input is this rank's block of the output
             inplace[rank * n:(rank + 1) * n] = ins[rank]
             dist.all_gather_into_tensor(inplace, inplace[rank * n:(rank + 1) * n])
             check(f"streamed all_gather in place {np.dtype(dt)} n={n}", inplace, np.concatenate(ins))
@@ -165,7 +175,7 @@ def stream_suite(rank: int, world: int, sizes: tuple) -> tuple[int, list[str]]:
                 case += 1
                 ins = [data(r, case, n * p, dt, op) for r in range(p)]
                 out = np.empty(n, dtype=dt)
-                dist.reduce_scatter_tensor(out, ins[rank], op=op)
+                dist.reduce_scatter_tensor(out, inp(ins[rank]), op=op)
                 check(f"streamed reduce_scatter {dt} {op.name} n={n}", out,
                       numpy_reduce(op, ins)[rank * n:(rank + 1) * n])
         # the regular entry (async) takes the same slots
@@ -174,20 +184,25 @@ def stream_suite(rank: int, world: int, sizes: tuple) -> tuple[int, list[str]]:
         a = ins[rank].copy()
         dist.broadcast(a, src=p - 1, async_op=True).wait(timeout=30)
         check(f"async streamed broadcast n={n}", a, ins[p - 1])
+    mapped = len(api._WORLD._fast.arenas._maps)
     dist.destroy()
-    return checks, fails
+    return checks, fails, mapped
 
 
 @pytest.mark.parametrize("nranks", [2, 3, 5])
-@pytest.mark.parametrize("path", ["streamed", "direct"])
+@pytest.mark.parametrize("path", ["streamed", "direct", "streamed-shared", "direct-shared"])
 def test_streamed_and_direct_paths_against_numpy(nranks: int, path: str) -> None:
     env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_CHUNK_BYTES": "4096",
            "INTERLINK_SHM_DIRECT_MAX_BYTES": str(1 << 20)}
     sizes: tuple = (1021, 4099, 9001)
-    if path == "direct":  # slots of 2 KiB: everything larger goes by cross-memory attach, 256 KiB a read
+    if path.startswith("direct"):  # slots of 2 KiB: larger goes by cross-memory attach, 256 KiB a read
         env["INTERLINK_SHM_DIRECT_MAX_BYTES"] = "2048"
         sizes = (1021, 9001, 70001)
-    res = run_ranks(nranks, stream_suite, sizes, env=env, timeout=300)
-    fails = [f for _, fl in res for f in fl]
+    shared = path.endswith("shared")
+    res = run_ranks(nranks, stream_suite, sizes, shared, env=env, timeout=300)
+    fails = [f for _, fl, _ in res for f in fl]
     assert not fails, "\n".join(fails[:20])
-    assert all(checks > 100 for checks, _ in res)
+    assert all(checks > 100 for checks, _, _ in res)
+    # with shared inputs every rank has read rank 0's arrays in place (its own are not mapped)
+    mapped = [m for _, _, m in res]
+    assert (all(m > 0 for r, m in enumerate(mapped) if r != 0) if shared else not any(mapped)), mapped

@@ -23,7 +23,7 @@ _API = (
 )
 
 __all__ = ["ReduceOp", "InterlinkError", "CommTimeoutError", "PeerLostError", "CollectiveMismatchError",
-           "__version__", *_API]
+           "__version__", "empty", "zeros", *_API]
 
 
 def __getattr__(name: str):
@@ -38,4 +38,10 @@ def __getattr__(name: str):
         from .runtime.work import Work
 
         return Work
+    if name in ("empty", "zeros"):  # arrays in shared memory, read in place by the ranks of this host
+        from .transport import shmalloc
+
+        value = getattr(shmalloc, name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'interlink' has no attribute {name!r}")

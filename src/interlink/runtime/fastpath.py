@@ -22,15 +22,16 @@ import numpy as np
 
 from ..errors import CollectiveMismatchError
 from ..ops import ReduceOp, finish_avg, ufunc
+from ..transport import shmalloc
 from ..transport.base import MsgHeader
-from ..transport.shm import BELL, FAST_SLOT_HDR, _env_int, fast_small_bytes
+from ..transport.shm import BELL, _env_int, fast_small_bytes
 from .engine import BELL_TIMEOUT, Engine
 
 # slot header, u64 words: fast seq (published first phase), phase-2 seq, group seq, crc, nbytes,
 # progress (payload bytes written so far, when the payload streams in after the header); then the
 # signature text
 SEQ, PH2, GSEQ, CRC, NBYTES, PROG = 0, 1, 2, 3, 4, 5
-DESC = FAST_SLOT_HDR // 8  # first payload words: (pid, address) of a writer's own buffer (the direct path)
+DESC = 16  # header words 16..21: pid, address, arena serial, fd, offset, size of a writer's own buffer
 SIG_OFF = 48
 SIG_BYTES = 80
 _META = struct.Struct(f"<QQQQ{SIG_BYTES}s")  # from word 2 on: group seq, crc, nbytes, progress, signature
@@ -136,6 +137,7 @@ class FastPath:
             self.pids[i] = getattr(c, "peer_pid", 0)
         self.pids[self.me] = os.getpid()
         self._piece: Optional[np.ndarray] = None
+        self.arenas = shmalloc.PeerArenas()
 
     def _agree(self, ok: bool, timeout: float = 60.0) -> bool:
         """All local ranks AND a flag through the host page (every rank builds its FastPath at init):
@@ -372,44 +374,73 @@ class FastPath:
                 for i in self.peers:
                     self._check(i, q, seq, crc, -1, sc.sigb)
 
+    def _announce(self, sc: Small, flat: np.ndarray, f: int, q: int, seq: int, shared_prog: int) -> int:
+        """Publish this rank's header for call f, with (pid, address) of its input and, when the input
+        lives in an interlink.empty arena, where (serial, fd, offset, size): peers then read it in place
+        (only where every pair of local ranks may read each other's memory: the same permission), and
+        its progress word starts at shared_prog. Returns the arena serial (0: not shared)."""
+        W, B = self.W, self.B
+        mw = self.my_w[q]
+        serial = 0
+        if sc.sends:
+            addr = flat.ctypes.data
+            reg = shmalloc.lookup(addr, flat.nbytes) if shmalloc._starts and self.cma else None
+            W[mw + DESC] = self.pids[self.me]
+            W[mw + DESC + 1] = addr
+            if reg is not None:
+                serial = reg[0]
+                W[mw + DESC + 3], W[mw + DESC + 4], W[mw + DESC + 5] = reg[1], reg[2], reg[3]
+        W[mw + DESC + 2] = serial  # 0 from a rank that sends nothing (a broadcast's receivers) too
+        _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, shared_prog if serial else 0, sc.head)
+        W[mw] = f  # publish
+        for flag, bell in self.wake:
+            if B[flag]:
+                bell.ring()
+        return serial
+
+    def _shared_input(self, i: int, q: int, dtype: np.dtype, count: int) -> Optional[np.ndarray]:
+        """Rank i's input of this call mapped in place, if it lives in an interlink.empty arena."""
+        W = self.W
+        w = self.slot_w[i][q] + DESC
+        serial = W[w + 2]
+        if not serial:
+            return None
+        try:
+            return self.arenas.view(W[w], W[w + 3], serial, W[w + 5], W[w + 4], dtype, count)
+        except OSError as e:
+            from ..transport.base import PeerClosed
+
+            raise PeerClosed(self.members[i], f"(mapping its interlink.empty buffer failed: {e})") from None
+
+    def _await_readers(self, f: int, seq: int, sc: Small, timeout: float) -> None:
+        """A writer whose buffer the peers read in place returns only when every reader is done."""
+        done = self.page.done
+        if int(done.min()) < f:
+            self._wait(lambda: int(done.min()) >= f, lambda: [i for i in self.peers if int(done[i]) < f],
+                       time.monotonic() + timeout, seq, sc.sigb)
+
     def _streamed(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, q: int, seq: int,
                   timeout: float) -> None:
         """A large broadcast, all_gather or reduce_scatter, in steps: a rank writes chunk k of each block it
         sends (reduce_scatter: every block but its own, which it reduces straight from its input) and
         bumps its progress word to k+1, for every k; then it copies or reduces chunk k of its peers'
         blocks as soon as their progress covers it (a broadcast's receivers copy while the root writes).
-        Writing never waits, so nothing can deadlock."""
+        Writing never waits, so nothing can deadlock. A writer whose input lives in an interlink.empty
+        arena writes nothing: its progress is complete at once and readers take its input in place."""
         W, B, wake = self.W, self.B, self.wake
         kind, ch, me, n = sc.kind, sc.stream, self.me, self.n
         flat = a.reshape(-1)
         mw = self.my_w[q]
-        _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, 0, sc.head)
-        W[mw] = f  # publish the header; the payload follows in steps
-        for flag, bell in wake:
-            if B[flag]:
-                bell.ring()
-        mine = sc.mine[q] if sc.sends else None
         c = sc.count
+        length = sc.block if kind == RS else c
+        steps = -(-length // ch)
+        serial = self._announce(sc, flat, f, q, seq, steps)
+        mine = sc.mine[q] if sc.sends and not serial else None
         if kind == RS:
             m = sc.block
-            length = m
             blocks = [j * m for j in range(n) if j != me]  # offsets of the blocks this rank writes
-            dst = out.reshape(-1)
-            parts = list(sc.parts[q])
-            parts[me] = flat[me * m:(me + 1) * m]
-            fn = sc.fn
         else:
-            length, blocks = c, [0]
-        if kind == AG:
-            o = out.reshape(-1)
-            own = o[me * c:(me + 1) * c]
-            inplace = own.__array_interface__["data"][0] == flat.__array_interface__["data"][0]
-            order = [(me + k) % n for k in range(1, n)]  # the next rank first: readers of a slot spread out
-            progs = [(i, self._prog_w(i, q)) for i in order]
-        elif kind == RS:
-            progs = [(i, self._prog_w(i, q)) for i in self.peers]
-        else:
-            progs = [(sc.root, self._prog_w(sc.root, q))]
+            blocks = [0]
         # write every step first, then read: interleaving writes and reads step by step measured no
         # faster on 2 ranks and slower with more ranks than cores (a context switch per wait)
         step = 0
@@ -425,6 +456,31 @@ class FastPath:
                         bell.ring()
         self._gather_headers(sc, f, q, seq, timeout)
         deadline = time.monotonic() + timeout
+        if kind == AG:
+            o = out.reshape(-1)
+            own = o[me * c:(me + 1) * c]
+            inplace = own.__array_interface__["data"][0] == flat.__array_interface__["data"][0]
+            order = [(me + k) % n for k in range(1, n)]  # the next rank first: readers of a slot spread out
+            progs = [(i, self._prog_w(i, q)) for i in order]
+            srcs = {i: self._shared_input(i, q, a.dtype, c) for i in order}
+            for i in order:
+                if srcs[i] is None:
+                    srcs[i] = sc.stack[q][i]
+        elif kind == RS:
+            dst = out.reshape(-1)
+            parts = list(sc.parts[q])
+            parts[me] = flat[me * m:(me + 1) * m]
+            for i in self.peers:
+                v = self._shared_input(i, q, a.dtype, c)
+                if v is not None:
+                    parts[i] = v[me * m:(me + 1) * m]
+            fn = sc.fn
+            progs = [(i, self._prog_w(i, q)) for i in self.peers]
+        else:
+            progs = [(sc.root, self._prog_w(sc.root, q))]
+            src = None if sc.sends else self._shared_input(sc.root, q, a.dtype, c)
+            if src is None and not sc.sends:
+                src = sc.parts[q][0]
         step = 0
         for lo in range(0, length, ch):
             hi = min(lo + ch, length)
@@ -432,11 +488,10 @@ class FastPath:
             if kind == AG:
                 if not inplace:
                     own[lo:hi] = flat[lo:hi]
-                stack = sc.stack[q]
                 for i, pw in progs:
                     if W[pw] < step:
                         self._wait_prog([(i, pw)], step, deadline, seq, sc.sigb)
-                    o[i * c + lo:i * c + hi] = stack[i, lo:hi]
+                    o[i * c + lo:i * c + hi] = srcs[i][lo:hi]
             elif kind == RS:
                 for i, pw in progs:
                     if W[pw] < step:
@@ -453,39 +508,41 @@ class FastPath:
                 pw = progs[0][1]
                 if W[pw] < step:
                     self._wait_prog(progs, step, deadline, seq, sc.sigb)
-                flat[lo:hi] = sc.parts[q][0][lo:hi]
+                flat[lo:hi] = src[lo:hi]
         if kind == RS and sc.avg:
             finish_avg(dst, n)
         W[self.done_w] = f
         for flag, bell in wake:
             if B[flag]:
                 bell.ring()
+        if serial:
+            self._await_readers(f, seq, sc, timeout)
 
     def _direct(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, q: int, seq: int,
                 timeout: float) -> None:
         """A broadcast, all_gather or reduce_scatter too large for a slot, in one copy: every rank
         publishes the address of its input with its header, readers copy (or, in pieces that stay in
-        cache, reduce) straight out of the writers' buffers by cross-memory attach, and a writer returns
-        only when every reader is done with its buffer."""
+        cache, reduce) straight out of the writers' buffers, mapped in place when they live in an
+        interlink.empty arena, else by cross-memory attach; a writer returns only when every reader is
+        done with its buffer."""
         from ..transport import cma
         from ..transport.base import PeerClosed
 
         W, B, wake = self.W, self.B, self.wake
         kind, me, n = sc.kind, self.me, self.n
         flat = a.reshape(-1)
-        mw = self.my_w[q]
-        _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, 0, sc.head)
-        W[mw + DESC] = self.pids[me]
-        W[mw + DESC + 1] = flat.ctypes.data if sc.sends else 0
-        W[mw] = f
-        for flag, bell in wake:
-            if B[flag]:
-                bell.ring()
+        self._announce(sc, flat, f, q, seq, 0)
         self._gather_headers(sc, f, q, seq, timeout)
         isz = a.dtype.itemsize
         piece = max(1, 64 * self.chunk // isz)  # elements per cross-memory read (8 MiB)
+        writers = [sc.root] if kind == BC else range(n)
+        mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in writers if i != me}
 
         def read(i: int, off: int, dst: np.ndarray) -> None:  # dst <- rank i's input from element off
+            v = mapped.get(i)
+            if v is not None:
+                dst[...] = v[off:off + dst.size]
+                return
             w = self.slot_w[i][q]
             try:
                 cma.read(W[w + DESC], W[w + DESC + 1] + off * isz, dst.ctypes.data, dst.nbytes)
@@ -520,11 +577,13 @@ class FastPath:
                 for i in range(n):
                     if i == me:
                         src = flat[me * m + lo:me * m + hi]
+                    elif mapped.get(i) is not None:
+                        src = mapped[i][me * m + lo:me * m + hi]
                     else:
-                        read(i, me * m + lo, acc if i == 0 else tmp)
-                        src = tmp
+                        src = acc if i == 0 else tmp
+                        read(i, me * m + lo, src)
                     if i == 0:
-                        if me == 0:
+                        if src is not acc:
                             acc[...] = src
                     else:
                         fn(acc, src, out=acc)
@@ -535,10 +594,7 @@ class FastPath:
             if B[flag]:
                 bell.ring()
         if sc.sends:  # my buffer must outlive every reader's copy
-            done = self.page.done
-            if int(done.min()) < f:
-                self._wait(lambda: int(done.min()) >= f, lambda: [i for i in self.peers if int(done[i]) < f],
-                           time.monotonic() + timeout, seq, sc.sigb)
+            self._await_readers(f, seq, sc, timeout)
 
     def _prog_w(self, i: int, q: int) -> int:
         return (self.page.data_base + (2 * i + q) * self.page.slot_stride) // 8 + PROG

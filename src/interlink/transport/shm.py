@@ -299,7 +299,8 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 BELL = 64  # bytes per rank on the host page: [0:4) doorbell counter (futex word), [4:8) sleeping flag
 
 
-FAST_SLOT_HDR = 128  # u64 words: fast seq, group seq, crc, nbytes; then the signature text (96 bytes)
+FAST_SLOT_HDR = 192  # u64 words: fast seq, phase 2, group seq, crc, nbytes, progress; the signature text to
+# byte 128; then the (pid, address, arena) of the rank's own buffer for the direct and in-place paths
 
 
 def fast_small_bytes() -> int:
@@ -327,7 +328,7 @@ class HostPage:
     polled regularly.
 
     Slots (the small-message fast path): rank i's slot for parity q starts at
-    data_base + (2 i + q) * slot_stride: a 64-byte header (u64 words: fast seq, group seq, signature
+    data_base + (2 i + q) * slot_stride: a FAST_SLOT_HDR-byte header (u64 words: fast seq, group seq, signature
     crc, nbytes), then the payload. A strided view over the same parity of every rank gives the
     ranks' contributions as one 2-D array.
     """
