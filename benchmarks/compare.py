@@ -1,11 +1,13 @@
 """interlink against its peers on this host, in one run.
 
     python benchmarks/compare.py [--ranks 2,4] [--collectives all_reduce,all_gather,reduce_scatter,broadcast]
-                                 [--sizes 8,64K,1M,64M] [--systems interlink-shm,interlink-tcp,mpich,gloo]
+                                 [--sizes 8,64K,1M,64M]
+                                 [--systems interlink-shm,interlink-shm-empty,interlink-tcp,mpich,gloo]
                                  [--json out.json] [--plot out.png]
 
 Runs the same sweep (same sizes, same timing loop: warm-up, 3 repetitions, max over ranks, median
-over repetitions) on interlink over shared memory, interlink over TCP, MPICH through mpi4py and
+over repetitions) on interlink over shared memory, interlink over shared memory with the inputs
+allocated by interlink.empty (read in place by the peers), interlink over TCP, MPICH through mpi4py and
 torch.distributed gloo, measures the host's numpy copy bandwidth, and prints busbw per system with the
 ratios interlink-shm / MPICH and interlink-shm / memcpy. Peers come from `pip install -e '.[compare]'`.
 """
@@ -61,6 +63,8 @@ def run(ranks: list[int], collectives: list[str], sizes: list[int], systems: lis
             print(f"# {system}, {p} ranks ...", file=sys.stderr, flush=True)
             if system == "interlink-shm":
                 rows = peers.run_interlink(p, sizes, collectives, "shm")
+            elif system == "interlink-shm-empty":
+                rows = peers.run_interlink(p, sizes, collectives, "shm", shared_inputs=True)
             elif system == "interlink-tcp":
                 rows = peers.run_interlink(p, sizes, collectives, "tcp")
             elif system == "mpich":
@@ -77,8 +81,8 @@ def run(ranks: list[int], collectives: list[str], sizes: list[int], systems: lis
 
 def table(result: dict) -> str:
     rows = result["rows"]
-    systems = sorted({r["system"] for r in rows}, key=lambda s: ["interlink-shm", "interlink-tcp", "mpich", "gloo"].index(s)
-                     if s in ("interlink-shm", "interlink-tcp", "mpich", "gloo") else 9)
+    order = ["interlink-shm", "interlink-shm-empty", "interlink-tcp", "mpich", "gloo"]
+    systems = sorted({r["system"] for r in rows}, key=lambda s: order.index(s) if s in order else 9)
     idx = {(r["system"], r["collective"], r["nranks"], r["size"]): r for r in rows}
     keys = sorted({(r["collective"], r["nranks"], r["size"]) for r in rows},
                   key=lambda k: (peers.COLLECTIVES.index(k[0]) if k[0] in peers.COLLECTIVES else 9, k[1], k[2]))
@@ -86,8 +90,8 @@ def table(result: dict) -> str:
     out = [f"memcpy (numpy copy of 64 MiB): {memcpy:.2f} GB/s before, {result.get('memcpy_gbps_after', 0):.2f} after",
            "",
            "| collective | ranks | size | " + " | ".join(f"{s} time us / busbw GB/s" for s in systems)
-           + " | shm/mpich busbw | shm/memcpy |",
-           "|---|---|---|" + "---|" * len(systems) + "---|---|"]
+           + " | shm/mpich busbw | shm-empty/mpich | shm/memcpy |",
+           "|---|---|---|" + "---|" * len(systems) + "---|---|---|"]
     for coll, p, size in keys:
         cells = []
         for s in systems:
@@ -96,8 +100,10 @@ def table(result: dict) -> str:
         shm, mpi = idx.get(("interlink-shm", coll, p, size)), idx.get(("mpich", coll, p, size))
         ratio = f"{shm['busbw'] / mpi['busbw']:.2f}x" if shm and mpi and mpi["busbw"] > 0 else (
             f"{mpi['time_us'] / shm['time_us']:.2f}x (time)" if shm and mpi else "-")
+        emp = idx.get(("interlink-shm-empty", coll, p, size))
+        ratio2 = f"{emp['busbw'] / mpi['busbw']:.2f}x" if emp and mpi and mpi["busbw"] > 0 else "-"
         lim = f"{shm['busbw'] / memcpy:.0%}" if shm else "-"
-        out.append(f"| {coll} | {p} | {human(size)} | " + " | ".join(cells) + f" | {ratio} | {lim} |")
+        out.append(f"| {coll} | {p} | {human(size)} | " + " | ".join(cells) + f" | {ratio} | {ratio2} | {lim} |")
     return "\n".join(out)
 
 
@@ -137,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--collectives", default=",".join(peers.COLLECTIVES))
     ap.add_argument("--sizes", default=DEFAULT_SIZES)
-    ap.add_argument("--systems", default="interlink-shm,interlink-tcp,mpich,gloo")
+    ap.add_argument("--systems", default="interlink-shm,interlink-shm-empty,interlink-tcp,mpich,gloo")
     ap.add_argument("--json", default=None)
     ap.add_argument("--plot", default=None)
     a = ap.parse_args(argv)

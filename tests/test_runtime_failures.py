@@ -26,7 +26,7 @@ def die_midway(rank: int, world: int, coll: str = "all_reduce") -> dict:
     import interlink as dist
 
     dist.init(timeout=60)
-    if coll == "all_reduce":
+    if coll.startswith("all_reduce"):
         a = np.ones(1 << 16, dtype=np.float32)
         call = lambda: dist.all_reduce(a)
     else:  # 1 MiB broadcast and reduce_scatter: streamed through the host page's slots on shm
@@ -50,13 +50,14 @@ def die_midway(rank: int, world: int, coll: str = "all_reduce") -> dict:
 
 @pytest.mark.parametrize("transport,coll", [("shm", "all_reduce"), ("tcp", "all_reduce"), ("shm", "broadcast"),
                                             ("shm", "reduce_scatter"), ("shm", "broadcast-direct"),
-                                            ("shm", "reduce_scatter-direct")])
+                                            ("shm", "reduce_scatter-direct"), ("shm", "all_reduce-direct")])
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_dead_rank_raises_peer_lost_within_seconds(nranks: int, transport: str, coll: str) -> None:
     shm_before = set(os.listdir("/dev/shm"))
     env = {"INTERLINK_TRANSPORT": transport}
     if coll.endswith("-direct"):  # 1 MiB is larger than a slot: peers read the writer's own buffer
         env["INTERLINK_SHM_DIRECT_MAX_BYTES"] = str(1 << 16)
+        env["INTERLINK_SHM_AR_DIRECT_MIN_BYTES"] = str(1 << 16)
     res = run_ranks(nranks, die_midway, coll, env=env, expect_dead=(1,), timeout=60)
     for r, out in enumerate(res):
         if r == 1:

@@ -178,6 +178,13 @@ def stream_suite(rank: int, world: int, sizes: tuple, shared: bool = False) -> t
                 dist.reduce_scatter_tensor(out, inp(ins[rank]), op=op)
                 check(f"streamed reduce_scatter {dt} {op.name} n={n}", out,
                       numpy_reduce(op, ins)[rank * n:(rank + 1) * n])
+        for dt in numeric_dtypes():  # all_reduce from the ranks' own buffers (direct variant)
+            for op in ops_for_dtype(dt):
+                case += 1
+                ins = [data(r, case, n, dt, op) for r in range(p)]
+                a = inp(ins[rank].copy())
+                dist.all_reduce(a, op=op)
+                check(f"all_reduce {dt} {op.name} n={n}", a, numpy_reduce(op, ins))
         # the regular entry (async) takes the same slots
         case += 1
         ins = [data(r, case, n, np.float64) for r in range(p)]
@@ -197,6 +204,7 @@ def test_streamed_and_direct_paths_against_numpy(nranks: int, path: str) -> None
     sizes: tuple = (1021, 4099, 9001)
     if path.startswith("direct"):  # slots of 2 KiB: larger goes by cross-memory attach, 256 KiB a read
         env["INTERLINK_SHM_DIRECT_MAX_BYTES"] = "2048"
+        env["INTERLINK_SHM_AR_DIRECT_MIN_BYTES"] = "2048"
         sizes = (1021, 9001, 70001)
     shared = path.endswith("shared")
     res = run_ranks(nranks, stream_suite, sizes, shared, env=env, timeout=300)

@@ -210,7 +210,7 @@ def run_gloo(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COL
 # ---- interlink itself, with the very same loop ------------------------------------------------
 
 def _interlink_worker(rank: int, nranks: int, env: dict, sizes: Sequence[int], collectives: Sequence[str],
-                      out_path: str, system: str) -> None:
+                      out_path: str, system: str, shared_inputs: bool = False) -> None:
     os.environ.update(env)
     os.environ["RANK"] = str(rank)
     os.environ["WORLD_SIZE"] = str(nranks)
@@ -227,6 +227,10 @@ def _interlink_worker(rank: int, nranks: int, env: dict, sizes: Sequence[int], c
     for coll in collectives:
         for nbytes in sizes:
             inp, out = buffers(coll, nbytes, nranks, rank)
+            if shared_inputs:  # the input in shared memory: peers read it in place
+                x = dist.empty(inp.shape, inp.dtype)
+                x[...] = inp
+                inp = x
             if coll == "all_reduce":
                 call = lambda: dist.all_reduce(inp)
             elif coll == "all_gather":
@@ -244,15 +248,17 @@ def _interlink_worker(rank: int, nranks: int, env: dict, sizes: Sequence[int], c
 
 
 def run_interlink(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLLECTIVES,
-                  transport: str = "shm", timeout: float = 1800, extra_env: dict | None = None) -> list[dict]:
+                  transport: str = "shm", timeout: float = 1800, extra_env: dict | None = None,
+                  shared_inputs: bool = False) -> list[dict]:
     import secrets
 
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "INTERLINK_SECRET": secrets.token_hex(16),
            "INTERLINK_TRANSPORT": transport}
     env.update(extra_env or {})
-    system = f"interlink-{transport}"
+    system = f"interlink-{transport}" + ("-empty" if shared_inputs else "")
     return _spawn_ranks(nranks, system, timeout,
-                        lambda r, out: (_interlink_worker, (r, nranks, env, list(sizes), list(collectives), out, system)))
+                        lambda r, out: (_interlink_worker, (r, nranks, env, list(sizes), list(collectives), out, system,
+                                                            shared_inputs)))
 
 
 # ---- spawning the ranks of a peer --------------------------------------------------------------

@@ -389,7 +389,8 @@ class Group:
         fast = self._fast
         inp = arrays.as_flat(a, "tensor", writable=False, reducing=kind in (AR, RS))
         rop = ReduceOp.SUM
-        fits = 0 < inp.nbytes <= fast.max if kind == AR else fast.takes(kind, inp.nbytes)
+        fits = (0 < inp.nbytes <= fast.max or fast.takes_all_reduce(inp.nbytes)) if kind == AR else \
+            fast.takes(kind, inp.nbytes)
         if kind in (AR, RS):
             rop = self._reduce_op(op, inp.dtype)
         elif kind == BC:
@@ -434,8 +435,10 @@ class Group:
             st = _Staging()
             a = st.flat(tensor, "tensor", reducing=True)
         rop = self._reduce_op(op, a.dtype)
-        if algorithm is None and self._fast is not None and a.nbytes <= self._fast.direct_max:
-            kind = "all_reduce" if a.nbytes <= self._fast.max else "all_reduce_2phase"
+        if algorithm is None and self._fast is not None and (a.nbytes <= self._fast.direct_max
+                                                              or self._fast.takes_all_reduce(a.nbytes)):
+            kind = "all_reduce" if a.nbytes <= self._fast.max or a.nbytes > self._fast.direct_max \
+                else "all_reduce_2phase"
             if not async_op:
                 self.ctx.runner.run_sync_call(self._run_fast, kind, a, rop, 0, timeout)
                 if st is not None:
