@@ -138,7 +138,7 @@ def test_small_messages_pick_a_latency_optimal_algorithm(spec: str) -> None:
     if p.mode == "gpu":
         assert p.protocol in ("ll", "ll128")
     big = predict("all_reduce", GiB, spec)
-    assert big.algorithm in ("ring", "rabenseifner", "nvls", "hierarchical", "fast2"), big.per_algorithm()
+    assert big.algorithm in ("ring", "rabenseifner", "nvls", "hierarchical", "fast2", "fastd"), big.per_algorithm()
 
 
 @pytest.mark.parametrize("spec", ["dgx-h100", "2xdgx-a100", "cpu-host", "2xcpu-host"])
@@ -430,3 +430,28 @@ def test_calibrate_measures_fits_and_saves(tmp_path) -> None:
                 profile=loaded)
     meas = next(s for s in samples if s.algorithm == "ring" and s.nbytes == 1 << 20).seconds * 1e6
     assert 0.5 < p.time_us / meas < 2.0, (p.time_us, meas)
+
+
+def test_fit_recovers_the_shared_page_paths_including_fastd() -> None:
+    """The shared-page paths carry their whole per-call cost in alpha (the latency path skips most of what
+    host.call_us measures), and the direct all_reduce ('fastd') is fitted like the others."""
+    truth = {"host.fast.alpha_us": 3.4, "host.fast.ns_per_byte": 0.05, "host.fast.alpha_oversub_us": 20.0,
+             "host.fastd.alpha_us": 15.0, "host.fastd.ns_per_byte": 0.12, "host.fastd.alpha_oversub_us": 60.0,
+             "host.call_us": 5.0, "host.fast.oversub_byte_factor": 1.0, "host.fastd.oversub_byte_factor": 1.0}
+    params = default_params().replace(truth, "truth")
+    samples = []
+    for p in (2, 4):
+        topo = cpu_topology(p, cores=2)
+        for n in (8, 1024, 16384, 65536):
+            t = predict("all_reduce", n, topo, algorithm="fast", params=params).time_us
+            samples.append(Sample("shm", p, "all_reduce", "fast", n, n // 4, t * 1e-6))
+        for n in (8 << 20, 16 << 20, 32 << 20, 64 << 20):
+            t = predict("all_reduce", n, topo, algorithm="fastd", params=params).time_us
+            samples.append(Sample("shm", p, "all_reduce", "fastd", n, n // 4, t * 1e-6))
+    got, quality = fit(samples, cores=2)
+    assert quality["fastd"]["max_rel_err"] < 0.02 and quality["fast"]["max_rel_err"] < 0.02
+    for k in ("host.fastd.alpha_us", "host.fastd.ns_per_byte", "host.fast.alpha_us", "host.fast.ns_per_byte"):
+        assert got[k] == pytest.approx(truth[k], rel=0.05), (k, got)
+    # fastd is the runtime's own path only above its minimum and the two-phase path
+    small = predict("all_reduce", 1 << 20, cpu_topology(2, cores=2), params=params)
+    assert "fastd" not in {c.algorithm for c in small.table}

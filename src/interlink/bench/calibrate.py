@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..model.calibrate import (BUDGET_BYTES, CASES, DEFAULT_PASSES, DEFAULT_RANKS, DEFAULT_REPS, FAST_SIZES,
-                               SIZES, TRANSPORTS, Sample, fit_profile, report_lines, to_samples)
+from ..model.calibrate import (BUDGET_BYTES, CASES, DEFAULT_PASSES, DEFAULT_RANKS, DEFAULT_REPS, DIRECT_SIZES,
+                               FAST_SIZES, SIZES, TRANSPORTS, Sample, fit_profile, report_lines, to_samples)
 from ..model.params import Profile
 
 __all__ = ["calibrate", "measure", "plan", "run_points", "wait_quiet", "merge_passes", "report_lines",
@@ -78,7 +78,8 @@ def measure(cases: Sequence[tuple[str, Optional[str], int]], reps: int = DEFAULT
 
 def _last_path(collective: str) -> str:
     """The path the world group's last call took, from its flight recorder's signature:
-    'fast' (one-shot shared memory), 'fast2' (two-phase shared memory) or the Schedule's algorithm."""
+    'fast' (one-shot shared memory), 'fast2' (two-phase shared memory), 'fastd' (from the ranks' own
+    buffers) or the Schedule's algorithm."""
     try:
         from ..runtime import api
 
@@ -104,18 +105,20 @@ def _worker(spec: Mapping[str, Any]) -> None:
         il.destroy()
 
 
-def shm_limits() -> tuple[int, int]:
-    """(largest one-shot shared-page payload, largest shared-memory all_reduce) of the runtime here: the
-    fit records them with the profile (the model itself never imports the runtime or its transports)."""
+def shm_limits() -> tuple[int, int, int]:
+    """(largest one-shot shared-page payload, largest two-phase shared-memory all_reduce, size above which
+    all_reduce reads the ranks' own buffers) of the runtime here: the fit records them with the profile
+    (the model itself never imports the runtime or its transports)."""
     try:
         from ..transport import shm
     except ImportError:
-        return 8192, 0
+        return 8192, 0, 1 << 62
     small = getattr(shm, "fast_small_bytes", None)
     big = getattr(shm, "fast_max_bytes", None)
     s = int(small()) if small else (int(big()) if big else 8192)
     b = int(big()) if (small and big) else s
-    return s, max(b, s)
+    direct = getattr(shm, "ar_direct_min_bytes", None)
+    return s, max(b, s), int(direct()) if direct else 1 << 62
 
 
 
@@ -130,8 +133,9 @@ def plan(transport: str, sizes: Sequence[int] = SIZES, fast_sizes: Sequence[int]
          cases: Sequence[tuple[str, str, int]] = CASES) -> list[tuple[str, Optional[str], int]]:
     out: list[tuple[str, Optional[str], int]] = [(c, a, s) for c, a, top in cases for s in sizes if s <= top]
     if transport == "shm":
-        big = shm_limits()[1]
+        _small, big, direct = shm_limits()
         out += [("all_reduce", None, s) for s in fast_sizes if s <= big]
+        out += [("all_reduce", None, s) for s in DIRECT_SIZES if s > max(big, direct)]
     return out
 
 

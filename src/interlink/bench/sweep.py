@@ -370,7 +370,7 @@ def _timed(call: Callable[[], None], iters: int, warmup: int, barrier: Callable[
 
 def path_taken(g: Any, collective: str) -> Optional[str]:
     """The path the group's last call took, from its flight recorder: 'fast' (one shared write per rank),
-    'fast2' (the two-phase shared-memory all_reduce), 'direct' (readers take from the writers' own buffers)
+    'fast2' (the two-phase shared-memory all_reduce), 'fastd' (readers take from the writers' own buffers)
     or the Schedule's algorithm; None if unknown."""
     try:
         sig = g.recorder[-1].sig

@@ -52,6 +52,8 @@ CASES: tuple[tuple[str, str, int], ...] = (
     ("all_reduce", "direct", 1 << 16),
 )
 FAST_SIZES: tuple[int, ...] = (8, 256, 1024, 4096, 8192, 16384, 65536, 262144, 1 << 20, 4 << 20)
+#: all_reduce sizes timed on the runtime's own path above the shared page (from the ranks' own buffers)
+DIRECT_SIZES: tuple[int, ...] = (8 << 20, 16 << 20, 64 << 20)
 DEFAULT_RANKS: tuple[int, ...] = (2, 4)
 TRANSPORTS: tuple[str, ...] = ("shm", "tcp")
 DEFAULT_REPS = 5
@@ -162,7 +164,7 @@ DRAM_GRID = tuple(1.0 + 0.25 * k for k in range(9))  # 1.0 .. 3.0
 
 
 def fit(samples: Sequence[Sample], cores: Optional[int] = None,
-        limits: Optional[tuple[int, int]] = None) -> tuple[dict[str, float], dict[str, Any]]:
+        limits: Optional[tuple[int, ...]] = None) -> tuple[dict[str, float], dict[str, Any]]:
     """Fit host.* parameters to the samples; returns (params, fit quality per transport).
 
     Linear parameters by non-negative least absolute relative error (reweighted least squares); the
@@ -170,8 +172,8 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None,
     from .cost import CPU_TERMS, _term_name
 
     cores = cores or (os.cpu_count() or 1)
-    reg = [s for s in samples if s.algorithm not in ("fast", "fast2")]
-    fast = [s for s in samples if s.algorithm in ("fast", "fast2")]
+    reg = [s for s in samples if s.algorithm not in ("fast", "fast2", "fastd")]
+    fast = [s for s in samples if s.algorithm in ("fast", "fast2", "fastd")]
     transports = sorted({s.transport for s in reg})
     cols: list[str] = []
     for t in transports:
@@ -217,11 +219,11 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None,
             quality[t] = {"samples": int(sel.sum()), "median_rel_err": float(np.median(e)),
                           "max_rel_err": float(e.max())}
     llc, m = params.get("host.llc_bytes", 32.0 * 2**20), params.get("host.dram_factor", 1.0)
-    for kind in ("fast", "fast2"):
+    for kind in ("fast", "fast2", "fastd"):
         pts = [s for s in fast if s.algorithm == kind]
         if not pts:
             continue
-        call = params.get("host.call_us", 0.0)
+        call = 0.0  # the shared-page paths' fixed cost is all in their alpha (see cost._fast)
         y = np.array([max(s.seconds * 1e6 - call, 1e-3) for s in pts])
         meas = np.array([s.seconds * 1e6 for s in pts])
         best_fast = None
@@ -243,13 +245,15 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None,
     if limits is not None:  # the runtime's shared-page sizes, measured with the samples (the bench layer)
         params["host.fast.max_bytes"] = float(limits[0])
         params["host.fast2.max_bytes"] = float(limits[1])
+        if len(limits) > 2:
+            params["host.fastd.min_bytes"] = float(limits[2])
     return params, quality
 
 
 def fit_profile(samples: Sequence[Sample], *, ranks: Sequence[int] = DEFAULT_RANKS,
                 transports: Sequence[str] = TRANSPORTS, reps: int = DEFAULT_REPS, passes: int = DEFAULT_PASSES,
                 seconds: float = 0.0, save: bool = True, path: Optional[str] = None,
-                limits: Optional[tuple[int, int]] = None) -> Profile:
+                limits: Optional[tuple[int, ...]] = None) -> Profile:
     """Fit this host's parameters to measured ``samples`` and (by default) save the profile, with the raw
     samples in it so that a later fit needs no new measurement. The measuring is
     :func:`interlink.bench.calibrate.calibrate` (it starts ranks: the bench layer, above the runtime)."""

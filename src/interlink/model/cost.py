@@ -101,7 +101,7 @@ SCHEDULE_RANKS_LIMIT = 256
 PER_RANK_SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 
 #: Pseudo-algorithms: NVLink SHARP, and the shared-memory paths of an all-local CPU group.
-PSEUDO = ("nvls", "fast", "fast2")
+PSEUDO = ("nvls", "fast", "fast2", "fastd")
 
 #: Collectives the small-message fast path of an all-local group serves.
 FAST_COLLECTIVES = frozenset({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"})
@@ -925,7 +925,7 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
             if c is not None:
                 table.append(cand("nvls", "simple", c[0], "nvls", 1, c[1]))
             continue
-        if algo in ("fast", "fast2"):
+        if algo in ("fast", "fast2", "fastd"):
             c = _fast(collective, S, info, params, (fast_path or algorithm == algo) and transport != "tcp",
                       explicit=algorithm == algo, kind=algo)
             if c is not None:
@@ -994,7 +994,7 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
 #: predictions closer than this (relative) count as a tie, broken by preference
 TIE_REL = 0.02
 
-PREFERENCE = ("nvls", "fast", "fast2", "ring", "recursive_doubling", "rabenseifner", "binomial", "direct", "bruck",
+PREFERENCE = ("nvls", "fast", "fast2", "fastd", "ring", "recursive_doubling", "rabenseifner", "binomial", "direct", "bruck",
               "recursive_halving", "pairwise", "dissemination", "tree", "hierarchical")
 
 
@@ -1042,8 +1042,8 @@ def _fast(collective: str, S: int, info: _TopoInfo, params: Params, allowed: boo
         why = "the shared-memory paths serve CPU ranks of one host"
     elif kind == "fast" and collective not in FAST_COLLECTIVES:
         why = f"the fast path serves {', '.join(sorted(FAST_COLLECTIVES))}"
-    elif kind == "fast2" and collective != "all_reduce":
-        why = "the two-phase shared-memory path serves all_reduce"
+    elif kind in ("fast2", "fastd") and collective != "all_reduce":
+        why = f"the {'two-phase' if kind == 'fast2' else 'direct'} shared-memory path (modelled) serves all_reduce"
     elif not allowed:
         why = "disabled (or TCP forced: the fast paths live in shared memory)"
     else:
@@ -1052,16 +1052,20 @@ def _fast(collective: str, S: int, info: _TopoInfo, params: Params, allowed: boo
             payload, work = {"all_reduce": (S, S * p), "broadcast": (S, S), "all_gather": (S // p, S),
                              "reduce_scatter": (S, S), "barrier": (0, 0)}[collective]
             lo = 0.0
-        else:
+        elif kind == "fast2":
             payload, work = S, S
             lo = params.value("host.fast.max_bytes")
-        top = params.value(f"host.{kind}.max_bytes")
+        else:  # fastd: above the two-phase path (from 3 ranks) or the one-shot path, and its own minimum
+            payload, work = S, S
+            lo = max(params.value("host.fastd.min_bytes"), params.value(
+                "host.fast2.max_bytes" if p >= params.value("host.fast2.min_ranks") else "host.fast.max_bytes"))
+        top = params.value(f"host.{kind}.max_bytes") if kind != "fastd" else float("inf")
         if kind == "fast" and collective != "all_reduce" and p >= params.value("host.fast2.min_ranks"):
             # from 3 ranks the one-shot all_gather/reduce_scatter/broadcast use the two-phase path's
             # big slots (runtime.fastpath: direct_max)
             top = max(top, params.value("host.fast2.max_bytes"))
-        if payload > top or (kind == "fast2" and payload <= lo):
-            why = f"the payload is outside ({lo:g}, {top:g}] bytes (host.{kind}.max_bytes)"
+        if payload > top or (kind in ("fast2", "fastd") and payload <= lo):
+            why = f"the payload is outside ({lo:g}, {top:g}] bytes (host.{kind}.*_bytes)"
         elif kind == "fast2" and p < params.value("host.fast2.min_ranks"):
             why = f"the two-phase path needs {params.value('host.fast2.min_ranks'):g}+ ranks"
         else:
@@ -1070,7 +1074,9 @@ def _fast(collective: str, S: int, info: _TopoInfo, params: Params, allowed: boo
             fb = (1.0 + kf * (f - 1.0)) if kf is not None else float(byte_oversub(info, params).max())
             cf = cache_factor(params, working_set(collective, p, count_for(collective, S, 1, p)[0], 1,
                                                   _active_ranks(info)))
-            return (params.value("host.call_us") + params.value(f"host.{kind}.alpha_us")
+            # the shared-page paths have their own per-call cost (alpha: the latency path skips most of
+            # what host.call_us measures on the regular path)
+            return (params.value(f"host.{kind}.alpha_us")
                     + params.value(f"host.{kind}.alpha_oversub_us") * (f - 1.0)
                     + work * params.value(f"host.{kind}.ns_per_byte") * 1e-3 * fb * cf)
     if explicit:

@@ -32,6 +32,7 @@ CPU hosts (interlink's own runtime; ``host.*`` entries are what ``interlink benc
     (cores per host come from the topology: ``meta['cores_per_host']`` or its core devices; ranks beyond them share)
     host.fast.{alpha_us,alpha_oversub_us,ns_per_byte,max_bytes}  the one-shot fast path of an all-local group
     host.fast2.{...}                 its two-phase all_reduce in shared memory (each rank reduces 1/p)
+    host.fastd.{...}                 its all_reduce from the ranks' own buffers (large sizes)
 
 Files
 -----
@@ -157,14 +158,14 @@ def _defaults() -> list[Param]:
         _p("host.dram_factor", 1.0, "x",
            "per-byte cost out of cache / in cache; 1: no cache effect (calibration fits it); the factor applied "
            "is 1 + (x - 1) * max(0, 1 - llc / working set), working set = 2 x S x ranks on the host"),
-        _p("host.fast.alpha_us", 14.0, "us", f"{_RESULTS}: 8-byte all_reduce of 2 ranks, 20.6 us (less the call)"),
+        _p("host.fast.alpha_us", 3.4, "us", f"{_RESULTS}: 8-byte all_reduce of 2 ranks, 3.4 us a call"),
         _p("host.fast.alpha_oversub_us", 190.0, "us", f"{_RESULTS}: 8-byte all_reduce of 4 ranks on 2 cores, 212 us"),
         _p("host.fast.ns_per_byte", 0.2, "ns/B", "estimate: each rank reads and reduces every rank's payload"),
         _p("host.fast.oversub_byte_factor", None, "x",
            "as host.oversub_byte_factor, for the one-shot shared-page path (None: that one); calibration fits it"),
         _p("host.fast2.oversub_byte_factor", None, "x", "as host.fast.oversub_byte_factor, for the two-phase path"),
         _p("host.fast.max_bytes", 65536.0, "B", "interlink.transport.shm.fast_small_bytes() default"),
-        _p("host.fast2.alpha_us", 20.0, "us", "estimate: two exchanges on the host page (publish, reduced slice)"),
+        _p("host.fast2.alpha_us", 25.0, "us", "estimate: a call and two exchanges on the host page (publish, slice)"),
         _p("host.fast2.alpha_oversub_us", 100.0, "us", "estimate: as host.fast.alpha_oversub_us, two exchanges"),
         _p("host.fast2.ns_per_byte", 0.4, "ns/B",
            "estimate: per byte of the vector, a rank copies it in, reduces its slice from every slot and "
@@ -172,6 +173,15 @@ def _defaults() -> list[Param]:
         _p("host.fast2.min_ranks", 3.0, "ranks", "interlink.runtime.fastpath: two-phase all_reduce from 3 ranks"),
         _p("host.fast2.max_bytes", 4.0 * 2**20, "B",
            "interlink.transport.shm.fast_max_bytes() default: all_reduce in shared memory up to this size"),
+        _p("host.fastd.alpha_us", 35.0, "us", "estimate: a call and three exchanges (publish, slice, done)"),
+        _p("host.fastd.alpha_oversub_us", 100.0, "us", "estimate: as host.fast2.alpha_oversub_us"),
+        _p("host.fastd.ns_per_byte", 0.3, "ns/B",
+           "estimate: per byte of the vector, a rank reduces its slice reading every rank's buffer and copies "
+           "the other slices out (~2 passes)"),
+        _p("host.fastd.oversub_byte_factor", None, "x", "as host.fast.oversub_byte_factor, for the direct path"),
+        _p("host.fastd.min_bytes", 2.0 * 2**20, "B",
+           "interlink.runtime.fastpath (INTERLINK_SHM_AR_DIRECT_MIN_BYTES): all_reduce from the ranks' own "
+           "buffers above this size (and above the two-phase path's)"),
     ]
     return out
 

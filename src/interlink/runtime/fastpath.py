@@ -24,7 +24,7 @@ from ..errors import CollectiveMismatchError
 from ..ops import ReduceOp, finish_avg, ufunc
 from ..transport import shmalloc
 from ..transport.base import MsgHeader
-from ..transport.shm import BELL, _env_int, fast_small_bytes
+from ..transport.shm import BELL, _env_int, ar_direct_min_bytes, fast_small_bytes
 from .engine import BELL_TIMEOUT, Engine
 
 # slot header, u64 words: fast seq (published first phase), phase-2 seq, group seq, crc, nbytes,
@@ -140,9 +140,7 @@ class FastPath:
         self.arenas = shmalloc.PeerArenas()
         # all_reduce from the ranks' own buffers (each rank reduces its 1/p slice reading every rank's
         # buffer, then copies the other slices): above this size
-        # (2 ranks, plain numpy buffers: 1 MiB 155 us by the ring vs 277 us; 4 MiB 605 vs 480 us; 64 MiB
-        # equal; 4 ranks 16 MiB 7.9 vs 5.3 ms; in interlink.empty buffers it wins from 256 KiB)
-        self.ar_direct_min = _env_int("INTERLINK_SHM_AR_DIRECT_MIN_BYTES", 2 << 20)
+        self.ar_direct_min = ar_direct_min_bytes()
 
     def _agree(self, ok: bool, timeout: float = 60.0) -> bool:
         """All local ranks AND a flag through the host page (every rank builds its FastPath at init):
@@ -293,7 +291,7 @@ class FastPath:
         count, dt, me = a.size, a.dtype, self.me
         sends = kind != BAR and (kind != BC or root == me)
         direct = a.nbytes > self.max and (kind == AR or a.nbytes > (self.gather_max if kind == AG else self.move_max))
-        path = "direct" if direct else "fast"  # the flight recorder and `interlink bench` name the path
+        path = "fastd" if direct else "fast"  # the flight recorder and `interlink bench` name the path
         sigb = f"{NAMES[kind]}:{path} {dt} n={count} {op.name.lower()} root={root} {group}".encode()
         sc = Small(kind, sigb, a.nbytes if sends else 0, sends)
         sc.count, sc.root = count, root
