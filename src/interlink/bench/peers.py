@@ -25,8 +25,9 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
 
 def iters_for(nbytes: int, budget: float = 256 * 2**20) -> int:
-    """Calls per repetition: about ``budget`` bytes moved, between 3 and 300."""
-    return int(min(300, max(3, budget // max(nbytes, 1))))
+    """Calls per repetition: about ``budget`` bytes moved, between 3 and 1000 (a few ms of small calls at
+    least: on a shared VM one descheduled core inside a 1 ms repetition moved a latency point by 4x)."""
+    return int(min(1000, max(3, budget // max(nbytes, 1))))
 
 
 def busbw_factor(collective: str, nranks: int) -> float:
@@ -47,7 +48,7 @@ def row(system: str, collective: str, nranks: int, nbytes: int, t: float) -> dic
 def time_loop(call: Callable[[], None], barrier: Callable[[], None], max_over_ranks: Callable[[float], float],
               nbytes: int, warmup: int = 3, reps: int = 3) -> float:
     iters = iters_for(nbytes)
-    for _ in range(warmup):
+    for _ in range(max(warmup, iters // 10)):  # past the first calls' page faults and cache fills
         call()
     ts = []
     for _ in range(reps):
