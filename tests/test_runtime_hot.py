@@ -17,6 +17,19 @@ from mp import run_ranks
 from test_runtime_collectives import _eq, data
 
 
+class Checks:
+    """Counts checks and collects a line per result that differs from numpy's."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank, self.count, self.fails = rank, 0, []
+
+    def __call__(self, name: str, got, exp) -> None:
+        self.count += 1
+        if not _eq(np.asarray(got), np.asarray(exp)):
+            self.fails.append(f"rank {self.rank} {name}: got {np.asarray(got).ravel()[:6]} "
+                              f"expected {np.asarray(exp).ravel()[:6]}")
+
+
 def hot_suite(rank: int, world: int) -> tuple[int, list[str], int]:
     import interlink as dist
     from interlink.runtime import api
@@ -24,15 +37,9 @@ def hot_suite(rank: int, world: int) -> tuple[int, list[str], int]:
 
     dist.init(timeout=60)
     p = world
-    fails: list[str] = []
-    checks = 0
+    check = Checks(rank)
     case = 0
 
-    def check(name: str, got, exp) -> None:
-        nonlocal checks
-        checks += 1
-        if not _eq(np.asarray(got), np.asarray(exp)):
-            fails.append(f"rank {rank} {name}: got {np.asarray(got).ravel()[:6]} expected {np.asarray(exp).ravel()[:6]}")
 
     # reduce_scatter and all_reduce: every dtype x op, tiny sizes (a block of 1 and of 3 per rank)
     for dt in numeric_dtypes():
@@ -91,28 +98,28 @@ def hot_suite(rank: int, world: int) -> tuple[int, list[str], int]:
     for bad, exc in ((np.ones(6)[::2], ValueError), (np.ones(3, dtype=object), TypeError)):
         try:
             dist.all_reduce(bad)
-            fails.append(f"rank {rank}: all_reduce of a bad array did not raise")
+            check.fails.append(f"rank {rank}: all_reduce of a bad array did not raise")
         except exc:
-            checks += 1
+            check.count += 1
     ro = np.ones(3)
     ro.flags.writeable = False
     try:
         dist.all_reduce(ro)
-        fails.append(f"rank {rank}: all_reduce of a read-only array did not raise")
+        check.fails.append(f"rank {rank}: all_reduce of a read-only array did not raise")
     except ValueError:
-        checks += 1
+        check.count += 1
     try:
         dist.all_reduce(np.ones(3, dtype=np.complex64), op="max")
-        fails.append(f"rank {rank}: MAX on complex did not raise")
+        check.fails.append(f"rank {rank}: MAX on complex did not raise")
     except TypeError:
-        checks += 1
+        check.count += 1
     a = np.full(4, rank + 1.0)
     dist.all_reduce(a)
     check("all_reduce after refused calls", a, np.full(4, p * (p + 1) / 2))
 
     hot = sum(isinstance(v, Small) for v in api._WORLD._fast.shapes.values()) if api._WORLD._fast else 0
     dist.destroy()
-    return checks, fails, hot
+    return check.count, check.fails, hot
 
 
 @pytest.mark.parametrize("nranks", [1, 2, 3, 5])
@@ -143,15 +150,9 @@ def stream_suite(rank: int, world: int, sizes: tuple, shared: bool = False) -> t
 
     dist.init(timeout=60)
     p = world
-    fails: list[str] = []
-    checks = 0
+    check = Checks(rank)
     case = 0
 
-    def check(name: str, got, exp) -> None:
-        nonlocal checks
-        checks += 1
-        if not _eq(np.asarray(got), np.asarray(exp)):
-            fails.append(f"rank {rank} {name}: got {np.asarray(got).ravel()[:6]} expected {np.asarray(exp).ravel()[:6]}")
 
     for n in sizes:  # primes: blocks and chunks never divide evenly
         for dt in (np.float32, np.int16, np.complex128, np.uint8):
@@ -193,7 +194,7 @@ def stream_suite(rank: int, world: int, sizes: tuple, shared: bool = False) -> t
         check(f"async streamed broadcast n={n}", a, ins[p - 1])
     mapped = len(api._WORLD._fast.arenas._maps)
     dist.destroy()
-    return checks, fails, mapped
+    return check.count, check.fails, mapped
 
 
 @pytest.mark.parametrize("nranks", [2, 3, 5])
