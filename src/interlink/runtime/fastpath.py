@@ -1,13 +1,19 @@
-"""The small-message fast path of a group whose ranks all share one host.
+"""The shared-memory paths of a group whose ranks all share one host (the world group of such a job).
 
-Small all_reduce / broadcast / barrier calls skip the channels: every rank writes its payload once
-into its own slot on the host page and publishes it; every reader then takes all ranks' payloads as
-one strided array (all_reduce reduces them in rank order, so every rank gets bit-identical results).
-This is the 'direct' Schedule of each collective, executed with one shared write per rank instead of
-p-1 copies. Two slots per rank alternate by call; a rank reuses a slot only after every peer has
-finished reading its previous use (the `done` words). Each slot carries the call's group sequence
-number, a CRC of its signature and its size, so mismatched calls raise CollectiveMismatchError; a peer
-that took the regular path instead (e.g. a larger count) is noticed in the channel rings.
+Small calls skip the channels: every rank writes its payload once into its own slot on the host page
+and publishes it; every reader then takes all ranks' payloads as one strided array (all_reduce reduces
+them in rank order, so every rank gets bit-identical results). This is the 'direct' Schedule of each
+collective, executed with one shared write per rank instead of p-1 copies. Two slots per rank
+alternate by call; a rank reuses a slot only after every peer has finished reading its previous use
+(the `done` words). Each slot carries the call's group sequence number, a CRC of its signature and its
+size, so mismatched calls raise CollectiveMismatchError; a peer that took the regular path instead
+(e.g. a larger count) is noticed in the channel rings.
+
+The same protocol carries the larger calls (FastPath.hot dispatches on the cached call shape, Small):
+- `fast`, above 64 KiB: broadcast / all_gather / reduce_scatter up to the slot size (_streamed);
+- `fast2`: the two-phase all_reduce of 3+ ranks up to the slot size (all_reduce_2phase);
+- `fastd`, above that: readers take their part straight from the writers' own buffers, mapped when
+  they live in an interlink.empty arena, else by cross-memory attach (_direct, _direct_all_reduce).
 """
 
 from __future__ import annotations
@@ -73,11 +79,11 @@ class Small:
         self.oshape: tuple = ()
         self.fn: Any = None
         self.avg = False
-        self.stream = 0  # elements per chunk when the payload streams (large calls), else 0
+        self.stream = 0  # above the one-shot size: elements per reduction chunk (else 0)
         self.count = 0  # input elements
         self.block = 0  # reduce_scatter: elements per rank
         self.root = 0
-        self.direct = False  # too large for a slot: peers read this rank's own buffer (cross-memory attach)
+        self.direct = False  # too large for a slot: peers read this rank's own buffer (fastd)
 
 
 class FastPath:
