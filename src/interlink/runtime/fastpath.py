@@ -463,12 +463,13 @@ class FastPath:
             else:
                 mine[...] = flat
         serial = self._announce(sc, flat, f, q, seq, reg)
-        self._gather_headers(sc, f, q, seq, timeout)
-        if kind == AG:
+        if kind == AG:  # this rank's own block needs no peer: copy it while the peers arrive
             o = out.reshape(-1)
             own = o[me * c:(me + 1) * c]
             if own.__array_interface__["data"][0] != flat.__array_interface__["data"][0]:
                 own[...] = flat  # out of place
+        self._gather_headers(sc, f, q, seq, timeout)
+        if kind == AG:
             for k in range(1, n):
                 i = (me + k) % n  # the next rank first: the readers of a slot spread out in time
                 src = self._shared_input(i, q, a.dtype, c)
@@ -518,6 +519,11 @@ class FastPath:
         kind, me, n = sc.kind, self.me, self.n
         flat = a.reshape(-1)
         self._announce(sc, flat, f, q, seq, self._arena(sc, flat))
+        if kind == AG:  # this rank's own block needs no peer: copy it while the peers arrive
+            c = sc.count
+            own = out.reshape(-1)[me * c:(me + 1) * c]
+            if own.__array_interface__["data"][0] != flat.__array_interface__["data"][0]:
+                own[...] = flat
         self._gather_headers(sc, f, q, seq, timeout)
         isz = a.dtype.itemsize
         piece = max(1, 64 * self.chunk // isz)  # elements per cross-memory read (8 MiB)
@@ -544,9 +550,6 @@ class FastPath:
         elif kind == AG:
             c = sc.count
             o = out.reshape(-1)
-            own = o[me * c:(me + 1) * c]
-            if own.__array_interface__["data"][0] != flat.__array_interface__["data"][0]:
-                own[...] = flat
             for k in range(1, n):
                 i = (me + k) % n
                 for lo in range(0, c, piece):
