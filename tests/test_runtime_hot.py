@@ -192,7 +192,9 @@ def stream_suite(rank: int, world: int, sizes: tuple, shared: bool = False) -> t
         a = ins[rank].copy()
         dist.broadcast(a, src=p - 1, async_op=True).wait(timeout=30)
         check(f"async streamed broadcast n={n}", a, ins[p - 1])
-    mapped = len(api._WORLD._fast.arenas._maps)
+    fast = api._WORLD._fast
+    # arenas are mapped only where the ranks may read each other's memory (cross-memory attach works)
+    mapped = len(fast.arenas._maps) if fast.cma else -1
     dist.destroy()
     return check.count, check.fails, mapped
 
@@ -214,4 +216,5 @@ def test_streamed_and_direct_paths_against_numpy(nranks: int, path: str) -> None
     assert all(checks > 100 for checks, _, _ in res)
     # with shared inputs every rank has read rank 0's arrays in place (its own are not mapped)
     mapped = [m for _, _, m in res]
-    assert (all(m > 0 for r, m in enumerate(mapped) if r != 0) if shared else not any(mapped)), mapped
+    if mapped[0] >= 0:  # -1: this machine forbids cross-memory attach, so nothing is read in place
+        assert (all(m > 0 for r, m in enumerate(mapped) if r != 0) if shared else not any(mapped)), mapped
