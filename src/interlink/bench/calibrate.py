@@ -80,17 +80,10 @@ def _last_path(collective: str) -> str:
     """The path the world group's last call took, from its flight recorder's signature:
     'fast' (one-shot shared memory), 'fast2' (two-phase shared memory), 'fastd' (from the ranks' own
     buffers) or the Schedule's algorithm."""
-    try:
-        from ..runtime import api
+    from ..runtime import api
+    from .sweep import path_taken
 
-        sig = api._world().recorder[-1].sig
-    except Exception:  # noqa: BLE001 - no recorder: assume the one-shot path
-        return "fast"
-    head = sig.split(" ", 1)[0]  # e.g. all_reduce:ring, all_reduce:fast, all_reduce_2phase:fast
-    name, _, algo = head.partition(":")
-    if algo == "fast":
-        return "fast" if name == collective else "fast2"
-    return algo or "fast"
+    return (path_taken(api._world(), collective) if api.is_initialized() else None) or "fast"
 
 
 def _worker(spec: Mapping[str, Any]) -> None:

@@ -377,10 +377,7 @@ def path_taken(g: Any, collective: str) -> Optional[str]:
     except (AttributeError, IndexError):
         return None
     sig = sig.decode() if isinstance(sig, bytes) else str(sig)
-    name, _, algo = sig.split(" ", 1)[0].partition(":")
-    if algo == "fast":
-        return "fast" if name == collective else "fast2"
-    return algo or None
+    return sig.split(" ", 1)[0].partition(":")[2] or None  # e.g. all_reduce:ring, all_reduce:fast2
 
 
 def transport_of(g: Any) -> str:

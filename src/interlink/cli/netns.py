@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Mapping, Sequence
 
 from ..topology.links import TopologyError, delay_seconds, rate_bits
-from ..runtime.launcher import DEFAULT_GRACE, _death_signal_preexec, _describe_status, _Output, _pump, _signal_group
+from ..runtime.launcher import (DEFAULT_GRACE, _death_signal_preexec, _describe_status, _exit_status, _Output, _pump,
+                                _signal_group, _write)
 
 __all__ = [
     "EmulationError",
@@ -541,12 +542,8 @@ def launch_emulated(
         _write(err, f"interlink run: host {failed.host.index} (namespace {failed.host.netns}, {failed.host.ip}) "
                     f"{_describe_status(code)} (first failure)" + "".join(f"; {a}" for a in also)
                     + (f"; stopped hosts {others}" if others else "") + "\n")
-        return code if 0 < code < 256 else 128 + (-code if code < 0 else 1)
+        return _exit_status(code)
     return 0
-
-
-def _write(out: _Output, text: str) -> None:
-    out.write_line(text.encode("utf-8", "replace"))
 
 
 def _monitor(procs: list[_HostProc], received: list[int], grace: float) -> tuple[_HostProc | None, int | None]:

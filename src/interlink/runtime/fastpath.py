@@ -11,7 +11,7 @@ size, so mismatched calls raise CollectiveMismatchError; a peer that took the re
 
 The same protocol carries the larger calls (FastPath.hot dispatches on the cached call shape, Small):
 - `fast`, above 64 KiB: broadcast / all_gather / reduce_scatter up to the slot size (_streamed);
-- `fast2`: the two-phase all_reduce of 3+ ranks up to the slot size (all_reduce_2phase);
+- `fast2`: the two-phase all_reduce of 3+ ranks up to the slot size (_two_phase);
 - `fastd`, above that: readers take their part straight from the writers' own buffers, mapped when
   they live in an interlink.empty arena, else by cross-memory attach (_direct, _direct_all_reduce).
 """
@@ -54,6 +54,12 @@ def _crc(sig: bytes) -> int:
     return c
 
 
+def _slices(count: int, n: int) -> list[int]:
+    """Where each of n ranks' slice of count elements starts (and, last, count): as even as can be."""
+    base, extra = divmod(count, n)
+    return [i * base + min(i, extra) for i in range(n + 1)]
+
+
 # the calls of the hot path
 AR, BC, AG, RS, BAR = range(5)
 NAMES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
@@ -64,7 +70,7 @@ class Small:
     the typed views of the slots it reads and writes, made once so that a call does no lookups."""
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
-                 "avg", "stream", "count", "block", "root", "direct")
+                 "avg", "stream", "count", "block", "root", "direct", "split")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -84,6 +90,7 @@ class Small:
         self.block = 0  # reduce_scatter: elements per rank
         self.root = 0
         self.direct = False  # too large for a slot: peers read this rank's own buffer (fastd)
+        self.split: Optional[list] = None  # the two-phase all_reduce: where each rank's slice starts
 
 
 class FastPath:
@@ -98,16 +105,15 @@ class FastPath:
         # two-phase all_reduce (reduce-scatter + all-gather in place) up to the slot size; with 2 ranks
         # the pipelined ring over the channels measured faster (both cores copy at once), so not there
         self.direct_max = self.page.fast_max if self.n >= 3 else self.max
-        # broadcast, all_gather and reduce_scatter go through the slots up to their size, streamed in
-        # chunks above `max` (readers copy or reduce chunk k while the writer writes chunk k+1)
+        # broadcast, all_gather and reduce_scatter go through the slots up to their size (above `max`:
+        # _streamed) ...
         self.move_max = self.page.fast_max
-        # ... except a 2-rank all_gather above 256 KiB a rank: there one copy by cross-memory attach over
-        # the channels wins (2 MiB a rank: 503 -> 413 us)
+        # ... except a 2-rank all_gather above 256 KiB a rank: there one copy by cross-memory attach
+        # (_direct) wins (2 MiB a rank: 503 -> 413 us)
         self.gather_max = self.move_max if self.n >= 3 else min(self.move_max, 256 * 1024)
         self.chunk = max(4096, _env_int("INTERLINK_FAST_CHUNK_BYTES", 128 * 1024))
         self.f = 0  # fast-path calls so far (the same on every rank)
         self.headers = [[self.page.slot_header(i, q) for q in (0, 1)] for i in range(self.n)]
-        self.datas = [self.page.slot_data(self.me, q) for q in (0, 1)]
         self.peers = [i for i in range(self.n) if i != self.me]
         # byte offsets of this rank's (group seq, crc, nbytes) header words, per parity
         self.hoff = [self.page.data_base + (2 * self.me + q) * self.page.slot_stride + 16 for q in (0, 1)]
@@ -115,10 +121,8 @@ class FastPath:
                      for i in range(self.n)]
         self.bells = [self.page.bell(i) for i in self.peers]
         self.members = bell.members
-        self._views: dict = {}
         self.spin = engine.spin
         self.safe = 0  # every peer is known to have finished reading calls <= safe
-        self.peer_heads = [self.headers[i] for i in self.peers]
         # the hot path reads and writes the page's control words as Python ints through memoryviews
         # (20 ns a word, against 70 ns through numpy scalars)
         mm = self.page.mm
@@ -152,7 +156,7 @@ class FastPath:
         """All local ranks AND a flag through the host page (every rank builds its FastPath at init):
         each writes 1 + flag into its doorbell block and waits for everyone's. Paths must be chosen the
         same on every rank, and whether CMA works is known per pair."""
-        W = memoryview(self.page.mm).cast("Q")
+        W = self.W
         word = lambda i: i * BELL // 8 + 2  # noqa: E731  (bytes 16..24 of rank i's doorbell block)
         W[word(self.me)] = 1 + int(ok)
         deadline = time.monotonic() + timeout
@@ -162,19 +166,23 @@ class FastPath:
             time.sleep(0.0005)
         return all(W[word(i)] == 2 for i in range(self.n))
 
-    def takes_all_reduce(self, nbytes: int) -> bool:
-        """Whether an all_reduce of nbytes too large for the one-shot and two-phase slot paths reduces
-        straight from the ranks' own buffers (_direct) rather than through the channels."""
-        return self.cma and nbytes > max(self.direct_max, self.ar_direct_min)
-
     def takes(self, kind: int, nbytes: int) -> bool:
-        """Whether a broadcast, all_gather, reduce_scatter or barrier of nbytes (input) goes through the
-        host page (the slots, or readers taking from the writer's buffer), not the channels."""
+        """Whether a call with nbytes of input goes through the host page (the slots, or the ranks' own
+        buffers), not the channels. The choice is the same on every rank (size and agreed flags only)."""
         if kind == BAR:
             return True
+        if kind == AR:  # one-shot or two-phase in the slots, else from the ranks' own buffers
+            return nbytes <= self.direct_max or (self.cma and nbytes > max(self.direct_max, self.ar_direct_min))
         if nbytes <= 0:
             return False
         return nbytes <= (self.gather_max if kind == AG else self.move_max) or self.cma
+
+    def remember(self, key: tuple, sc: Any) -> Any:
+        """Cache a call shape's Small (or False: not for these paths); the cache stays bounded."""
+        if len(self.shapes) > 1024:
+            self.shapes.clear()
+        self.shapes[key] = sc
+        return sc
 
     @staticmethod
     def usable(engine: Engine, world_size: int) -> bool:
@@ -229,11 +237,12 @@ class FastPath:
 
             raise HeaderMismatch(g, MsgHeader(0, seq, 0, sig.decode(errors="replace") + " (fast path)"), got)
 
-    def _check(self, i: int, q: int, seq: int, crc: int, nbytes: int, sig: bytes) -> None:
-        if nbytes < 0 and _GC.unpack_from(self.page.mm, self.goff[i][q]) == (seq, crc):
-            return  # the common case: one read of (group seq, crc)
+    def _check(self, i: int, q: int, seq: int, crc: int, sig: bytes) -> None:
+        """CollectiveMismatchError naming both calls unless rank i's slot holds this call's signature."""
+        if _GC.unpack_from(self.page.mm, self.goff[i][q]) == (seq, crc):
+            return
         h = self.headers[i][q]
-        if int(h[GSEQ]) != seq or int(h[CRC]) != crc or (nbytes >= 0 and int(h[NBYTES]) != nbytes):
+        if int(h[GSEQ]) != seq or int(h[CRC]) != crc:
             g = self.members[i]
             off = self.page.data_base + (2 * i + q) * self.page.slot_stride + SIG_OFF
             theirs = bytes(self.page.mm[off:off + SIG_BYTES]).rstrip(b"\0").decode(errors="replace")
@@ -244,51 +253,12 @@ class FastPath:
                 seq=seq, ranks=[self.members[self.me], g])
 
     # ---- one call ---------------------------------------------------------------------------------
-    def _begin(self, deadline: float, seq: int, sig: bytes) -> tuple[int, int]:
-        self.f += 1
-        f = self.f
-        q = f & 1
-        if f > 2 and self.safe < f - 2:  # every peer must have finished reading call f-2 (this slot)
-            done = self.page.done
-            self._wait(lambda: int(done.min()) >= f - 2, lambda: [i for i in self.peers if int(done[i]) < f - 2],
-                       deadline, seq, sig)
-        return f, q
-
-    def _publish(self, f: int, q: int, seq: int, crc: int, payload: Optional[np.ndarray], sig: bytes) -> None:
-        h = self.headers[self.me][q]
-        nbytes = 0 if payload is None else payload.nbytes
-        if nbytes:
-            self.datas[q][:nbytes] = payload.view(np.uint8)
-        _META.pack_into(self.page.mm, self.hoff[q], seq, crc, nbytes, sig[:SIG_BYTES])
-        h[SEQ] = f  # publish last
-        for b in self.bells:
-            b.ring()
-
-    def _finish(self, f: int) -> None:
-        self.page.done[self.me] = f
-        for b in self.bells:
-            b.ring()
-
     def _all_published(self, f: int, q: int) -> bool:
-        for h in self.peer_heads:
-            if int(h[q][SEQ]) < f:
+        W = self.W
+        for w in self.peer_w[q]:
+            if W[w] < f:
                 return False
         return True
-
-    def _exchange(self, seq: int, sig: bytes, payload: Optional[np.ndarray], deadline: float) -> tuple[int, int]:
-        """Publish this rank's slot for the next call and wait until every rank has published its own;
-        every rank's signature is checked (a mismatch names both calls)."""
-        crc = _crc(sig)
-        f, q = self._begin(deadline, seq, sig)
-        self._publish(f, q, seq, crc, payload, sig)
-        if not self._all_published(f, q):
-            fseq = self.page.fseq
-            self._wait(lambda: self._all_published(f, q), lambda: [i for i in self.peers if int(fseq[i, q]) < f],
-                       deadline, seq, sig)
-        self.safe = f - 1  # a peer publishes call f only after finishing call f-1
-        for i in self.peers:
-            self._check(i, q, seq, crc, -1, sig)
-        return f, q
 
     def small(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: ReduceOp, root: int,
               group: str) -> Small:
@@ -296,35 +266,40 @@ class FastPath:
         the input fits a slot)."""
         count, dt, me = a.size, a.dtype, self.me
         sends = kind != BAR and (kind != BC or root == me)
-        direct = a.nbytes > self.max and (kind == AR or a.nbytes > (self.gather_max if kind == AG else self.move_max))
-        path = "fastd" if direct else "fast"  # the flight recorder and `interlink bench` name the path
+        big = a.nbytes > self.max
+        two_phase = big and kind == AR and a.nbytes <= self.direct_max
+        direct = big and not two_phase and (
+            kind == AR or a.nbytes > (self.gather_max if kind == AG else self.move_max))
+        # the flight recorder and `interlink bench` name the path
+        path = "fastd" if direct else "fast2" if two_phase else "fast"
         sigb = f"{NAMES[kind]}:{path} {dt} n={count} {op.name.lower()} root={root} {group}".encode()
         sc = Small(kind, sigb, a.nbytes if sends else 0, sends)
         sc.count, sc.root = count, root
-        if a.nbytes > self.max:
-            sc.stream = max(1, self.chunk // dt.itemsize)
-            sc.direct = direct
-            if sc.direct:
-                sc.block = count // self.n
-                sc.fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op) if kind in (AR, RS) else None
-                sc.avg = op is ReduceOp.AVG
-                return sc
-        rows = [self.page.stacked(q, dt, count) for q in (0, 1)] if kind != BAR else []
-        sc.mine = [r[me].reshape(a.shape) if not sc.stream else r[me] for r in rows]
-        if kind == AR:
-            sc.parts = [[row.reshape(a.shape) for row in r] for r in rows]
-        elif kind == BC:
-            sc.parts = [[r[root].reshape(a.shape) if not sc.stream else r[root]] for r in rows]
-        elif kind == AG:
-            sc.stack, sc.oshape = rows, (self.n, count)
-        elif kind == RS:
-            m = sc.block = count // self.n
-            sc.parts = [[row[me * m:(me + 1) * m].reshape(out.shape) for row in r] for r in rows]
-            if sc.stream:
-                sc.parts = [[row[me * m:(me + 1) * m] for row in r] for r in rows]
         if kind in (AR, RS):
             sc.fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op)
             sc.avg = op is ReduceOp.AVG
+        sc.block = count // self.n
+        if direct:
+            sc.direct = True
+            return sc
+        if big and kind != AR:
+            sc.stream = max(1, self.chunk // dt.itemsize)
+        rows = [self.page.stacked(q, dt, count) for q in (0, 1)] if kind != BAR else []
+        shaped = not sc.stream  # the one-shot path works on the caller's shape, the others on flat views
+        sc.mine = [r[me].reshape(a.shape) if shaped else r[me] for r in rows]
+        if two_phase:
+            sc.split = _slices(count, self.n)
+            sc.stack = rows
+        elif kind == AR:
+            sc.parts = [[row.reshape(a.shape) for row in r] for r in rows]
+        elif kind == BC:
+            sc.parts = [[r[root].reshape(a.shape) if shaped else r[root]] for r in rows]
+        elif kind == AG:
+            sc.stack, sc.oshape = rows, (self.n, count)
+        elif kind == RS:
+            m = sc.block
+            sc.parts = [[row[me * m:(me + 1) * m].reshape(out.shape) if shaped else row[me * m:(me + 1) * m]
+                         for row in r] for r in rows]
         return sc
 
     def hot(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], seq: int, timeout: float) -> None:
@@ -351,7 +326,9 @@ class FastPath:
                 bell.ring()
         self._gather_headers(sc, f, q, seq, timeout)
         kind = sc.kind
-        if kind == AR or kind == RS:
+        if sc.split is not None:
+            self._two_phase(sc, a, f, q, seq, timeout)
+        elif kind == AR or kind == RS:
             dst = a if kind == AR else out
             parts = sc.parts[q]
             fn = sc.fn
@@ -373,6 +350,14 @@ class FastPath:
             if B[flag]:
                 bell.ring()
 
+    def _set(self, w: int, f: int) -> None:
+        """Write control word w (publish, phase 2, done) and wake the peers that sleep."""
+        B = self.B
+        self.W[w] = f
+        for flag, bell in self.wake:
+            if B[flag]:
+                bell.ring()
+
     def _gather_headers(self, sc: Small, f: int, q: int, seq: int, timeout: float) -> None:
         """Wait until every peer has published its slot header for call f; check their signatures."""
         W = self.W
@@ -388,7 +373,7 @@ class FastPath:
         for pw in peer_w:
             if W[pw + GSEQ] != seq or W[pw + CRC] != crc:
                 for i in self.peers:
-                    self._check(i, q, seq, crc, -1, sc.sigb)
+                    self._check(i, q, seq, crc, sc.sigb)
 
     def _arena(self, sc: Small, flat: np.ndarray) -> Optional[tuple[int, int, int, int]]:
         """Where this rank's input lives when it is in an interlink.empty arena the peers may map (only
@@ -402,7 +387,7 @@ class FastPath:
         """Publish this rank's header for call f, with (pid, address) of its input and, when the input
         lives in an interlink.empty arena (reg), where (serial, fd, offset, size): peers then read it in
         place. Returns the arena serial (0: not shared)."""
-        W, B = self.W, self.B
+        W = self.W
         mw = self.my_w[q]
         serial = 0
         if sc.sends:
@@ -413,10 +398,7 @@ class FastPath:
                 W[mw + DESC + 3], W[mw + DESC + 4], W[mw + DESC + 5] = reg[1], reg[2], reg[3]
         W[mw + DESC + 2] = serial  # 0 from a rank that sends nothing (a broadcast's receivers) too
         _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
-        W[mw] = f  # publish
-        for flag, bell in self.wake:
-            if B[flag]:
-                bell.ring()
+        self._set(mw, f)  # publish
         return serial
 
     def _shared_input(self, i: int, q: int, dtype: np.dtype, count: int) -> Optional[np.ndarray]:
@@ -449,7 +431,6 @@ class FastPath:
         in place, and it returns when they are done. (Publishing the header first and the chunks after
         it, readers copying while the writer writes, measured slower everywhere: a wait per chunk; 4
         ranks on 2 cores, all_gather 1 MiB 254 -> 309 us.)"""
-        W, B, wake = self.W, self.B, self.wake
         kind, ch, me, n = sc.kind, sc.stream, self.me, self.n
         flat = a.reshape(-1)
         c = sc.count
@@ -498,10 +479,7 @@ class FastPath:
         elif not sc.sends:  # a broadcast's receiver
             src = self._shared_input(sc.root, q, a.dtype, c)
             flat[...] = sc.parts[q][0] if src is None else src
-        W[self.done_w] = f
-        for flag, bell in wake:
-            if B[flag]:
-                bell.ring()
+        self._set(self.done_w, f)
         if serial:
             self._await_readers(f, seq, sc, timeout)
 
@@ -515,7 +493,7 @@ class FastPath:
         from ..transport import cma
         from ..transport.base import PeerClosed
 
-        W, B, wake = self.W, self.B, self.wake
+        W = self.W
         kind, me, n = sc.kind, self.me, self.n
         flat = a.reshape(-1)
         self._announce(sc, flat, f, q, seq, self._arena(sc, flat))
@@ -580,12 +558,37 @@ class FastPath:
                         fn(acc, src, out=acc)
             if sc.avg:
                 finish_avg(dst, n)
-        W[self.done_w] = f
-        for flag, bell in wake:
-            if B[flag]:
-                bell.ring()
+        self._set(self.done_w, f)
         if sc.sends:  # my buffer must outlive every reader's copy
             self._await_readers(f, seq, sc, timeout)
+
+    def _phase2(self, f: int, q: int, seq: int, sc: Small, timeout: float) -> None:
+        """Mark this rank's slice of call f final, and wait until every peer's is."""
+        W = self.W
+        self._set(self.my_w[q] + PH2, f)
+        peer_ph2 = [(i, self.slot_w[i][q] + PH2) for i in self.peers]
+        if any(W[w] < f for _, w in peer_ph2):
+            self._wait(lambda: all(W[w] >= f for _, w in peer_ph2), lambda: [i for i, w in peer_ph2 if W[w] < f],
+                       time.monotonic() + timeout, seq, sc.sigb)
+
+    def _two_phase(self, sc: Small, a: np.ndarray, f: int, q: int, seq: int, timeout: float) -> None:
+        """The 'two_shot' Schedule of all_reduce in the slots (every rank has published its input): each
+        rank reduces its 1/p slice straight from every rank's slot (in rank order: identical bits
+        everywhere) and writes it back into its own slot; once every slice is final, every rank copies
+        the other slices out (DeepSpeed/vLLM style)."""
+        flat = a.reshape(-1)
+        lo, me = sc.split, self.me
+        view = sc.stack[q]
+        mine = flat[lo[me]:lo[me + 1]]
+        if mine.size:
+            sc.fn.reduce(view[:, lo[me]:lo[me + 1]], axis=0, out=mine)
+            view[me, lo[me]:lo[me + 1]] = mine
+        self._phase2(f, q, seq, sc, timeout)
+        for i in self.peers:
+            if lo[i + 1] > lo[i]:
+                flat[lo[i]:lo[i + 1]] = view[i, lo[i]:lo[i + 1]]
+        if sc.avg:
+            finish_avg(flat, self.n)
 
     def _direct_all_reduce(self, sc: Small, a: np.ndarray, f: int, q: int, seq: int, timeout: float,
                            mapped: dict, read: Any) -> None:
@@ -595,11 +598,8 @@ class FastPath:
         phase 2, and once every rank has, copies the other slices from their owners. Every slice is
         reduced by one rank, so every rank ends with the same bits. A rank returns when every peer has
         finished reading its buffer."""
-        W, B, wake = self.W, self.B, self.wake
         me, n, isz = self.me, self.n, a.dtype.itemsize
-        count = a.size
-        base, extra = divmod(count, n)
-        lo_of = [i * base + min(i, extra) for i in range(n + 1)]
+        lo_of = _slices(a.size, n)
         lo, hi = lo_of[me], lo_of[me + 1]
         fn = sc.fn
         step = max(1, 2 * self.chunk // isz)  # 256 KiB pieces: read and reduced while in cache
@@ -618,59 +618,11 @@ class FastPath:
                     fn(acc, tmp, out=acc)
         if sc.avg:
             finish_avg(a[lo:hi], n)
-        mw = self.my_w[q]
-        W[mw + PH2] = f  # my slice is final: the peers may copy it
-        for flag, bell in wake:
-            if B[flag]:
-                bell.ring()
-        peer_ph2 = [(i, self.slot_w[i][q] + PH2) for i in self.peers]
-        if any(W[w] < f for _, w in peer_ph2):
-            self._wait(lambda: all(W[w] >= f for _, w in peer_ph2), lambda: [i for i, w in peer_ph2 if W[w] < f],
-                       time.monotonic() + timeout, seq, sc.sigb)
+        self._phase2(f, q, seq, sc, timeout)
         piece = max(1, 64 * self.chunk // isz)
         for k in range(1, n):
             i = (me + k) % n
             for plo in range(lo_of[i], lo_of[i + 1], piece):
                 read(i, plo, a[plo:min(plo + piece, lo_of[i + 1])])
-        W[self.done_w] = f
-        for flag, bell in wake:
-            if B[flag]:
-                bell.ring()
+        self._set(self.done_w, f)
         self._await_readers(f, seq, sc, timeout)
-
-    def all_reduce_2phase(self, a: np.ndarray, op: ReduceOp, seq: int, sig: bytes, deadline: float) -> None:
-        """The 'two_shot' Schedule of all_reduce on shared memory: every rank publishes its input, reduces
-        its 1/p slice straight from every rank's slot (in rank order: identical bits everywhere), writes
-        it back into its own slot, and every rank copies the reduced slices out (DeepSpeed/vLLM style)."""
-        f, q = self._exchange(seq, sig, a, deadline)
-        n, p, me = a.size, self.n, self.me
-        base, extra = divmod(n, p)
-        lo = [i * base + min(i, extra) for i in range(p + 1)]
-        view = self._stacked(q, a.dtype, n)
-        mine = a[lo[me]:lo[me + 1]]
-        if mine.size:
-            ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op).reduce(view[:, lo[me]:lo[me + 1]], axis=0, out=mine)
-            view[me, lo[me]:lo[me + 1]] = mine
-        h = self.headers[me][q]
-        h[PH2] = f  # my slice is reduced and published
-        for b in self.bells:
-            b.ring()
-        heads = self.peer_heads
-        if any(int(hh[q][PH2]) < f for hh in heads):
-            self._wait(lambda: all(int(hh[q][PH2]) >= f for hh in heads),
-                       lambda: [i for i in self.peers if int(self.headers[i][q][PH2]) < f], deadline, seq, sig)
-        for i in self.peers:
-            if lo[i + 1] > lo[i]:
-                a[lo[i]:lo[i + 1]] = view[i, lo[i]:lo[i + 1]]
-        self._finish(f)
-        if op is ReduceOp.AVG:
-            finish_avg(a, p)
-
-    def _stacked(self, q: int, dtype: np.dtype, count: int) -> np.ndarray:
-        key = (q, dtype, count)
-        view = self._views.get(key)
-        if view is None:
-            if len(self._views) > 256:
-                self._views.clear()
-            view = self._views[key] = self.page.stacked(q, dtype, count)
-        return view

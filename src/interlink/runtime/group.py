@@ -118,13 +118,6 @@ def _env_algorithm_cached(collective: str, spec: str) -> Optional[str]:
 _EMPTY = np.empty(0, dtype=np.uint8)  # the barrier's (absent) payload
 
 
-class _Sig:
-    __slots__ = ("sigb",)
-
-    def __init__(self, sigb: bytes) -> None:
-        self.sigb = sigb
-
-
 class Record:
     """One entry of the flight recorder."""
 
@@ -175,7 +168,6 @@ class Group:
         self._plans: dict[tuple, Plan] = {}
         # the small-message fast path: the world group of a job whose ranks share one host
         self._fast = ctx.fast if (name == "world" and not os.environ.get("INTERLINK_ALGO")) else None
-        self._fast_sigs: dict[tuple, _Sig] = {}
         self._layout: Optional[tuple[int, int]] = None
 
     def __repr__(self) -> str:
@@ -305,38 +297,14 @@ class Group:
 
     def _run_fast(self, collective: str, a: np.ndarray, op: ReduceOp, root: int, timeout: Optional[float],
                   out: Optional[np.ndarray] = None) -> None:
-        """A call through the host page's slots from the regular entry (async, staged device arrays, an
-        explicit timeout): flat arrays, already validated."""
-        if collective != "all_reduce_2phase":
-            kind = NAMES.index(collective)
-            key = (kind, a.dtype, a.shape, None if out is None else out.shape, op, root, "flat")
-            sc = self._fast.shapes.get(key)
-            if sc is None:
-                sc = self._fast.shapes[key] = self._fast.small(kind, a, out, op, root, self.name)
-            self._call_small(kind, sc, a, out, timeout)
-            return
-        self._check_usable("all_reduce")
-        self.seq += 1
-        seq = self.seq
-        key = (collective, a.dtype, a.size, op, root)
-        tag = self._fast_sigs.get(key)
-        if tag is None:
-            tag = self._fast_sigs[key] = _Sig(
-                f"{collective}:fast {a.dtype} n={a.size} {op.name.lower()} root={root} {self.name}".encode())
-        sig = tag.sigb
-        rec = Record(seq, tag, time.perf_counter())
-        self.recorder.append(rec)
-        deadline = time.monotonic() + (timeout if timeout is not None else self.ctx.timeout)
-        try:
-            self._fast.all_reduce_2phase(a, op, seq, sig, deadline)
-        except BaseException as e:
-            rec.state = "failed"
-            if isinstance(e, (KeyboardInterrupt, MemoryError)):
-                raise
-            # errors name the collective the user called, not the fast path's variant of it
-            raise self._fail(e, "all_reduce", seq) from None
-        rec.state = "done"
-        rec.duration = time.perf_counter() - rec.start
+        """A call through the host page from the regular entry (async, staged device arrays, an explicit
+        timeout): flat arrays, already validated."""
+        kind = NAMES.index(collective)
+        key = (kind, a.dtype, a.shape, None if out is None else out.shape, op, root, "flat")
+        sc = self._fast.shapes.get(key)
+        if sc is None:
+            sc = self._fast.remember(key, self._fast.small(kind, a, out, op, root, self.name))
+        self._call_small(kind, sc, a, out, timeout)
 
     def _hot(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: Any, root: Any) -> bool:
         """The latency path of an all-local world: a synchronous call on numpy arrays that fit one shared
@@ -389,8 +357,7 @@ class Group:
         fast = self._fast
         inp = arrays.as_flat(a, "tensor", writable=False, reducing=kind in (AR, RS))
         rop = ReduceOp.SUM
-        fits = (0 < inp.nbytes <= fast.max or fast.takes_all_reduce(inp.nbytes)) if kind == AR else \
-            fast.takes(kind, inp.nbytes)
+        fits = fast.takes(kind, inp.nbytes) and (inp.nbytes > 0 or kind == BAR)
         if kind in (AR, RS):
             rop = self._reduce_op(op, inp.dtype)
         elif kind == BC:
@@ -401,11 +368,7 @@ class Group:
             o = arrays.as_flat(out, "output", reducing=kind == RS)
             fits = fits and o.dtype == inp.dtype and (
                 o.size == inp.size * self.size if kind == AG else o.size * self.size == inp.size)
-        sc = fast.small(kind, a, out, rop, int(root), self.name) if fits else False
-        if len(fast.shapes) > 1024:
-            fast.shapes.clear()
-        fast.shapes[key] = sc
-        return sc
+        return fast.remember(key, fast.small(kind, a, out, rop, int(root), self.name) if fits else False)
 
     def _submit(self, fn: Callable[[], None], desc: str, async_op: bool) -> Optional[Work]:
         if async_op:
@@ -435,16 +398,13 @@ class Group:
             st = _Staging()
             a = st.flat(tensor, "tensor", reducing=True)
         rop = self._reduce_op(op, a.dtype)
-        if algorithm is None and self._fast is not None and (a.nbytes <= self._fast.direct_max
-                                                              or self._fast.takes_all_reduce(a.nbytes)):
-            kind = "all_reduce" if a.nbytes <= self._fast.max or a.nbytes > self._fast.direct_max \
-                else "all_reduce_2phase"
+        if algorithm is None and self._fast is not None and self._fast.takes(AR, a.nbytes):
             if not async_op:
-                self.ctx.runner.run_sync_call(self._run_fast, kind, a, rop, 0, timeout)
+                self.ctx.runner.run_sync_call(self._run_fast, "all_reduce", a, rop, 0, timeout)
                 if st is not None:
                     st.upload()
                 return None
-            fn = lambda: self._run_fast(kind, a, rop, 0, timeout)
+            fn = lambda: self._run_fast("all_reduce", a, rop, 0, timeout)
         else:
             fn = lambda: self._execute("all_reduce", "", a.size, 0, a.dtype, rop, {"input": a, "output": a},
                                        algorithm, timeout)

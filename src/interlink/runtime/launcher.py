@@ -255,8 +255,14 @@ def launch(
         else:
             lines.append(f"rank {failed.rank} wrote nothing to stderr")
         _write(err, "\n".join(lines) + "\n")
-        return code if 0 < code < 256 else 128 + (-code if code < 0 else 1)
+        return _exit_status(code)
     return 0
+
+
+def _exit_status(code: int) -> int:
+    """The launcher's exit status for a failed child's return code: the code itself, or 128 + the signal
+    number for a child killed by a signal."""
+    return code if 0 < code < 256 else 128 + (-code if code < 0 else 1)
 
 
 def _write(out: _Output, text: str) -> None:

@@ -353,9 +353,6 @@ class HostPage:
         self.data_base = ((nlocal * BELL + 4095) // 4096) * 4096
         # done[i]: the last fast-path call rank i has finished reading (bytes 8..16 of its bell block)
         self.done = np.ndarray((nlocal,), dtype=np.uint64, buffer=mm, offset=8, strides=(BELL,))
-        # fseq[i, q]: the fast-path call whose payload rank i's slot of parity q holds (published last)
-        self.fseq = np.ndarray((nlocal, 2), dtype=np.uint64, buffer=mm, offset=self.data_base,
-                               strides=(2 * self.slot_stride, self.slot_stride))
 
     @staticmethod
     def size(nlocal: int, fast_max: int) -> int:
@@ -382,10 +379,6 @@ class HostPage:
     def slot_header(self, index: int, parity: int) -> np.ndarray:
         off = self.data_base + (2 * index + parity) * self.slot_stride
         return np.frombuffer(self.mm, dtype=np.uint64, count=5, offset=off)
-
-    def slot_data(self, index: int, parity: int) -> np.ndarray:
-        off = self.data_base + (2 * index + parity) * self.slot_stride + FAST_SLOT_HDR
-        return np.frombuffer(self.mm, dtype=np.uint8, count=self.fast_max, offset=off)
 
     def stacked(self, parity: int, dtype: np.dtype, count: int) -> np.ndarray:
         """[nlocal, count] view of every rank's payload of this parity."""
