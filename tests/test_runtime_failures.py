@@ -29,7 +29,12 @@ def die_midway(rank: int, world: int, coll: str = "all_reduce") -> dict:
     if coll.startswith("all_reduce"):
         a = np.ones(1 << 16, dtype=np.float32)
         call = lambda: dist.all_reduce(a)
-    else:  # 1 MiB broadcast and reduce_scatter: streamed through the host page's slots on shm
+    elif coll.startswith("all_gather"):  # 256 KiB a rank: the host page's slots, or pushed into the peers
+        a = np.ones(1 << 16, dtype=np.float32)
+        out = np.empty(a.size * world, dtype=np.float32)
+        call = lambda: dist.all_gather_into_tensor(out, a)
+    else:  # 1 MiB broadcast and reduce_scatter: through the host page's slots on shm (a 2-rank
+        # broadcast: the root pushes half into the receiver, which reads the other half)
         a = np.ones(1 << 18, dtype=np.float32)
         out = np.empty(a.size // world, dtype=np.float32)
         call = (lambda: dist.broadcast(a, src=0)) if coll.startswith("broadcast") else (
@@ -55,7 +60,8 @@ def die_midway(rank: int, world: int, coll: str = "all_reduce") -> dict:
 
 @pytest.mark.parametrize("transport,coll", [("shm", "all_reduce"), ("tcp", "all_reduce"), ("shm", "broadcast"),
                                             ("shm", "reduce_scatter"), ("shm", "broadcast-direct"),
-                                            ("shm", "reduce_scatter-direct"), ("shm", "all_reduce-direct")])
+                                            ("shm", "reduce_scatter-direct"), ("shm", "all_reduce-direct"),
+                                            ("shm", "all_gather"), ("shm", "all_gather-direct")])
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_dead_rank_raises_peer_lost_within_seconds(nranks: int, transport: str, coll: str) -> None:
     shm_before = set(os.listdir("/dev/shm"))

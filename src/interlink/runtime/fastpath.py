@@ -35,7 +35,8 @@ from .engine import BELL_TIMEOUT, Engine
 
 # slot header, u64 words: fast seq (published last), phase-2 seq, group seq, crc, nbytes, (one reserved);
 # the signature text from byte 48; words 16..21: pid, address, arena serial, fd, offset and size of the
-# writer's own buffer (the paths that read it in place)
+# writer's own buffer (the paths that read it in place); word 22: the address of the rank's output (the
+# paths that push into it)
 SEQ, PH2, GSEQ, CRC, NBYTES = 0, 1, 2, 3, 4
 SIG_OFF = 48
 SIG_BYTES = 80
@@ -106,11 +107,12 @@ class FastPath:
         # the pipelined ring over the channels measured faster (both cores copy at once), so not there
         self.direct_max = self.page.fast_max if self.n >= 3 else self.max
         # broadcast, all_gather and reduce_scatter go through the slots up to their size (above `max`:
-        # _streamed) ...
-        self.move_max = self.page.fast_max
-        # ... except a 2-rank all_gather above 256 KiB a rank: there one copy by cross-memory attach
-        # (_direct) wins (2 MiB a rank: 503 -> 413 us)
-        self.gather_max = self.move_max if self.n >= 3 else min(self.move_max, 256 * 1024)
+        # _streamed), except on 2 ranks: there one copy by cross-memory attach (_direct) wins above 256
+        # KiB for all_gather (a rank pushes its block into the peer's output: 1 MiB 80 -> 61 us) and
+        # broadcast (root and receiver each move half: 1 MiB 72 -> BCAST us)
+        fm = self.page.fast_max
+        two = min(fm, 256 * 1024) if self.n == 2 else fm
+        self.slot_max = {BC: two, AG: two, RS: fm}
         self.chunk = max(4096, _env_int("INTERLINK_FAST_CHUNK_BYTES", 128 * 1024))
         self.f = 0  # fast-path calls so far (the same on every rank)
         self.headers = [[self.page.slot_header(i, q) for q in (0, 1)] for i in range(self.n)]
@@ -175,7 +177,7 @@ class FastPath:
             return nbytes <= self.direct_max or (self.cma and nbytes > max(self.direct_max, self.ar_direct_min))
         if nbytes <= 0:
             return False
-        return nbytes <= (self.gather_max if kind == AG else self.move_max) or self.cma
+        return nbytes <= self.slot_max[kind] or self.cma
 
     def remember(self, key: tuple, sc: Any) -> Any:
         """Cache a call shape's Small (or False: not for these paths); the cache stays bounded."""
@@ -269,7 +271,7 @@ class FastPath:
         big = a.nbytes > self.max
         two_phase = big and kind == AR and a.nbytes <= self.direct_max
         direct = big and not two_phase and (
-            kind == AR or a.nbytes > (self.gather_max if kind == AG else self.move_max))
+            kind == AR or a.nbytes > self.slot_max[kind])
         # the flight recorder and `interlink bench` name the path
         path = "fastd" if direct else "fast2" if two_phase else "fast"
         sigb = f"{NAMES[kind]}:{path} {dt} n={count} {op.name.lower()} root={root} {group}".encode()
@@ -383,15 +385,16 @@ class FastPath:
         return shmalloc.lookup(flat.ctypes.data, flat.nbytes)
 
     def _announce(self, sc: Small, flat: np.ndarray, f: int, q: int, seq: int,
-                  reg: Optional[tuple[int, int, int, int]] = None) -> int:
+                  reg: Optional[tuple[int, int, int, int]] = None, dst: int = 0) -> int:
         """Publish this rank's header for call f, with (pid, address) of its input and, when the input
         lives in an interlink.empty arena (reg), where (serial, fd, offset, size): peers then read it in
-        place. Returns the arena serial (0: not shared)."""
+        place; dst: the address peers push into. Returns the arena serial (0: not shared)."""
         W = self.W
         mw = self.my_w[q]
         serial = 0
+        W[mw + DESC] = self.pids[self.me]
+        W[mw + DESC + 6] = dst
         if sc.sends:
-            W[mw + DESC] = self.pids[self.me]
             W[mw + DESC + 1] = flat.ctypes.data
             if reg is not None:
                 serial = reg[0]
@@ -415,11 +418,13 @@ class FastPath:
 
             raise PeerClosed(self.members[i], f"(mapping its interlink.empty buffer failed: {e})") from None
 
-    def _await_readers(self, f: int, seq: int, sc: Small, timeout: float) -> None:
-        """A writer whose buffer the peers read in place returns only when every reader is done."""
+    def _await_readers(self, f: int, seq: int, sc: Small, timeout: float, peers: Optional[list] = None) -> None:
+        """A writer whose buffer the peers read in place returns only when every reader is done (a
+        reader whose buffer a peer pushes into, when that peer is: peers)."""
         done = self.page.done
-        if int(done.min()) < f:
-            self._wait(lambda: int(done.min()) >= f, lambda: [i for i in self.peers if int(done[i]) < f],
+        peers = self.peers if peers is None else peers
+        if any(int(done[i]) < f for i in peers):
+            self._wait(lambda: all(int(done[i]) >= f for i in peers), lambda: [i for i in peers if int(done[i]) < f],
                        time.monotonic() + timeout, seq, sc.sigb)
 
     def _streamed(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, q: int, seq: int,
@@ -486,17 +491,21 @@ class FastPath:
     def _direct(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, q: int, seq: int,
                 timeout: float) -> None:
         """A broadcast, all_gather or reduce_scatter too large for a slot, in one copy: every rank
-        publishes the address of its input with its header, readers copy (or, in pieces that stay in
-        cache, reduce) straight out of the writers' buffers, mapped in place when they live in an
+        publishes the addresses of its input and output with its header; readers copy (or, in pieces that
+        stay in cache, reduce) straight out of the writers' buffers, mapped in place when they live in an
         interlink.empty arena, else by cross-memory attach; a writer returns only when every reader is
-        done with its buffer."""
+        done with its buffer. all_gather pushes instead: every rank writes its block into every peer's
+        output (process_vm_writev: the block is in the writer's cache). A broadcast's root pushes the last
+        1/p of the payload into every receiver while the receivers pull the rest: on 2 ranks each moves
+        half, both cores copy at once."""
         from ..transport import cma
         from ..transport.base import PeerClosed
 
         W = self.W
         kind, me, n = sc.kind, self.me, self.n
         flat = a.reshape(-1)
-        self._announce(sc, flat, f, q, seq, self._arena(sc, flat))
+        dst = out.ctypes.data if kind == AG else flat.ctypes.data if kind == BC else 0
+        self._announce(sc, flat, f, q, seq, self._arena(sc, flat), dst)
         if kind == AG:  # this rank's own block needs no peer: copy it while the peers arrive
             c = sc.count
             own = out.reshape(-1)[me * c:(me + 1) * c]
@@ -505,7 +514,7 @@ class FastPath:
         self._gather_headers(sc, f, q, seq, timeout)
         isz = a.dtype.itemsize
         piece = max(1, 64 * self.chunk // isz)  # elements per cross-memory read (8 MiB)
-        writers = [sc.root] if kind == BC else range(n)
+        writers = [sc.root] if kind == BC else [] if kind == AG else range(n)  # the ranks this one reads
         mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in writers if i != me}
 
         def read(i: int, off: int, dst: np.ndarray) -> None:  # dst <- rank i's input from element off
@@ -519,19 +528,28 @@ class FastPath:
             except OSError as e:
                 raise PeerClosed(self.members[i], f"(reading its buffer failed: {e})") from None
 
+        def push(i: int, off: int, src: np.ndarray) -> None:  # rank i's output from element off <- src
+            w = self.slot_w[i][q]
+            try:
+                for lo in range(0, src.size, piece):
+                    part = src[lo:lo + piece]
+                    cma.write(W[w + DESC], W[w + DESC + 6] + (off + lo) * isz, part.ctypes.data, part.nbytes)
+            except OSError as e:
+                raise PeerClosed(self.members[i], f"(writing into its buffer failed: {e})") from None
+
         if kind == AR:
             return self._direct_all_reduce(sc, flat, f, q, seq, timeout, mapped, read)
         if kind == BC:
-            if not sc.sends:
-                for lo in range(0, sc.count, piece):
-                    read(sc.root, lo, flat[lo:lo + piece])
+            cut = sc.count - sc.count // n  # receivers pull [0, cut), the root pushes [cut, count)
+            if sc.sends:
+                for k in range(1, n):
+                    push((me + k) % n, cut, flat[cut:])
+            else:
+                for lo in range(0, cut, piece):
+                    read(sc.root, lo, flat[lo:min(cut, lo + piece)])
         elif kind == AG:
-            c = sc.count
-            o = out.reshape(-1)
             for k in range(1, n):
-                i = (me + k) % n
-                for lo in range(0, c, piece):
-                    read(i, lo, o[i * c + lo:i * c + min(c, lo + piece)])
+                push((me + k) % n, me * sc.count, flat)
         else:  # reduce_scatter, in rank order, a cache-sized piece at a time
             m = sc.block
             dst = out.reshape(-1)
@@ -559,8 +577,8 @@ class FastPath:
             if sc.avg:
                 finish_avg(dst, n)
         self._set(self.done_w, f)
-        if sc.sends:  # my buffer must outlive every reader's copy
-            self._await_readers(f, seq, sc, timeout)
+        if sc.sends or kind == BC:  # my buffer must outlive every reader's copy; a receiver's, the root's push
+            self._await_readers(f, seq, sc, timeout, None if sc.sends else [sc.root])
 
     def _phase2(self, f: int, q: int, seq: int, sc: Small, timeout: float) -> None:
         """Mark this rank's slice of call f final, and wait until every peer's is."""

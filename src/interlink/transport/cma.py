@@ -1,4 +1,5 @@
-"""Cross-memory attach (Linux process_vm_readv): copy straight out of a peer's memory.
+"""Cross-memory attach (Linux process_vm_readv / process_vm_writev): copy straight out of, or into, a
+peer's memory.
 
 A large message between ranks of one host then costs one copy (the receiver reads the sender's buffer
 in place, as MPICH's and Open MPI's shared-memory transports do) instead of two through a shared ring.
@@ -26,6 +27,9 @@ try:
     _readv.restype = ctypes.c_ssize_t
     _readv.argtypes = [ctypes.c_int, ctypes.POINTER(_Iovec), ctypes.c_ulong, ctypes.POINTER(_Iovec), ctypes.c_ulong,
                        ctypes.c_ulong]
+    _writev = _libc.process_vm_writev
+    _writev.restype = ctypes.c_ssize_t
+    _writev.argtypes = _readv.argtypes
     available = platform.system() == "Linux" and os.environ.get("INTERLINK_CMA", "1") != "0"
 except (OSError, AttributeError):  # pragma: no cover
     available = False
@@ -45,14 +49,25 @@ def allow_peers() -> None:
         pass
 
 
-def read(pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
-    """Copy nbytes from (pid, remote_addr) to local_addr; OSError on failure."""
+def _copy(call, what: str, pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
     done = 0
     while done < nbytes:
         loc = _Iovec(local_addr + done, nbytes - done)
         rem = _Iovec(remote_addr + done, nbytes - done)
-        n = _readv(pid, ctypes.byref(loc), 1, ctypes.byref(rem), 1, 0)
+        n = call(pid, ctypes.byref(loc), 1, ctypes.byref(rem), 1, 0)
         if n <= 0:
             err = ctypes.get_errno()
-            raise OSError(err, f"process_vm_readv from pid {pid}: {os.strerror(err)}")
+            raise OSError(err, f"{what} pid {pid}: {os.strerror(err)}")
         done += n
+
+
+def read(pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
+    """Copy nbytes from (pid, remote_addr) to local_addr; OSError on failure."""
+    _copy(_readv, "process_vm_readv from", pid, remote_addr, local_addr, nbytes)
+
+
+def write(pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
+    """Copy nbytes from local_addr to (pid, remote_addr); OSError on failure. Pushing a block the writer
+    has in cache into the reader's buffer measured faster than the reader pulling it from the writer's
+    cache (2-rank all_gather 1 MiB: 80 -> 61 us)."""
+    _copy(_writev, "process_vm_writev to", pid, remote_addr, local_addr, nbytes)
