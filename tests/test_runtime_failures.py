@@ -26,8 +26,8 @@ def die_midway(rank: int, world: int, coll: str = "all_reduce") -> dict:
     import interlink as dist
 
     dist.init(timeout=60)
-    if coll.startswith("all_reduce"):
-        a = np.ones(1 << 16, dtype=np.float32)
+    if coll.startswith("all_reduce"):  # 256 KiB (4 KiB when reduced once for everyone: one-shot size)
+        a = np.ones(1 << (10 if coll.endswith("-once") else 16), dtype=np.float32)
         call = lambda: dist.all_reduce(a)
     elif coll.startswith("all_gather"):  # 256 KiB a rank: the host page's slots, or pushed into the peers
         a = np.ones(1 << 16, dtype=np.float32)
@@ -61,11 +61,14 @@ def die_midway(rank: int, world: int, coll: str = "all_reduce") -> dict:
 @pytest.mark.parametrize("transport,coll", [("shm", "all_reduce"), ("tcp", "all_reduce"), ("shm", "broadcast"),
                                             ("shm", "reduce_scatter"), ("shm", "broadcast-direct"),
                                             ("shm", "reduce_scatter-direct"), ("shm", "all_reduce-direct"),
-                                            ("shm", "all_gather"), ("shm", "all_gather-direct")])
+                                            ("shm", "all_gather"), ("shm", "all_gather-direct"),
+                                            ("shm", "all_reduce-once")])
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_dead_rank_raises_peer_lost_within_seconds(nranks: int, transport: str, coll: str) -> None:
     shm_before = set(os.listdir("/dev/shm"))
     env = {"INTERLINK_TRANSPORT": transport}
+    if coll.endswith("-once"):  # the last rank to publish reduces for everyone (oversubscribed hosts)
+        env["INTERLINK_FAST_REDUCE_ONCE"] = "1"
     if coll.endswith("-direct"):  # 1 MiB is larger than a slot: peers read the writer's own buffer
         env["INTERLINK_SHM_DIRECT_MAX_BYTES"] = str(1 << 16)
         env["INTERLINK_SHM_AR_DIRECT_MIN_BYTES"] = str(1 << 16)
@@ -94,6 +97,10 @@ def mismatch(rank: int, world: int, kind: str) -> dict:
             dist.all_reduce(np.ones(10 + 2 * rank, dtype=np.float32))
         elif kind == "dtype":
             dist.all_reduce(np.ones(10, dtype=np.float32 if rank == 0 else np.float64))
+        elif kind == "late":  # the odd call comes last: the others are already waiting for its result
+            if rank == 2:
+                time.sleep(0.5)
+            dist.all_reduce(np.ones(10, dtype=np.float32 if rank == 2 else np.float64))
         elif kind == "op":
             dist.all_reduce(np.ones(10), op="sum" if rank == 0 else "max")
         elif kind == "collective":
@@ -125,11 +132,14 @@ def mismatch(rank: int, world: int, kind: str) -> dict:
         return out
 
 
-@pytest.mark.parametrize("fast,transport", [("1", "shm"), ("0", "shm"), ("1", "tcp")])
-@pytest.mark.parametrize("kind", ["count", "dtype", "op", "collective", "root", "path", "order"])
+@pytest.mark.parametrize("fast,transport", [("1", "shm"), ("0", "shm"), ("1", "tcp"), ("once", "shm")])
+@pytest.mark.parametrize("kind", ["count", "dtype", "late", "op", "collective", "root", "path", "order"])
 def test_mismatch_raises_on_every_rank(kind: str, fast: str, transport: str) -> None:
-    # over TCP there is no shared page, so the fast path is off whatever INTERLINK_FAST says
-    res = run_ranks(3, mismatch, kind, timeout=60, env={"INTERLINK_FAST": fast, "INTERLINK_TRANSPORT": transport})
+    # over TCP there is no shared page, so the fast path is off whatever INTERLINK_FAST says; "once":
+    # the small all_reduce reduced by one rank for everyone
+    env = {"INTERLINK_FAST": "0" if fast == "0" else "1", "INTERLINK_TRANSPORT": transport,
+           "INTERLINK_FAST_REDUCE_ONCE": "1" if fast == "once" else "0"}
+    res = run_ranks(3, mismatch, kind, timeout=60, env=env)
     for out in res:
         assert out["type"] == "CollectiveMismatchError", res
         assert out["seq"] == (2 if out.get("next_call") else 1) and out["group"] == "world", out
@@ -159,9 +169,10 @@ def late(rank: int, world: int) -> dict:
     return {"type": None}
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", "tcp", "shm-once"])
 def test_timeout_names_op_group_seq_and_missing_rank(transport: str) -> None:
-    res = run_ranks(3, late, timeout=60, env={"INTERLINK_TRANSPORT": transport})
+    res = run_ranks(3, late, timeout=60, env={"INTERLINK_TRANSPORT": transport.split("-")[0],
+                                              "INTERLINK_FAST_REDUCE_ONCE": "1" if "once" in transport else "0"})
     for r in (0, 1):
         out = res[r]
         assert out["type"] in ("CommTimeoutError", "PeerLostError"), out

@@ -117,19 +117,26 @@ def hot_suite(rank: int, world: int) -> tuple[int, list[str], int]:
     dist.all_reduce(a)
     check("all_reduce after refused calls", a, np.full(4, p * (p + 1) / 2))
 
-    hot = sum(isinstance(v, Small) for v in api._WORLD._fast.shapes.values()) if api._WORLD._fast else 0
+    fast = api._WORLD._fast
+    hot = sum(isinstance(v, Small) for v in fast.shapes.values()) if fast else 0
+    once = sum(isinstance(v, Small) and v.res is not None for v in fast.shapes.values()) if fast else 0
     dist.destroy()
-    return check.count, check.fails, hot
+    return check.count, check.fails, hot, once
 
 
-@pytest.mark.parametrize("nranks", [1, 2, 3, 5])
-def test_hot_path_against_numpy(nranks: int) -> None:
-    res = run_ranks(nranks, hot_suite, timeout=300)
-    fails = [f for _, fl, _ in res for f in fl]
+@pytest.mark.parametrize("nranks,once", [(1, ""), (2, ""), (3, ""), (5, ""), (2, "1"), (3, "1"), (5, "0")])
+def test_hot_path_against_numpy(nranks: int, once: str) -> None:
+    # once="1": the small all_reduce is reduced by one rank for everyone (the path of hosts with more
+    # than two ranks a core), "0": every rank reduces every slot; "": the default for this machine
+    env = {"INTERLINK_FAST_REDUCE_ONCE": once} if once else {}
+    res = run_ranks(nranks, hot_suite, env=env, timeout=300)
+    fails = [f for _, fl, _, _ in res for f in fl]
     assert not fails, "\n".join(fails[:20])
-    assert all(checks > 100 for checks, _, _ in res)
+    assert all(checks > 100 for checks, _, _, _ in res)
     # the hot path really ran: dozens of call shapes cached on every rank (one rank has no shared page)
-    assert all(hot > 30 if nranks > 1 else hot == 0 for _, _, hot in res), [hot for _, _, hot in res]
+    assert all(hot > 30 if nranks > 1 else hot == 0 for _, _, hot, _ in res), [r[2] for r in res]
+    if once:  # the all_reduce shapes took the path asked for
+        assert all((n > 10) == (once == "1") for _, _, _, n in res), [r[3] for r in res]
 
 
 def stream_suite(rank: int, world: int, sizes: tuple, shared: bool = False) -> tuple[int, list[str], int]:

@@ -74,7 +74,9 @@ class Engine:
             ncpu = os.cpu_count() or 1
         nlocal = 1 + sum(1 for ch in channels.values() if getattr(ch, "name", "") == "shm")
         # oversubscribed (more local ranks than cores): spinning steals the core the peer needs
-        self.spin = SPIN if nlocal <= ncpu else min(SPIN, OVERSUB_SPIN)
+        self.ncpu, self.nlocal = ncpu, nlocal
+        self.oversub = nlocal > ncpu
+        self.spin = min(SPIN, OVERSUB_SPIN) if self.oversub else SPIN
         self.channels = channels
         self.controls = controls
         self._ctrl_fd = {s.fileno(): peer for peer, s in controls.items()}

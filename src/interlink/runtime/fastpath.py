@@ -14,6 +14,10 @@ The same protocol carries the larger calls (FastPath.hot dispatches on the cache
 - `fast2`: the two-phase all_reduce of 3+ ranks up to the slot size (_two_phase);
 - `fastd`, above that: readers take their part straight from the writers' own buffers, mapped when
   they live in an interlink.empty arena, else by cross-memory attach (_direct, _direct_all_reduce).
+
+On an oversubscribed host (more than two local ranks a core) the one-shot all_reduce is reduced once, by
+the last rank to publish, into a shared result slot that every rank copies (_reduce_once): p times
+less work than every rank reducing every slot, which is what bounds the call when ranks share cores.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ class Small:
     the typed views of the slots it reads and writes, made once so that a call does no lookups."""
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
-                 "avg", "stream", "count", "block", "root", "direct", "split")
+                 "avg", "stream", "count", "block", "root", "direct", "split", "res")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -92,6 +96,7 @@ class Small:
         self.root = 0
         self.direct = False  # too large for a slot: peers read this rank's own buffer (fastd)
         self.split: Optional[list] = None  # the two-phase all_reduce: where each rank's slice starts
+        self.res: Optional[list] = None  # [parity] -> the shared result slot (all_reduce reduced once)
 
 
 class FastPath:
@@ -143,7 +148,14 @@ class FastPath:
         chans = [engine.channels.get(m) for i, m in enumerate(bell.members) if i != self.me]
         self.cma = bool(chans) and all(getattr(c, "cma_ok", False) for c in chans) \
             and os.environ.get("INTERLINK_FAST_CMA", "1") != "0"
-        self.cma = self._agree(self.cma)
+        # more than two ranks a core: the one-shot all_reduce is reduced once, for everyone (8 ranks on 2
+        # cores, 64 KiB: 227 -> 148 us; 4 ranks: no better); INTERLINK_FAST_REDUCE_ONCE=1/0 forces it
+        once = os.environ.get("INTERLINK_FAST_REDUCE_ONCE", "")
+        self.once = once == "1" or (once != "0" and engine.nlocal > 2 * engine.ncpu)
+        agreed = self._agree(int(self.cma) | 2 * int(self.once))
+        self.cma, self.once = bool(agreed & 1), bool(agreed & 2)
+        res_w = base8 + 2 * self.n * stride8
+        self.ready_w = [res_w, res_w + stride8]  # [parity] -> the result slot's ready word (call f)
         self.pids = [0] * self.n
         for i, c in zip(self.peers, chans):
             self.pids[i] = getattr(c, "peer_pid", 0)
@@ -154,19 +166,21 @@ class FastPath:
         # buffer, then copies the other slices): above this size
         self.ar_direct_min = ar_direct_min_bytes()
 
-    def _agree(self, ok: bool, timeout: float = 60.0) -> bool:
-        """All local ranks AND a flag through the host page (every rank builds its FastPath at init):
-        each writes 1 + flag into its doorbell block and waits for everyone's. Paths must be chosen the
-        same on every rank, and whether CMA works is known per pair."""
+    def _agree(self, flags: int, timeout: float = 60.0) -> int:
+        """All local ranks AND a few flag bits through the host page (every rank builds its FastPath at
+        init): each writes 1 + flags into its doorbell block and waits for everyone's. Paths must be
+        chosen the same on every rank, and whether CMA works is known per pair."""
         W = self.W
         word = lambda i: i * BELL // 8 + 2  # noqa: E731  (bytes 16..24 of rank i's doorbell block)
-        W[word(self.me)] = 1 + int(ok)
+        W[word(self.me)] = 1 + flags
         deadline = time.monotonic() + timeout
         while any(W[word(i)] == 0 for i in range(self.n)):
             if time.monotonic() > deadline:
                 raise TimeoutError([self.members[i] for i in range(self.n) if W[word(i)] == 0])
             time.sleep(0.0005)
-        return all(W[word(i)] == 2 for i in range(self.n))
+        for i in range(self.n):
+            flags &= W[word(i)] - 1
+        return flags
 
     def takes(self, kind: int, nbytes: int) -> bool:
         """Whether a call with nbytes of input goes through the host page (the slots, or the ranks' own
@@ -294,6 +308,8 @@ class FastPath:
             sc.stack = rows
         elif kind == AR:
             sc.parts = [[row.reshape(a.shape) for row in r] for r in rows]
+            if self.once and self.n > 1:
+                sc.res = [self.page.result(q, dt, count).reshape(a.shape) for q in (0, 1)]
         elif kind == BC:
             sc.parts = [[r[root].reshape(a.shape) if shaped else r[root]] for r in rows]
         elif kind == AG:
@@ -326,6 +342,8 @@ class FastPath:
         for flag, bell in wake:
             if B[flag]:
                 bell.ring()
+        if sc.res is not None:
+            return self._reduce_once(sc, a, f, q, seq, timeout)
         self._gather_headers(sc, f, q, seq, timeout)
         kind = sc.kind
         if sc.split is not None:
@@ -351,6 +369,36 @@ class FastPath:
         for flag, bell in wake:
             if B[flag]:
                 bell.ring()
+
+    def _reduce_once(self, sc: Small, a: np.ndarray, f: int, q: int, seq: int, timeout: float) -> None:
+        """The one-shot all_reduce of an oversubscribed host (this rank has published): the rank that
+        finds every peer published reduces every slot, in rank order, and writes the result into the
+        shared result slot; the others wait for it and copy it out. Two ranks publishing at once may
+        both reduce: they write the same bits. The signature check runs on every rank."""
+        W = self.W
+        rw = self.ready_w[q]
+        if self._all_published(f, q):
+            try:
+                self._gather_headers(sc, f, q, seq, timeout)
+            except CollectiveMismatchError:
+                self._set(rw, f)  # the waiters check the signatures themselves
+                raise
+            parts, fn = sc.parts[q], sc.fn
+            fn(parts[0], parts[1], out=a)
+            for k in range(2, len(parts)):
+                fn(a, parts[k], out=a)
+            if sc.avg:
+                finish_avg(a, self.n)
+            sc.res[q][...] = a
+            self._set(rw, f)
+        else:
+            if W[rw] < f:
+                peer_w = self.peer_w[q]
+                self._wait(lambda: W[rw] >= f, lambda: [i for i, x in zip(self.peers, peer_w) if W[x] < f],
+                           time.monotonic() + timeout, seq, sc.sigb)
+            self._gather_headers(sc, f, q, seq, timeout)  # every peer has published: no wait
+            a[...] = sc.res[q]
+        self._set(self.done_w, f)
 
     def _set(self, w: int, f: int) -> None:
         """Write control word w (publish, phase 2, done) and wake the peers that sleep."""

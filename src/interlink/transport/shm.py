@@ -338,7 +338,8 @@ class HostPage:
     Slots (the small-message fast path): rank i's slot for parity q starts at
     data_base + (2 i + q) * slot_stride: a FAST_SLOT_HDR-byte header (u64 words: fast seq, group seq, signature
     crc, nbytes), then the payload. A strided view over the same parity of every rank gives the
-    ranks' contributions as one 2-D array.
+    ranks' contributions as one 2-D array. After the ranks' slots, one more pair (same layout, index
+    nlocal): the result of an all_reduce that one rank reduces for everyone (oversubscribed hosts).
     """
 
     def __init__(self, mm: mmap.mmap, nlocal: int, fast_max: int) -> None:
@@ -357,7 +358,7 @@ class HostPage:
     @staticmethod
     def size(nlocal: int, fast_max: int) -> int:
         stride = FAST_SLOT_HDR + ((fast_max + 63) // 64) * 64
-        return ((nlocal * BELL + 4095) // 4096) * 4096 + 2 * nlocal * stride
+        return ((nlocal * BELL + 4095) // 4096) * 4096 + 2 * (nlocal + 1) * stride
 
     @classmethod
     def create(cls, nlocal: int) -> tuple["HostPage", int]:
@@ -379,6 +380,11 @@ class HostPage:
     def slot_header(self, index: int, parity: int) -> np.ndarray:
         off = self.data_base + (2 * index + parity) * self.slot_stride
         return np.frombuffer(self.mm, dtype=np.uint64, count=5, offset=off)
+
+    def result(self, parity: int, dtype: np.dtype, count: int) -> np.ndarray:
+        """The shared result slot of this parity (after the ranks' slots) as count elements."""
+        off = self.data_base + (2 * self.nlocal + parity) * self.slot_stride + FAST_SLOT_HDR
+        return np.ndarray((count,), dtype=dtype, buffer=self.mm, offset=off)
 
     def stacked(self, parity: int, dtype: np.dtype, count: int) -> np.ndarray:
         """[nlocal, count] view of every rank's payload of this parity."""
