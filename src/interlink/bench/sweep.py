@@ -308,9 +308,11 @@ def _make_call(g: Any, collective: str, inp: np.ndarray, out: np.ndarray, count:
     """A no-argument callable that runs the collective once on (inp, out).
 
     The torch-style module API is used where it expresses the call exactly (in-place all_reduce,
-    broadcast, reduce; all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, isend/irecv);
-    out-of-place all_reduce/broadcast/reduce and the flat gather/scatter (the public ones take
-    lists) go through the group's executor entry point, as the public methods themselves do.
+    broadcast, reduce; all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, isend/irecv).
+    Out of place, all_reduce and broadcast are what a torch-style user writes: copy the input into the
+    output, then the in-place call (the copy is part of the time; the shared-page paths apply); reduce
+    (whose non-roots' buffers the in-place call may clobber) and the flat gather/scatter (the public ones
+    take lists) go through the group's executor entry point, as the public methods themselves do.
     """
     import interlink as il
 
@@ -330,6 +332,17 @@ def _make_call(g: Any, collective: str, inp: np.ndarray, out: np.ndarray, count:
         return lambda: il.all_reduce(out, rop, **kw)
     if collective == "broadcast" and same:
         return lambda: il.broadcast(out, root, **kw)
+    if collective == "all_reduce":
+        def all_reduce_copy() -> None:
+            out[...] = inp
+            il.all_reduce(out, rop, **kw)
+        return all_reduce_copy
+    if collective == "broadcast":
+        def broadcast_copy() -> None:
+            if rank == root:
+                out[...] = inp
+            il.broadcast(out, root, **kw)
+        return broadcast_copy
     if collective == "reduce" and same:
         return lambda: il.reduce(out, root, rop, **kw)
     if collective == "all_gather":
