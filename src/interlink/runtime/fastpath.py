@@ -603,19 +603,23 @@ class FastPath:
             if self._piece is None or self._piece.nbytes < step * isz:
                 self._piece = np.empty(step * isz, dtype=np.uint8)
             fn = sc.fn
+            # rank order, but rank 0 takes rank 1 first (x1 op x0 equals x0 op x1 for every op, and each
+            # block is reduced by one rank only): like the others it reads a peer straight into its
+            # output instead of copying its own block there first (2 ranks, 1 MiB: 86-96 -> 69-80 us)
+            order = [1, 0, *range(2, n)] if me == 0 and n > 1 else range(n)
             for lo in range(0, m, step):
                 hi = min(lo + step, m)
                 acc = dst[lo:hi]
                 tmp = self._piece[:(hi - lo) * isz].view(a.dtype)
-                for i in range(n):
+                for k, i in enumerate(order):
                     if i == me:
                         src = flat[me * m + lo:me * m + hi]
                     elif mapped.get(i) is not None:
                         src = mapped[i][me * m + lo:me * m + hi]
                     else:
-                        src = acc if i == 0 else tmp
+                        src = acc if k == 0 else tmp
                         read(i, me * m + lo, src)
-                    if i == 0:
+                    if k == 0:
                         if src is not acc:
                             acc[...] = src
                     else:
