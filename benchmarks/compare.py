@@ -3,13 +3,17 @@
     python benchmarks/compare.py [--ranks 2,4] [--collectives all_reduce,all_gather,reduce_scatter,broadcast]
                                  [--sizes 8,64K,1M,64M]
                                  [--systems interlink-shm,interlink-shm-empty,interlink-tcp,mpich,gloo]
-                                 [--json out.json] [--plot out.png]
+                                 [--runs 1] [--json out.json] [--plot out.png]
 
 Runs the same sweep (same sizes, same timing loop: warm-up, 3 repetitions, max over ranks, median
 over repetitions) on interlink over shared memory, interlink over shared memory with the inputs
 allocated by interlink.empty (read in place by the peers), interlink over TCP, MPICH through mpi4py and
 torch.distributed gloo, measures the host's numpy copy bandwidth, and prints busbw per system with the
 ratios interlink-shm / MPICH and interlink-shm / memcpy. Peers come from `pip install -e '.[compare]'`.
+
+--runs N repeats the whole sweep N times, the systems taking turns (a noisy minute on a shared machine
+then hits every system, not one), and reports each point's median over the runs (all runs are kept in
+the JSON under "runs").
 """
 
 from __future__ import annotations
@@ -54,13 +58,15 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
 
 
-def run(ranks: list[int], collectives: list[str], sizes: list[int], systems: list[str]) -> dict:
+def run(ranks: list[int], collectives: list[str], sizes: list[int], systems: list[str], runs: int = 1) -> dict:
     result = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "rows": [],
               "memcpy_gbps": peers.memcpy_bandwidth()}
+    every: list[list[dict]] = [[] for _ in range(runs)]
     for p in ranks:
-        for system in systems:
+        for k, system in ((k, s) for k in range(runs) for s in systems):
             t0 = time.monotonic()
-            print(f"# {system}, {p} ranks ...", file=sys.stderr, flush=True)
+            print(f"# {system}, {p} ranks{f' (run {k + 1} of {runs})' if runs > 1 else ''} ...", file=sys.stderr,
+                  flush=True)
             if system == "interlink-shm":
                 rows = peers.run_interlink(p, sizes, collectives, "shm")
             elif system == "interlink-shm-empty":
@@ -74,9 +80,22 @@ def run(ranks: list[int], collectives: list[str], sizes: list[int], systems: lis
             else:
                 raise SystemExit(f"unknown system {system}")
             print(f"#   {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-            result["rows"].extend(rows)
+            every[k].extend(rows)
+    result["rows"] = median_rows(every)
+    if runs > 1:
+        result["runs"] = every
     result["memcpy_gbps_after"] = peers.memcpy_bandwidth()
     return result
+
+
+def median_rows(runs: list[list[dict]]) -> list[dict]:
+    """Per (system, collective, ranks, size): the row of the median time over the runs (the lower
+    middle one of an even count)."""
+    by: dict[tuple, list[dict]] = {}
+    for rows in runs:
+        for r in rows:
+            by.setdefault((r["system"], r["collective"], r["nranks"], r["size"]), []).append(r)
+    return [sorted(rs, key=lambda r: r["time_us"])[(len(rs) - 1) // 2] for rs in by.values()]
 
 
 def table(result: dict) -> str:
@@ -144,11 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--collectives", default=",".join(peers.COLLECTIVES))
     ap.add_argument("--sizes", default=DEFAULT_SIZES)
     ap.add_argument("--systems", default="interlink-shm,interlink-shm-empty,interlink-tcp,mpich,gloo")
+    ap.add_argument("--runs", type=int, default=1, help="repeat the sweep, systems taking turns; medians")
     ap.add_argument("--json", default=None)
     ap.add_argument("--plot", default=None)
     a = ap.parse_args(argv)
     result = run([int(x) for x in a.ranks.split(",")], a.collectives.split(","),
-                 [parse_size(s) for s in a.sizes.split(",")], a.systems.split(","))
+                 [parse_size(s) for s in a.sizes.split(",")], a.systems.split(","), max(1, a.runs))
     print(table(result))
     if a.json:
         with open(a.json, "w") as f:
