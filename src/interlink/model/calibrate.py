@@ -223,16 +223,16 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None,
         pts = [s for s in fast if s.algorithm == kind]
         if not pts:
             continue
-        call = 0.0  # the shared-page paths' fixed cost is all in their alpha (see cost._fast)
-        y = np.array([max(s.seconds * 1e6 - call, 1e-3) for s in pts])
+        # the shared-page paths' fixed cost is all in their alpha (no host.call_us: see cost._fast)
         meas = np.array([s.seconds * 1e6 for s in pts])
+        y = np.maximum(meas, 1e-3)
         best_fast = None
         # the shared-page paths share cores differently from the rings (no per-message handshakes):
         # their own core-sharing factor, by the same grid
         for kf in ((0.0, 0.25, 0.5, 0.75) + OVERSUB_GRID) if any(s.nranks > cores for s in pts) else (1.0,):
             F = np.array([[1.0, *fast_features(s.nranks, s.nbytes, cores, kind, llc, m, kf)] for s in pts])
             x, _ = _robust_nnls(F / y[:, None])
-            e = np.abs((call + F @ x) / meas - 1.0)
+            e = np.abs((F @ x) / meas - 1.0)
             if best_fast is None or float(np.mean(e)) < best_fast[0]:
                 best_fast = (float(np.mean(e)), kf, x, e)
         assert best_fast is not None

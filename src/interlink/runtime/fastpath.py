@@ -563,25 +563,28 @@ class FastPath:
         writers = [sc.root] if kind == BC else [] if kind == AG else range(n)  # the ranks this one reads
         mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in writers if i != me}
 
+        def cross(i: int, word: int, off: int, buf: np.ndarray, write: bool) -> None:
+            """buf <-> rank i's buffer (its input: word DESC + 1, its output: DESC + 6) from element off,
+            by cross-memory attach in pieces; PeerClosed naming rank i when it fails."""
+            w = self.slot_w[i][q]
+            pid, base = W[w + DESC], W[w + word] + off * isz
+            try:
+                for lo in range(0, buf.size, piece):
+                    part = buf[lo:lo + piece]
+                    (cma.write if write else cma.read)(pid, base + lo * isz, part.ctypes.data, part.nbytes)
+            except OSError as e:
+                raise PeerClosed(self.members[i], f"({'writing into' if write else 'reading'} its buffer failed: "
+                                                  f"{e})") from None
+
         def read(i: int, off: int, dst: np.ndarray) -> None:  # dst <- rank i's input from element off
             v = mapped.get(i)
             if v is not None:
                 dst[...] = v[off:off + dst.size]
-                return
-            w = self.slot_w[i][q]
-            try:
-                cma.read(W[w + DESC], W[w + DESC + 1] + off * isz, dst.ctypes.data, dst.nbytes)
-            except OSError as e:
-                raise PeerClosed(self.members[i], f"(reading its buffer failed: {e})") from None
+            else:
+                cross(i, DESC + 1, off, dst, False)
 
         def push(i: int, off: int, src: np.ndarray) -> None:  # rank i's output from element off <- src
-            w = self.slot_w[i][q]
-            try:
-                for lo in range(0, src.size, piece):
-                    part = src[lo:lo + piece]
-                    cma.write(W[w + DESC], W[w + DESC + 6] + (off + lo) * isz, part.ctypes.data, part.nbytes)
-            except OSError as e:
-                raise PeerClosed(self.members[i], f"(writing into its buffer failed: {e})") from None
+            cross(i, DESC + 6, off, src, True)
 
         if kind == AR:
             return self._direct_all_reduce(sc, flat, f, q, seq, timeout, mapped, read)
@@ -591,8 +594,7 @@ class FastPath:
                 for k in range(1, n):
                     push((me + k) % n, cut, flat[cut:])
             else:
-                for lo in range(0, cut, piece):
-                    read(sc.root, lo, flat[lo:min(cut, lo + piece)])
+                read(sc.root, 0, flat[:cut])
         elif kind == AG:
             for k in range(1, n):
                 push((me + k) % n, me * sc.count, flat)
@@ -600,8 +602,6 @@ class FastPath:
             m = sc.block
             dst = out.reshape(-1)
             step = max(1, 2 * self.chunk // isz)  # 256 KiB: read and reduced while in cache
-            if self._piece is None or self._piece.nbytes < step * isz:
-                self._piece = np.empty(step * isz, dtype=np.uint8)
             fn = sc.fn
             # rank order, but rank 0 takes rank 1 first (x1 op x0 equals x0 op x1 for every op, and each
             # block is reduced by one rank only): like the others it reads a peer straight into its
@@ -610,7 +610,7 @@ class FastPath:
             for lo in range(0, m, step):
                 hi = min(lo + step, m)
                 acc = dst[lo:hi]
-                tmp = self._piece[:(hi - lo) * isz].view(a.dtype)
+                tmp = self._scratch((hi - lo) * isz).view(a.dtype)
                 for k, i in enumerate(order):
                     if i == me:
                         src = flat[me * m + lo:me * m + hi]
@@ -629,6 +629,12 @@ class FastPath:
         self._set(self.done_w, f)
         if sc.sends or kind == BC:  # my buffer must outlive every reader's copy; a receiver's, the root's push
             self._await_readers(f, seq, sc, timeout, None if sc.sends else [sc.root])
+
+    def _scratch(self, nbytes: int) -> np.ndarray:
+        """nbytes of this rank's scratch (kept between calls: fresh pages fault)."""
+        if self._piece is None or self._piece.nbytes < nbytes:
+            self._piece = np.empty(nbytes, dtype=np.uint8)
+        return self._piece[:nbytes]
 
     def _phase2(self, f: int, q: int, seq: int, sc: Small, timeout: float) -> None:
         """Mark this rank's slice of call f final, and wait until every peer's is."""
@@ -671,8 +677,6 @@ class FastPath:
         lo, hi = lo_of[me], lo_of[me + 1]
         fn = sc.fn
         step = max(1, 2 * self.chunk // isz)  # 256 KiB pieces: read and reduced while in cache
-        if self._piece is None or self._piece.nbytes < step * isz:
-            self._piece = np.empty(step * isz, dtype=np.uint8)
         for plo in range(lo, hi, step):
             phi = min(plo + step, hi)
             acc = a[plo:phi]
@@ -681,16 +685,14 @@ class FastPath:
                 if v is not None:
                     fn(acc, v[plo:phi], out=acc)
                 else:
-                    tmp = self._piece[:(phi - plo) * isz].view(a.dtype)
+                    tmp = self._scratch((phi - plo) * isz).view(a.dtype)
                     read(i, plo, tmp)
                     fn(acc, tmp, out=acc)
         if sc.avg:
             finish_avg(a[lo:hi], n)
         self._phase2(f, q, seq, sc, timeout)
-        piece = max(1, 64 * self.chunk // isz)
         for k in range(1, n):
             i = (me + k) % n
-            for plo in range(lo_of[i], lo_of[i + 1], piece):
-                read(i, plo, a[plo:min(plo + piece, lo_of[i + 1])])
+            read(i, lo_of[i], a[lo_of[i]:lo_of[i + 1]])
         self._set(self.done_w, f)
         self._await_readers(f, seq, sc, timeout)

@@ -299,8 +299,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 BELL = 64  # bytes per rank on the host page: [0:4) doorbell counter (futex word), [4:8) sleeping flag
 
 
-FAST_SLOT_HDR = 192  # u64 words: fast seq, phase 2, group seq, crc, nbytes, progress; the signature text to
-# byte 128; then the (pid, address, arena) of the rank's own buffer for the direct and in-place paths
+FAST_SLOT_HDR = 192  # control words, signature, buffer descriptors: the layout is runtime.fastpath's
 
 
 def fast_small_bytes() -> int:
@@ -336,8 +335,8 @@ class HostPage:
     polled regularly.
 
     Slots (the small-message fast path): rank i's slot for parity q starts at
-    data_base + (2 i + q) * slot_stride: a FAST_SLOT_HDR-byte header (u64 words: fast seq, group seq, signature
-    crc, nbytes), then the payload. A strided view over the same parity of every rank gives the
+    data_base + (2 i + q) * slot_stride: a FAST_SLOT_HDR-byte header (its words are laid out by
+    runtime.fastpath), then the payload. A strided view over the same parity of every rank gives the
     ranks' contributions as one 2-D array. After the ranks' slots, one more pair (same layout, index
     nlocal): the result of an all_reduce that one rank reduces for everyone (oversubscribed hosts).
     """
