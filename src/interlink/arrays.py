@@ -101,3 +101,58 @@ def dtype_name(x: Any) -> str:
     if _is_torch(x):
         return str(x.dtype).replace("torch.", "")
     return str(np.asarray(as_flat(x, writable=False)).dtype)
+
+
+# ---- the buffer contract: which overlaps of an input and an output a call accepts -----------------
+# (NCCL's and torch's in-place layouts; every other overlap is refused before any byte moves)
+IN_PLACE_LAYOUT = {
+    "all_gather": "input = output[rank*n:(rank+1)*n]",
+    "reduce_scatter": "output = input[rank*n:(rank+1)*n]",
+    "all_to_all": None,  # no in-place form: input and output must not overlap
+}
+
+
+def _addr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def check_overlap(call: str, collective: str, inp: np.ndarray, out: np.ndarray, rank: int) -> bool:
+    """Validate how a call's flat input and output share memory (sizes already checked). Returns True
+    for the collective's in-place layout, False when they are disjoint; raises ValueError naming the call
+    for any other overlap.
+
+    - all_gather: in place when input is output[rank*n:(rank+1)*n] (n = input size);
+    - reduce_scatter: in place when output is input[rank*n:(rank+1)*n] (n = output size);
+    - all_to_all: input and output must not overlap.
+    Both arrays are contiguous, so sharing memory is the same as overlapping address ranges."""
+    if inp.size == 0 or out.size == 0 or not np.may_share_memory(inp, out):
+        return False
+    isz = inp.dtype.itemsize
+    ia, oa = _addr(inp), _addr(out)
+    layout = IN_PLACE_LAYOUT[collective]
+    if collective == "all_gather":
+        want, got = oa + rank * inp.size * isz, ia
+    elif collective == "reduce_scatter":
+        want, got = ia + rank * out.size * isz, oa
+    else:
+        want, got = None, None
+    if want is not None and want == got:
+        return True
+    if layout is None:
+        raise ValueError(f"{call}: input and output overlap in memory ({_span(inp, out)}); {collective} has no "
+                         f"in-place form: pass separate buffers")
+    if collective == "all_gather":
+        where = (got - oa) / isz
+        detail = f"input starts at output element {where:g}, rank {rank}'s block starts at {rank * inp.size}"
+    else:
+        where = (got - ia) / isz
+        detail = f"output starts at input element {where:g}, rank {rank}'s block starts at {rank * out.size}"
+    raise ValueError(f"{call}: input and output overlap in memory but not in the in-place layout "
+                     f"({layout}; {detail}); pass that exact view or separate buffers")
+
+
+def _span(inp: np.ndarray, out: np.ndarray) -> str:
+    isz = inp.dtype.itemsize
+    ia, oa = _addr(inp), _addr(out)
+    return (f"input bytes [{0}, {inp.size * isz}) and output bytes [{oa - ia}, {oa - ia + out.size * out.dtype.itemsize}) "
+            f"relative to the input")

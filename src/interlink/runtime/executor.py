@@ -69,16 +69,27 @@ def inplace_safe(schedule: Schedule, rank: int, delta: int) -> bool:
         sl = out_range(c)
         return sl is None or not dirty[sl].any()
 
-    def write(c: Chunk) -> None:
-        if c.buffer == "output":
-            dirty[c.offset:c.end] = True
+    def write(c: Chunk) -> None:  # a write into the input (a schedule's working space) lands there too
+        sl = out_range(c)
+        if sl is not None:
+            dirty[sl] = True
 
     for rnd in schedule.ranks[rank]:
+        sent = np.zeros(size, dtype=bool)  # what this round's sends read, in the output's index space
         for s in rnd.steps:
-            if isinstance(s, Send) and not reads_ok(s.src):
-                return False
+            if isinstance(s, Send):
+                if not reads_ok(s.src):
+                    return False
+                sl = out_range(s.src)
+                if sl is not None:
+                    sent[sl] = True
         for s in rnd.steps:
             if isinstance(s, Recv):
+                # a plain receive into memory a send of the same round reads: the transports move both
+                # at once (a peer may read the send's bytes in place), so the input must be snapshotted
+                sl = out_range(s.dst)
+                if not s.reduce and sl is not None and sent[sl].any():
+                    return False
                 write(s.dst)
         for s in rnd.steps:
             if isinstance(s, (Copy, Reduce)):

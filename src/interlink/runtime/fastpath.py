@@ -191,6 +191,13 @@ class FastPath:
             return False
         return nbytes <= self.move_max or self.cma
 
+    def thresholds(self) -> dict[str, int]:
+        """The sizes (bytes of a call's input) at which this host's choice of path changes: what `takes`
+        and `small` read. The differential tests draw sizes on both sides of each."""
+        return {"fast.max": self.max, "fast2.max": self.direct_max, "slots.max": self.move_max,
+                "fastd.all_reduce.min": self.ar_direct_min, "fast.chunk": self.chunk,
+                "fastd.piece": 2 * self.chunk, "fastd.cma_piece": 64 * self.chunk}
+
     def remember(self, key: tuple, sc: Any) -> Any:
         """Cache a call shape's Small (or False: not for these paths); the cache stays bounded."""
         if len(self.shapes) > 1024:
@@ -516,15 +523,23 @@ class FastPath:
                 if v is not None:
                     parts[i] = v[me * m:(me + 1) * m]
             fn = sc.fn
+            # in place (output = input[me*m:(me+1)*m], the only overlap the contract lets through) this
+            # rank's own block is the destination: each chunk of it is saved before the reduction writes
+            # over it, so the result is the out-of-place one, bit for bit
+            own = dst.size > 0 and np.may_share_memory(dst, flat)
             for lo in range(0, m, ch):  # the output chunk stays in cache across the p - 1 reductions
                 hi = min(lo + ch, m)
                 d = dst[lo:hi]
+                src = [pt[lo:hi] for pt in parts]
+                if own:
+                    src[me] = self._scratch((hi - lo) * a.dtype.itemsize).view(a.dtype)
+                    src[me][...] = d
                 if n > 1:
-                    fn(parts[0][lo:hi], parts[1][lo:hi], out=d)
+                    fn(src[0], src[1], out=d)
                     for k in range(2, n):
-                        fn(d, parts[k][lo:hi], out=d)
+                        fn(d, src[k], out=d)
                 else:
-                    d[...] = parts[0][lo:hi]
+                    d[...] = src[0]
             if sc.avg:
                 finish_avg(dst, n)
         elif not sc.sends:  # a broadcast's receiver
@@ -607,13 +622,22 @@ class FastPath:
             # block is reduced by one rank only): like the others it reads a peer straight into its
             # output instead of copying its own block there first (2 ranks, 1 MiB: 86-96 -> 69-80 us)
             order = [1, 0, *range(2, n)] if me == 0 and n > 1 else range(n)
+            # in place (output = input[me*m:(me+1)*m]) the destination is this rank's own block: each piece
+            # of it is saved before a peer's block is read over it (same order, same bits as out of place)
+            own = m > 0 and np.may_share_memory(dst, flat)
             for lo in range(0, m, step):
                 hi = min(lo + step, m)
                 acc = dst[lo:hi]
-                tmp = self._scratch((hi - lo) * isz).view(a.dtype)
+                both = self._scratch(2 * (hi - lo) * isz).view(a.dtype)
+                tmp = both[:hi - lo]
+                mine = flat[me * m + lo:me * m + hi]
+                if own:
+                    saved = both[hi - lo:]
+                    saved[...] = mine
+                    mine = saved
                 for k, i in enumerate(order):
                     if i == me:
-                        src = flat[me * m + lo:me * m + hi]
+                        src = mine
                     elif mapped.get(i) is not None:
                         src = mapped[i][me * m + lo:me * m + hi]
                     else:

@@ -55,6 +55,8 @@ _TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 # collectives with a hierarchical algorithm the default picks when the group spans hosts
 HIERARCHICAL = {"all_reduce": "hierarchical", "all_gather": "hierarchical", "broadcast": "hierarchical"}
 
+_CALL = {AG: "all_gather_into_tensor", RS: "reduce_scatter_tensor"}  # the API names of the hot calls with an output
+
 _PER_RANK_BLOCK = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 
 
@@ -94,6 +96,33 @@ def _default_algorithm(collective: str, is_small: bool, nranks: int, _nentries: 
         if name in have:
             return name
     return sorted(have)[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _switch_points(collective: str, nranks: int, layout: tuple[int, int], top: int = 1 << 28) -> tuple[int, ...]:
+    """The byte sizes where default_algorithm's choice for this collective changes (first size of the
+    new choice), scanning powers of two up to top and bisecting each change to the byte."""
+    pick = lambda b: default_algorithm(collective, b, nranks, layout)  # noqa: E731
+    points = []
+    lo, a = 1, pick(1)
+    b = 2
+    while b <= top:
+        cur = pick(b)
+        if cur != a:
+            x, y = lo, b  # pick(x) == a, pick(y) != a
+            while y - x > 1:
+                mid = (x + y) // 2
+                if pick(mid) == a:
+                    x = mid
+                else:
+                    y = mid
+            points.append(y)
+            a = pick(y)
+            lo = y
+            if a != cur:  # several switches inside one power of two: keep scanning from y
+                continue
+        lo, b = b, b * 2
+    return tuple(points)
 
 
 def _env_algorithm(collective: str) -> Optional[str]:
@@ -203,6 +232,29 @@ class Group:
     size_ = property(lambda self: self.size)
 
     # ---- plumbing ----------------------------------------------------------------------------
+    def path_thresholds(self) -> dict[str, int]:
+        """Every size (bytes) at which this group's runtime changes how a call moves its bytes: the
+        shared-page paths' limits (all-local world), the transports' (one-copy threshold per collective,
+        ring slot size) and the algorithm choice's switch points per collective (where the default
+        algorithm changes, found by scanning the policy itself). A new threshold in any of them shows up
+        here without the callers (the differential tests, the soak) being edited."""
+        from ..transport.shm import cma_threshold, ring_params
+
+        out: dict[str, int] = {}
+        if self._fast is not None:
+            out.update(self._fast.thresholds())
+        slot, nslots = ring_params()
+        out["shm.slot"] = slot
+        out["shm.ring"] = slot * nslots
+        out["small"] = SMALL_BYTES
+        layout = self.host_layout()
+        for c in _TABLE:
+            if c != "barrier":
+                out[f"cma.{c}"] = cma_threshold(c)
+            for i, b in enumerate(_switch_points(c, self.size, layout)):
+                out[f"algo.{c}.{i}"] = b
+        return out
+
     def _check_usable(self, op: str) -> None:
         if self.ctx.broken is not None:
             raise type(self.ctx.broken)(
@@ -329,6 +381,8 @@ class Group:
         runner = self.ctx.runner
         if not sc or runner._pending:
             return False
+        if out is not None and np.may_share_memory(a, out):  # in place, or an overlap the contract refuses
+            arrays.check_overlap(_CALL[kind], NAMES[kind], a.reshape(-1), out.reshape(-1), self.rank)
         with runner._exec:
             self._call_small(kind, sc, a, out, None)
         return True
@@ -453,6 +507,7 @@ class Group:
         if out.size != inp.size * self.size:
             raise ValueError(f"all_gather_into_tensor: output has {out.size} elements, expected "
                              f"input size {inp.size} x group size {self.size} = {inp.size * self.size}")
+        arrays.check_overlap("all_gather_into_tensor", "all_gather", inp, out, self.rank)
         if algorithm is None and self._fast is not None and self._fast.takes(AG, inp.nbytes):
             fn = lambda: self._run_fast("all_gather", inp, ReduceOp.SUM, 0, timeout, out)
         else:
@@ -491,6 +546,7 @@ class Group:
         if inp.size != out.size * self.size:
             raise ValueError(f"reduce_scatter_tensor: input has {inp.size} elements, expected "
                              f"output size {out.size} x group size {self.size} = {out.size * self.size}")
+        arrays.check_overlap("reduce_scatter_tensor", "reduce_scatter", inp, out, self.rank)
         if algorithm is None and self._fast is not None and self._fast.takes(RS, inp.nbytes):
             fn = lambda: self._run_fast("reduce_scatter", inp, rop, 0, timeout, out)
         else:
@@ -551,6 +607,7 @@ class Group:
         row = inp.size // shape0 if shape0 else 1
         oshape0 = _dim0(output)
         orow = out.size // oshape0 if oshape0 else 1
+        arrays.check_overlap("all_to_all_single", "all_to_all", inp, out, self.rank)
         if output_split_sizes is None and input_split_sizes is None:
             if inp.size % p or out.size != inp.size:
                 raise ValueError(f"all_to_all_single: input of {inp.size} elements must split evenly over "
