@@ -657,14 +657,15 @@ class Group:
         self._check_usable("send")
         st = _Staging()
         op, _ = self._p2p_op("send", tensor, dst, tag, st)  # a device array is staged (copied) right here
-        return self.ctx.runner.submit(None, f"send to {dst}", p2p=(self, op, "send"))  # type: ignore[arg-type]
+        work = self.ctx.runner.submit(None, f"send to {dst}", p2p=(self, op, "send"))  # type: ignore[arg-type]
+        return work if not st.keep else _StagedWork(work, st)  # the host copy stays ours until the send is done
 
     def irecv(self, tensor: Any, src: int, tag: int = 0) -> Work:
         self._check_usable("recv")
         st = _Staging()
         op, _ = self._p2p_op("recv", tensor, src, tag, st)
         work = self.ctx.runner.submit(None, f"recv from {src}", p2p=(self, op, "recv"))  # type: ignore[arg-type]
-        return work if not st.back else _StagedWork(work, st)
+        return work if not st.keep else _StagedWork(work, st)
 
     def send(self, tensor: Any, dst: int, tag: int = 0) -> None:
         self.isend(tensor, dst, tag).wait()
@@ -716,16 +717,21 @@ class _Staging:
     """The device arrays of one call (GPU tensors, CuPy arrays: :mod:`interlink.devices`): the call runs
     on host copies; the ones it writes go back to the device when it completes (the staged path)."""
 
-    __slots__ = ("back",)
+    __slots__ = ("back", "keep")
 
     def __init__(self) -> None:
         self.back: list = []
+        # every Staged of the call, read-only inputs too, lives until the call is done: a dropped one gives
+        # its host buffer back to the pool, where the next argument of the same shape would take it (a
+        # scatter list of two same-shaped tensors then sent the last one twice: seen on a real GPU)
+        self.keep: list = []
 
     def flat(self, x: Any, name: str, writable: bool = True, reducing: bool = False, download: bool = True,
              upload: bool = True) -> np.ndarray:
         if type(x) is np.ndarray or not devices.is_device_array(x):
             return arrays.as_flat(x, name, writable, reducing)
         staged = devices.stage(x, name, writable, download=download)
+        self.keep.append(staged)
         if writable and upload:
             self.back.append(staged)
         return arrays.as_flat(staged.host, name, writable, reducing)
@@ -735,12 +741,13 @@ class _Staging:
             staged.upload()
 
     def wrap(self, fn: Callable[[], None]) -> Callable[[], None]:
-        if not self.back:
+        if not self.keep:
             return fn
 
-        def run() -> None:
+        def run() -> None:  # holds self, so the host copies stay ours until the call has run
             fn()
             self.upload()
+            self.keep.clear()
         return run
 
 
