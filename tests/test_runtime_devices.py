@@ -1,6 +1,7 @@
 """Device arrays through the staged path (device -> host -> transports -> host -> device), on a fake
 device: every call of the API takes them, results land on the device, inputs are not written back,
-bad device arrays are refused before any byte moves. Real GPUs: tests/test_runtime_gpu.py."""
+bad device arrays are refused before any byte moves. Real GPUs: the gpu-marked test below (staged) and
+tests/test_runtime_gpu.py (cuda-ipc)."""
 
 from __future__ import annotations
 
@@ -200,6 +201,6 @@ def test_gpu_arrays_staged_on_one_gpu(nranks: int, kind: str) -> None:
         pytest.skip("needs torch with CUDA and a GPU")
     if kind == "cupy" and not _has_cupy():
         pytest.skip("needs CuPy and a GPU")
-    res = run_ranks(nranks, device_suite, kind, timeout=300)
+    res = run_ranks(nranks, device_suite, kind, timeout=300, env={"INTERLINK_CUDA_IPC": "0"})  # the staged path
     for out in res:
         assert out["checks"] > 50 and out["fails"] == [], out["fails"][:5]

@@ -127,32 +127,37 @@ def check_overlap(call: str, collective: str, inp: np.ndarray, out: np.ndarray, 
     Both arrays are contiguous, so sharing memory is the same as overlapping address ranges."""
     if inp.size == 0 or out.size == 0 or not np.may_share_memory(inp, out):
         return False
-    isz = inp.dtype.itemsize
-    ia, oa = _addr(inp), _addr(out)
+    return check_overlap_at(call, collective, _addr(inp), inp.size, _addr(out), out.size, inp.dtype.itemsize, rank)
+
+
+def check_overlap_at(call: str, collective: str, ia: int, isize: int, oa: int, osize: int, isz: int,
+                     rank: int) -> bool:
+    """:func:`check_overlap` on address ranges (device buffers: pointers): input ``isize`` elements at
+    ``ia``, output ``osize`` at ``oa``, ``isz`` bytes each."""
+    if isize == 0 or osize == 0 or not (ia < oa + osize * isz and oa < ia + isize * isz):
+        return False
     layout = IN_PLACE_LAYOUT[collective]
     if collective == "all_gather":
-        want, got = oa + rank * inp.size * isz, ia
+        want, got = oa + rank * isize * isz, ia
     elif collective == "reduce_scatter":
-        want, got = ia + rank * out.size * isz, oa
+        want, got = ia + rank * osize * isz, oa
     else:
         want, got = None, None
     if want is not None and want == got:
         return True
     if layout is None:
-        raise ValueError(f"{call}: input and output overlap in memory ({_span(inp, out)}); {collective} has no "
-                         f"in-place form: pass separate buffers")
+        raise ValueError(f"{call}: input and output overlap in memory ({_span(ia, isize, oa, osize, isz)}); "
+                         f"{collective} has no in-place form: pass separate buffers")
     if collective == "all_gather":
         where = (got - oa) / isz
-        detail = f"input starts at output element {where:g}, rank {rank}'s block starts at {rank * inp.size}"
+        detail = f"input starts at output element {where:g}, rank {rank}'s block starts at {rank * isize}"
     else:
         where = (got - ia) / isz
-        detail = f"output starts at input element {where:g}, rank {rank}'s block starts at {rank * out.size}"
+        detail = f"output starts at input element {where:g}, rank {rank}'s block starts at {rank * osize}"
     raise ValueError(f"{call}: input and output overlap in memory but not in the in-place layout "
                      f"({layout}; {detail}); pass that exact view or separate buffers")
 
 
-def _span(inp: np.ndarray, out: np.ndarray) -> str:
-    isz = inp.dtype.itemsize
-    ia, oa = _addr(inp), _addr(out)
-    return (f"input bytes [{0}, {inp.size * isz}) and output bytes [{oa - ia}, {oa - ia + out.size * out.dtype.itemsize}) "
+def _span(ia: int, isize: int, oa: int, osize: int, isz: int) -> str:
+    return (f"input bytes [0, {isize * isz}) and output bytes [{oa - ia}, {oa - ia + osize * isz}) "
             f"relative to the input")

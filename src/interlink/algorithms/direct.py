@@ -9,7 +9,7 @@ floating-point results are identical bit for bit across ranks.
 from __future__ import annotations
 
 from .registry import register
-from .schedule import Builder, Chunk, Schedule, inp, out, scr
+from .schedule import Builder, Chunk, Schedule, inp, out, scr, split
 
 
 def _slot(j: int, me: int) -> int:
@@ -38,6 +38,39 @@ def all_reduce_direct(nranks: int, count: int, root: int = 0) -> Schedule:
                 b.transfer(0, r, j, inp(0, n), scr(_slot(r, j) * n, n))
     for r in range(p):
         _reduce_in_rank_order(b, 0, r, p, inp(0, n), n, out(0, n))
+    return b.build()
+
+
+@register("all_reduce", "twoshot")
+def all_reduce_twoshot(nranks: int, count: int, root: int = 0) -> Schedule:
+    """2 rounds; a direct reduce-scatter, then a direct all-gather: each rank sends 2(p-1)/p of the buffer.
+
+    Block r (of p, sizes differing by at most one) is reduced by its owner, rank r: its peers' blocks
+    arrive in scratch in round 0 and are reduced onto its own, in rank order after its own (so it is safe
+    in place); round 1 sends the reduced block to every other rank. Every rank ends with the owner's
+    bits. The large-message one-host algorithm (vLLM/TensorRT-LLM "two-shot"; the device executor's
+    choice for all_reduce: 2 rounds where the ring takes 2(p-1))."""
+    p, n = nranks, count
+    blocks = split(n, p)
+    m = blocks[0][1] if blocks else 0
+    b = Builder("all_reduce", "twoshot", p, n, root, scratch=(p - 1) * m)
+    for r in range(p):
+        for j in range(p):
+            if j != r:
+                jo, jn = blocks[j]
+                b.transfer(0, r, j, inp(jo, jn), scr(_slot(r, j) * m, jn))
+    for r in range(p):
+        ro, rn = blocks[r]
+        dst = out(ro, rn)
+        b.copy(0, r, inp(ro, rn), dst)
+        for j in range(p):
+            if j != r:
+                b.reduce(0, r, scr(_slot(j, r) * m, rn), dst)
+    for r in range(p):
+        ro, rn = blocks[r]
+        for j in range(p):
+            if j != r:
+                b.transfer(1, r, j, out(ro, rn), out(ro, rn))
     return b.build()
 
 

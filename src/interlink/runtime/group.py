@@ -25,7 +25,9 @@ from ..algorithms import registry
 from ..algorithms.schedule import Builder, Chunk, Schedule
 from ..errors import CommTimeoutError, InterlinkError
 from ..ops import ReduceOp, check_op_dtype
+from ..transport import cuda_ipc
 from ..transport.base import Op, encode_sig
+from . import device_exec
 from .engine import Aborted, Engine, translate
 from .executor import Plan, alias_delta, execute
 from .fastpath import AG, AR, BAR, BC, NAMES, RS
@@ -58,6 +60,28 @@ HIERARCHICAL = {"all_reduce": "hierarchical", "all_gather": "hierarchical", "bro
 _CALL = {AG: "all_gather_into_tensor", RS: "reduce_scatter_tensor"}  # the API names of the hot calls with an output
 
 _PER_RANK_BLOCK = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
+
+# The device path (cuda-ipc): GPU buffers of ranks that share a host are read in place by their peers
+# (runtime.device_exec runs these Schedules as pulls). Each collective's Schedule there: the fewest
+# rounds (every round costs a signal and a stream synchronisation), each byte copied once.
+DEVICE_ALGO = {"all_reduce": "twoshot", "broadcast": "direct", "reduce": "direct", "all_gather": "direct",
+               "reduce_scatter": "direct", "gather": "direct", "scatter": "direct", "all_to_all": "pairwise"}
+
+
+def cuda_ipc_min_bytes() -> int:
+    """Below this many bytes (the call's largest buffer) device arrays take the staged path, whose
+    per-call cost is lower: INTERLINK_CUDA_IPC_MIN_BYTES, else the crossover measured on an H100 with 4
+    ranks on one GPU (benchmarks/RESULTS.md): 8 MiB when the processes are time-sliced (no MPS: ~2-3 ms
+    a call on cuda-ipc against ~0.5 ms/MiB staged), 1 MiB under MPS (~0.4-0.6 ms a call). The same on
+    every rank of a host (the MPS daemon is the host's), so every rank takes the same path."""
+    env = os.environ.get("INTERLINK_CUDA_IPC_MIN_BYTES")
+    if env is not None:
+        return int(env)
+    return CUDA_IPC_MIN_BYTES_MPS if cuda_ipc.mps_active() else CUDA_IPC_MIN_BYTES
+
+
+CUDA_IPC_MIN_BYTES = 8 << 20
+CUDA_IPC_MIN_BYTES_MPS = 1 << 20
 
 
 def default_algorithm(collective: str, nbytes: int, nranks: int, layout: Optional[tuple[int, int]] = None) -> str:
@@ -290,8 +314,8 @@ class Group:
 
     def _plan(self, collective: str, count: int, root: int, dtype: np.dtype, op: ReduceOp,
               algorithm: Optional[str], alias: Optional[int], sig_extra: str = "",
-              schedule: Optional[Schedule] = None) -> Plan:
-        key = (collective, count, root, dtype, op, algorithm, alias)
+              schedule: Optional[Schedule] = None, device: bool = False) -> Any:
+        key = (collective, count, root, dtype, op, algorithm, alias, device)
         plan = self._plans.get(key) if schedule is None else None
         if plan is not None:
             return plan
@@ -299,6 +323,8 @@ class Group:
             nbytes = count * dtype.itemsize * (self.size if collective in _PER_RANK_BLOCK else 1)
             nhosts, local_size = self.host_layout()
             algo = algorithm or _env_algorithm(collective)
+            if algo is None and device:
+                algo = DEVICE_ALGO[collective]
             if algo is None:
                 algo = default_algorithm(collective, nbytes, self.size, (nhosts, local_size))
             params = {}
@@ -306,8 +332,11 @@ class Group:
                 params["local_size"] = local_size if nhosts > 1 else self.size
             schedule = registry.get_schedule(collective, algo, self.size, count, root, **params)
         sig = (f"{collective}:{schedule.algorithm} {dtype} n={count} {op.name.lower()} root={root} "
-               f"{self.name}{sig_extra}")
-        plan = Plan(schedule, self.rank, dtype, op, alias, self.ranks.__getitem__, sig)
+               f"{self.name}{sig_extra}{' cuda-ipc' if device else ''}")
+        if device:
+            plan = device_exec.DevicePlan(schedule, self.rank, dtype, op, alias, self.ranks.__getitem__, sig)
+        else:
+            plan = Plan(schedule, self.rank, dtype, op, alias, self.ranks.__getitem__, sig)
         if len(self._plans) > 512:
             self._plans.clear()
         if sig_extra == "":
@@ -317,15 +346,17 @@ class Group:
     def _execute(self, collective: str, sig_extra: str, count: int, root: int, dtype: np.dtype,
                  op: ReduceOp, bufs: dict[str, np.ndarray], algorithm: Optional[str],
                  timeout: Optional[float], schedule: Optional[Schedule] = None,
-                 finish: Optional[Callable[[], None]] = None) -> None:
-        """Run one collective. Called inline or on the runner thread, in call order."""
+                 finish: Optional[Callable[[], None]] = None, device: bool = False) -> None:
+        """Run one collective. Called inline or on the runner thread, in call order. ``device``: the
+        buffers are cuda_ipc.DevBufs and the device executor runs the Schedule (cuda-ipc)."""
         self._check_usable(collective)
         self.seq += 1
         seq = self.seq
         inp, out = bufs["input"], bufs["output"]
         try:
-            plan = self._plan(collective, count, root, dtype, op, algorithm, alias_delta(inp, out), sig_extra,
-                              schedule)
+            plan = self._plan(collective, count, root, dtype, op, algorithm,
+                              _dev_alias(inp, out) if device else alias_delta(inp, out), sig_extra, schedule,
+                              device)
         except ValueError:
             self.seq -= 1  # e.g. unknown algorithm: nothing was sent
             raise
@@ -333,7 +364,10 @@ class Group:
         self.recorder.append(rec)
         deadline = time.monotonic() + (timeout if timeout is not None else self.ctx.timeout)
         try:
-            execute(plan, self.ctx.engine, inp, out, seq, deadline)
+            if device:
+                device_exec.execute(plan, self.ctx.engine, inp, out, seq, deadline)
+            else:
+                execute(plan, self.ctx.engine, inp, out, seq, deadline)
             if finish is not None:
                 finish()
         except InterlinkError:
@@ -439,6 +473,45 @@ class Group:
                 return check_op_dtype(op, dtype)
             raise
 
+    # ---- the device path (cuda-ipc) -----------------------------------------------------------
+    def _dev(self, *args: tuple) -> Optional[list]:
+        """DevBufs of a call whose arrays are all CUDA arrays of one kind, in a group whose ranks share
+        this host, with cuda-ipc on and the call at least cuda_ipc_min_bytes(); None: the staged path.
+        Each arg is (array, name, writable, reducing); bad arrays raise here, before any byte moves.
+        The call's device work goes on the caller's current stream (after what produced the inputs)."""
+        kinds = set()
+        for x, *_ in args:
+            k = None if type(x) is np.ndarray else cuda_ipc.device_kind(x)
+            if k is None:
+                return None
+            kinds.add(k)
+        if len(kinds) > 1 or not cuda_ipc.enabled() or not self._local():
+            return None
+        be = cuda_ipc.backend(kinds.pop())
+        if not be.available():
+            return None
+        bufs = [be.as_devbuf(x, name, w, r) for x, name, w, r in args]
+        if max(b.nbytes for b in bufs) < cuda_ipc_min_bytes() or len({b.device for b in bufs}) > 1:
+            return None
+        stream = be.current_stream(bufs[0])
+        for b in bufs:
+            b.stream = stream
+        return bufs
+
+    def _local(self) -> bool:
+        """Every rank of the group is on this host (the hosts exchanged at init)."""
+        hosts = self.ctx.engine.hosts
+        if not hosts:
+            return True
+        me = hosts[self.ctx.rank]
+        return all(hosts[g] == me for g in self.ranks)
+
+    def _run_dev(self, collective: str, count: int, root: int, op: ReduceOp, inp: Any, out: Any,
+                 algorithm: Optional[str], timeout: Optional[float], async_op: bool) -> Optional[Work]:
+        fn = lambda: self._execute(collective, "", count, root, out.dtype, op, {"input": inp, "output": out},
+                                   algorithm, timeout, device=True)
+        return self._submit(fn, f"{collective} #{self.seq + 1} in {self.name}", async_op)
+
     # ---- collectives -------------------------------------------------------------------------
     def all_reduce(self, tensor: Any, op: Any = ReduceOp.SUM, async_op: bool = False,
                    algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
@@ -446,6 +519,11 @@ class Group:
                 and self._hot(AR, tensor, None, op, 0):
             return None
         self._check_usable("all_reduce")
+        dv = None if type(tensor) is np.ndarray else self._dev((tensor, "tensor", True, True))
+        if dv is not None:
+            d = dv[0]
+            return self._run_dev("all_reduce", d.size, 0, self._reduce_op(op, d.dtype), d, d, algorithm, timeout,
+                                 async_op)
         if type(tensor) is np.ndarray:
             a, st = arrays.as_flat(tensor, "tensor", reducing=True), None
         else:
@@ -471,6 +549,11 @@ class Group:
             return None
         self._check_usable("broadcast")
         root = self._rank_arg(src, "src")
+        dv = self._dev((tensor, "tensor", True, False))
+        if dv is not None:
+            d = dv[0]
+            _dtype_ok(d.dtype)
+            return self._run_dev("broadcast", d.size, root, ReduceOp.SUM, d, d, algorithm, timeout, async_op)
         st = _Staging()
         # only the root's data matters: other ranks' device arrays are not downloaded
         a = st.flat(tensor, "tensor", download=(self.rank == root))
@@ -486,6 +569,13 @@ class Group:
                algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("reduce")
         root = self._rank_arg(dst, "dst")
+        dv = self._dev((tensor, "tensor", True, True))
+        if dv is not None:
+            d = dv[0]
+            rop = self._reduce_op(op, d.dtype)
+            o = d if self.rank == root else cuda_ipc.backend(d.kind).empty_like(d)  # non-root: untouched
+            o.stream = d.stream
+            return self._run_dev("reduce", d.size, root, rop, d, o, algorithm, timeout, async_op)
         st = _Staging()
         a = st.flat(tensor, "tensor", reducing=True, upload=(self.rank == root))
         rop = self._reduce_op(op, a.dtype)
@@ -500,6 +590,16 @@ class Group:
                 and self._hot(AG, input_tensor, output_tensor, None, 0):
             return None
         self._check_usable("all_gather")
+        dv = self._dev((output_tensor, "output_tensor", True, False), (input_tensor, "input_tensor", False, False))
+        if dv is not None:
+            o, i = dv
+            _same_dtype(o, i, "all_gather_into_tensor")
+            if o.size != i.size * self.size:
+                raise ValueError(f"all_gather_into_tensor: output has {o.size} elements, expected "
+                                 f"input size {i.size} x group size {self.size} = {i.size * self.size}")
+            arrays.check_overlap_at("all_gather_into_tensor", "all_gather", i.ptr, i.size, o.ptr, o.size,
+                                    i.dtype.itemsize, self.rank)
+            return self._run_dev("all_gather", i.size, 0, ReduceOp.SUM, i, o, algorithm, timeout, async_op)
         st = _Staging()
         out = st.flat(output_tensor, "output_tensor", download=False)
         inp = st.flat(input_tensor, "input_tensor", writable=False)
@@ -538,6 +638,17 @@ class Group:
                 and self._hot(RS, input, output, op, 0):
             return None
         self._check_usable("reduce_scatter")
+        dv = self._dev((output, "output", True, True), (input, "input", False, True))
+        if dv is not None:
+            o, i = dv
+            _same_dtype(o, i, "reduce_scatter_tensor")
+            rop = self._reduce_op(op, o.dtype)
+            if i.size != o.size * self.size:
+                raise ValueError(f"reduce_scatter_tensor: input has {i.size} elements, expected "
+                                 f"output size {o.size} x group size {self.size} = {o.size * self.size}")
+            arrays.check_overlap_at("reduce_scatter_tensor", "reduce_scatter", i.ptr, i.size, o.ptr, o.size,
+                                    i.dtype.itemsize, self.rank)
+            return self._run_dev("reduce_scatter", o.size, 0, rop, i, o, algorithm, timeout, async_op)
         st = _Staging()
         out = st.flat(output, "output", reducing=True, download=False)
         inp = st.flat(input, "input", writable=False, reducing=True)
@@ -598,6 +709,18 @@ class Group:
                           input_split_sizes: Optional[Sequence[int]] = None, async_op: bool = False,
                           algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("all_to_all")
+        dv = None if (output_split_sizes is not None or input_split_sizes is not None) else \
+            self._dev((output, "output", True, False), (input, "input", False, False))
+        if dv is not None:
+            o, i = dv
+            _same_dtype(o, i, "all_to_all_single")
+            if i.size % self.size or o.size != i.size:
+                raise ValueError(f"all_to_all_single: input of {i.size} elements must split evenly over "
+                                 f"{self.size} ranks and equal the output size {o.size} (or pass split sizes)")
+            arrays.check_overlap_at("all_to_all_single", "all_to_all", i.ptr, i.size, o.ptr, o.size,
+                                    i.dtype.itemsize, self.rank)
+            return self._run_dev("all_to_all", i.size // self.size, 0, ReduceOp.SUM, i, o, algorithm, timeout,
+                                 async_op)
         st = _Staging()
         out = st.flat(output, "output", download=(output_split_sizes is not None or input_split_sizes is not None))
         inp = st.flat(input, "input", writable=False)
@@ -778,6 +901,17 @@ class _StagedWork(Work):
     def result(self) -> Any:
         self.wait()
         return self._inner.result()
+
+
+def _dev_alias(inp: Any, out: Any) -> Optional[int]:
+    """alias_delta for device buffers: the input's element offset in the output's index space when
+    they share memory (a misaligned overlap: a huge delta, which forces a copy of the input)."""
+    if inp is out:
+        return 0 if inp.size else None
+    if not inp.overlaps(out):
+        return None
+    d = inp.ptr - out.ptr
+    return 1 << 62 if d % inp.dtype.itemsize else d // inp.dtype.itemsize
 
 
 def _same_dtype(a: np.ndarray, b: np.ndarray, what: str) -> None:
