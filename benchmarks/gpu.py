@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         env["INTERLINK_CUDA_IPC_ORDER"] = a.order
     from interlink.transport.cuda_ipc import mps_active
 
-    order = a.order or ("event" if mps_active() else "host")
+    order = a.order or "event"
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     procs = [ctx.Process(target=rank_main, args=(r, a.ranks, env, args, q)) for r in range(a.ranks)]

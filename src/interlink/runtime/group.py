@@ -271,6 +271,7 @@ class Group:
         out["shm.slot"] = slot
         out["shm.ring"] = slot * nslots
         out["small"] = SMALL_BYTES
+        out["cuda_ipc.min"] = cuda_ipc_min_bytes()  # device arrays: staged below, cuda-ipc from here
         layout = self.host_layout()
         for c in _TABLE:
             if c != "barrier":
