@@ -396,3 +396,85 @@ def test_silent_stranger_on_mesh_listener_does_not_stall_init() -> None:
     if slowest > 5.0:
         raise InitStalled(f"init took {slowest:.1f}s with one silent stranger connected: "
                           f"{[round(r['init_s'], 1) for r in res]}")
+
+
+def _tag_mismatch(rank: int, world: int) -> str:
+    import interlink as dist
+
+    dist.init(timeout=20)
+    x = np.zeros(4, np.float32)
+    try:
+        if rank == 0:
+            dist.send(x, 1, tag=1)
+        else:
+            dist.recv(x, 0, tag=2)
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__}|{e}|{getattr(e, 'seq', None)}"
+    return "no error"
+
+
+def test_p2p_tag_mismatch_names_the_tags_and_the_message() -> None:
+    res = run_ranks(2, _tag_mismatch, timeout=60)
+    name, msg, seq = res[1].split("|")
+    assert name == "CollectiveMismatchError", res
+    assert "tag 2" in msg and "tag 1" in msg and "tags differ" in msg, msg
+    assert seq == "1" and "seq=1" in msg, msg  # the p2p message's number, in the text and the bracket
+    assert "CollectiveMismatchError" in res[0], res
+
+
+_EXIT_SCRIPT = r"""
+import sys, time, numpy as np, interlink as dist
+mode = sys.argv[1]
+dist.init(timeout=120)
+r = dist.get_rank()
+x = np.ones(10, np.float32)
+dist.all_reduce(x)
+t = time.time()
+if r == 1 and mode == "raise":
+    raise ValueError("boom in user code")
+if r == 1 and mode == "exit":
+    sys.exit(3)
+if r == 0 and mode == "late":
+    time.sleep(3)  # a checkpoint: the others are done and leave first
+try:
+    if mode != "late":
+        dist.all_reduce(x)
+    print(f"rank {r} done after {time.time() - t:.1f}s", flush=True)
+except Exception as e:
+    print(f"rank {r} {type(e).__name__} after {time.time() - t:.1f}s: {e}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["raise", "exit", "late"])
+def test_a_rank_that_exits_stops_its_peers_at_once(mode: str, tmp_path) -> None:
+    """Without a launcher to kill the others: a rank that raises (or sys.exit()s) while its peer waits in
+    a collective makes the peer raise PeerLostError naming it within seconds; a rank that is done leaves
+    without waiting for one that is still busy (no destroy barrier, no spurious warning)."""
+    import subprocess
+    import sys
+    import time
+
+    from mp import free_port
+
+    script = tmp_path / "job.py"
+    script.write_text(_EXIT_SCRIPT)
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2",
+               INTERLINK_SECRET="s3cr3t")
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, str(script), mode], env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    wall = time.monotonic() - t0
+    out0, err0 = outs[0]
+    if mode == "late":
+        assert "rank 0 done" in out0 and "rank 1 done" in outs[1][0], outs
+        assert "barrier" not in err0 + outs[1][1], outs
+        assert wall < 20, wall
+        assert all(p.returncode == 0 for p in procs), outs
+    else:
+        assert "PeerLostError" in out0 and "rank 1" in out0, outs
+        after = float(out0.split(" after ")[1].split("s")[0])
+        assert after < 5, out0
+        if mode == "raise":
+            assert "ValueError: boom" in out0, out0  # the cause travels with the abort
+        assert wall < 20, wall

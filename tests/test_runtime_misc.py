@@ -149,3 +149,46 @@ def test_fast_path_call_then_regular_call_is_not_a_mismatch(nranks: int) -> None
     # channels at once (where the bug showed: a peer already sending for the next call was a "mismatch")
     res = run_ranks(nranks, fast_then_regular, 100, env={"INTERLINK_SPIN": "1"}, timeout=120)
     assert res == [100] * nranks
+
+
+def algo_env_scope(rank: int, world: int) -> dict:
+    import interlink as dist
+
+    g = dist.init(timeout=30)
+    a = np.ones(256, dtype=np.float32)
+    dist.all_reduce(a)
+    ar = g.recorder[-1].sig
+    dist.broadcast(a, src=0)
+    bc = g.recorder[-1].sig
+    dist.destroy()
+    return {"ar": ar, "bc": bc}
+
+
+def test_algo_env_touches_only_the_named_collective() -> None:
+    """INTERLINK_ALGO=all_reduce:ring runs all_reduce's ring Schedule; broadcast keeps its shared-page path."""
+    res = run_ranks(2, algo_env_scope, env={"INTERLINK_ALGO": "all_reduce:ring"})
+    for r in res:
+        assert "all_reduce:ring " in r["ar"], r
+        assert r["bc"].startswith("broadcast:fast"), r
+
+
+def bad_algo_env(rank: int, world: int) -> str:
+    import interlink as dist
+
+    try:
+        dist.init(timeout=30)
+    except ValueError as e:
+        return str(e)
+    dist.destroy()
+    return ""
+
+
+@pytest.mark.parametrize("spec,word", [("bogus", "no collective has"), ("allreduce:ring", "unknown collective"),
+                                       ("all_reduce:bogus", "available")])
+def test_algo_env_typos_are_errors(spec: str, word: str) -> None:
+    from interlink.runtime.group import parse_algo_env
+
+    with pytest.raises(ValueError, match=word):
+        parse_algo_env(spec)
+    res = run_ranks(1, bad_algo_env, env={"INTERLINK_ALGO": spec})
+    assert word in res[0] and "INTERLINK_ALGO" in res[0], res

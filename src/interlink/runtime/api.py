@@ -5,9 +5,10 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 from typing import Any, Optional, Sequence
 
-from ..errors import InterlinkError
+from ..errors import InterlinkError, PeerLostError
 from ..transport.wire import secret_from_env
 from .fastpath import FastPath
 from .group import Group, _Ctx, run_p2p_batch
@@ -73,6 +74,7 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, timeout: 
     _CTX = ctx
     _WORLD = Group(ctx, range(w), "world")
     atexit.register(_atexit)
+    _hook_uncaught()
     return _WORLD
 
 
@@ -85,6 +87,40 @@ def _atexit() -> None:
             destroy()
         except Exception:  # pragma: no cover
             pass
+
+
+_UNCAUGHT: Optional[str] = None  # why this process is going down, if an exception escaped the script
+
+
+def _hook_uncaught() -> None:
+    """An exception that escapes the script aborts the job at once: the exiting rank tells every peer why
+    (they raise within a second, naming it) instead of leaving them in a collective until the timeout."""
+    if getattr(sys.excepthook, "_interlink", False):
+        return
+    prev = sys.excepthook
+
+    def hook(tp, value, tb):  # type: ignore[no-untyped-def]
+        global _UNCAUGHT
+        if _CTX is not None and not issubclass(tp, KeyboardInterrupt):
+            _UNCAUGHT = f"{tp.__name__}: {value}"
+            try:
+                _abort(f"rank {_CTX.rank} exited with an uncaught {_UNCAUGHT}")
+            except Exception:  # pragma: no cover - best effort
+                pass
+        prev(tp, value, tb)
+
+    hook._interlink = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+
+
+def _abort(message: str) -> None:
+    """Mark the communicator failed and tell every peer (an ABORT frame on the control plane)."""
+    ctx = _CTX
+    if ctx is None or ctx.broken is not None:
+        return
+    err = PeerLostError(message, op="exit", group="world", seq=0, ranks=[ctx.rank])
+    ctx.broken = err
+    ctx.engine.send_abort({"error": "PeerLostError", "message": message, "ranks": [ctx.rank]})
 
 
 def is_initialized() -> bool:
@@ -131,11 +167,8 @@ def destroy(group: Optional[Group] = None) -> None:
     try:
         ctx.runner.drain()
         ctx.runner.stop()
-        if ctx.broken is None:
-            try:
-                store_barrier(ctx.store, "destroy", ctx.rank, ctx.world_size, min(ctx.timeout, 30.0))
-            except InterlinkError as e:
-                log.warning("interlink: destroy barrier failed: %s", e)
+        # no barrier: a rank that is done leaves (BYE); a peer still waiting for it in a call raises
+        # PeerLostError ("left the job") at once, and a peer busy elsewhere (a checkpoint) is not held up
         ctx.engine.send_bye()
         # rank 0 hosts the store: it waits (briefly) until every rank is done with it
         if ctx.broken is None and ctx.world_size > 1:

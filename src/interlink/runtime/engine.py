@@ -32,6 +32,7 @@ SPIN = int(os.environ.get("INTERLINK_SPIN", "2000"))
 OVERSUB_SPIN = 64
 YIELD_AFTER = 16
 BELL_TIMEOUT = 0.005  # a sleeping rank still polls the control plane this often
+LEFT = "(it left the job: called destroy() or exited, while this rank still waits for it)"
 _CTRL_HDR = struct.Struct("<I")
 
 
@@ -40,8 +41,8 @@ def _frame(info: dict) -> bytes:
     return _CTRL_HDR.pack(len(frame)) + frame
 
 
-def describe_sig(sig: str, seq: int) -> str:
-    return f"{sig} (seq {seq})"
+def describe_sig(sig: str, seq: int, tag: Optional[int] = None) -> str:
+    return f"{sig} (seq {seq})" if tag is None else f"{sig} (seq {seq}, tag {tag})"
 
 
 class Aborted(Exception):
@@ -151,6 +152,13 @@ class Engine:
                     first = e
         if first is not None:
             raise first
+
+    def check_departed(self, peers: Iterable[int]) -> None:
+        """PeerClosed for the first of ``peers`` that has left the job cleanly (BYE: it called destroy()
+        or its process exited): what this rank still waits for from it will never come."""
+        for p in peers:
+            if p in self.departed:
+                raise PeerClosed(p, LEFT)
 
     def send_bye(self) -> None:
         self._send_all(_frame({"type": "bye", "rank": self.rank}))
@@ -268,6 +276,8 @@ class Engine:
             now = time.monotonic()
             if now > deadline:
                 raise TimeoutError(sorted({op.peer for op in pending}))
+            if self.departed:
+                self.check_departed(op.peer for op in pending)
             rfds, wfds = [], []
             for op in pending:
                 for fd, _ev in channels[op.peer].wait_fds(op.kind == "send", op.kind == "recv"):
@@ -317,12 +327,18 @@ def translate(exc: BaseException, *, op: str, group: str, seq: int, rank: int,
               peers_of: Callable[[int], int] = lambda g: g) -> InterlinkError:
     """Turn an engine exception into the typed error users see."""
     if isinstance(exc, HeaderMismatch):
+        tags = exc.expected.tag if (exc.expected.tag or exc.got.tag) else None  # shown where tags are in use
         return CollectiveMismatchError(
-            f"rank {rank} called {describe_sig(exc.expected.sig, exc.expected.seq)} expecting "
+            f"rank {rank} called {describe_sig(exc.expected.sig, exc.expected.seq, tags)} expecting "
             f"{exc.expected.nbytes} bytes from rank {exc.peer}, but rank {exc.peer} sent "
-            f"{describe_sig(exc.got.sig, exc.got.seq)} with {exc.got.nbytes} bytes",
+            f"{describe_sig(exc.got.sig, exc.got.seq, None if tags is None else exc.got.tag)} with "
+            f"{exc.got.nbytes} bytes" + (f": the tags differ ({exc.expected.tag} != {exc.got.tag})"
+                                        if exc.expected.tag != exc.got.tag else ""),
             op=op, group=group, seq=seq, ranks=[rank, exc.peer])
     if isinstance(exc, PeerClosed):
+        if exc.detail == LEFT:
+            return PeerLostError(f"rank {exc.peer} left the job (called destroy() or exited) while rank {rank} "
+                                 f"was in {op} waiting for it", op=op, group=group, seq=seq, ranks=[exc.peer])
         return PeerLostError(f"rank {exc.peer} died or closed its connection while rank {rank} was in {op}",
                              op=op, group=group, seq=seq, ranks=[exc.peer])
     if isinstance(exc, Aborted):

@@ -237,6 +237,8 @@ class FastPath:
             if time.monotonic() - last_ctrl > BELL_TIMEOUT:
                 last_ctrl = time.monotonic()
                 self.engine.poll_controls(0.0)
+                if self.engine.departed:
+                    self.engine.check_departed(self.members[i] for i in laggards())
             spins = self.spin - 1
 
     def _peek_channels(self, seq: int, sig: bytes) -> None:

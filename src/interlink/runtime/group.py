@@ -26,7 +26,7 @@ from ..algorithms.schedule import Builder, Chunk, Schedule
 from ..errors import CommTimeoutError, InterlinkError
 from ..ops import ReduceOp, check_op_dtype
 from ..transport import cuda_ipc
-from ..transport.base import Op, encode_sig
+from ..transport.base import HeaderMismatch, Op, encode_sig
 from . import device_exec
 from .engine import Aborted, Engine, translate
 from .executor import Plan, alias_delta, execute
@@ -151,21 +151,42 @@ def _switch_points(collective: str, nranks: int, layout: tuple[int, int], top: i
 
 def _env_algorithm(collective: str) -> Optional[str]:
     """INTERLINK_ALGO=ring, or per collective: INTERLINK_ALGO=all_reduce:ring,broadcast:binomial."""
-    return _env_algorithm_cached(collective, os.environ.get("INTERLINK_ALGO", ""))
+    return parse_algo_env(os.environ.get("INTERLINK_ALGO", "")).get(collective)
 
 
 @functools.lru_cache(maxsize=64)
-def _env_algorithm_cached(collective: str, spec: str) -> Optional[str]:
+def parse_algo_env(spec: str) -> dict[str, str]:
+    """INTERLINK_ALGO as {collective: algorithm}. A bare name (``ring``) applies to every collective that
+    has it; ``collective:algorithm`` pairs (``=`` works too) to that collective. An unknown collective or
+    algorithm, or a bare name no collective has, raises ValueError naming what is available (a typo
+    must not silently change nothing)."""
     spec = spec.strip()
     if not spec:
-        return None
+        return {}
+    colls = [c for c in _TABLE if c != "barrier"] + ["barrier"]
     if ":" not in spec and "=" not in spec:
-        return spec if spec in registry.algorithms_for(collective) else None
+        if "," in spec:
+            raise ValueError(f"INTERLINK_ALGO={spec!r}: a list needs collective:algorithm pairs, "
+                             f"e.g. all_reduce:ring,broadcast:binomial")
+        got = {c: spec for c in colls if spec in registry.algorithms_for(c)}
+        if not got:
+            names = sorted({a for c in colls for a in registry.algorithms_for(c)})
+            raise ValueError(f"INTERLINK_ALGO={spec!r}: no collective has an algorithm of that name; "
+                             f"known: {', '.join(names)} (or collective:algorithm pairs)")
+        return got
+    out: dict[str, str] = {}
     for part in spec.split(","):
-        k, _, v = part.replace("=", ":").partition(":")
-        if k.strip() == collective:
-            return v.strip()
-    return None
+        k, sep, v = part.replace("=", ":").partition(":")
+        k, v = k.strip(), v.strip()
+        if not sep or not k or not v:
+            raise ValueError(f"INTERLINK_ALGO={spec!r}: {part!r} is not collective:algorithm")
+        if k not in colls:
+            raise ValueError(f"INTERLINK_ALGO={spec!r}: unknown collective {k!r}; one of {', '.join(colls)}")
+        have = registry.algorithms_for(k)
+        if v not in have:
+            raise ValueError(f"INTERLINK_ALGO={spec!r}: {k} has no algorithm {v!r}; available: {', '.join(have)}")
+        out[k] = v
+    return out
 
 
 _EMPTY = np.empty(0, dtype=np.uint8)  # the barrier's (absent) payload
@@ -220,7 +241,11 @@ class Group:
         self.recorder: collections.deque[Record] = collections.deque(maxlen=RECORDER_SIZE)
         self._plans: dict[tuple, Plan] = {}
         # the small-message fast path: the world group of a job whose ranks share one host
-        self._fast = ctx.fast if (name == "world" and not os.environ.get("INTERLINK_ALGO")) else None
+        self._fast = ctx.fast if name == "world" else None
+        # per collective (indexed by the fast path's kinds): off where INTERLINK_ALGO names an algorithm for
+        # that collective, which then runs its Schedule; the other collectives keep their fast paths
+        forced = parse_algo_env(os.environ.get("INTERLINK_ALGO", ""))
+        self._fk = tuple(None if NAMES[k] in forced else self._fast for k in range(len(NAMES)))
         self._layout: Optional[tuple[int, int]] = None
 
     def __repr__(self) -> str:
@@ -516,7 +541,7 @@ class Group:
     # ---- collectives -------------------------------------------------------------------------
     def all_reduce(self, tensor: Any, op: Any = ReduceOp.SUM, async_op: bool = False,
                    algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
-        if self._fast is not None and type(tensor) is np.ndarray and not (async_op or algorithm or timeout) \
+        if self._fk[AR] is not None and type(tensor) is np.ndarray and not (async_op or algorithm or timeout) \
                 and self._hot(AR, tensor, None, op, 0):
             return None
         self._check_usable("all_reduce")
@@ -531,7 +556,7 @@ class Group:
             st = _Staging()
             a = st.flat(tensor, "tensor", reducing=True)
         rop = self._reduce_op(op, a.dtype)
-        if algorithm is None and self._fast is not None and self._fast.takes(AR, a.nbytes):
+        if algorithm is None and self._fk[AR] is not None and self._fast.takes(AR, a.nbytes):
             if not async_op:
                 self.ctx.runner.run_sync_call(self._run_fast, "all_reduce", a, rop, 0, timeout)
                 if st is not None:
@@ -545,7 +570,7 @@ class Group:
 
     def broadcast(self, tensor: Any, src: int = 0, async_op: bool = False, algorithm: Optional[str] = None,
                   timeout: Optional[float] = None) -> Optional[Work]:
-        if self._fast is not None and type(tensor) is np.ndarray and not (async_op or algorithm or timeout) \
+        if self._fk[BC] is not None and type(tensor) is np.ndarray and not (async_op or algorithm or timeout) \
                 and self._hot(BC, tensor, None, None, src):
             return None
         self._check_usable("broadcast")
@@ -559,7 +584,7 @@ class Group:
         # only the root's data matters: other ranks' device arrays are not downloaded
         a = st.flat(tensor, "tensor", download=(self.rank == root))
         _dtype_ok(a.dtype)
-        if algorithm is None and self._fast is not None and self._fast.takes(BC, a.nbytes):
+        if algorithm is None and self._fk[BC] is not None and self._fast.takes(BC, a.nbytes):
             fn = lambda: self._run_fast("broadcast", a, ReduceOp.SUM, root, timeout)
         else:
             fn = lambda: self._execute("broadcast", "", a.size, root, a.dtype, ReduceOp.SUM,
@@ -587,7 +612,7 @@ class Group:
 
     def all_gather_into_tensor(self, output_tensor: Any, input_tensor: Any, async_op: bool = False,
                                algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
-        if self._fast is not None and type(input_tensor) is np.ndarray and not (async_op or algorithm or timeout) \
+        if self._fk[AG] is not None and type(input_tensor) is np.ndarray and not (async_op or algorithm or timeout) \
                 and self._hot(AG, input_tensor, output_tensor, None, 0):
             return None
         self._check_usable("all_gather")
@@ -609,7 +634,7 @@ class Group:
             raise ValueError(f"all_gather_into_tensor: output has {out.size} elements, expected "
                              f"input size {inp.size} x group size {self.size} = {inp.size * self.size}")
         arrays.check_overlap("all_gather_into_tensor", "all_gather", inp, out, self.rank)
-        if algorithm is None and self._fast is not None and self._fast.takes(AG, inp.nbytes):
+        if algorithm is None and self._fk[AG] is not None and self._fast.takes(AG, inp.nbytes):
             fn = lambda: self._run_fast("all_gather", inp, ReduceOp.SUM, 0, timeout, out)
         else:
             fn = lambda: self._execute("all_gather", "", inp.size, 0, inp.dtype, ReduceOp.SUM,
@@ -635,7 +660,7 @@ class Group:
 
     def reduce_scatter_tensor(self, output: Any, input: Any, op: Any = ReduceOp.SUM, async_op: bool = False,
                               algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
-        if self._fast is not None and type(input) is np.ndarray and not (async_op or algorithm or timeout) \
+        if self._fk[RS] is not None and type(input) is np.ndarray and not (async_op or algorithm or timeout) \
                 and self._hot(RS, input, output, op, 0):
             return None
         self._check_usable("reduce_scatter")
@@ -659,7 +684,7 @@ class Group:
             raise ValueError(f"reduce_scatter_tensor: input has {inp.size} elements, expected "
                              f"output size {out.size} x group size {self.size} = {out.size * self.size}")
         arrays.check_overlap("reduce_scatter_tensor", "reduce_scatter", inp, out, self.rank)
-        if algorithm is None and self._fast is not None and self._fast.takes(RS, inp.nbytes):
+        if algorithm is None and self._fk[RS] is not None and self._fast.takes(RS, inp.nbytes):
             fn = lambda: self._run_fast("reduce_scatter", inp, rop, 0, timeout, out)
         else:
             fn = lambda: self._execute("reduce_scatter", "", out.size, 0, out.dtype, rop,
@@ -749,11 +774,11 @@ class Group:
         return self._submit(st.wrap(fn), "all_to_all", async_op)
 
     def barrier(self, async_op: bool = False, timeout: Optional[float] = None) -> Optional[Work]:
-        if self._fast is not None and not (async_op or timeout) and self._hot(BAR, _EMPTY, None, None, 0):
+        if self._fk[BAR] is not None and not (async_op or timeout) and self._hot(BAR, _EMPTY, None, None, 0):
             return None
         self._check_usable("barrier")
         z = np.empty(0, dtype=np.uint8)
-        if self._fast is not None:
+        if self._fk[BAR] is not None:
             fn = lambda: self._run_fast("barrier", z, ReduceOp.SUM, 0, timeout)
         else:
             fn = lambda: self._execute("barrier", "", 0, 0, z.dtype, ReduceOp.SUM, {"input": z, "output": z},
@@ -824,7 +849,10 @@ def run_p2p_batch(ctx: _Ctx, jobs: list) -> None:
         ctx.engine.run(ops, time.monotonic() + ctx.timeout, feed=feed)
     except BaseException as e:
         grp = jobs[0].p2p[0]
-        err = e if isinstance(e, InterlinkError) else grp._fail(e, jobs[0].p2p[2], grp.seq)
+        # a mismatch names the p2p message it is about (its per-pair sequence number), not the group's
+        # collective count
+        seq = e.expected.seq if isinstance(e, HeaderMismatch) else jobs[0].p2p[1].seq
+        err = e if isinstance(e, InterlinkError) else grp._fail(e, jobs[0].p2p[2], seq)
         for j in jobs:
             j.work._finish(exc=err)
         return

@@ -46,6 +46,34 @@ def host_identity() -> str:
     return ":".join(parts)
 
 
+JOIN_REPORT_S = float(os.environ.get("INTERLINK_JOIN_REPORT_S", "10"))
+
+
+def wait_for_ranks(store: Any, prefix: str, rank: int, world: int, timeout: float) -> None:
+    """Wait until every rank has set ``{prefix}/{r}``, saying every JOIN_REPORT_S seconds who has joined
+    and who is still missing; CommTimeoutError naming the missing ranks after ``timeout``."""
+    keys = [f"{prefix}/{r}" for r in range(world)]
+    start = time.monotonic()
+    while True:
+        left = timeout - (time.monotonic() - start)
+        try:
+            store.wait(keys, max(0.0, min(left, JOIN_REPORT_S)))
+            return
+        except CommTimeoutError:
+            missing = sorted(int(k.rsplit("/", 1)[1]) for k in store.missing(keys))
+            if not missing:
+                return
+            waited = time.monotonic() - start
+            joined = world - len(missing)
+            if waited >= timeout:
+                raise CommTimeoutError(
+                    f"rank {rank}: ranks {missing} never joined ({joined} of {world} joined within {timeout:g}s); "
+                    f"was every rank started, with the same MASTER_ADDR/MASTER_PORT/WORLD_SIZE?",
+                    op="init", group="world", seq=0, ranks=missing) from None
+            log.warning("interlink rank %d: waiting for ranks %s to join (%d of %d joined after %.0fs; "
+                        "giving up after %gs)", rank, missing, joined, world, waited, timeout)
+
+
 def _iface_addr(ifname: str) -> str:
     import fcntl
     import struct
@@ -98,6 +126,7 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
     unix_l.listen(max(16, world))
     me = {"host": host, "tcp": [ip, tcp_l.getsockname()[1]], "unix": unix_name[1:]}
     store.set(f"mesh/{rank}", json.dumps(me).encode())
+    wait_for_ranks(store, "mesh", rank, world, timeout)
     infos = [json.loads(store.get(f"mesh/{r}", timeout=timeout)) if r != rank else me for r in range(world)]
     local = {r for r in range(world) if r != rank and infos[r]["host"] == host and not force_tcp}
 

@@ -56,6 +56,7 @@ from typing import Iterable, Mapping, Sequence
 from ..errors import AuthenticationError, CommTimeoutError, PeerLostError, ProtocolError
 from ..transport.wire import (
     DEFAULT_MAX_FRAME,
+    StaleServer,
     authenticate_client,
     authenticate_server,
     recv_frame,
@@ -197,10 +198,14 @@ class StoreServer:
         *,
         auth_timeout: float = 10.0,
         backlog: int = 4096,
+        generation: int | None = None,
     ) -> None:
         if not isinstance(secret, (bytes, bytearray)):
             raise TypeError(f"secret must be bytes, got {type(secret).__name__}")
         self.host = host
+        # the init() of this job the store serves: a client of another one (a rank that re-inits while
+        # this store, of the previous init, is still shutting down) is answered STALE and tries again
+        self.generation = generation
         self.max_frame = int(max_frame)
         self.auth_timeout = float(auth_timeout)
         self._secret = bytes(secret)
@@ -315,14 +320,28 @@ class StoreServer:
         finally:
             sel.close()
 
+    def _same_generation(self, hello: bytes) -> bool:
+        if self.generation is None:
+            return True
+        words = hello.decode("utf-8", "replace").split()
+        if "gen" not in words[:-1]:
+            return True
+        return words[words.index("gen") + 1] == str(self.generation)
+
     def _serve(self, conn: socket.socket, addr: object) -> None:
         who = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
         authenticated = False
         try:
             try:
-                hello = authenticate_server(conn, self._secret, self.auth_timeout)
+                hello = authenticate_server(conn, self._secret, self.auth_timeout, accept=self._same_generation)
+            except StaleServer as e:
+                log.debug("rendezvous store: %s", e)
+                return
             except AuthenticationError as e:
-                log.debug("rendezvous store refused a connection from %s: %s", who, e)
+                # said where it happens: the side that refuses a stranger (a wrong INTERLINK_SECRET, another
+                # job on this port) is the one that can tell
+                log.warning("interlink: rank 0's rendezvous store on port %s refused a connection from %s: %s",
+                            self.port, who, e)
                 return
             if hello:
                 who = f"{hello.decode('utf-8', 'replace')} ({who})"
@@ -532,6 +551,12 @@ class StoreClient:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             auth_timeout = min(max(deadline - time.monotonic(), 5.0), 60.0)
             authenticate_client(sock, self._secret, auth_timeout, hello=self.name.encode("utf-8"))
+        except StaleServer:
+            sock.close()
+            if not retry or deadline - time.monotonic() <= 0:
+                raise
+            time.sleep(0.05)  # the previous init's store is still shutting down: the new one comes next
+            return self._connect(max(deadline - time.monotonic(), 0.0), retry)
         except BaseException:
             sock.close()
             raise
@@ -894,6 +919,9 @@ def _default_bind(master_addr: str) -> str:
     return "0.0.0.0" if any(ip.version == 4 for ip in ips) else "::"
 
 
+_GENERATION = 0
+
+
 def rendezvous(
     rank: int,
     world_size: int,
@@ -922,7 +950,10 @@ def rendezvous(
         env = dict(os.environ)
         env.update(MASTER_ADDR=str(master_addr), MASTER_PORT=str(master_port), WORLD_SIZE=str(world_size))
         secret = secret_from_env(env)
-    name = f"rank {rank}"
+    global _GENERATION
+    _GENERATION += 1  # every init() of this process is a new generation of the job's store
+    gen = _GENERATION
+    name = f"rank {rank} gen {gen}"
     if world_size == 1:  # nobody else will connect: do not hold (or collide on) the job's port
         server = StoreServer("127.0.0.1", 0, secret)
         try:
@@ -932,7 +963,7 @@ def rendezvous(
             raise
     server = None
     if rank == 0:
-        server = StoreServer(bind_addr or _default_bind(master_addr), int(master_port), secret)
+        server = StoreServer(bind_addr or _default_bind(master_addr), int(master_port), secret, generation=gen)
     try:
         client = StoreClient(master_addr, server.port if server else int(master_port), secret, timeout,
                              connect_timeout, name=name)

@@ -103,6 +103,7 @@ class PeerClosed(Exception):
     def __init__(self, peer: int, detail: str = "") -> None:
         super().__init__(f"peer {peer} closed the connection {detail}".strip())
         self.peer = peer
+        self.detail = detail
 
 
 class Channel(Protocol):

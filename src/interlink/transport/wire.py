@@ -37,7 +37,7 @@ import secrets
 import socket
 import struct
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ..errors import AuthenticationError, CommTimeoutError, PeerLostError, ProtocolError
 
@@ -74,6 +74,11 @@ _SERVER_ANSWER = struct.Struct("<B32sI")
 
 _STATUS_OK = 0
 _STATUS_REJECTED = 1
+_STATUS_STALE = 2  # authenticated, but the server belongs to another generation of this job (an earlier init)
+
+
+class StaleServer(AuthenticationError):
+    """The peer holds this job's secret but serves an earlier (or later) init of it: try again."""
 
 # frames up to this size are sent with one sendall (header and payload together)
 _COALESCE = 64 * 1024
@@ -219,13 +224,15 @@ def _recv(sock: socket.socket, n: int, deadline: float) -> bytes:
 
 
 def authenticate_server(
-    sock: socket.socket, secret: bytes, timeout: float = 10.0, hello: bytes = b""
+    sock: socket.socket, secret: bytes, timeout: float = 10.0, hello: bytes = b"",
+    accept: "Callable[[bytes], bool] | None" = None,
 ) -> bytes:
     """Run the server side of the handshake on a freshly accepted ``sock``.
 
     Returns the client's (authenticated) hello payload. Raises :class:`AuthenticationError` on any
     failure (wrong magic or version, wrong secret, short read, timeout); the caller should then
-    close the socket. The socket's timeout is restored afterwards.
+    close the socket. The socket's timeout is restored afterwards. ``accept(client_hello)`` False (the
+    client is of another generation of the job) answers STALE, and the client retries.
     """
     _check_args(secret, hello, timeout)
     secret = bytes(secret)
@@ -255,9 +262,18 @@ def authenticate_server(
                 _sendall(sock, _SERVER_ANSWER.pack(_STATUS_REJECTED, bytes(MAC_SIZE), 0))
             except (CommTimeoutError, PeerLostError, OSError):
                 pass
+            claims = f" (calls itself {client_hello.decode('utf-8', 'replace')!r})" if client_hello else ""
             raise AuthenticationError(
-                f"{who} failed authentication (it does not hold this job's secret)"
+                f"{who}{claims} failed authentication: it does not hold this job's secret (INTERLINK_SECRET "
+                f"differs, or another job uses this port)"
             )
+        if accept is not None and not accept(client_hello):
+            try:
+                _sendall(sock, _SERVER_ANSWER.pack(_STATUS_STALE, bytes(MAC_SIZE), 0))
+            except (CommTimeoutError, PeerLostError, OSError):
+                pass
+            raise StaleServer(f"{who} ({client_hello.decode('utf-8', 'replace')}) belongs to another "
+                              f"generation of this job")
         mac_s = _mac(secret, b"server", client_nonce, server_nonce, bytes(hello))
         _sendall(sock, _SERVER_ANSWER.pack(_STATUS_OK, mac_s, len(hello)) + bytes(hello))
         return client_hello
@@ -291,9 +307,13 @@ def authenticate_client(
     who = _peer_name(sock)
     try:
         sock.settimeout(timeout)
-        magic, version, _flags, server_nonce = _SERVER_HELLO.unpack(
-            _recv(sock, _SERVER_HELLO.size, deadline)
-        )
+        try:
+            greeting = _recv(sock, _SERVER_HELLO.size, deadline)
+        except (PeerLostError, OSError) as e:
+            # closed before it said a word: a server shutting down (the previous init's store, whose
+            # listener still took the connection), not a refusal -- a refusal comes as REJECTED
+            raise StaleServer(f"{who} closed the connection before greeting: {e}") from e
+        magic, version, _flags, server_nonce = _SERVER_HELLO.unpack(greeting)
         if magic != MAGIC:
             raise AuthenticationError(
                 f"{who} is not an interlink server (bad magic {magic!r}); "
@@ -307,7 +327,13 @@ def authenticate_client(
         client_nonce = secrets.token_bytes(NONCE_SIZE)
         mac_c = _mac(secret, b"client", server_nonce, client_nonce, hello)
         _sendall(sock, _CLIENT_ANSWER.pack(MAGIC, VERSION, 0, client_nonce, len(hello), mac_c) + hello)
-        status, mac_s, hello_len = _SERVER_ANSWER.unpack(_recv(sock, _SERVER_ANSWER.size, deadline))
+        try:
+            answer = _recv(sock, _SERVER_ANSWER.size, deadline)
+        except (PeerLostError, OSError) as e:  # no answer at all: going away, not refusing (that is REJECTED)
+            raise StaleServer(f"{who} closed the connection without answering: {e}") from e
+        status, mac_s, hello_len = _SERVER_ANSWER.unpack(answer)
+        if status == _STATUS_STALE:
+            raise StaleServer(f"{who} serves another init() of this job (an earlier one still shutting down)")
         if status == _STATUS_REJECTED:
             raise AuthenticationError(
                 f"{who} rejected this process's credentials: the job secrets differ "
