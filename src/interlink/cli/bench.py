@@ -7,10 +7,12 @@
 It starts ``--ranks`` local ranks itself (the ``interlink run`` launcher: a free port on 127.0.0.1,
 a fresh job secret, INTERLINK_TRANSPORT from --transport), each running
 :func:`interlink.bench.sweep.sweep`; rank 0 streams its rows back as JSON lines, and this process
-prints the nccl-tests table on stdout (see :mod:`interlink.bench.report`) and a progress bar on
-stderr (rich when installed and stderr is a terminal; otherwise one line per size). A failing rank
-stops the others and the command exits non-zero with that rank's error. Wrong results (#wrong > 0)
-print the table and exit 1, like nccl-tests.
+prints the nccl-tests table on stdout as it goes (see :mod:`interlink.bench.report`: the header when
+the ranks are up, each row as soon as its size is done, the footer at the end), with notes under it
+(why the model column says N/A for a row; that the model used default host parameters, with the
+``--calibrate`` command), and a progress bar on stderr (rich when installed and stderr is a terminal;
+otherwise one line per size). A failing rank stops the others and the command exits non-zero with
+that rank's error. Wrong results (#wrong > 0) print the table and exit 1, like nccl-tests.
 
 Defaults: ``--ranks`` min(4, cpu count), at least 2; ``-b 8 -e 64M -f 2``; iterations auto: at most
 20 timed (5 warmup) per size, capped so that at most 1 GiB is timed per size and mode
@@ -30,7 +32,7 @@ import threading
 from typing import Any, Callable
 
 from ..bench import report
-from ..bench.sweep import AUTO_BYTES, BENCH_COLLECTIVES, MARKER, BenchConfig
+from ..bench.sweep import AUTO_BYTES, BENCH_COLLECTIVES, MARKER, BenchConfig, parse_dtype
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -133,7 +135,8 @@ class _Progress:
             else:
                 self._rich = Progress(TextColumn("[bold]interlink bench[/] {task.description}"), BarColumn(),
                                       MofNCompleteColumn(), TimeElapsedColumn(),
-                                      console=Console(stderr=True), transient=True)
+                                      console=Console(stderr=True), transient=True,
+                                      redirect_stdout=False, redirect_stderr=False)  # stdout is the table
 
     def __enter__(self) -> "_Progress":
         if self._rich is not None:
@@ -153,6 +156,17 @@ class _Progress:
             else:
                 sys.stderr.write(text + "\n")
                 sys.stderr.flush()
+
+    def table(self, lines: list[str]) -> None:
+        """Lines of the table for stdout, printed now (nccl-tests prints each row as its size finishes).
+        With the bar on the same terminal they go through its console, above the bar."""
+        with self._lock:
+            if self._rich is not None and sys.stdout.isatty():
+                for ln in lines:
+                    self._rich.console.print(ln, markup=False, highlight=False, soft_wrap=True)
+            else:
+                sys.stdout.write("\n".join(lines) + "\n")
+                sys.stdout.flush()
 
     def started(self, total: int, nranks: int, transport: str) -> None:
         if self._rich is not None:
@@ -221,29 +235,105 @@ def calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_predictions(rows: list, collective: str, nranks: int, transport: str, algorithm: Any = None,
-                    topology: Any = None) -> None:
-    """Add ``pred_busbw`` (bytes/s) to each row: the cost model's bus bandwidth for the row's algorithm on
-    this host (its calibrated profile if any, else the built-in CPU host parameters). Rows the model
-    cannot predict get None; nothing is added when the model is unavailable."""
-    try:
-        from ..model import predict
-        from ..model.tuner import group_topology
-    except ImportError:
-        return
-    topo = group_topology((1, nranks), nranks) if topology is None else topology
-    tcp = transport == "tcp"
-    for row in rows:
-        algo = row.get("algorithm")
+#: how the cost model's notes start when it priced a CPU host without a calibrated profile
+_DEFAULTS_NOTE = "host parameters: defaults"
+
+
+def _na_reason(collective: str, algorithm: str, exc: Exception) -> str:
+    """Why the model has no price for a row that ran ``algorithm`` (from the model's own refusal)."""
+    msg = str(exc).strip() or type(exc).__name__
+    if algorithm == "fastd" and collective != "all_reduce":
+        return "the own-buffer shared-memory path, peers reading the writers' buffers: modelled for all_reduce only"
+    if algorithm == "fast" and collective != "all_reduce" and "payload is outside" in msg:
+        return (f"{collective}'s streamed shared-memory path above the one-shot size: the model's 'fast' is the "
+                "one-shot path only, up to host.fast.max_bytes")
+    return msg
+
+
+def _span(sizes: list[int]) -> str:
+    return f"{sizes[0]} B" if len(sizes) == 1 else f"{min(sizes)}..{max(sizes)} B"
+
+
+class ModelColumn:
+    """The table's model column, one row at a time: ``pred_busbw`` (bytes/s), the cost model's bus bandwidth
+    for the row's algorithm on this host (its calibrated profile if any, else the built-in CPU host
+    parameters) or None where the model cannot price the row; and the notes printed under the table
+    (why N/A; that the host parameters were defaults). ``available`` is False when the model cannot be
+    imported: then rows get no column at all."""
+
+    def __init__(self, collective: str, nranks: int, transport: str, topology: Any = None) -> None:
+        self.collective = collective
+        self.tcp = transport == "tcp"
+        self.missing: dict[tuple[str, str], list[int]] = {}  # (path, why N/A) -> the sizes
+        self.defaults = False  # some prediction used the default (uncalibrated) host parameters
         try:
-            if collective == "sendrecv" or algo is None:
-                row["pred_busbw"] = None
-                continue
-            pred = predict(collective, row["size"], topo, algorithm=algo, dtype=row.get("type", "float32"),
-                           root=max(0, int(row.get("root", 0))), transport="tcp" if tcp else None)
-            row["pred_busbw"] = pred.busbw_gbps * 1e9
-        except Exception:  # noqa: BLE001 - a column of predictions must never break the benchmark
-            row["pred_busbw"] = None
+            from ..model import predict
+            from ..model.tuner import group_topology
+        except ImportError:
+            self.available = False
+            return
+        self.available = True
+        self._predict = predict
+        self.topology = group_topology((1, nranks), nranks) if topology is None else topology
+
+    def add(self, row: dict) -> None:
+        """Set ``row["pred_busbw"]`` (nothing when the model is unavailable)."""
+        if not self.available:
+            return
+        algo = row.get("algorithm")
+        row["pred_busbw"] = None
+        if self.collective == "sendrecv" or algo is None:
+            sr = self.collective == "sendrecv"
+            key = ("sendrecv", "point to point: the model prices collectives") if sr else ("?", "no algorithm")
+            self.missing.setdefault(key, []).append(int(row["size"]))
+            return
+        try:
+            pred = self._predict(self.collective, row["size"], self.topology, algorithm=algo,
+                                 dtype=row.get("type", "float32"), root=max(0, int(row.get("root", 0))),
+                                 transport="tcp" if self.tcp else None)
+        except Exception as exc:  # noqa: BLE001 - a column of predictions must never break the benchmark
+            why = _na_reason(self.collective, str(algo), exc)
+            self.missing.setdefault((str(algo), why), []).append(int(row["size"]))
+            return
+        row["pred_busbw"] = pred.busbw_gbps * 1e9
+        if any(n.startswith(_DEFAULTS_NOTE) for n in pred.notes):
+            self.defaults = True
+
+    def notes(self) -> list[str]:
+        """One line each (no '#'): why the model column says N/A, and how to calibrate the model."""
+        out = []
+        if self.missing:
+            out.append("model N/A where the cost model cannot price the path a row ran: " + "; ".join(
+                f"{algo!r} at {_span(sizes)} ({why})" for (algo, why), sizes in self.missing.items()))
+        if self.defaults:
+            from ..model.params import profile_path
+
+            out.append(f"the model column uses default host parameters (no calibrated profile at {profile_path()}): "
+                       "run `interlink bench --calibrate` (about 2 minutes) to fit them to this host")
+        return out
+
+
+def add_predictions(rows: list, collective: str, nranks: int, transport: str, algorithm: Any = None,
+                    topology: Any = None) -> list[str]:
+    """Add ``pred_busbw`` (bytes/s) to each row (see :class:`ModelColumn`; nothing is added when the model is
+    unavailable); returns the notes to print under the table."""
+    col = ModelColumn(collective, nranks, transport, topology)
+    for row in rows:
+        col.add(row)
+    return col.notes()
+
+
+def _emulated_topology(hosts: int, per_host: int, rate: Any, delay: Any) -> Any:
+    """The topology the model column prices for ``--emulate-hosts`` (None: the model cannot build it)."""
+    from ..topology import TopologyError, parse_topology
+
+    net = rate or os.environ.get("INTERLINK_NET") or "eth-25g"
+    spec = (f"{hosts}xcpu-host:ranks={per_host},cores={max(1, (os.cpu_count() or 1) // hosts)},net={net}"
+            + (f",delay={delay}" if delay and rate else ""))
+    try:
+        return parse_topology(spec)
+    except TopologyError:
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -273,9 +363,39 @@ def run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.transport is not None:
         env["INTERLINK_TRANSPORT"] = args.transport
+    topology = (_emulated_topology(hosts, per_host, args.link_rate, args.link_delay)
+                if hosts is not None and hosts > 1 else None)
+    dtype_name = str(parse_dtype(cfg.dtype))
+    show_table = args.json_path != "-"  # '-': the JSON goes to stdout instead of the table
 
-    state: dict[str, Any] = {"rows": [], "start": None, "end": False}
+    # the table is printed as it goes, like nccl-tests: its header when the ranks are up, each row as
+    # soon as its size is done (predicted column included), the footer and notes at the end
+    state: dict[str, Any] = {"rows": [], "start": None, "end": False, "meta": None, "model": None, "extras": []}
     with _Progress(cfg.collective) as progress:
+
+        def started(ev: dict) -> None:
+            state["start"] = ev
+            state["meta"] = {"version": __version__, "collective": cfg.collective, "nranks": ev["nranks"],
+                             "transport": ev["transport"], "dtype": dtype_name, "op": cfg.op, "root": cfg.root,
+                             "algorithm": cfg.algorithm, "min_bytes": cfg.min_bytes, "max_bytes": cfg.max_bytes,
+                             "factor": cfg.factor, "iters": cfg.iters, "warmup": cfg.warmup, "check": cfg.check,
+                             "auto_bytes": AUTO_BYTES}
+            model = ModelColumn(cfg.collective, ev["nranks"], ev["transport"], topology)
+            if hosts is not None and hosts > 1 and topology is None:
+                model.available = False  # the emulated hosts could not be modelled: no column
+            state["model"] = model
+            state["extras"] = report.extra_columns([{"pred_busbw": None}] if model.available else [])
+            if show_table:
+                progress.table(report.header(state["meta"]) + report.column_header(state["extras"]))
+            progress.started(ev["sizes"], ev["nranks"], ev["transport"])
+
+        def row_done(ev: dict) -> None:
+            row = ev["row"]
+            state["model"].add(row)
+            state["rows"].append(row)
+            if show_table:
+                progress.table([report.format_row(row, state["extras"])])
+            progress.row(ev["index"], ev["total"], row)
 
         def on_stdout(line: str) -> None:
             if line.startswith("[host "):  # emulated hosts: "[host k] [rank r] ..."
@@ -285,11 +405,9 @@ def run(args: argparse.Namespace) -> int:
                 ev = json.loads(rest[len(MARKER):])
                 kind = ev.get("event")
                 if kind == "start":
-                    state["start"] = ev
-                    progress.started(ev["sizes"], ev["nranks"], ev["transport"])
+                    started(ev)
                 elif kind == "row":
-                    state["rows"].append(ev["row"])
-                    progress.row(ev["index"], ev["total"], ev["row"])
+                    row_done(ev)
                 elif kind == "end":
                     state["end"] = True
             else:
@@ -324,23 +442,15 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
     rows = state["rows"]
-    start = state["start"]
-    topology = None
-    if hosts is not None and hosts > 1:
-        from ..topology import parse_topology
-
-        net = args.link_rate or os.environ.get("INTERLINK_NET") or "eth-25g"
-        spec = (f"{hosts}xcpu-host:ranks={per_host},cores={max(1, (os.cpu_count() or 1) // hosts)},net={net}"
-                + (f",delay={args.link_delay}" if args.link_delay and args.link_rate else ""))
-        topology = parse_topology(spec)
-    add_predictions(rows, cfg.collective, start["nranks"], start["transport"], cfg.algorithm, topology)
-    meta = {"version": __version__, "collective": cfg.collective, "nranks": start["nranks"],
-            "transport": start["transport"], "dtype": rows[0]["type"] if rows else cfg.dtype, "op": cfg.op,
-            "root": cfg.root, "algorithm": cfg.algorithm, "min_bytes": cfg.min_bytes, "max_bytes": cfg.max_bytes,
-            "factor": cfg.factor, "iters": cfg.iters, "warmup": cfg.warmup, "check": cfg.check,
-            "auto_bytes": AUTO_BYTES}
-    if args.json_path != "-":
-        report.print_table(meta, rows)
+    meta = dict(state["meta"], dtype=rows[0]["type"] if rows else dtype_name)
+    notes = state["model"].notes()
+    if show_table:
+        lines = report.footer(rows, cfg.check) + [f"# note: {n}" for n in notes]
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    else:
+        for n in notes:
+            print(f"interlink bench: note: {n}", file=sys.stderr)
     if args.json_path:
         try:
             report.write_json(args.json_path, meta, rows)

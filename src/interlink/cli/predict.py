@@ -7,6 +7,10 @@
 Prints the predicted time, algbw and busbw (nccl-tests definitions, GB/s = 1e9 B/s), the chosen
 algorithm and protocol, the runner-up, and a table of every algorithm (its best protocol; ``--all``:
 every algorithm x protocol). ``--json`` prints the prediction as one JSON object instead.
+
+Sizes round down to whole elements per rank, as nccl-tests counts them; a size that gives no element
+per rank (0, or 3 bytes of float32) is an error (exit status 2) naming the smallest valid size, so
+that a question is never silently answered for 0 bytes.
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ from typing import Any
 
 from .bench import parse_collective, parse_size
 
+#: the --help text on sizes shared by ``predict`` and ``simulate``
+SIZE_EPILOG = ("Sizes take binary K/M/G suffixes (64K = 65536), as nccl-tests: the size is the bytes of the largest "
+               "buffer, rounded down to whole elements per rank (size / typesize, and / nranks for all_gather, "
+               "reduce_scatter, all_to_all, gather, scatter). A size that rounds down to 0 elements per rank "
+               "(e.g. 0, or 3 bytes of float32) is an error (exit status 2) that names the smallest valid size.")
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
@@ -27,13 +37,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "registered algorithm (x protocol LL/LL128/Simple on GPU topologies, plus NVLS where the "
                     "NVSwitch has it) is evaluated on the topology and the fastest is chosen.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Sizes take binary K/M/G suffixes (64K = 65536), as nccl-tests: the size is the bytes of the largest "
-               "buffer. Topologies: a preset (dgx-h100), a cluster (16xdgx-h100:oversub=2), a .yaml/.json file, or "
-               "'this' (default: this machine; a CPU host uses the profile of `interlink bench --calibrate`).",
+        epilog=SIZE_EPILOG + " Topologies: a preset (dgx-h100), a cluster (16xdgx-h100:oversub=2), a .yaml/.json "
+               "file, or 'this' (default: this machine; a CPU host uses the profile of `interlink bench --calibrate`).",
     )
     p.add_argument("collective", type=parse_collective, help="all_reduce, broadcast, reduce, all_gather, ...")
     p.add_argument("--size", "-s", type=parse_size, required=True, metavar="BYTES",
-                   help="bytes of the largest buffer (8, 64K, 1M, 8G)")
+                   help="bytes of the largest buffer (8, 64K, 1M, 8G); at least one element per rank")
     p.add_argument("--topology", "-t", default=None, metavar="SPEC", help="topology (default: this machine)")
     p.add_argument("--nranks", "-n", type=int, default=None, metavar="N",
                    help="ranks (default: every rank of the topology; the first N otherwise)")
@@ -63,8 +72,34 @@ def _time(us: float) -> str:
     return f"{us:.2f} us"
 
 
+def min_size(collective: str, itemsize: int, nranks: int) -> int:
+    """The smallest size in bytes that gives ``collective`` one element per rank (nccl-tests' counting)."""
+    from ..model.cost import PER_RANK_SPLIT
+
+    return itemsize * (max(1, nranks) if collective in PER_RANK_SPLIT else 1)
+
+
+def size_error(collective: str, nbytes: int, dtype: str, nranks: int, *, what: str = "--size") -> str | None:
+    """Why ``nbytes`` is no size for ``collective`` (it rounds down to 0 elements per rank), naming the
+    smallest valid size; None when it gives at least one element per rank (barrier takes any size)."""
+    from ..model.cost import PER_RANK_SPLIT, itemsize_of
+
+    if collective == "barrier":
+        return None
+    isz = itemsize_of(dtype)
+    smallest = min_size(collective, isz, nranks)
+    if nbytes >= smallest:
+        return None
+    split = collective in PER_RANK_SPLIT
+    how = f"{nbytes} // {isz} // {nranks} ranks" if split else f"{nbytes} // {isz}"
+    per = f" ({isz} B x {nranks} ranks)" if split else ""
+    return (f"{what} {nbytes} gives {collective} 0 elements of {dtype} per rank ({how}, rounded down as "
+            f"nccl-tests counts); the smallest valid size is {smallest} bytes{per}: use {what} {smallest} or more")
+
+
 def run(args: argparse.Namespace) -> int:
     from ..model import ModelError, load_params, predict
+    from ..model.cost import resolve_topology
     from ..model.params import default_params, host_profile, with_profile
     from ..topology import TopologyError
 
@@ -72,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
         print("interlink predict: sendrecv is point to point; predict a collective", file=sys.stderr)
         return 2
     try:
+        nranks = args.nranks if args.nranks is not None else resolve_topology(args.topology).nranks
+        bad = size_error(args.collective, args.size, args.dtype, nranks) if nranks >= 1 else None
+        if bad:
+            raise ValueError(bad)
         params = None
         if args.params:
             base = default_params() if args.no_profile else with_profile(default_params(), host_profile())

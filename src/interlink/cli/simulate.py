@@ -11,6 +11,11 @@ time of the same rounds (each flow alone on its path) and the slowdown, the roun
 the progression a, b, ... up to z) with ring, tree and hierarchical (or ``--algorithm A,B``) and prints
 busbw and scaling efficiency (busbw / busbw on the first node count) per algorithm: the cliff from
 NVLink inside a node to the network between nodes.
+
+Sizes round down to whole elements per rank, as nccl-tests counts them; a size that gives no element
+per rank (0, or 3 bytes of float32; with ``--sweep-nodes``: at the largest node count) is an error
+(exit status 2) naming the smallest valid size. ``--plot`` without matplotlib still prints the result,
+then says what to install and exits 1.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import sys
 from typing import Any
 
 from .bench import parse_collective, parse_size
-from .predict import _time
+from .predict import SIZE_EPILOG, _time, size_error
 
 _SWEEP_DEFAULT = ("ring", "tree", "hierarchical")
 
@@ -35,12 +40,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Simulate a collective's Schedule on a topology: every message is a flow over its path's "
                     "links, links are shared max-min fairly among concurrent flows, rounds are barriers.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Sizes take binary K/M/G suffixes (64K = 65536), as nccl-tests: the size is the bytes of the largest "
-               "buffer. Topologies: a preset (dgx-h100), a cluster (16xdgx-h100:oversub=2) or a .yaml/.json file.",
+        epilog=SIZE_EPILOG + " Topologies: a preset (dgx-h100), a cluster (16xdgx-h100:oversub=2) or a "
+               ".yaml/.json file. --plot needs matplotlib (pip install 'interlink[plot]'): without it the result "
+               "is printed, then the command exits 1.",
     )
     p.add_argument("collective", type=parse_collective, help="all_reduce, broadcast, all_gather, all_to_all, ...")
     p.add_argument("--size", "-s", type=parse_size, required=True, metavar="BYTES",
-                   help="bytes of the largest buffer (8, 64K, 1M, 1G)")
+                   help="bytes of the largest buffer (8, 64K, 1M, 1G); at least one element per rank")
     p.add_argument("--topology", "-t", required=True, metavar="SPEC",
                    help="preset, NxPRESET[:oversub=R,net=LINK] cluster, or file; with --sweep-nodes: the machine")
     p.add_argument("--algorithm", "-a", default=None, metavar="A",
@@ -134,22 +140,27 @@ def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _single(args: argparse.Namespace) -> int:
+    from ..model.cost import resolve_topology
     from ..sim import simulate_collective, write_trace
 
+    nranks = args.nranks if args.nranks is not None else resolve_topology(args.topology).nranks
+    bad = size_error(args.collective, args.size, args.dtype, nranks) if nranks >= 1 else None
+    if bad:
+        raise ValueError(bad)
     res = simulate_collective(args.collective, args.size, args.topology, algorithm=args.algorithm,
                               nranks=args.nranks, **_kwargs(args))
     if args.trace:
         write_trace(res, args.trace, trace_all=args.trace_all)
-    if args.plot:
-        plot_result(res, args.plot)
+    plot_error = _try_plot(plot_result, res, args.plot) if args.plot else None
+    plotted = bool(args.plot) and plot_error is None
     if args.json:
         d = res.to_dict()
         if args.trace:
             d["trace"] = args.trace
-        if args.plot:
+        if plotted:
             d["plot"] = args.plot
         print(json.dumps(d, indent=2))
-        return 0
+        return _plot_failed(plot_error)
     print(f"# {res.collective} of {res.nbytes} bytes with {res.algorithm} on {res.topology_name} "
           f"({res.nranks} ranks, {res.rounds} rounds, model: {res.model})")
     print(f"time     {_time(res.time_us)}")
@@ -172,18 +183,46 @@ def _single(args: argparse.Namespace) -> int:
     print(f"simulated in {res.wall_s:.2f} s")
     if args.trace:
         print(f"trace: {args.trace}")
-    if args.plot:
+    if plotted:
         print(f"plot: {args.plot}")
-    return 0
+    return _plot_failed(plot_error)
+
+
+def _try_plot(draw: Any, *args: Any) -> str | None:
+    """Run ``draw(*args)``; None when it drew, the message saying what to install when matplotlib is missing
+    (the caller prints its result first, then the message)."""
+    try:
+        draw(*args)
+    except ImportError as exc:
+        return f"{exc}" if "pip install" in str(exc) else f"{_PLOT_HINT} ({exc})"
+    return None
+
+
+def _plot_failed(plot_error: str | None) -> int:
+    """Exit status after the result was printed: 1 (with the message on stderr) when --plot could not draw."""
+    if plot_error is None:
+        return 0
+    sys.stdout.flush()
+    print(f"interlink simulate: {plot_error}; the result above was computed, no plot was written", file=sys.stderr)
+    return 1
 
 
 def _sweep(args: argparse.Namespace) -> int:
     from ..algorithms import registry
     from ..sim import simulate_collective
 
+    from ..model.cost import PER_RANK_SPLIT, resolve_topology
+
     nodes = parse_nodes(args.sweep_nodes)
     machine, _, opts = args.topology.partition(":")
     machine = re.sub(r"^\s*\d+\s*[xX*]\s*", "", machine).strip()  # '16xdgx-h100' sweeps dgx-h100
+    # the most ranks (the largest node count) need the largest size for one element per rank
+    most = (resolve_topology(f"{nodes[-1]}x{machine}" + (f":{opts}" if opts else "")).nranks
+            if args.collective in PER_RANK_SPLIT else 1)
+    bad = size_error(args.collective, args.size, args.dtype, most)
+    if bad:
+        raise ValueError(bad + (f" (at {nodes[-1]} nodes, the largest of --sweep-nodes)"
+                                if args.collective in PER_RANK_SPLIT else ""))
     have = registry.algorithms_for(args.collective)
     algos = [a.strip() for a in args.algorithm.split(",")] if args.algorithm else \
         [a for a in _SWEEP_DEFAULT if a in have] or have[:1]
@@ -211,13 +250,13 @@ def _sweep(args: argparse.Namespace) -> int:
             cell = row.get(a, {})
             if base and "busbw_gbps" in cell:
                 cell["efficiency"] = cell["busbw_gbps"] / base
-    if args.plot:
-        plot_sweep(rows, algos, args, args.plot)
+    plot_error = _try_plot(plot_sweep, rows, algos, args, args.plot) if args.plot else None
+    plotted = bool(args.plot) and plot_error is None
     if args.json:
         print(json.dumps({"collective": args.collective, "nbytes": args.size, "machine": machine,
                           "options": opts, "algorithms": algos, "rows": rows,
-                          **({"plot": args.plot} if args.plot else {})}, indent=2))
-        return 0
+                          **({"plot": args.plot} if plotted else {})}, indent=2))
+        return _plot_failed(plot_error)
     print(f"# {args.collective} of {args.size} bytes on N x {machine}{':' + opts if opts else ''}: simulated busbw "
           f"(GB/s) and scaling efficiency (busbw / busbw at {nodes[0]} node{'s' if nodes[0] > 1 else ''})")
     head = f"{'nodes':>6} {'ranks':>7}" + "".join(f" {a + ' busbw':>18} {'eff':>6}" for a in algos)
@@ -233,57 +272,94 @@ def _sweep(args: argparse.Namespace) -> int:
         print(line)
     walls = sum(c.get("wall_s", 0.0) for row in rows for a in algos if isinstance(c := row.get(a), dict))
     print(f"simulated {len(rows) * len(algos)} runs in {walls:.1f} s")
-    if args.plot:
+    if plotted:
         print(f"plot: {args.plot}")
-    return 0
+    return _plot_failed(plot_error)
 
 
 # ---- pictures (matplotlib, imported lazily) ------------------------------------------------------------
 
 
+_PLOT_HINT = "--plot needs matplotlib (pip install 'interlink[plot]')"
+
+
 def _plt():
+    """matplotlib.pyplot on the headless Agg backend; ImportError saying what to install when it is missing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ValueError("--plot needs matplotlib (pip install 'interlink[plot]')") from None
+        raise ImportError(_PLOT_HINT) from None
     return plt
 
 
-def plot_result(res: Any, path: str, max_ranks: int = 32) -> None:
-    """Top: per-rank timeline (busy part of every round; runs of identical rounds as one bar each round
-    drawn up to 64 times); bottom: utilisation of every directed link that carried data, by link kind."""
+def timeline_caption(res: Any, max_ranks: int = 32) -> str:
+    """The timeline's subtitle: which ranks it shows out of how many, and what a bar is."""
+    nr = min(res.nranks, max_ranks)
+    if nr < res.nranks:
+        shown = f"ranks 0-{nr - 1} of {res.nranks} shown (the first {nr}; --trace FILE --trace-all traces every rank)"
+    else:
+        shown = f"all {res.nranks} rank{'s' if res.nranks != 1 else ''} shown"
+    return f"{shown}; a bar is the busy part of a round, coloured by phase"
+
+
+def _phase_label(ph: Any) -> str:
+    rounds = (f"round {ph.first_round}" if ph.repeat == 1
+              else f"rounds {ph.first_round}-{ph.first_round + ph.repeat - 1}")
+    return f"phase {ph.index}: {rounds}, {ph.nflows} flows/round"
+
+
+def plot_result(res: Any, path: str, max_ranks: int = 32, max_legend: int = 8) -> None:
+    """Top: per-rank timeline of the first ``max_ranks`` ranks (busy part of every round; runs of identical
+    rounds as one bar each round drawn up to 64 times), its subtitle saying which ranks are shown and a
+    legend of the first ``max_legend`` phases; bottom: utilisation of every directed link that carried
+    data, by link kind."""
     import numpy as np
 
     plt = _plt()
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 7), gridspec_kw={"height_ratios": [3, 2]})
+    from matplotlib.patches import Patch
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 7.5), gridspec_kw={"height_ratios": [3, 2]})
     nr = min(res.nranks, max_ranks)
     unit, scale = ("ms", 1e-3) if res.time_us >= 1e3 else ("us", 1.0)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     phases = res.phases
     if len(phases) > 400:  # many distinct rounds (an exact uneven ring): draw every k-th
         phases = phases[:: math.ceil(len(phases) / 400)]
+    drawn = []
     for ph in phases:
         if ph.rank_busy_us.size == 0:  # past the simulation's max_detail
             continue
         reps = min(ph.repeat, 64)
         step = ph.repeat / reps  # a long run of identical rounds: each bar stands for `step` rounds
         starts = (ph.start_us + np.floor(np.arange(reps) * step) * ph.round_us) * scale
+        any_bar = False
         for r in range(nr):
             b = float(ph.rank_busy_us[r])
             if b > 0 and ph.round_us > 0:
                 w = step * ph.round_us * (b / ph.round_us) * scale
                 ax1.broken_barh([(float(t), w) for t in starts], (r - 0.4, 0.8),
                                 color=colors[ph.index % len(colors)], linewidth=0)
+                any_bar = True
+        if any_bar:
+            drawn.append(ph)
+    if drawn:
+        handles = [Patch(color=colors[ph.index % len(colors)], label=_phase_label(ph)) for ph in drawn[:max_legend]]
+        if len(drawn) > max_legend:
+            handles.append(Patch(color="white", label=f"... {len(drawn) - max_legend} more phases "
+                                                      f"(colours repeat every {len(colors)})"))
+        ax1.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False,
+                   title="phases", title_fontsize=8)
     ax1.set_ylim(nr - 0.5, -0.5)
     ax1.set_xlim(0, res.time_us * scale)
     ax1.set_xlabel(f"time ({unit})")
-    ax1.set_ylabel("rank")
-    ax1.set_title(f"{res.collective}/{res.algorithm}, {res.nbytes} B on {res.topology_name} ({res.nranks} ranks): "
-                  f"{res.time_us * scale:.3g} {unit}, busbw {res.busbw_gbps:.1f} GB/s "
-                  f"(no contention: {res.ideal_us * scale:.3g} {unit})", fontsize=9)
+    ax1.set_ylabel(f"rank (0-{nr - 1} of {res.nranks})" if nr < res.nranks else "rank")
+    fig.suptitle(f"{res.collective}/{res.algorithm}, {res.nbytes} B on {res.topology_name} ({res.nranks} ranks): "
+                 f"{res.time_us * scale:.3g} {unit}, busbw {res.busbw_gbps:.1f} GB/s "
+                 f"(no contention: {res.ideal_us * scale:.3g} {unit})", fontsize=9)
+    ax1.set_title(timeline_caption(res, max_ranks), fontsize=8)
     util = res.link_util
     if util.size and res.topology is not None:
         kinds = np.array([res.topology.links[int(r) // 2].spec.kind for r in res.link_res])
@@ -295,7 +371,8 @@ def plot_result(res: Any, path: str, max_ranks: int = 32) -> None:
             ax2.fill_between(np.append(xs, xs[-1] + 1), np.append(ys, ys[-1]), step="post",
                              color=colors[i % len(colors)], label=f"{k} ({int(m.sum())})", linewidth=0)
         ax2.set_xlim(0, util.size)
-        ax2.legend(fontsize=8, loc="upper right")
+        ax2.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, title="link kind (links)",
+                   title_fontsize=8)
     ax2.set_xlabel("directed links that carried data (grouped by kind, busiest first)")
     ax2.set_ylabel("average utilisation (%)")
     ax2.set_ylim(0, 105)

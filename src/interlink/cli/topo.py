@@ -6,6 +6,10 @@
     interlink topo --save topo.yaml --draw topo.png  save it; draw it (matplotlib, networkx if present)
     interlink topo --links my-links.yaml             override link catalog entries (YAML or JSON)
     interlink topo --measure                         put this host's measured memcpy bandwidth into shm
+
+``--save x.yaml`` needs PyYAML (``pip install 'interlink[topology]'``): without it the command refuses
+before writing anything (``.json`` always works). ``--draw`` without matplotlib prints the topology,
+then says what to install and exits 1.
 """
 
 from __future__ import annotations
@@ -33,8 +37,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--links", metavar="FILE", help="YAML/JSON file overriding link catalog entries")
     p.add_argument("--measure", action="store_true", help="discovery: measure memcpy bandwidth for shm links")
     p.add_argument("--json", action="store_true", help="print JSON (topology, summary, path matrix, notes)")
-    p.add_argument("--save", metavar="FILE", help="write the topology to FILE (.yaml/.yml or .json)")
-    p.add_argument("--draw", metavar="FILE", help="draw the topology to an image FILE (needs matplotlib)")
+    p.add_argument("--save", metavar="FILE",
+                   help="write the topology to FILE (.yaml/.yml: needs PyYAML, pip install 'interlink[topology]'; "
+                        "or .json)")
+    p.add_argument("--draw", metavar="FILE",
+                   help="draw the topology to an image FILE (needs matplotlib: pip install 'interlink[plot]')")
     p.add_argument("--full", action="store_true", help="list every device and link, however many")
     p.add_argument("--list", action="store_true", help="list presets and link catalog names, then exit")
     p.set_defaults(func=run)
@@ -53,7 +60,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ..topology import CATALOG, PRESETS, discover, load_catalog, parse_topology
+    from ..topology.io import require_yaml, save_topology
 
+    if args.save and not args.list:
+        require_yaml(args.save)  # before discovery and before anything is written
     catalog = load_catalog(args.links) if args.links else None
     if args.list:
         print("presets:")
@@ -70,13 +80,13 @@ def _run(args: argparse.Namespace) -> int:
         d = discover(measure=args.measure, catalog=catalog)
         topo, notes = d.topology, d.notes
     if args.save:
-        topo.save(args.save)
+        save_topology(topo, args.save, json_fallback=False)
+    draw_error = None
     if args.draw:
         try:
             draw(topo, args.draw)
-        except ImportError as exc:
-            print(f"interlink topo: --draw needs matplotlib (pip install 'interlink[plot]'): {exc}", file=sys.stderr)
-            return 1
+        except ImportError as exc:  # the topology is still printed; then the error, exit status 1
+            draw_error = f"--draw needs matplotlib (pip install 'interlink[plot]'): {exc}"
     if args.json:
         from ..topology import topology_to_dict
 
@@ -90,8 +100,12 @@ def _run(args: argparse.Namespace) -> int:
         _print(topo, notes, args.full)
     if args.save and not args.json:
         print(f"saved {args.save}")
-    if args.draw and not args.json:
+    if args.draw and not args.json and draw_error is None:
         print(f"drew {args.draw}")
+    if draw_error is not None:
+        sys.stdout.flush()
+        print(f"interlink topo: {draw_error}; nothing was drawn", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -274,9 +288,48 @@ def layout(topo, max_hosts: int = 4) -> tuple[dict[str, tuple[float, float]], li
     return pos, hosts
 
 
+#: drawings with more devices than this get no per-device labels (the title says so)
+MAX_LABELLED = 160
+#: smallest label font (points); where labels would need smaller, they are left out (the title says so)
+MIN_LABEL_FONT = 4.0
+_MAX_LABEL_FONT = 6.5
+_NODE_PT = 19.5  # node marker diameter (points) where there is room
+
+
+def figure_width(pos: dict[str, tuple[float, float]]) -> float:
+    """Inches: about 0.9 per layout unit, between 8 and 30."""
+    xs = [p[0] for p in pos.values()] or [0.0]
+    return max(8.0, min(30.0, (max(xs) - min(xs) + 2) * 0.9))
+
+
+def label_plan(pos: dict[str, tuple[float, float]], labels: dict[str, str], width_in: float,
+               max_labelled: int = MAX_LABELLED) -> tuple[float, float, str]:
+    """(label font in points, 0 for no labels; node diameter in points; a note for the title, '' if none).
+
+    Labels go under their node and must fit the horizontal gap to the next node of the same row
+    (about 0.6 em a character): the font shrinks to fit, down to :data:`MIN_LABEL_FONT`; below that, or
+    with more than ``max_labelled`` devices drawn, there are no per-device labels and the note says so."""
+    xs = [p[0] for p in pos.values()] or [0.0]
+    pt_per_unit = width_in * 72 * 0.8 / (max(xs) - min(xs) + 2)  # the axes take ~80% of the figure
+    rows: dict[float, list[float]] = {}
+    for x, y in pos.values():
+        rows.setdefault(round(y, 3), []).append(x)
+    gaps = [b - a for v in rows.values() for a, b in zip(sorted(v), sorted(v)[1:]) if b > a]
+    gap_pt = (min(gaps) if gaps else 2.0) * pt_per_unit
+    node = max(4.0, min(_NODE_PT, 0.75 * gap_pt))
+    longest = max((len(lab) for lab in labels.values()), default=1)
+    font = min(_MAX_LABEL_FONT, 0.9 * gap_pt / (0.6 * max(1, longest)))
+    if len(pos) > max_labelled:
+        return 0.0, node, f"device labels left out: {len(pos)} devices drawn (more than {max_labelled})"
+    if font < MIN_LABEL_FONT:
+        return 0.0, node, f"device labels left out: {len(pos)} devices too close for {MIN_LABEL_FONT:g} pt text"
+    return font, node, ""
+
+
 def draw(topo, path: str, max_hosts: int = 4) -> None:
     """Draw ``topo`` to an image file: hosts side by side, devices layered by kind, links coloured by
-    kind with width growing with bandwidth. Clusters show their first ``max_hosts`` hosts."""
+    kind with width growing with bandwidth. Clusters show their first ``max_hosts`` hosts; labels shrink
+    to fit, and are left out (the title says so) where they cannot (:func:`label_plan`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -285,44 +338,53 @@ def draw(topo, path: str, max_hosts: int = 4) -> None:
 
     pos, hosts = layout(topo, max_hosts)
     edges = [ln for ln in topo.links if ln.a in pos and ln.b in pos]
-    xs = [p[0] for p in pos.values()]
-    fig, ax = plt.subplots(figsize=(max(8.0, min(30.0, (max(xs) - min(xs) + 2) * 0.9)), 7.5))
+    width_in = figure_width(pos)
+    fig, ax = plt.subplots(figsize=(width_in, 7.5))
     widths = [0.6 + 1.2 * math.log10(1 + ln.gbps) for ln in edges]
     colors = [_EDGE.get(ln.spec.kind, "#333333") for ln in edges]
+    nodes = [d for d in topo.devices if d.id in pos]
+    labels = {d.id: d.id.split("/")[-1] for d in nodes}
+    font, node_pt, label_note = label_plan(pos, labels, width_in)
     try:
         import networkx as nx
     except ImportError:
         nx = None
     if nx is not None:
         g = nx.Graph()
-        for d in topo.devices:
-            if d.id in pos:
-                g.add_node(d.id)
+        for d in nodes:
+            g.add_node(d.id)
         for ln in edges:
             g.add_edge(ln.a, ln.b)
         nx.draw_networkx_edges(g, pos, ax=ax, edgelist=[(ln.a, ln.b) for ln in edges], width=widths,
                                edge_color=colors, alpha=0.8)
-        nodes = [d for d in topo.devices if d.id in pos]
         nx.draw_networkx_nodes(g, pos, ax=ax, nodelist=[d.id for d in nodes],
-                               node_color=[_COLORS[d.kind] for d in nodes], node_size=380, edgecolors="black")
-        nx.draw_networkx_labels(g, pos, ax=ax, labels={d.id: d.id.split("/")[-1] for d in nodes}, font_size=6)
+                               node_color=[_COLORS[d.kind] for d in nodes], node_size=node_pt ** 2,
+                               edgecolors="black")
     else:
         for ln, w, c in zip(edges, widths, colors):
             (xa, ya), (xb, yb) = pos[ln.a], pos[ln.b]
             ax.plot([xa, xb], [ya, yb], color=c, linewidth=w, alpha=0.8, zorder=1)
-        for d in topo.devices:
-            if d.id in pos:
-                x, y = pos[d.id]
-                ax.scatter([x], [y], s=380, c=_COLORS[d.kind], edgecolors="black", zorder=2)
-                ax.text(x, y, d.id.split("/")[-1], fontsize=6, ha="center", va="center", zorder=3)
+        for d in nodes:
+            x, y = pos[d.id]
+            ax.scatter([x], [y], s=node_pt ** 2, c=_COLORS[d.kind], edgecolors="black", zorder=2)
+    if font > 0:  # under the node, on a white ground: never wider than the gap to the next node
+        for d in nodes:
+            ax.annotate(labels[d.id], pos[d.id], xytext=(0, -node_pt / 2 - 1), textcoords="offset points",
+                        fontsize=font, ha="center", va="top", zorder=4,
+                        bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none",
+                              "alpha": 0.8})
     kinds_used = sorted({ln.spec.kind for ln in edges})
     handles = [Line2D([0], [0], color=_EDGE.get(k, "#333333"), lw=3, label=k) for k in kinds_used]
     handles += [Line2D([0], [0], marker="o", color="w", markerfacecolor=_COLORS[k], markeredgecolor="black",
-                       markersize=9, label=k) for k in _COLORS if any(d.kind == k and d.id in pos for d in topo.devices)]
+                       markersize=9, label=k) for k in _COLORS if any(d.kind == k for d in nodes)]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
     shown = f" (first {len(hosts)} of {len(topo.hosts)} hosts)" if len(topo.hosts) > len(hosts) else ""
-    ax.set_title(f"{topo.name}{shown}: {topo.nranks} ranks, links coloured by kind, width ~ log GB/s")
+    title = f"{topo.name}{shown}: {topo.nranks} ranks, links coloured by kind, width ~ log GB/s"
+    if label_note:
+        title += f"\n{label_note}; `interlink topo` lists every device"
+    ax.set_title(title, fontsize=10)
     ax.set_axis_off()
+    ax.margins(0.03, 0.08)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)

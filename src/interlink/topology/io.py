@@ -22,7 +22,8 @@ optional ``ranks`` list. Device kinds, link kinds and spec fields are those of
 :mod:`interlink.topology.graph` and :mod:`interlink.topology.links`; bandwidths are GB/s per direction.
 
 ``save_topology`` writes YAML for ``.yaml``/``.yml`` paths when PyYAML is installed (JSON text otherwise,
-which YAML readers accept too) and JSON for every other path. ``load_topology`` reads either.
+which YAML readers accept too; ``json_fallback=False`` raises instead, before the file is opened, as
+``interlink topo --save`` does) and JSON for every other path. ``load_topology`` reads either.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from .graph import DEVICE_KINDS, Device, Link, Topology
 from .links import CATALOG, LinkSpec, TopologyError, catalog_from_dict, link
 
 __all__ = ["SCHEMA_VERSION", "topology_to_dict", "topology_from_dict", "save_topology", "load_topology",
-           "dumps", "loads"]
+           "dumps", "loads", "is_yaml_path", "require_yaml"]
 
 SCHEMA_VERSION = 1
 
@@ -136,6 +137,19 @@ def _yaml():
     return yaml
 
 
+def is_yaml_path(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a YAML file (.yaml/.yml), which :func:`save_topology` writes as YAML."""
+    return os.fspath(path).lower().endswith((".yaml", ".yml"))
+
+
+def require_yaml(path: str | os.PathLike[str]) -> None:
+    """Raise TopologyError, saying what to install, when ``path`` is a YAML file and PyYAML is missing
+    (call it before writing anything)."""
+    if is_yaml_path(path) and _yaml() is None:
+        raise TopologyError(f"cannot write {os.fspath(path)!r} as YAML: PyYAML is not installed; "
+                            "pip install 'interlink[topology]' (PyYAML), or save to a .json file")
+
+
 def dumps(topo: Topology, fmt: str = "yaml") -> str:
     """The topology as YAML (falls back to JSON text if PyYAML is missing) or JSON (``fmt="json"``)."""
     data = topology_to_dict(topo)
@@ -174,10 +188,13 @@ def loads(text: str, catalog: Mapping[str, LinkSpec] | None = None, where: str =
     return topology_from_dict(data, catalog, where)
 
 
-def save_topology(topo: Topology, path: str | os.PathLike[str]) -> None:
-    """Write ``topo`` to ``path``: YAML for .yaml/.yml (JSON text if PyYAML is missing), else JSON."""
+def save_topology(topo: Topology, path: str | os.PathLike[str], *, json_fallback: bool = True) -> None:
+    """Write ``topo`` to ``path``: YAML for .yaml/.yml (JSON text if PyYAML is missing, or TopologyError
+    before anything is written when ``json_fallback`` is False), else JSON."""
     p = os.fspath(path)
-    fmt = "yaml" if p.endswith((".yaml", ".yml")) else "json"
+    fmt = "yaml" if is_yaml_path(p) else "json"
+    if not json_fallback:
+        require_yaml(p)
     with open(p, "w", encoding="utf-8") as f:
         f.write(dumps(topo, fmt))
 
