@@ -20,6 +20,9 @@ _API = (
     "get_rank", "get_world_size", "new_group", "NON_GROUP_MEMBER",
     "all_reduce", "broadcast", "reduce", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
     "all_to_all_single", "gather", "scatter", "barrier", "send", "recv", "isend", "irecv",
+    "all_to_all", "reduce_scatter", "all_gather_object", "gather_object", "broadcast_object_list",
+    "scatter_object_list", "P2POp", "batch_isend_irecv", "monitored_barrier", "get_process_group_ranks",
+    "get_global_rank", "get_group_rank",
 )
 
 __all__ = ["ReduceOp", "InterlinkError", "CommTimeoutError", "PeerLostError", "CollectiveMismatchError",
@@ -45,3 +48,8 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'interlink' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    # the API is loaded on first use; tab completion and dir() list it before that
+    return sorted(set(globals()) | set(_API) | {"Work", "empty", "zeros"})

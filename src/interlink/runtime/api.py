@@ -266,3 +266,228 @@ def isend(tensor, dst, group=None, tag=0):
 
 def irecv(tensor, src, group=None, tag=0):
     return _group(group).irecv(tensor, _local(group, src, 'src'), tag)
+
+
+# ---- what torch.distributed users also call ----------------------------------------------------------
+
+
+def get_process_group_ranks(group: Optional[Group] = None) -> list:
+    """The global ranks of a group, in group-rank order (torch.distributed.get_process_group_ranks)."""
+    return list(_group(group).ranks)
+
+
+def get_global_rank(group: Optional[Group], group_rank: int) -> int:
+    """The global rank of ``group_rank`` in ``group``."""
+    g = _group(group)
+    if not 0 <= int(group_rank) < g.size:
+        raise ValueError(f"group_rank={group_rank} is out of range for {g.name} of size {g.size}")
+    return g.ranks[int(group_rank)]
+
+
+def get_group_rank(group: Optional[Group], global_rank: int) -> int:
+    """The rank in ``group`` of global rank ``global_rank``."""
+    return _local(group, global_rank, "global_rank")
+
+
+def _pickled(obj: Any) -> Any:
+    import pickle
+
+    import numpy as np
+
+    return np.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)), dtype=np.uint8)
+
+
+def _unpickled(buf: Any) -> Any:
+    import pickle
+
+    return pickle.loads(buf.tobytes())
+
+
+def all_gather_object(object_list: list, obj: Any, group: Optional[Group] = None) -> None:
+    """object_list[i] = rank i's ``obj`` (any picklable object; sizes may differ). Like torch, this
+    unpickles what the peers send: only use it between ranks you trust."""
+    import numpy as np
+
+    g = _group(group)
+    if not isinstance(object_list, list) or len(object_list) != g.size:
+        raise ValueError(f"all_gather_object: object_list must be a list of {g.size} entries (the group size)")
+    data = _pickled(obj)
+    sizes = np.zeros(g.size, dtype=np.int64)
+    g.all_gather_into_tensor(sizes, np.array([data.size], dtype=np.int64))
+    m = int(sizes.max()) if g.size else 0
+    mine = np.zeros(m, dtype=np.uint8)
+    mine[:data.size] = data
+    out = np.empty(m * g.size, dtype=np.uint8)
+    g.all_gather_into_tensor(out, mine)
+    for i in range(g.size):
+        object_list[i] = _unpickled(out[i * m:i * m + int(sizes[i])])
+
+
+def gather_object(obj: Any, object_gather_list: Optional[list] = None, dst: int = 0,
+                  group: Optional[Group] = None) -> None:
+    """On ``dst`` (a global rank), object_gather_list[i] = rank i's ``obj``; None elsewhere."""
+    g = _group(group)
+    root = _local(group, dst, "dst")
+    if g.rank == root and (not isinstance(object_gather_list, list) or len(object_gather_list) != g.size):
+        raise ValueError(f"gather_object: object_gather_list must be a list of {g.size} entries on rank {dst}")
+    got: list = [None] * g.size
+    all_gather_object(got, obj, group)  # sizes differ per rank: gathered everywhere, kept at the root
+    if g.rank == root:
+        object_gather_list[:] = got  # type: ignore[index]
+
+
+def broadcast_object_list(object_list: list, src: int = 0, group: Optional[Group] = None,
+                          device: Any = None) -> None:
+    """Every rank's ``object_list`` becomes ``src``'s (same length on every rank, as torch requires)."""
+    import numpy as np
+
+    g = _group(group)
+    root = _local(group, src, "src")
+    if not isinstance(object_list, list):
+        raise TypeError("broadcast_object_list: object_list must be a list")
+    data = _pickled(list(object_list)) if g.rank == root else np.empty(0, np.uint8)
+    size = np.array([data.size], dtype=np.int64)
+    g.broadcast(size, root)
+    buf = data if g.rank == root else np.empty(int(size[0]), dtype=np.uint8)
+    g.broadcast(buf, root)
+    got = _unpickled(buf)
+    if len(got) != len(object_list):
+        raise ValueError(f"broadcast_object_list: rank {src} sent {len(got)} objects, this rank's list has "
+                         f"{len(object_list)} entries (every rank passes a list of the same length)")
+    object_list[:] = got
+
+
+def scatter_object_list(scatter_object_output_list: list, scatter_object_input_list: Optional[list] = None,
+                        src: int = 0, group: Optional[Group] = None) -> None:
+    """scatter_object_output_list[0] = ``src``'s scatter_object_input_list[this rank]."""
+    g = _group(group)
+    root = _local(group, src, "src")
+    if not isinstance(scatter_object_output_list, list) or len(scatter_object_output_list) < 1:
+        raise ValueError("scatter_object_list: scatter_object_output_list must be a list of at least one entry")
+    if g.rank == root and (not isinstance(scatter_object_input_list, list)
+                           or len(scatter_object_input_list) != g.size):
+        raise ValueError(f"scatter_object_list: the input list on rank {src} must have {g.size} entries")
+    objs = [list(scatter_object_input_list) if g.rank == root else None]  # type: ignore[arg-type]
+    broadcast_object_list(objs, src, group)
+    scatter_object_output_list[0] = objs[0][g.rank]
+
+
+def _cat(tensors: Sequence[Any]) -> Any:
+    """One flat array of the tensors' elements, of their kind (numpy, torch CPU/CUDA, CuPy)."""
+    import numpy as np
+
+    mod = type(tensors[0]).__module__
+    if mod.startswith("torch"):
+        import torch
+
+        return torch.cat([t.reshape(-1) for t in tensors])
+    if mod.startswith("cupy"):
+        import cupy
+
+        return cupy.concatenate([t.reshape(-1) for t in tensors])
+    from ..arrays import as_flat
+
+    return np.concatenate([as_flat(t, "tensor", writable=False) for t in tensors])
+
+
+def _numel(t: Any) -> int:
+    n = getattr(t, "numel", None)
+    return int(n()) if callable(n) else int(getattr(t, "size"))
+
+
+def _put(dst: Any, flat: Any) -> None:
+    """dst[...] = flat (same number of elements), for numpy / torch / CuPy."""
+    mod = type(dst).__module__
+    if mod.startswith("torch"):
+        dst.copy_(flat.reshape(dst.shape))
+    else:
+        dst[...] = flat.reshape(dst.shape)
+
+
+def all_to_all(output_tensor_list: list, input_tensor_list: list, group: Optional[Group] = None,
+               async_op: bool = False) -> Any:
+    """torch's list form: output_tensor_list[i] receives input_tensor_list[this rank] of rank i (sizes may
+    differ per pair). Runs as all_to_all_single over one concatenated buffer."""
+    g = _group(group)
+    if len(output_tensor_list) != g.size or len(input_tensor_list) != g.size:
+        raise ValueError(f"all_to_all: both lists must have {g.size} tensors (the group size)")
+    inp = _cat(input_tensor_list)
+    outs = list(output_tensor_list)
+    osz = [_numel(t) for t in outs]
+    out = _cat(outs)  # a buffer of the outputs' kind and total size (its contents are overwritten)
+    w = g.all_to_all_single(out, inp, osz, [_numel(t) for t in input_tensor_list], async_op=async_op)
+
+    def finish() -> None:
+        off = 0
+        for t, n in zip(outs, osz):
+            _put(t, out[off:off + n])
+            off += n
+
+    if w is None:
+        finish()
+        return None
+    return _Then(w, finish)
+
+
+def reduce_scatter(output: Any, input_list: list, op: Any = "sum", group: Optional[Group] = None,
+                   async_op: bool = False) -> Any:
+    """torch's list form: output = the reduction over ranks of input_list[this rank]."""
+    g = _group(group)
+    if len(input_list) != g.size:
+        raise ValueError(f"reduce_scatter: input_list must have {g.size} tensors (the group size)")
+    n = _numel(output)
+    if any(_numel(t) != n for t in input_list):
+        raise ValueError(f"reduce_scatter: every tensor of input_list must have the output's {n} elements")
+    return g.reduce_scatter_tensor(output, _cat(input_list), op, async_op)
+
+
+class P2POp:
+    """One point-to-point operation for batch_isend_irecv: ``op`` is isend/irecv (the functions, or the
+    strings "isend"/"irecv"), ``peer`` a global rank."""
+
+    def __init__(self, op: Any, tensor: Any, peer: int, group: Optional[Group] = None, tag: int = 0,
+                 group_peer: Optional[int] = None) -> None:
+        name = op if isinstance(op, str) else getattr(op, "__name__", "")
+        if name not in ("isend", "irecv"):
+            raise ValueError(f"P2POp: op must be isend or irecv, got {op!r}")
+        self.op = name
+        self.tensor = tensor
+        self.group = group
+        self.tag = int(tag)
+        self.peer = get_global_rank(group, group_peer) if group_peer is not None else int(peer)
+
+
+def batch_isend_irecv(p2p_op_list: list) -> list:
+    """Post every send and receive of the list at once (they progress together, in any order across
+    peers); returns one Work per op, as torch does."""
+    if not p2p_op_list or not all(isinstance(p, P2POp) for p in p2p_op_list):
+        raise ValueError("batch_isend_irecv: expects a non-empty list of P2POp")
+    return [isend(p.tensor, p.peer, p.group, p.tag) if p.op == "isend" else irecv(p.tensor, p.peer, p.group, p.tag)
+            for p in p2p_op_list]
+
+
+def monitored_barrier(group: Optional[Group] = None, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+    """A barrier whose timeout names the ranks that did not arrive (CommTimeoutError.ranks), as torch's
+    monitored_barrier; ``timeout`` in seconds or a datetime.timedelta (default: the job's timeout)."""
+    t = timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout
+    _group(group).barrier(timeout=None if t is None else float(t))
+
+
+class _Then:
+    """A Work that runs ``finish`` once the inner one completes (list forms' copy-out)."""
+
+    def __init__(self, inner: Any, finish: Any) -> None:
+        self._inner, self._finish = inner, finish
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        self._inner.wait(timeout)
+        if self._finish is not None:
+            f, self._finish = self._finish, None
+            f()
+        return True
+
+    def is_completed(self) -> bool:
+        return self._inner.is_completed()
+
+    def exception(self) -> Any:
+        return self._inner.exception()

@@ -247,6 +247,8 @@ class Group:
         forced = parse_algo_env(os.environ.get("INTERLINK_ALGO", ""))
         self._fk = tuple(None if NAMES[k] in forced else self._fast for k in range(len(NAMES)))
         self._layout: Optional[tuple[int, int]] = None
+        # INTERLINK_DEBUG=TRACE: one log line per completed call (op, algorithm/path, dtype, count, time)
+        self._trace = os.environ.get("INTERLINK_DEBUG", "").upper() == "TRACE"
 
     def __repr__(self) -> str:
         return f"Group({self.name}, rank {self.rank} of {self.size})"
@@ -406,6 +408,12 @@ class Group:
             raise self._fail(e, collective, seq) from None
         rec.state = "done"
         rec.duration = time.perf_counter() - rec.start
+        if self._trace:
+            self._log_call(rec)
+
+    def _log_call(self, rec: Record) -> None:
+        log.debug("trace rank %d %s #%d %s: %.1f us", self.ctx.rank, self.name, rec.seq, rec.sig,
+                  rec.duration * 1e6)
 
     def _run_fast(self, collective: str, a: np.ndarray, op: ReduceOp, root: int, timeout: Optional[float],
                   out: Optional[np.ndarray] = None) -> None:
@@ -463,6 +471,8 @@ class Group:
             raise self._fail(e, NAMES[kind], seq) from None
         rec.state = "done"
         rec.duration = perf_counter() - rec.start
+        if self._trace:
+            self._log_call(rec)
 
     def _hot_small(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: Any, root: Any,
                    key: tuple) -> Any:

@@ -1,0 +1,126 @@
+"""What torch.distributed users call besides the tensor collectives: object collectives, the list forms
+of all_to_all and reduce_scatter, batch_isend_irecv / P2POp, monitored_barrier, rank maps, dir()."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mp import run_ranks
+
+
+def _suite(rank: int, world: int) -> list:
+    import interlink as dist
+
+    dist.init(timeout=30)
+    p = world
+    fails: list = []
+
+    def check(what, ok):
+        if not ok:
+            fails.append(f"rank {rank}: {what}")
+
+    objs: list = [None] * p
+    mine = {"rank": rank, "payload": list(range(rank * 7))}  # sizes differ per rank
+    dist.all_gather_object(objs, mine)
+    check("all_gather_object", objs == [{"rank": r, "payload": list(range(r * 7))} for r in range(p)])
+    root = p - 1
+    got = [None] * p if rank == root else None
+    dist.gather_object(("x", rank), got, dst=root)
+    check("gather_object", got == [("x", r) for r in range(p)] if rank == root else got is None)
+    lst = [f"from {rank}", rank, None] if rank == root else [None, None, None]
+    dist.broadcast_object_list(lst, src=root)
+    check("broadcast_object_list", lst == [f"from {root}", root, None])
+    out = [None]
+    dist.scatter_object_list(out, [{"to": r} for r in range(p)] if rank == 0 else None, src=0)
+    check("scatter_object_list", out == [{"to": rank}])
+    # all_to_all list form, uneven sizes: rank i sends (i + j + 1) elements to rank j
+    ins = [np.full(rank + j + 1, 100 * rank + j, np.float32) for j in range(p)]
+    outs = [np.zeros(i + rank + 1, np.float32) for i in range(p)]
+    dist.all_to_all(outs, ins)
+    check("all_to_all list", all(np.array_equal(outs[i], np.full(i + rank + 1, 100 * i + rank, np.float32))
+                                 for i in range(p)))
+    # reduce_scatter list form
+    o = np.zeros(5, np.int64)
+    dist.reduce_scatter(o, [np.full(5, r * 10 + rank, np.int64) for r in range(p)])
+    check("reduce_scatter list", np.array_equal(o, np.full(5, sum(rank * 10 + q for q in range(p)))))
+    # batch_isend_irecv around the ring
+    if p > 1:
+        nxt, prv = (rank + 1) % p, (rank - 1) % p
+        buf = np.zeros(33, np.float64)
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, np.full(33, float(rank)), nxt),
+                                        dist.P2POp(dist.irecv, buf, prv)])
+        for w in reversed(works):
+            w.wait()
+        check("batch_isend_irecv", np.array_equal(buf, np.full(33, float(prv))))
+    # rank maps on a subgroup
+    sub = dist.new_group([q for q in range(p) if q % 2 == 0])
+    if rank % 2 == 0:
+        check("get_process_group_ranks", dist.get_process_group_ranks(sub) == [q for q in range(p) if q % 2 == 0])
+        check("get_global_rank", dist.get_global_rank(sub, len(sub.ranks) - 1) == sub.ranks[-1])
+        check("get_group_rank", dist.get_group_rank(sub, rank) == rank // 2)
+    dist.monitored_barrier()
+    dist.destroy()
+    return fails
+
+
+@pytest.mark.parametrize("nranks", [1, 3, 4])
+def test_torch_like_calls(nranks: int) -> None:
+    res = run_ranks(nranks, _suite, timeout=120)
+    assert res == [[]] * nranks, res
+
+
+def _torch_lists(rank: int, world: int) -> list:
+    import torch
+
+    import interlink as dist
+
+    dist.init(timeout=30)
+    ins = [torch.full((rank + j + 1,), float(10 * rank + j)) for j in range(world)]
+    outs = [torch.zeros(i + rank + 1) for i in range(world)]
+    w = dist.all_to_all(outs, ins, async_op=True)
+    w.wait()
+    ok = all(torch.equal(outs[i], torch.full((i + rank + 1,), float(10 * i + rank))) for i in range(world))
+    dist.destroy()
+    return [] if ok else [f"rank {rank}: {outs}"]
+
+
+def test_all_to_all_list_of_torch_tensors_async() -> None:
+    pytest.importorskip("torch")
+    res = run_ranks(3, _torch_lists, timeout=120)
+    assert res == [[]] * 3, res
+
+
+def _late(rank: int, world: int) -> dict:
+    import time
+
+    import interlink as dist
+
+    dist.init(timeout=30)
+    if rank == world - 1:
+        time.sleep(4)  # arrives after the others' timeout
+        dist.destroy()
+        return {}
+    t = time.monotonic()
+    try:
+        dist.monitored_barrier(timeout=1.5)
+        return {"raised": None}
+    except Exception as e:  # noqa: BLE001
+        return {"raised": type(e).__name__, "ranks": list(getattr(e, "ranks", ())), "after": time.monotonic() - t}
+
+
+def test_monitored_barrier_names_the_missing_rank() -> None:
+    res = run_ranks(3, _late, timeout=60)
+    for r in (0, 1):
+        assert res[r]["raised"] in ("CommTimeoutError", "PeerLostError"), res
+    assert any(res[r]["raised"] == "CommTimeoutError" and 2 in res[r]["ranks"] for r in (0, 1)), res
+
+
+def test_dir_lists_the_api_before_first_use() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import interlink; print(' '.join(dir(interlink)))"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    for name in ("init", "all_reduce", "batch_isend_irecv", "all_gather_object", "empty", "ReduceOp"):
+        assert name in out, out
