@@ -1,6 +1,6 @@
 """The cost model: published figures, alpha-beta sanity, choices, parameters, tuner, calibration fit, CLI.
 
-Published figures: shared/reference/interconnects.md section 5 (busbw, nccl-tests definitions, large sizes),
+Published figures: docs/reference.md section 5 (busbw, nccl-tests definitions, large sizes),
 checked within 15%.
 """
 

@@ -1,8 +1,10 @@
 """GPU arrays in every call, by the host-staged path: device -> (pinned) host -> the host transports
 (shared memory, TCP) -> host -> device.
 
-This is issue 8's *staged* baseline (seed 003: without GPUDirect, data is staged through pinned host
-memory, two copies). The direct device-to-device path (CUDA IPC) and NCCL are not built yet.
+This is issue 8's *staged* baseline (NADDOD, "GPU Communication Technology Accelerating AI Development",
+Jan 2024; docs/reference.md section 1: without GPUDirect, data is staged through pinned host memory, two
+copies). Device arrays of ranks on one host take the cuda-ipc path instead from a size on
+(runtime/device_exec.py, transport/cuda_ipc.py, docs/devices.md); NCCL is not built yet.
 
 How a call uses it: the runtime asks :func:`stage` for every array argument that lives on a device.
 A :class:`Staged` buffer holds a flat host copy (pinned where the library can pin) that the collective
@@ -17,9 +19,9 @@ registry): torch CUDA tensors, CuPy arrays, then anything with ``__cuda_array_in
 device; other accelerators can plug in). torch and CuPy are imported lazily, only when such an array
 is passed. Host staging buffers are cached per (device, dtype, size) and reused across calls.
 
-Unverified without a GPU: the torch and CuPy adapters below have not run on a device in this
-project yet (no device was lent to the session that wrote them); the staging logic around them is
-tested with a fake device adapter (tests/test_runtime_devices.py).
+The torch and CuPy adapters ran on an H100 (tests/test_runtime_devices.py's gpu test, 1-4 ranks on one
+GPU, 2026-11-24); in CI the staging logic is tested with a fake device adapter that pools its host
+buffers as these do.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ Refinements that matter on real machines:
 * **Large rank counts.** Traffic comes from :func:`interlink.algorithms.traffic.traffic` (a vectorised
   generator when the algorithm family registers one); without one, Schedules are built up to
   :data:`SCHEDULE_RANKS_LIMIT` ranks, and beyond that the closed-form costs of
-  ``shared/reference/interconnects.md`` section 3 are used (the row's ``method`` says which).
+  ``docs/reference.md`` section 3 are used (the row's ``method`` says which).
 
 Path lookups are vectorised: every message is mapped to a *path class* (same host or not, the class
 of each end's host and the position of its device there, same NVLink domain, same leaf switch) and one
@@ -654,7 +654,7 @@ def cpu_terms(traffic: Traffic, topology: Topology, *, itemsize: int = 4, transp
     return out
 
 
-# ---- closed forms (interconnects.md section 3) for rank counts beyond a Schedule ---------------------
+# ---- closed forms (docs/reference.md section 3) for rank counts beyond a Schedule --------------------
 
 
 def _closed_form(collective: str, algorithm: str, p: int, count: int, itemsize: int, info: _TopoInfo,
@@ -740,7 +740,7 @@ def _closed_form(collective: str, algorithm: str, p: int, count: int, itemsize: 
     lat = base + lat_rounds
     return Estimate(lat + (tb + tg) * 1e6, lat, tb * 1e6, tg * 1e6, 0, protocol,
                     channels if ring_like else 1, "gpu" if gpu else "cpu",
-                    ("closed form (interconnects.md section 3)",))
+                    ("closed form (docs/reference.md section 3)",))
 
 
 # ---- topologies for CPU hosts --------------------------------------------------------------------------

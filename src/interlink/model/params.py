@@ -7,7 +7,7 @@ built-in table; a file or a calibrated host profile gives a new :class:`Params` 
 Names
 -----
 GPU topologies (NCCL's tuning model, ``src/graph/tuning.cc`` of NCCL 2.30, as summarised in
-``shared/reference/interconnects.md`` section 4)::
+``docs/reference.md`` section 4)::
 
     nccl.base_latency_us.{ring,tree}.{ll,ll128,simple}     once per collective call
     nccl.hop_latency_us.{nvlink,pcie,net}.{ll,ll128,simple} once per round, by the kind of the round's path
@@ -86,7 +86,7 @@ class Param:
     source: str
 
 
-_TUNING = "NCCL 2.30 src/graph/tuning.cc (shared/reference/interconnects.md section 4)"
+_TUNING = "NCCL 2.30 src/graph/tuning.cc (docs/reference.md section 4)"
 _RESULTS = "benchmarks/RESULTS.md section 1 (2-core VM, 2026-11-22)"
 
 
@@ -107,10 +107,10 @@ def _defaults() -> list[Param]:
                           f"{_TUNING}: hwLat[{kind}] Ring; used for every algorithm"))
     out += [
         _p("protocol.efficiency.ll", 0.5, "fraction",
-           "NCCL LL: 8-byte stores of 4 data + 4 flag bytes, at most 50% of link bandwidth (interconnects.md s4)"),
+           "NCCL LL: 8-byte stores of 4 data + 4 flag bytes, at most 50% of link bandwidth (docs/reference.md s4)"),
         _p("protocol.efficiency.ll128", 0.95, "fraction",
-           "NCCL LL128: 120 of every 128 bytes are data, ~95% of link bandwidth (interconnects.md s4)"),
-        _p("protocol.efficiency.simple", 1.0, "fraction", "NCCL Simple: full bandwidth (interconnects.md s4)"),
+           "NCCL LL128: 120 of every 128 bytes are data, ~95% of link bandwidth (docs/reference.md s4)"),
+        _p("protocol.efficiency.simple", 1.0, "fraction", "NCCL Simple: full bandwidth (docs/reference.md s4)"),
         _p("nvls.efficiency.hopper", 0.85, "fraction", "NCCL src/tuning nvlsEfficiency: Hopper 0.85"),
         _p("nvls.efficiency.blackwell", 0.74, "fraction", "NCCL src/tuning nvlsEfficiency: Blackwell 0.74"),
         _p("nvls.latency_us", 25.0, "us", f"{_TUNING}: NVLS latency on NVLink"),

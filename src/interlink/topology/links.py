@@ -170,7 +170,8 @@ def pcie(gen: int, lanes: int = 16) -> LinkSpec:
     name = f"pcie-gen{gen}" if lanes == 16 else f"pcie-gen{gen}-x{lanes}"
     src = (f"PCIe {gen}.0 spec: {gts:g} GT/s per lane; " + _NCCL_PCI
            + ("; Gen6 64 GT/s -> 480 in NCCL >= 2.2x" if gen == 6 else "")
-           + ("; seed 001 lists x16 as ~32/64/128 GB/s 'bidirectional' for Gen4/5/6" if gen >= 4 else ""))
+           + ("; Towards Data Science 'AI in Multiple GPUs: How GPUs Communicate' (2026) lists x16 as"
+              " ~32/64/128 GB/s 'bidirectional' for Gen4/5/6" if gen >= 4 else ""))
     return LinkSpec(name, "pcie", f"gen{gen}", round(line * lanes, 3), round(eff * lanes, 3), _PCIE_LAT_US,
                     lanes, 1, src)
 
@@ -181,20 +182,25 @@ _ENTRIES: list[LinkSpec] = [pcie(g) for g in (3, 4, 5, 6)] + [
        "P100: 4 links x 20 GB/s per direction = 160 GB/s total both ways; effective " + _NCCL_TOPO
        + " SM60_NVLINK_BW 18.0", count=4),
     _e("nvlink2", "nvlink", "2", 25.0, 20.0, 0.3,
-       "V100: 6 links x 25 GB/s per direction = 300 GB/s total (seed 003); effective " + _NCCL_TOPO
+       "V100: 6 links x 25 GB/s per direction = 300 GB/s total (NADDOD 'GPU Communication Technology "
+       "Accelerating AI Development', Jan 2024); effective " + _NCCL_TOPO
        + " SM70_NVLINK_BW 20.0", count=6),
     _e("nvlink3", "nvlink", "3", 25.0, 20.0, 0.3,
-       "A100: 12 links x 25 GB/s per direction = 600 GB/s total (seed 001); effective " + _NCCL_TOPO
+       "A100: 12 links x 25 GB/s per direction = 600 GB/s total (Towards Data Science 'AI in Multiple "
+       "GPUs: How GPUs Communicate', 2026); effective " + _NCCL_TOPO
        + " SM80_NVLINK_BW 20.0", count=12),
     _e("nvlink4", "nvlink", "4", 25.0, 20.6, 0.3,
-       "H100: 18 links x 25 GB/s per direction = 900 GB/s total (seed 001); effective " + _NCCL_TOPO
+       "H100: 18 links x 25 GB/s per direction = 900 GB/s total (Towards Data Science 'AI in Multiple "
+       "GPUs: How GPUs Communicate', 2026); effective " + _NCCL_TOPO
        + " SM90_NVLINK_BW 20.6", count=18),
     _e("nvlink5", "nvlink", "5", 50.0, 40.1, 0.3,
-       "Blackwell: 18 links x 50 GB/s per direction = 1.8 TB/s total (seed 001); effective " + _NCCL_TOPO
+       "Blackwell: 18 links x 50 GB/s per direction = 1.8 TB/s total (Towards Data Science 'AI in "
+       "Multiple GPUs: How GPUs Communicate', 2026); effective " + _NCCL_TOPO
        + " SM100_NVLINK_BW 40.1", count=18),
     _e("nvlink-c2c", "c2c", "grace", 450.0, 400.0, 0.3,
        "NVLink-C2C (Grace-Hopper/Grace-Blackwell CPU<->GPU): 900 GB/s total = 450 per direction "
-       "(NVIDIA Grace Hopper whitepaper; seed 001); effective: estimate (~90% of line)"),
+       "(NVIDIA Grace Hopper whitepaper; Towards Data Science 'AI in Multiple GPUs: How GPUs Communicate', "
+       "2026); effective: estimate (~90% of line)"),
     # ---- CPU socket interconnects (the SMP link of NCCL's SYS paths): whole socket-to-socket path ----
     _e("qpi", "smp", "broadwell", 38.4, 6.0, 0.5,
        "Intel QPI, 2 links x 9.6 GT/s x 2 B; effective " + _NCCL_TOPO + " BDW_QPI_BW 6.0"),
@@ -228,12 +234,13 @@ _ENTRIES: list[LinkSpec] = [pcie(g) for g in (3, 4, 5, 6)] + [
        "IB HDR 4x: 200 Gb/s (ConnectX-6); effective ~24 GB/s busbw per NIC measured by NCCL (nccl#412); "
        "~16 GB/s when the NIC hangs off the CPU instead of the GPU's PCIe switch"),
     _e("ib-ndr200", "infiniband", "NDR200", 25.0, 23.5, 0.35,
-       "IB NDR200 (2 lanes of NDR): 200 Gb/s; effective: estimate. (Seed 001 lists 'NDR200/XDR ~100 GB/s': "
-       "that is XDR's figure)"),
+       "IB NDR200 (2 lanes of NDR): 200 Gb/s; effective: estimate. (Towards Data Science 'AI in Multiple "
+       "GPUs: How GPUs Communicate', 2026, lists 'NDR200 ~100 GB/s': that is XDR's figure)"),
     _e("ib-ndr", "infiniband", "NDR", 50.0, 47.0, 0.35,
        "IB NDR 4x: 400 Gb/s (ConnectX-7); effective 46-48 GB/s busbw per NIC measured (nccl-tests#290)"),
     _e("ib-xdr", "infiniband", "XDR", 100.0, 94.0, 0.35,
-       "IB XDR 4x: 800 Gb/s (ConnectX-8, seed 001 ~100 GB/s per port); effective: estimate (94%, as NDR)"),
+       "IB XDR 4x: 800 Gb/s (ConnectX-8; Towards Data Science 'AI in Multiple GPUs: How GPUs Communicate', "
+       "2026: ~100 GB/s per port); effective: estimate (94%, as NDR)"),
     # ---- RDMA over Converged Ethernet ----
     _e("roce-10g", "roce", "10GbE", 1.25, 1.15, 1.0, "RoCE v2 on 10 GbE; effective: estimate (92%)"),
     _e("roce-25g", "roce", "25GbE", 3.125, 2.9, 0.8, "RoCE v2 on 25 GbE; effective: estimate (92%)"),
@@ -244,7 +251,8 @@ _ENTRIES: list[LinkSpec] = [pcie(g) for g in (3, 4, 5, 6)] + [
        "estimate (92%)"),
     # ---- Ethernet with the kernel TCP stack (gloo, NCCL sockets) ----
     _e("eth-10g", "ethernet", "10GbE", 1.25, 1.17, 5.0, "10 GbE, TCP goodput ~94% of line; latency: "
-       "kernel TCP stack, estimate (seed 003: TCP/IP latency far above RDMA)"),
+       "kernel TCP stack, estimate (NADDOD 'GPU Communication Technology Accelerating AI Development', "
+       "Jan 2024: TCP/IP latency far above RDMA)"),
     _e("eth-25g", "ethernet", "25GbE", 3.125, 2.9, 5.0, "25 GbE, TCP; effective: estimate"),
     _e("eth-100g", "ethernet", "100GbE", 12.5, 10.0, 5.0, "100 GbE, TCP (several streams); effective: estimate"),
     _e("eth-200g", "ethernet", "200GbE", 25.0, 18.0, 5.0, "200 GbE, TCP (several streams); effective: estimate"),
@@ -256,7 +264,7 @@ _ENTRIES: list[LinkSpec] = [pcie(g) for g in (3, 4, 5, 6)] + [
     # ---- Inside one host, between CPU ranks ----
     _e("shm", "shm", "memcpy", 8.0, 8.0, 0.5,
        "host shared memory, one core's memcpy: numpy copy of 64 MiB ~8 GB/s on the project's 2-core machine "
-       "(shared/reference/interconnects.md section 6); discovery can measure it (discover(measure=True))"),
+       "(docs/reference.md section 6); discovery can measure it (discover(measure=True))"),
     _e("loopback-tcp", "tcp", "loopback", 8.0, 2.0, 5.0,
        "TCP over the loopback device (gloo's only intra-host transport): memcpy-bound line, effective and "
        "latency: estimates"),
