@@ -34,8 +34,6 @@ import time
 
 import numpy as np
 
-FACTOR = {"all_reduce": lambda p: 2 * (p - 1) / p, "all_gather": lambda p: (p - 1) / p,
-          "reduce_scatter": lambda p: (p - 1) / p, "broadcast": lambda p: 1.0}
 
 
 def parse_size(s: str) -> int:
@@ -243,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     t_bw = model_time(first["collective"], p, first["bytes"], first["copy_GBps"], 0.0)
     alpha = max(0.0, (first["t_ipc"] - t_bw) / max(1, s0.comm_rounds))
     for r in rows:
-        f = FACTOR[r["collective"]](p)
+        from interlink.algorithms.schedule import busbw_factor
+
+        f = busbw_factor(r["collective"], p)
         bus_ipc = r["bytes"] / r["t_ipc"] / 1e9 * f
         bus_st = r["bytes"] / r["t_staged"] / 1e9 * f
         r["busbw_ipc"], r["busbw_staged"] = bus_ipc, bus_st

@@ -20,6 +20,7 @@ import time
 from typing import Callable, Sequence
 
 import numpy as np
+from ..algorithms.schedule import busbw_factor  # nccl-tests' factors, defined once
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
@@ -28,15 +29,6 @@ def iters_for(nbytes: int, budget: float = 256 * 2**20) -> int:
     """Calls per repetition: about ``budget`` bytes moved, between 3 and 1000 (a few ms of small calls at
     least: on a shared VM one descheduled core inside a 1 ms repetition moved a latency point by 4x)."""
     return int(min(1000, max(3, budget // max(nbytes, 1))))
-
-
-def busbw_factor(collective: str, nranks: int) -> float:
-    p = nranks
-    if collective == "all_reduce":
-        return 2.0 * (p - 1) / p
-    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (p - 1) / p
-    return 1.0
 
 
 def row(system: str, collective: str, nranks: int, nbytes: int, t: float) -> dict:
