@@ -8,6 +8,7 @@ from .schedule import (
     Builder,
     Chunk,
     Copy,
+    Get,
     Recv,
     Reduce,
     Round,
@@ -15,11 +16,13 @@ from .schedule import (
     Send,
     buffer_sizes,
     busbw_factor,
+    one_sided,
     split,
+    two_sided,
 )
 
 __all__ = [
-    "COLLECTIVES", "Builder", "Chunk", "Copy", "Recv", "Reduce", "Round", "Schedule", "Send",
-    "buffer_sizes", "busbw_factor", "split", "algorithms_for", "entries", "get_entry", "get_schedule",
+    "COLLECTIVES", "Builder", "Chunk", "Copy", "Get", "Recv", "Reduce", "Round", "Schedule", "Send",
+    "buffer_sizes", "busbw_factor", "one_sided", "two_sided", "split", "algorithms_for", "entries", "get_entry", "get_schedule",
     "register", "check_symbolic", "expected", "run_numeric", "run_symbolic", "verify_schedule",
 ]

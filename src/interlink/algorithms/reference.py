@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import VerificationError
 from ..ops import ReduceOp, finish_avg, numpy_reduce, ops_for_dtype, reduce_into
-from .schedule import Copy, Recv, Reduce, Schedule, Send
+from .schedule import Copy, Get, Recv, Reduce, Schedule, Send
 
 UNDEFINED = -1  # element never written
 POISON = -2  # element combined from mismatched or undefined sources
@@ -60,15 +60,18 @@ def run_numeric(s: Schedule, inputs: Sequence[np.ndarray], op: ReduceOp | str = 
     for k in range(s.nrounds):
         # 1. snapshot every send
         inflight: dict[tuple[int, int], list[np.ndarray]] = {}
+        got: dict[int, list[np.ndarray]] = {}  # one-sided reads, by reader, in step order
         for r in range(p):
             for st in s.ranks[r][k].steps:
                 if isinstance(st, Send):
                     inflight.setdefault((r, st.peer), []).append(view(r, st.src).copy())
+                elif isinstance(st, Get):  # the peer's chunk as it is at the start of the round
+                    got.setdefault(r, []).append(view(st.peer, st.src).copy())
         # 2. deliver
         for r in range(p):
             for st in s.ranks[r][k].steps:
-                if isinstance(st, Recv):
-                    data = inflight[(st.peer, r)].pop(0)
+                if isinstance(st, (Recv, Get)):
+                    data = inflight[(st.peer, r)].pop(0) if isinstance(st, Recv) else got[r].pop(0)
                     dst = view(r, st.dst)
                     if st.reduce:
                         reduce_into(rop, dst, data)
@@ -157,16 +160,20 @@ def run_symbolic(s: Schedule) -> tuple[list[dict[str, _Sym]], list[np.ndarray]]:
 
     for k in range(s.nrounds):
         inflight: dict[tuple[int, int], list[tuple[np.ndarray, np.ndarray]]] = {}
+        got: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
         snapshot_knows = [kn.copy() for kn in knows]
         for r in range(p):
             for st in s.ranks[r][k].steps:
                 if isinstance(st, Send):
                     v = get(r, st.src)
                     inflight.setdefault((r, st.peer), []).append((v.counts.copy(), v.origin.copy()))
+                elif isinstance(st, Get):
+                    v = get(st.peer, st.src)
+                    got.setdefault(r, []).append((v.counts.copy(), v.origin.copy()))
         for r in range(p):
             for st in s.ranks[r][k].steps:
-                if isinstance(st, Recv):
-                    c, o = inflight[(st.peer, r)].pop(0)
+                if isinstance(st, (Recv, Get)):
+                    c, o = inflight[(st.peer, r)].pop(0) if isinstance(st, Recv) else got[r].pop(0)
                     knows[r] |= snapshot_knows[st.peer]
                     dst = get(r, st.dst)
                     if st.reduce:

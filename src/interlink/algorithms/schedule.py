@@ -7,7 +7,7 @@ Glossary (used as names throughout):
   chunk         -- (buffer, offset, count) in elements of the collective's dtype
   round         -- a set of steps of one rank: all its sends and receives run concurrently, then its
                    local steps (copy, reduce) run in order
-  step          -- Send, Recv (store or reduce into the chunk), Copy, Reduce
+  step          -- Send, Recv (store or reduce into the chunk), Get (one-sided), Copy, Reduce
 
 Semantics of one round on one rank:
   1. every Send reads its chunk as it is at the start of the round (a snapshot);
@@ -15,6 +15,14 @@ Semantics of one round on one rank:
      combines: dst = dst (op) incoming (several reducing receives may target the same chunk);
   3. then the local steps run in the listed order: Copy (dst = src), Reduce (dst = dst (op) src).
 A plain Recv's chunk must not overlap a Send's chunk or another receive's chunk of the same round.
+
+One-sided form: a Get on rank r reads chunk ``src`` of rank ``peer`` as it is at the start of the round
+(like a Send's snapshot) and stores or reduces it into r's ``dst`` at the end of the round's communication
+(like a Recv); the peer's program has no step for it (its memory is registered: CUDA IPC, interlink.empty
+arenas, cross-memory attach). A chunk that peers Get in round k must not be written plainly by its owner
+in round k (a reducing write is allowed: it lands after the readers are done). :func:`one_sided` turns
+every Send/Recv pair into a Get of the receiver, :func:`two_sided` turns Gets back into pairs; the
+reference interpreter, the verifier and the traffic the model and simulator price read both forms.
 
 Rounds are global: the i-th Send from rank a to rank b in round k matches the i-th Recv of b from a
 in round k, with the same count. Every rank has the same number of rounds (some may be empty).
@@ -119,6 +127,16 @@ class Recv:
 
 
 @dataclass(frozen=True, slots=True)
+class Get:
+    """One-sided read: ``src`` in rank ``peer``'s buffers -> ``dst`` in this rank's (stored, or reduced)."""
+
+    peer: int
+    src: Chunk
+    dst: Chunk
+    reduce: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Copy:
     src: Chunk
     dst: Chunk
@@ -130,8 +148,8 @@ class Reduce:
     dst: Chunk
 
 
-Step = Union[Send, Recv, Copy, Reduce]
-COMM_STEPS = (Send, Recv)
+Step = Union[Send, Recv, Get, Copy, Reduce]
+COMM_STEPS = (Send, Recv, Get)
 LOCAL_STEPS = (Copy, Reduce)
 
 
@@ -196,14 +214,18 @@ class Schedule:
             for s in self.ranks[r][k].steps:
                 if isinstance(s, Send):
                     acc[(r, s.peer)] = acc.get((r, s.peer), 0) + s.src.count
+                elif isinstance(s, Get):  # the bytes flow from the peer to the reader
+                    acc[(s.peer, r)] = acc.get((s.peer, r), 0) + s.src.count
         return [(a, b, n) for (a, b), n in sorted(acc.items())]
 
     def messages(self) -> Iterator[tuple[int, int, int, int]]:
-        """(round, src, dst, elements) of every Send, in order."""
+        """(round, src, dst, elements) of every Send and every Get (from the peer read), in order."""
         for r in range(self.nranks):
             for k, s in self.steps(r):
                 if isinstance(s, Send):
                     yield k, r, s.peer, s.src.count
+                elif isinstance(s, Get):
+                    yield k, s.peer, r, s.src.count
 
     def sent_per_rank(self) -> list[int]:
         """Total elements each rank sends over the whole schedule."""
@@ -234,7 +256,7 @@ class Schedule:
         for k in range(self.nrounds):
             best = 0
             for r in range(self.nranks):
-                n = sum(s.dst.count for s in self.ranks[r][k].steps if isinstance(s, Recv) and s.reduce)
+                n = sum(s.dst.count for s in self.ranks[r][k].steps if isinstance(s, (Recv, Get)) and s.reduce)
                 n += sum(s.dst.count for s in self.ranks[r][k].steps if isinstance(s, Reduce))
                 best = max(best, n)
             res.append(best)
@@ -257,10 +279,13 @@ class Schedule:
             for k, rnd in enumerate(self.ranks[r]):
                 chunks: list[tuple[Step, Chunk]] = []
                 for s in rnd.steps:
-                    if isinstance(s, (Send, Recv)) and not 0 <= s.peer < p:
+                    if isinstance(s, (Send, Recv, Get)) and not 0 <= s.peer < p:
                         raise ScheduleError(f"rank {r} round {k}: peer {s.peer} out of range", ranks=[r], **where)
-                    if isinstance(s, (Send, Recv)) and s.peer == r:
+                    if isinstance(s, (Send, Recv, Get)) and s.peer == r:
                         raise ScheduleError(f"rank {r} round {k}: sends to itself (use Copy)", ranks=[r], **where)
+                    if isinstance(s, Get) and s.src.count != s.dst.count:
+                        raise ScheduleError(f"rank {r} round {k}: get of {s.src.count} elements into "
+                                            f"{s.dst.count}", ranks=[r], **where)
                     for c in _chunks_of(s):
                         size = self.buffers.get(c.buffer)
                         if size is None:
@@ -269,26 +294,32 @@ class Schedule:
                             raise ScheduleError(
                                 f"rank {r} round {k}: chunk {c} outside {c.buffer}[0:{size}]", ranks=[r], **where
                             )
-                    written = s.dst if isinstance(s, (Recv, Copy, Reduce)) else None
+                    written = s.dst if isinstance(s, (Recv, Get, Copy, Reduce)) else None
                     if written is not None and written.buffer == "input":
                         raise ScheduleError(f"rank {r} round {k}: writes the input buffer ({written}); "
                                             f"input is the caller's and read-only", ranks=[r], **where)
                     if isinstance(s, Send):
                         chunks.append((s, s.src))
-                    elif isinstance(s, Recv):
+                    elif isinstance(s, (Recv, Get)):
                         chunks.append((s, s.dst))
+                # the chunks of this rank that peers Get in this round: read like a Send's
+                for q in range(p):
+                    if q != r:
+                        for g in self.ranks[q][k].steps:
+                            if isinstance(g, Get) and g.peer == r:
+                                chunks.append((Send(q, g.src), g.src))
                 for i, (si, ci) in enumerate(chunks):
                     for sj, cj in chunks[i + 1:]:
                         if not ci.overlaps(cj):
                             continue
                         both_sends = isinstance(si, Send) and isinstance(sj, Send)
-                        reduce_pair = (
-                            isinstance(si, Recv) and si.reduce and (isinstance(sj, Send) or (isinstance(sj, Recv) and sj.reduce))
-                        ) or (isinstance(sj, Recv) and sj.reduce and isinstance(si, Send))
+                        red_i = isinstance(si, (Recv, Get)) and si.reduce
+                        red_j = isinstance(sj, (Recv, Get)) and sj.reduce
+                        reduce_pair = (red_i and (isinstance(sj, Send) or red_j)) or (red_j and isinstance(si, Send))
                         if not (both_sends or reduce_pair):
                             raise ScheduleError(
-                                f"rank {r} round {k}: receive into {ci if isinstance(si, Recv) else cj} overlaps "
-                                f"another chunk of the same round",
+                                f"rank {r} round {k}: receive into {ci if isinstance(si, (Recv, Get)) else cj} "
+                                f"overlaps another chunk of the same round (sent, read by a peer, or received)",
                                 ranks=[r],
                                 **where,
                             )
@@ -314,6 +345,8 @@ class Schedule:
                 return ["send", s.peer, s.src.to_json()]
             if isinstance(s, Recv):
                 return ["recv_reduce" if s.reduce else "recv", s.peer, s.dst.to_json()]
+            if isinstance(s, Get):
+                return ["get_reduce" if s.reduce else "get", s.peer, s.src.to_json(), s.dst.to_json()]
             if isinstance(s, Copy):
                 return ["copy", s.src.to_json(), s.dst.to_json()]
             return ["reduce", s.src.to_json(), s.dst.to_json()]
@@ -349,6 +382,8 @@ class Schedule:
                 return Send(int(s[1]), chunk(s[2]))
             if kind in ("recv", "recv_reduce"):
                 return Recv(int(s[1]), chunk(s[2]), reduce=kind == "recv_reduce")
+            if kind in ("get", "get_reduce"):
+                return Get(int(s[1]), chunk(s[2]), chunk(s[3]), reduce=kind == "get_reduce")
             if kind == "copy":
                 return Copy(chunk(s[1]), chunk(s[2]))
             if kind == "reduce":
@@ -373,7 +408,57 @@ def _chunks_of(s: Step) -> tuple[Chunk, ...]:
         return (s.src,)
     if isinstance(s, Recv):
         return (s.dst,)
-    return (s.src, s.dst)
+    return (s.src, s.dst)  # Copy, Reduce; Get (its src is in the peer's buffers, of the same sizes)
+
+
+def has_gets(s: "Schedule") -> bool:
+    return any(isinstance(st, Get) for prog in s.ranks for rnd in prog for st in rnd.steps)
+
+
+def one_sided(s: "Schedule") -> "Schedule":
+    """The same algorithm with every Send/Recv pair as a Get of the receiver (the i-th receive of rank r
+    from q in round k reads the chunk of q's i-th send to r in round k). Gets already there stay."""
+    p = s.nranks
+    ranks = []
+    for r in range(p):
+        prog = []
+        for k, rnd in enumerate(s.ranks[r]):
+            nth: dict[int, int] = {}
+            steps: list[Step] = []
+            for st in rnd.steps:
+                if isinstance(st, Send):
+                    continue
+                if isinstance(st, Recv):
+                    i = nth[st.peer] = nth.get(st.peer, -1) + 1
+                    theirs = [t for t in s.ranks[st.peer][k].steps if isinstance(t, Send) and t.peer == r]
+                    if i >= len(theirs):
+                        raise ScheduleError(f"round {k}: rank {r}'s receive #{i} from rank {st.peer} has no send",
+                                            op=f"{s.collective}/{s.algorithm}", ranks=[r, st.peer])
+                    steps.append(Get(st.peer, theirs[i].src, st.dst, st.reduce))
+                else:
+                    steps.append(st)
+            prog.append(Round(tuple(steps)))
+        ranks.append(tuple(prog))
+    return Schedule(s.collective, s.algorithm, p, s.count, s.root, dict(s.buffers), tuple(ranks),
+                    dict(s.meta, form="one-sided")).validate()
+
+
+def two_sided(s: "Schedule") -> "Schedule":
+    """Every Get as a Send of the peer read and a Recv of the reader, in the same round (for executors
+    without one-sided memory: the host rings, TCP)."""
+    if not has_gets(s):
+        return s
+    p = s.nranks
+    progs = [[list(rnd.steps) for rnd in s.ranks[r]] for r in range(p)]
+    for r in range(p):
+        for k, rnd in enumerate(s.ranks[r]):
+            for j, st in enumerate(rnd.steps):
+                if isinstance(st, Get):  # (appends to other programs never move rank r's own steps)
+                    progs[r][k][j] = Recv(st.peer, st.dst, st.reduce)
+                    progs[st.peer][k].append(Send(r, st.src))
+    ranks = tuple(tuple(Round(tuple(steps)) for steps in prog) for prog in progs)
+    meta = {k: v for k, v in s.meta.items() if k != "form"}
+    return Schedule(s.collective, s.algorithm, p, s.count, s.root, dict(s.buffers), ranks, meta).validate()
 
 
 # ---- a small builder that keeps every rank's program aligned ---------------------------------

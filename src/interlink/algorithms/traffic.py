@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .schedule import Recv, Reduce, Schedule, Send
+from .schedule import Get, Recv, Reduce, Schedule, Send
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,6 +114,12 @@ def from_schedule(s: Schedule) -> Traffic:
                     src.append(r)
                     dst.append(st.peer)
                     elems.append(st.src.count)
+                elif isinstance(st, Get):  # one-sided: the bytes flow from the peer read to this rank
+                    src.append(st.peer)
+                    dst.append(r)
+                    elems.append(st.src.count)
+                    if st.reduce:
+                        reduced[r] += st.dst.count
                 elif isinstance(st, Recv) and st.reduce:
                     reduced[r] += st.dst.count
                 elif isinstance(st, Reduce):

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..ops import numeric_dtypes
 from . import registry
+from .schedule import one_sided
 from .reference import verify_schedule
 from .schedule import ROOTED, buffer_sizes
 
@@ -143,6 +144,9 @@ def _verify_entry(entry: registry.Entry, max_ranks: int, full: bool, dtypes: Seq
             s = entry.builder(p, n, root=root, **params)
             _check_shape(s, c, a, p, n, root)
             verify_schedule(s, dtypes=all_dt if all_dtypes else (np.float32,))
+            # the one-sided form (every Send/Recv pair a Get of the receiver) is what the device executor
+            # runs: it is verified too, symbolically and on one dtype
+            verify_schedule(one_sided(s), dtypes=(np.float32,))
         except Exception as exc:  # noqa: BLE001 - every failure is reported, none stops the run
             failures.append(f"{_describe(c, a, p, n, root, params)}: {type(exc).__name__}: {exc}")
     return {"collective": c, "algorithm": a, "cases": cases, "failures": failures}

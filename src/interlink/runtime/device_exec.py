@@ -1,14 +1,14 @@
 """The device executor: runs this rank's part of a Schedule on GPU buffers over cuda-ipc.
 
-The same Schedule the host executor runs (ring, direct, trees ...), lowered to one-sided steps: every
-Send/Recv pair becomes a *pull*: the receiver reads the sender's chunk straight from the sender's
+The same Schedule the host executor runs (ring, direct, trees ...), in its one-sided form: every Send/Recv
+pair is a Get of the receiver (algorithms.schedule.one_sided; the reference interpreter and the verifier
+check that form too), run as a *pull*: the receiver reads the sender's chunk straight from the sender's
 device buffer (mapped by CUDA IPC) and copies it into, or reduces it onto, its own chunk. No byte
 touches host memory; only small signals go over the host channels (the engine).
 
 Compiled once per (schedule, rank, dtype, op, aliasing) into a :class:`DevicePlan`: for each round,
 the peers to signal, the peers to wait for, and the pulls (peer buffer and byte range, own buffer and
-byte range, store / reduce / deferred reduce), then the local steps. The receiver finds the source
-chunk in the sender's program (the i-th Recv from q in round k matches q's i-th Send to it in round k).
+byte range, store / reduce / deferred reduce), then the local steps.
 
 Round k on one rank, keeping the round semantics of :mod:`interlink.algorithms.schedule` (sends read
 their chunk as at the start of the round, receives land at its end, local steps after):
@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..algorithms.schedule import Chunk, Copy, Recv, Reduce, Schedule, Send
+from ..algorithms.schedule import Chunk, Copy, Get, Reduce, Schedule, one_sided, two_sided
 from ..errors import ScheduleError
 from ..ops import ReduceOp
 from ..transport import cuda_ipc
@@ -55,7 +55,9 @@ def _tag(k: int, phase: int) -> int:
 
 
 class DevicePlan:
-    """One rank's compiled pull program for (schedule, dtype, op, aliasing)."""
+    """One rank's compiled pull program for (schedule, dtype, op, aliasing): the Schedule's one-sided form
+    (:func:`interlink.algorithms.schedule.one_sided`, checked by the reference interpreter like any
+    Schedule), each Get a pull from the peer's buffer."""
 
     __slots__ = ("schedule", "sigb", "dtype", "op", "nranks", "copy_input", "scratch", "rounds", "serve",
                  "pull_from", "partners", "avg")
@@ -69,12 +71,13 @@ class DevicePlan:
         self.avg = op is ReduceOp.AVG
         self.nranks = schedule.nranks
         self.scratch = schedule.buffers.get("scratch", 0)
-        self.copy_input = alias is not None and not inplace_safe(schedule, rank, alias)
+        self.copy_input = alias is not None and not inplace_safe(two_sided(schedule), rank, alias)
         delta = alias if (alias is not None and not self.copy_input) else None
         isz = dtype.itemsize
         if len(schedule.ranks) != schedule.nranks or any(len(r) != len(schedule.ranks[rank]) for r in schedule.ranks):
             raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the device executor needs every "
                                 f"rank's program (it pulls from the sender's chunk)")
+        os_ = one_sided(schedule)
 
         def space(c: Chunk) -> tuple[str, int, int]:
             if delta is not None and c.buffer == "input":
@@ -88,34 +91,29 @@ class DevicePlan:
         rounds = []
         serve: set[int] = set()
         pull_from: set[int] = set()
-        for k, rnd in enumerate(schedule.ranks[rank]):
-            send_chunks = [s.src for s in rnd.steps if isinstance(s, Send)]
-            ready_to = sorted({global_rank(s.peer) for s in rnd.steps if isinstance(s, Send)})
-            nth: dict[int, int] = {}
+        p = schedule.nranks
+        for k, rnd in enumerate(os_.ranks[rank]):
+            # what the peers read from this rank in this round (READY to them; DONE from them)
+            read = [(q, g.src) for q in range(p) if q != rank
+                    for g in os_.ranks[q][k].steps if isinstance(g, Get) and g.peer == rank]
+            ready_to = sorted({global_rank(q) for q, _ in read})
             pulls = []
-            for s in rnd.steps:
-                if not isinstance(s, Recv):
+            for g in rnd.steps:
+                if not isinstance(g, Get):
                     continue
-                q = s.peer
-                i = nth[q] = nth.get(q, -1) + 1
-                theirs = [t for t in schedule.ranks[q][k].steps if isinstance(t, Send) and t.peer == rank]
-                if i >= len(theirs) or theirs[i].src.count != s.dst.count:
-                    raise ScheduleError(f"{schedule.collective}:{schedule.algorithm} round {k}: rank {rank}'s "
-                                        f"receive #{i} from rank {q} has no matching send")
-                src = theirs[i].src
                 mode = PLAIN
-                if s.reduce:
-                    mode = DEFERRED if any(overlaps(s.dst, c) for c in send_chunks) else REDUCE
-                pulls.append((global_rank(q), _BUF[src.buffer], src.offset * isz, s.dst.count,
-                              _BUF[s.dst.buffer], s.dst.offset * isz, mode))
-            wait_from = sorted({p[0] for p in pulls})
+                if g.reduce:  # onto a chunk a peer reads in this round: after its DONE
+                    mode = DEFERRED if any(overlaps(g.dst, c) for _, c in read) else REDUCE
+                pulls.append((global_rank(g.peer), _BUF[g.src.buffer], g.src.offset * isz, g.dst.count,
+                              _BUF[g.dst.buffer], g.dst.offset * isz, mode))
+            wait_from = sorted({pl[0] for pl in pulls})
             locs = []
-            for s in rnd.steps:
-                if isinstance(s, (Copy, Reduce)):
-                    a, b = s.src, s.dst
-                    if isinstance(s, Copy) and space(a) == space(b):
+            for st in rnd.steps:
+                if isinstance(st, (Copy, Reduce)):
+                    a, b = st.src, st.dst
+                    if isinstance(st, Copy) and space(a) == space(b):
                         continue  # aliased in-place copy
-                    locs.append((isinstance(s, Reduce), _BUF[a.buffer], a.offset * isz, _BUF[b.buffer],
+                    locs.append((isinstance(st, Reduce), _BUF[a.buffer], a.offset * isz, _BUF[b.buffer],
                                  b.offset * isz, a.count))
             serve.update(ready_to)
             pull_from.update(wait_from)

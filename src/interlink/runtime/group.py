@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import arrays, devices
 from ..algorithms import registry
-from ..algorithms.schedule import Builder, Chunk, Schedule
+from ..algorithms.schedule import Builder, Chunk, Schedule, two_sided
 from ..errors import CommTimeoutError, InterlinkError
 from ..ops import ReduceOp, check_op_dtype
 from ..transport import cuda_ipc
@@ -363,8 +363,8 @@ class Group:
                f"{self.name}{sig_extra}{' cuda-ipc' if device else ''}")
         if device:
             plan = device_exec.DevicePlan(schedule, self.rank, dtype, op, alias, self.ranks.__getitem__, sig)
-        else:
-            plan = Plan(schedule, self.rank, dtype, op, alias, self.ranks.__getitem__, sig)
+        else:  # the rings and TCP have no one-sided reads: a Schedule's Gets run as Send/Recv pairs
+            plan = Plan(two_sided(schedule), self.rank, dtype, op, alias, self.ranks.__getitem__, sig)
         if len(self._plans) > 512:
             self._plans.clear()
         if sig_extra == "":
