@@ -68,7 +68,8 @@ class DevicePlan:
         self.sigb = encode_sig(sig)
         self.dtype = dtype
         self.op = op
-        self.avg = op is ReduceOp.AVG
+        # AVG divides the result; a reduce's non-root ranks hold no result (their output is scratch)
+        self.avg = op is ReduceOp.AVG and not (schedule.collective == "reduce" and rank != schedule.root)
         self.nranks = schedule.nranks
         self.scratch = schedule.buffers.get("scratch", 0)
         self.copy_input = alias is not None and not inplace_safe(two_sided(schedule), rank, alias)

@@ -124,7 +124,8 @@ class Plan:
         self.sigb = encode_sig(sig)
         self.dtype = dtype
         self.op = op
-        self.avg = op is ReduceOp.AVG
+        # AVG divides the result; a reduce's non-root ranks hold no result (their output is scratch)
+        self.avg = op is ReduceOp.AVG and not (schedule.collective == "reduce" and rank != schedule.root)
         self.nranks = schedule.nranks
         self.reducer = make_reducer(op, dtype)
         self.ufunc = ufunc(ReduceOp.SUM if self.avg else op)

@@ -1,0 +1,47 @@
+"""benchmarks/soak.py: a short soak passes with every result checked, and its checker can fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+_SCRIPT = os.path.join(_ROOT, "benchmarks", "soak.py")
+# 2 ranks, ~60 calls over shared memory; buffers up to 256K elements keep it to seconds on 2 cores
+_ARGS = ["--ranks", "2", "--calls", "60", "--transport", "shm", "--seed", "3", "--max-elems", str(1 << 18),
+         "--call-timeout", "30"]
+
+
+def _soak(tmp_path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "soak.json"
+    proc = subprocess.run([sys.executable, _SCRIPT, *_ARGS, "--json", str(out), *extra], cwd=_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    with open(out) as f:
+        return proc, json.load(f)
+
+
+def test_short_soak_has_no_wrong_result(tmp_path) -> None:
+    proc, res = _soak(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shm = res["transports"]["shm"]
+    assert shm["calls_completed"] == shm["calls_planned"] >= 60
+    assert shm["wrong"] == 0 and shm["hangs"] == 0 and shm["errors"] == 0
+    assert res["ok"] is True
+    assert "RESULT: OK" in proc.stdout
+    # the mix really is mixed: several collectives, point-to-point and async calls
+    mix = shm["mix_rank0"]
+    assert sum(1 for k in mix if "." not in k.split(" ")[0]) >= 8, mix
+    assert "send/recv" in mix and "isend/irecv" in mix
+
+
+def test_a_corrupted_result_is_reported_wrong(tmp_path) -> None:
+    proc, res = _soak(tmp_path, "--corrupt", "3")
+    assert proc.returncode != 0
+    shm = res["transports"]["shm"]
+    assert shm["corrupted"] == 1
+    assert shm["wrong"] == 1, shm["wrong_details"]
+    d = shm["wrong_details"][0]
+    assert d["rank"] == 0 and d["step"] >= 3 and d["problems"][0]["wrong"] == 1
+    assert "WRONG step" in proc.stdout and "RESULT: FAILED" in proc.stdout
