@@ -47,7 +47,6 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, timeout: 
 
     ``timeout`` bounds every collective (CommTimeoutError after it); ``init_timeout`` bounds joining.
     """
-    global _CTX, _WORLD
     if _CTX is not None:
         raise RuntimeError("interlink is already initialized; call interlink.destroy() first")
     _setup_logging()
@@ -58,9 +57,36 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, timeout: 
     itimeout = float(init_timeout if init_timeout is not None else min(timeout, 120.0))
     secret = secret_from_env()
     store, server = rendezvous(r, w, env["master_addr"], int(env["master_port"]), secret, itimeout)
+    return _start(r, w, store, server, secret, env["master_addr"], int(env["master_port"]), timeout, itimeout)
+
+
+def init_from_store(store: Any, rank: int, world_size: int, timeout: float = 300.0,
+                    master_addr: Optional[str] = None, master_port: Optional[int] = None) -> Group:
+    """Join the job through a store someone else runs (the torch.distributed backend: torch's own store;
+    no second port). ``store`` offers set/get/wait/missing/add as :class:`~.rendezvous.StoreClient` does.
+    The mesh's job secret is made by rank 0 and shared through the store."""
+    if _CTX is not None:
+        raise RuntimeError("interlink is already initialized; call interlink.destroy() first")
+    _setup_logging()
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} out of range for world_size {world_size}")
+    itimeout = float(min(timeout, 120.0))
+    if rank == 0:
+        import secrets as _secrets
+
+        store.set("interlink/secret", _secrets.token_bytes(32))
+    secret = bytes(store.get("interlink/secret", timeout=itimeout))
+    addr = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = int(master_port or os.environ.get("MASTER_PORT", "29500"))
+    return _start(rank, world_size, store, None, secret, addr, port, timeout, itimeout)
+
+
+def _start(r: int, w: int, store: Any, server: Any, secret: bytes, master_addr: str, master_port: int,
+           timeout: float, itimeout: float) -> Group:
+    global _CTX, _WORLD
     force_tcp = os.environ.get("INTERLINK_TRANSPORT", "").lower() == "tcp"
     try:
-        engine = build_mesh(r, w, store, secret, env["master_addr"], int(env["master_port"]), itimeout, force_tcp)
+        engine = build_mesh(r, w, store, secret, master_addr, int(master_port), itimeout, force_tcp)
         store_barrier(store, "init", r, w, itimeout)
     except BaseException:
         store.close()

@@ -1,0 +1,182 @@
+"""interlink as a torch.distributed backend: init_process_group(backend="interlink") in code that never
+imports interlink (torch's backend autoload finds it), every torch.distributed call compared with gloo
+in the same run (a gloo group over the same ranks), subgroups, and DDP training that ends with the same
+parameters as under gloo."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import numpy as np
+import pytest
+
+from mp import run_ranks
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available():  # pragma: no cover
+    pytest.skip("torch without distributed", allow_module_level=True)
+
+
+def _entry_point_installed() -> bool:
+    eps = importlib.metadata.entry_points(group="torch.backends")
+    return any(ep.name == "interlink" for ep in eps)
+
+
+def _calls(rank: int, world: int) -> dict:
+    import sys
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("interlink")  # no import of interlink here: the entry point registers it
+    autoloaded = "interlink" in sys.modules
+    gloo = dist.new_group(backend="gloo")
+    fails = []
+    checks = 0
+
+    def same(what, run):
+        nonlocal checks
+        a, b = run(None), run(gloo)
+        for x, y in zip(a, b):
+            checks += 1
+            if not torch.equal(x, y):
+                fails.append(f"rank {rank}: {what}: interlink {x.flatten()[:6].tolist()} gloo {y.flatten()[:6].tolist()}")
+
+    def data(n, dtype=torch.float32, salt=0):
+        return (torch.arange(n, dtype=torch.int64) * (rank + 2) % 7 + salt + rank).to(dtype)
+
+    for n in (0, 1, 13, 1000, 70001):
+        for dtype in (torch.float32, torch.float64, torch.int32, torch.int64):
+            for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT):
+                def ar(g, dtype=dtype, op=op):
+                    t = data(n, dtype)
+                    dist.all_reduce(t, op=op, group=g)
+                    return [t]
+                same(f"all_reduce {dtype} {op} n={n}", ar)
+        if n:
+            def avg(g):
+                t = data(n, torch.float64)
+                dist.all_reduce(t, op=dist.ReduceOp.AVG, group=g)
+                return [t]
+            same(f"all_reduce avg n={n}", avg)
+
+        def bc(g):
+            t = data(n)
+            dist.broadcast(t, src=world - 1, group=g)
+            return [t]
+        same(f"broadcast n={n}", bc)
+
+        def red(g):
+            t = data(n)
+            dist.reduce(t, dst=0, group=g)
+            return [t] if rank == 0 else []
+        same(f"reduce n={n}", red)
+
+        def ag(g):
+            out = torch.zeros(n * world)
+            dist.all_gather_into_tensor(out, data(n), group=g)
+            lst = [torch.zeros(n) for _ in range(world)]
+            dist.all_gather(lst, data(n, salt=3), group=g)
+            return [out, *lst]
+        same(f"all_gather n={n}", ag)
+
+        def rs(g):
+            out = torch.zeros(n)
+            dist.reduce_scatter_tensor(out, data(n * world), group=g)
+            out2 = torch.zeros(n)
+            dist.reduce_scatter(out2, [data(n, salt=r) for r in range(world)], group=g)
+            return [out, out2]
+        same(f"reduce_scatter n={n}", rs)
+
+        def a2a(g):
+            out = torch.zeros(n * world)
+            dist.all_to_all_single(out, data(n * world), group=g)
+            ins = [data(3, salt=r) for r in range(world)]  # gloo's list form takes equal sizes only
+            outs = [torch.zeros(3) for _ in range(world)]
+            dist.all_to_all(outs, ins, group=g)
+            return [out, *outs]
+        same(f"all_to_all n={n}", a2a)
+
+        def gs(g):
+            lst = [torch.zeros(n) for _ in range(world)] if rank == 1 % world else None
+            dist.gather(data(n), lst, dst=1 % world, group=g)
+            out = torch.zeros(n)
+            dist.scatter(out, [data(n, salt=r) for r in range(world)] if rank == 0 else None, src=0, group=g)
+            return [*(lst or []), out]
+        same(f"gather/scatter n={n}", gs)
+
+    if world > 1:
+        def p2p(g):
+            nxt, prv = (rank + 1) % world, (rank - 1) % world
+            buf = torch.zeros(17)
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, data(17), nxt, g),
+                                           dist.P2POp(dist.irecv, buf, prv, g)])
+            for r in reqs:
+                r.wait()
+            return [buf]
+        same("batch_isend_irecv", p2p)
+
+    def objs(g):
+        got = [None] * world
+        dist.all_gather_object(got, {"rank": rank, "x": list(range(rank))}, group=g)
+        lst = [f"obj {rank}"]
+        dist.broadcast_object_list(lst, src=0, group=g)
+        return [torch.tensor([len(str(got)), len(lst[0])])]
+    same("object collectives", objs)
+    dist.barrier()
+    # a subgroup of interlink
+    sub = dist.new_group([r for r in range(world) if r % 2 == 0])
+    if rank % 2 == 0:
+        t = torch.full((5,), float(rank))
+        dist.all_reduce(t, group=sub)
+        checks += 1
+        if t[0].item() != float(sum(r for r in range(world) if r % 2 == 0)):
+            fails.append(f"rank {rank}: subgroup all_reduce {t.tolist()}")
+    backend = dist.get_backend()
+    dist.destroy_process_group()
+    return {"fails": fails, "checks": checks, "autoloaded": autoloaded, "backend": backend}
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_every_call_matches_gloo(nranks: int) -> None:
+    if not _entry_point_installed():
+        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    res = run_ranks(nranks, _calls, timeout=300)
+    for out in res:
+        assert out["backend"] == "interlink" and out["autoloaded"], out
+        assert out["checks"] > 100 and out["fails"] == [], out["fails"][:5]
+
+
+def _ddp(rank: int, world: int, backend: str, steps: int) -> list:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("interlink")
+    pg = None if backend == "interlink" else dist.new_group(backend="gloo")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).double()
+    ddp = DDP(model, process_group=pg, bucket_cap_mb=0.01)  # several buckets
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(100 + rank)
+    for _ in range(steps):
+        x = torch.randn(16, 32, generator=gen, dtype=torch.float64)
+        y = torch.randn(16, 8, generator=gen, dtype=torch.float64)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+    params = [p.detach().numpy().copy() for p in model.parameters()]
+    dist.destroy_process_group()
+    return params
+
+
+def test_ddp_trains_the_same_parameters_as_gloo() -> None:
+    if not _entry_point_installed():
+        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    a = run_ranks(2, _ddp, "interlink", 5, timeout=300)
+    b = run_ranks(2, _ddp, "gloo", 5, timeout=300)
+    for r in range(2):
+        for x, y in zip(a[r], b[r]):
+            assert np.allclose(x, y, rtol=0, atol=1e-9), np.abs(x - y).max()
+    for x, y in zip(a[0], a[1]):  # replicas agree
+        assert np.array_equal(x, y)
