@@ -56,9 +56,10 @@ Refinements that matter on real machines:
   :data:`SCHEDULE_RANKS_LIMIT` ranks, and beyond that the closed-form costs of
   ``docs/reference.md`` section 3 are used (the row's ``method`` says which).
 
-Path lookups are vectorised: every message is mapped to a *path class* (same host or not, the class
-of each end's host and the position of its device there, same NVLink domain, same leaf switch) and one
-path per class is looked up (cached per topology), so a phase of 16,384 messages costs one numpy pass.
+Path lookups are vectorised: :meth:`interlink.topology.PathTable.classify` maps every message to a
+*path class* (same host or not, the class of each end's host and the position of its device there, same
+NVLink domain, same leaf switch) and looks up one path per class (cached per topology, shared with the
+simulator), so a phase of 16,384 messages costs one numpy pass.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ from ..algorithms import registry
 from ..algorithms import traffic as _traffic
 from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
 from ..algorithms.traffic import Traffic, from_schedule
-from ..topology import PathType, Topology, TopologyError, parse_topology
+from ..topology import HOP_KINDS, Topology, TopologyError, parse_topology, path_table
+from ..topology.paths import NET as _NET
 from .params import PROTOCOLS, ModelError, Params, Profile, default_params, host_profile, with_profile
 
 __all__ = [
@@ -106,8 +108,7 @@ PSEUDO = ("nvls", "fast", "fast2", "fastd")
 #: Collectives the small-message fast path of an all-local group serves.
 FAST_COLLECTIVES = frozenset({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"})
 
-_NVLINK, _PCIE, _NET = 0, 1, 2
-_HOP_KINDS = ("nvlink", "pcie", "net")
+_HOP_KINDS = HOP_KINDS  # hop kinds of PathTable.classify: nvlink, pcie, net
 
 
 # ---- results -----------------------------------------------------------------------------------------
@@ -201,25 +202,23 @@ class Prediction:
         }
 
 
-# ---- per-topology facts and path classes -------------------------------------------------------------
+# ---- per-topology facts (paths: interlink.topology.paths) -------------------------------------------------------------
 
 
 class _TopoInfo:
-    """Arrays per rank (host, position, classes) and the path-class cache of one topology."""
+    """Per-rank host facts of one topology (hosts, cores, oversubscription, GPUs) for the host
+    parameters; paths between ranks come from its :class:`~interlink.topology.PathTable` (``paths``)."""
 
     def __init__(self, topo: Topology) -> None:
         self.topo = topo
         n = topo.nranks
         self.n = n
+        self.paths = path_table(topo)
         devs = [topo.device(r) for r in range(n)]
-        hosts = [d.host for d in devs]
-        ids: dict[Any, int] = {}
-        host = np.empty(n, np.int64)
-        for r, h in enumerate(hosts):
-            host[r] = ids.setdefault(h if h is not None else ("fabric", r), len(ids))
+        host = self.paths.host
         self.host = host
-        self.nhosts = len(ids)
-        self.ranks_on_host = np.bincount(host, minlength=self.nhosts)
+        self.nhosts = self.paths.nhosts
+        self.ranks_on_host = self.paths.ranks_on_host
         self.gpu = all(d.kind == "gpu" for d in devs)
         self.gpu_names = [d.name for d in devs] if self.gpu else []
         # cores per host (CPU hosts): the topology's meta, else the host's core devices
@@ -228,100 +227,20 @@ class _TopoInfo:
             per_host = np.full(self.nhosts, float(cores))
         else:
             per_host = np.zeros(self.nhosts)
-            inv = {v: k for k, v in ids.items()}
-            for hi in range(self.nhosts):
-                h = inv[hi]
+            for hi, h in enumerate(self.paths.host_keys):
                 c = 0 if isinstance(h, tuple) else sum(
                     1 for d in topo.host_devices(h) if d.kind == "cpu" and "core" in d.attrs)
                 per_host[hi] = c if c > 0 else self.ranks_on_host[hi]  # no core devices: no sharing
         self.oversub = np.maximum(1.0, self.ranks_on_host / per_host)[host]  # per rank
         self.cores_per_host = per_host
-        # structural classes: (host class, device position) per rank, when the router exposes them
-        self.exact = True
-        try:
-            router = topo._routing()
-            pos = np.array([router.local[topo._idx[d.id]] for d in devs], dtype=np.int64)
-            hc = np.array([router.host_class[h] for h in hosts], dtype=np.int64)
-            self.pos, self.hclass = pos, hc
-            self.exact = False
-        except Exception:  # noqa: BLE001 - a topology without the router's internals: exact pairs
-            self.pos = self.hclass = np.zeros(n, np.int64)
-        if not self.exact and self.nhosts > 1:
-            self.dom = np.array([topo.nvlink_domain(r) for r in range(n)], dtype=np.int64)
-            leaf_of: dict[str, int] = {}
-            leaf = np.full(n, -1, np.int64)
-            for r in range(n):
-                nic = topo.nic_for(r)
-                if nic is None:
-                    continue
-                lf = leaf_of.get(nic)
-                if lf is None:
-                    lf = -1
-                    for nb in topo.neighbors(nic):
-                        if topo.device(nb).host is None:
-                            lf = topo._idx[nb]
-                            break
-                    leaf_of[nic] = lf
-                leaf[r] = lf
-            self.leaf = leaf
-        else:
-            self.dom = self.leaf = np.zeros(n, np.int64)
-        self.P = int(self.pos.max(initial=0)) + 1
-        self.HC = int(self.hclass.max(initial=0)) + 1
-        self._paths: dict[tuple[int, bool], tuple[float, float, int, bool]] = {}
         nics = {topo.nic_for(r) for r in np.flatnonzero(host == 0).tolist()} if n else set()
         nics.discard(None)
         self.nics_per_host = len(nics)
 
-    def keys(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        if self.exact:
-            return src * self.n + dst
-        same = self.host[src] == self.host[dst]
-        P, HC = self.P, self.HC
-        hs, hd, ps, pd = self.hclass[src], self.hclass[dst], self.pos[src], self.pos[dst]
-        k_same = (hs * P + ps) * P + pd
-        sd = (self.dom[src] == self.dom[dst]).astype(np.int64)
-        sl = (self.leaf[src] == self.leaf[dst]).astype(np.int64)
-        k_cross = ((((hs * P + ps) * HC + hd) * P + pd) * 2 + sd) * 2 + sl
-        return np.where(same, k_same * 2, k_cross * 2 + 1)
-
     def classify(self, src: np.ndarray, dst: np.ndarray, tcp: bool = False
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per message: bottleneck GB/s, path latency us, hop kind (nvlink/pcie/net), crosses hosts."""
-        if src.size == 0:
-            z = np.zeros(0)
-            return z, z, np.zeros(0, np.int64), np.zeros(0, bool)
-        keys = self.keys(src, dst)
-        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
-        bw = np.empty(uniq.size)
-        lat = np.empty(uniq.size)
-        kind = np.empty(uniq.size, np.int64)
-        cross = np.empty(uniq.size, bool)
-        for i, (k, j) in enumerate(zip(uniq.tolist(), first.tolist())):
-            v = self._paths.get((k, tcp))
-            if v is None:
-                v = self._lookup(int(src[j]), int(dst[j]), tcp)
-                if len(self._paths) > 1 << 16:
-                    self._paths.clear()
-                self._paths[(k, tcp)] = v
-            bw[i], lat[i], kind[i], cross[i] = v
-        return bw[inv], lat[inv], kind[inv], cross[inv]
-
-    def _lookup(self, a: int, b: int, tcp: bool) -> tuple[float, float, int, bool]:
-        t = self.topo
-        cross = bool(self.host[a] != self.host[b])
-        p = None
-        if tcp and not cross:
-            try:
-                p = t.path(a, b, via={"tcp"})
-            except TopologyError:
-                p = None
-        if p is None:
-            p = t.path(a, b)
-        pt = p.path_type
-        kind = _NET if pt is PathType.NET else (_NVLINK if pt in (PathType.NVL, PathType.C2C, PathType.LOC) else _PCIE)
-        bw = p.bottleneck_gbps if math.isfinite(p.bottleneck_gbps) else 1e12
-        return bw, p.latency_us, kind, cross
+        return self.paths.classify(src, dst, tcp)
 
 
 _INFOS: dict[int, tuple[Any, _TopoInfo]] = {}

@@ -30,8 +30,9 @@ The model
   is an upper bound, off by at most ``merge_tolerance`` elements per message per round; bytes per
   link stay exact. ``merge_tolerance=0`` simulates every distinct round.
 
-Path lookups are made once per distinct (src, dst) pair of ranks and kept per topology (a 16,384-rank
-hierarchical all_reduce has ~33k pairs); flows are numpy arrays, the flow x resource incidence is a
+Routes come from :meth:`interlink.topology.PathTable.ids`: looked up once per path class, kept per
+distinct (src, dst) pair of ranks and per topology (a 16,384-rank hierarchical all_reduce has ~33k
+pairs); flows are numpy arrays, the flow x resource incidence is a
 pair of index arrays, and a round's solution is cached by its messages (the reduce-scatter and
 all-gather halves of a ring share one).
 
@@ -45,7 +46,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Union
@@ -54,7 +54,7 @@ import numpy as np
 
 from ..algorithms.schedule import Schedule, busbw_factor
 from ..algorithms.traffic import Phase, Traffic, from_schedule
-from ..topology import Topology, TopologyError, parse_topology
+from ..topology import PathTable, Topology, TopologyError, parse_topology, path_table
 
 __all__ = [
     "SimError",
@@ -262,282 +262,20 @@ class SimResult:
         }
 
 
-# ---- paths per pair of ranks, cached per topology ---------------------------------------------------
+# ---- paths per pair of ranks: interlink.topology.paths (cached per topology) -------------------------
+
+_PathTable = PathTable  # the route table of a topology (directed hops per rank pair, latency, bottleneck)
 
 
-class _Classes:
-    """Path classes of rank pairs, so that one route is searched per class, not per message.
-
-    Hosts of identical structure (the router's host classes) whose links to the fabric end at the same
-    fabric devices (an *attachment*: for a rail-optimized cluster, the hosts under one set of leaves)
-    route identically up to renaming. The class of a message is (host class, device position and
-    attachment of each end; same host or not). Its representative's route is looked up once and
-    translated to every message of the class: links inside a host by their position in the host's
-    link list, links from a host device to the fabric by their position among that device's outward
-    links, fabric links unchanged. Built from the router's internal tables; when a topology does not
-    fit this shape (a rank on a fabric device, hosts linked directly to each other) the table falls back
-    to one lookup per pair.
-    """
-
-    def __init__(self, topo: Topology, path: Any) -> None:
-        r = topo._routing()
-        idx = topo._idx
-        self.r = r
-        self.topo_path = path  # (rank a, rank b) -> Path
-        self.la = np.asarray(r.la, dtype=np.int64)
-        self.r_host_arr = np.array([-1 if h is None else h for h in r.host], dtype=np.int64)
-        rdev = np.array([idx[d] for d in topo.ranks], dtype=np.int64)
-        hosts = [r.host[i] for i in rdev.tolist()]
-        if any(h is None for h in hosts):
-            raise LookupError("a rank on a fabric device")
-        for x, outs in r.outward.items():
-            for _, far in outs:
-                if r.host[far] is not None:
-                    raise LookupError("hosts linked to each other directly")
-        self.rdev = rdev
-        self.rhost = np.array(hosts, dtype=np.int64)
-        self.rpos = np.array([r.local[i] for i in rdev.tolist()], dtype=np.int64)
-        # a route inside a host leaves it only when both ends have links of their own to the fabric
-        self.rout = np.array([i in r.outward for i in rdev.tolist()], dtype=bool)
-        used = sorted(set(hosts))
-        hcls = {h: r.host_class[h] for h in used}
-        # per host: its outward links in (device position, k) order, and the fabric ends (attachment)
-        attach_ids: dict[tuple, int] = {}
-        self.out_links: dict[int, np.ndarray] = {}
-        hattach: dict[int, int] = {}
-        for h in used:
-            lids, ends = [], []
-            for x in r.host_devs[h]:
-                for lid, far in r.outward.get(x, ()):
-                    lids.append(lid)
-                    ends.append(far)
-            self.out_links[h] = np.asarray(lids, dtype=np.int64)
-            hattach[h] = attach_ids.setdefault((hcls[h], tuple(ends)), len(attach_ids))
-        self.hclass = np.array([hcls[h] for h in hosts], dtype=np.int64)
-        self.hatt = np.array([hattach[h] for h in hosts], dtype=np.int64)
-        self.P = int(self.rpos.max(initial=0)) + 1
-        self.C = int(self.hclass.max(initial=0)) + 1
-        self.A = max(1, len(attach_ids))
-        self.host_links = {h: np.asarray(r.host_links.get(h, []), dtype=np.int64) for h in used}
-        # per host class / attachment: a (hosts, links) table, and each host's row in it
-        nh = max(used) + 1
-        self.hrow = np.zeros(nh, dtype=np.int64)
-        self.arow = np.zeros(nh, dtype=np.int64)
-        by_c: dict[int, list[int]] = {}
-        by_a: dict[int, list[int]] = {}
-        for h in used:
-            by_c.setdefault(hcls[h], []).append(h)
-            by_a.setdefault(hattach[h], []).append(h)
-        self.hl2d: dict[int, np.ndarray] = {}
-        self.ol2d: dict[int, np.ndarray] = {}
-        for c, hs in by_c.items():
-            self.hrow[hs] = np.arange(len(hs))
-            self.hl2d[c] = np.stack([self.host_links[h] for h in hs]) if hs else np.zeros((0, 0), np.int64)
-        for a_, hs in by_a.items():
-            self.arow[hs] = np.arange(len(hs))
-            self.ol2d[a_] = np.stack([self.out_links[h] for h in hs])
-        self.hcls_of = hcls
-        self.hatt_of = hattach
-        self.link_local = r.link_local
-        self.link_host = [r.host[a] if r.host[a] == r.host[b] else None for a, b in zip(r.la, r.lb)]
-        self.templates: dict[int, tuple] = {}
-        self.searched = 0
-        if (self.C * self.P * self.A) ** 2 * 2 >= 1 << 62:
-            raise LookupError("too many classes to key")
-
-    def keys(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        P, C, A = self.P, self.C, self.A
-        ka = (self.hclass[src] * P + self.rpos[src]) * A + self.hatt[src]
-        kb = (self.hclass[dst] * P + self.rpos[dst]) * A + self.hatt[dst]
-        same = self.rhost[src] == self.rhost[dst]
-        # inside a host the attachment matters only where the route may leave the host
-        local = same & ~(self.rout[src] & self.rout[dst])
-        ka = np.where(local, ka - self.hatt[src], ka)
-        kb = np.where(local, kb - self.hatt[dst], kb)
-        return (ka * (C * P * A) + kb) * 2 + same
-
-    def _template(self, a: int, b: int) -> tuple:
-        """Route of the representative pair as a recipe: per hop (kind, value, direction)."""
-        p = self.topo_path(a, b)
-        ha, hb = int(self.rhost[a]), int(self.rhost[b])
-        kinds, vals, dirs, outs = [], [], [], []
-        nodes = [self.r.topo._idx[d] for d in p.devices]
-        for i, (lid, d) in enumerate(zip(p.hops, p.directions)):
-            lh = self.link_host[lid]
-            if lh is not None:
-                if lh not in (ha, hb):
-                    raise LookupError("route through a third host")
-                kinds.append(0 if lh == ha else 1)
-                vals.append(self.link_local[lid])
-                outs.append(0)
-            elif self.r.host[nodes[i]] is not None or self.r.host[nodes[i + 1]] is not None:
-                hdev = nodes[i] if self.r.host[nodes[i]] is not None else nodes[i + 1]
-                side = self.r.host[hdev]
-                if side not in (ha, hb):
-                    raise LookupError("route through a third host")
-                kinds.append(2 if side == ha else 3)
-                vals.append(int(np.flatnonzero(self.out_links[side] == lid)[0]))
-                outs.append(1 if hdev == nodes[i] else 2)
-            else:
-                kinds.append(4)
-                vals.append(lid)
-                outs.append(0)
-            dirs.append(d)
-        self.searched += 1
-        return (np.array(kinds), np.array(vals, dtype=np.int64), np.array(dirs, dtype=np.int64),
-                np.array(outs), p.latency_us, p.bottleneck_gbps)
-
-    def translate(self, tmpl: tuple, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """(messages, hops) array of directed links (link id * 2 + direction) for every message of a class."""
-        kinds, vals, dirs, outs = tmpl[:4]
-        ha, hb = self.rhost[src], self.rhost[dst]
-        out = np.empty((src.size, kinds.size), dtype=np.int64)
-        for j in range(kinds.size):
-            k, v = int(kinds[j]), int(vals[j])
-            if k == 4:
-                out[:, j] = v * 2 + dirs[j]
-                continue
-            hs = ha if k in (0, 2) else hb
-            h0 = int(hs[0])  # every message of a class has its hosts in one host class and attachment
-            if k in (0, 1):
-                lids = self.hl2d[self.hcls_of[h0]][self.hrow[hs], v]
-            else:
-                lids = self.ol2d[self.hatt_of[h0]][self.arow[hs], v]
-            if k in (0, 1):
-                out[:, j] = lids * 2 + dirs[j]
-            else:
-                # orientation of an outward link: from its host device (outs 1) or into it (outs 2)
-                a_is_host = self.r_host_arr[self.la[lids]] >= 0
-                going_out = outs[j] == 1
-                out[:, j] = lids * 2 + np.where(a_is_host == going_out, 0, 1)
-        return out
+def _table(topo: Topology) -> PathTable:
+    return path_table(topo)
 
 
-class _PathTable:
-    """(src, dst) rank pairs -> directed hops (CSR arrays), latency and bottleneck; grows on demand."""
-
-    def __init__(self, topo: Topology) -> None:
-        self.topo = topo
-        self.n = topo.nranks
-        self.index: dict[int, int] = {}
-        self.indptr = np.zeros(1, np.int64)
-        self.hops = np.zeros(0, np.int64)
-        self.lat = np.zeros(0)
-        self.bw = np.zeros(0)
-        cap = np.array([ln.gbps for ln in topo.links], dtype=np.float64)
-        self.cap = np.repeat(cap, 2) * 1e3  # bytes per microsecond, per direction (link id * 2 + dir)
-        self.lookups = 0
-        self.classes: _Classes | None = None
-        try:
-            self.classes = _Classes(topo, self._path)
-        except (LookupError, AttributeError, KeyError, TypeError, ValueError):
-            self.classes = None  # not the router's usual shape: one lookup per pair
-
-    def ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        keys = src.astype(np.int64) * self.n + dst
-        uniq, inv = np.unique(keys, return_inverse=True)
-        get = self.index.get
-        ids = np.fromiter((get(k, -1) for k in uniq.tolist()), dtype=np.int64, count=uniq.size)
-        new = np.flatnonzero(ids < 0)
-        if new.size:
-            added = None
-            if self.classes is not None:
-                try:
-                    added = self._add_classes(uniq[new])
-                except LookupError:
-                    self.classes = None
-            if added is None:
-                added = self._add_pairs(uniq[new])
-            ids[new] = added
-        return ids[inv]
-
-    def _append(self, keys: np.ndarray, lens: np.ndarray, hops: np.ndarray, lat: np.ndarray,
-                bw: np.ndarray) -> np.ndarray:
-        base = len(self.index)
-        pid = base + np.arange(keys.size, dtype=np.int64)
-        self.index.update(zip(keys.tolist(), pid.tolist()))
-        self.indptr = np.concatenate([self.indptr, self.indptr[-1] + np.cumsum(lens)])
-        self.hops = np.concatenate([self.hops, hops])
-        self.lat = np.concatenate([self.lat, lat])
-        self.bw = np.concatenate([self.bw, np.where(np.isfinite(bw), bw * 1e3, np.inf)])
-        return pid
-
-    def _add_pairs(self, keys: np.ndarray) -> np.ndarray:
-        hops: list[int] = []
-        lens = np.empty(keys.size, np.int64)
-        lat = np.empty(keys.size)
-        bw = np.empty(keys.size)
-        for j, k in enumerate(keys.tolist()):
-            a, b = divmod(k, self.n)
-            p = self._path(a, b)
-            hops.extend(lid * 2 + d for lid, d in zip(p.hops, p.directions))
-            lens[j] = len(p.hops)
-            lat[j] = p.latency_us
-            bw[j] = p.bottleneck_gbps
-        self.lookups += keys.size
-        return self._append(keys, lens, np.asarray(hops, dtype=np.int64), lat, bw)
-
-    def _path(self, a: int, b: int) -> Any:
-        try:
-            return self.topo.path(a, b)
-        except TopologyError as exc:
-            raise SimError(f"no route for a message from rank {a} to rank {b}: {exc}") from None
-
-    def _add_classes(self, keys: np.ndarray) -> np.ndarray:
-        c = self.classes
-        assert c is not None
-        src, dst = np.divmod(keys, self.n)
-        ck = c.keys(src, dst)
-        order = np.argsort(ck, kind="stable")
-        cks = ck[order]
-        bounds = np.flatnonzero(np.diff(cks)) + 1
-        starts = np.concatenate([[0], bounds])
-        ends = np.concatenate([bounds, [cks.size]])
-        out_keys, out_lens, out_hops, out_lat, out_bw, sels = [], [], [], [], [], []
-        for s0, e0 in zip(starts.tolist(), ends.tolist()):
-            sel = order[s0:e0]
-            sels.append(sel)
-            key = int(cks[s0])
-            tmpl = c.templates.get(key)
-            if tmpl is None:
-                tmpl = c.templates[key] = c._template(int(src[sel[0]]), int(dst[sel[0]]))
-            h = c.translate(tmpl, src[sel], dst[sel])
-            out_keys.append(keys[sel])
-            out_lens.append(np.full(sel.size, h.shape[1], dtype=np.int64))
-            out_hops.append(h.reshape(-1))
-            out_lat.append(np.full(sel.size, tmpl[4]))
-            out_bw.append(np.full(sel.size, tmpl[5]))
-        self.lookups += len(starts)
-        pid = self._append(np.concatenate(out_keys), np.concatenate(out_lens), np.concatenate(out_hops),
-                           np.concatenate(out_lat), np.concatenate(out_bw))
-        res = np.empty(keys.size, dtype=np.int64)
-        res[np.concatenate(sels)] = pid
-        return res
-
-    def incidence(self, pid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(flow index, directed link) per hop of the flows with these path ids."""
-        starts = self.indptr[pid]
-        lens = self.indptr[pid + 1] - starts
-        total = int(lens.sum())
-        flow = np.repeat(np.arange(pid.size, dtype=np.int64), lens)
-        first = np.repeat(starts - (np.cumsum(lens) - lens), lens)
-        return flow, self.hops[first + np.arange(total, dtype=np.int64)]
-
-
-_TABLES: dict[int, tuple[Any, _PathTable]] = {}
-
-
-def _table(topo: Topology) -> _PathTable:
-    hit = _TABLES.get(id(topo))
-    if hit is not None and hit[0]() is topo:
-        return hit[1]
-    t = _PathTable(topo)
-    for k in [k for k, (ref, _) in _TABLES.items() if ref() is None]:
-        _TABLES.pop(k, None)
-    if len(_TABLES) > 16:
-        _TABLES.pop(next(iter(_TABLES)))
-    _TABLES[id(topo)] = (weakref.ref(topo), t)
-    return t
+def _ids(table: PathTable, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    try:
+        return table.ids(src, dst)
+    except TopologyError as exc:  # no route between two ranks
+        raise SimError(str(exc)) from None
 
 
 # ---- one round ---------------------------------------------------------------------------------------
@@ -763,7 +501,7 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
         F = src.size
         nb = elems.astype(np.float64) * itemsize
         if F:
-            pid = table.ids(src, dst)
+            pid = _ids(table, src, dst)
             h = hashlib.blake2b(digest_size=20)
             for a in (src, dst, elems):
                 h.update(np.ascontiguousarray(a, dtype=np.int64).data)

@@ -1,0 +1,498 @@
+"""Paths between the ranks of a topology, looked up once per *path class* and cached per topology.
+
+    >>> from interlink.topology import parse_topology, path_table
+    >>> t = path_table(parse_topology("16xdgx-h100"))
+    >>> bw, lat, kind, cross = t.classify(np.array([0, 0]), np.array([1, 8]))
+    >>> HOP_KINDS[kind[1]], bw[1], cross[1]          # ('net', 47.0, True)
+    >>> pid = t.ids(np.array([0]), np.array([8]))    # route ids: t.route(pid[0]), t.incidence(pid)
+
+What the cost model and the flow-level simulator need from :meth:`Topology.path` for many messages at
+once, as numpy arrays, without each searching one route per message:
+
+* :meth:`PathTable.classify` (the cost model): per message the bottleneck bandwidth (GB/s per
+  direction, ``1e12`` for a path without links), the path latency (us), the *hop kind* (``NVLINK``,
+  ``PCIE`` or ``NET``: the kind of NCCL latency the path pays) and whether it crosses hosts. Messages
+  are grouped by a coarse class (same host or not, the class of each end's host and the position of its
+  device there, same NVLink domain, same leaf switch); one route per class is searched.
+* :meth:`PathTable.ids` (the simulator): per message an id of its full route, whose directed links
+  (``link id * 2 + direction``: the resources a flow crosses), latency and bottleneck are in the CSR
+  arrays ``indptr``/``hops`` and ``lat``/``bw``; :meth:`PathTable.incidence` gives the (flow, link)
+  pairs of a set of flows and ``cap`` every directed link's capacity. Routes are grouped by an exact
+  class (hosts of identical structure attached to the same fabric devices route identically up to
+  renaming); one route per class is searched and translated to every message of the class.
+* per rank: ``host`` (a dense host index; ranks on fabric devices get one each), ``nhosts``,
+  ``ranks_on_host``.
+
+:func:`path_table` returns the table of a topology, cached (weakly) per Topology object, so that the cost
+model and the simulator share one. Both groupings are built from the router's internal tables (this
+module is the one place outside :mod:`.graph` that reads them); topologies that do not fit the usual
+shape fall back to one route search per pair, with the same results.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import weakref
+from typing import Any
+
+import numpy as np
+
+from .graph import PathType, Topology
+from .links import TopologyError
+
+__all__ = ["PathTable", "path_table", "HOP_KINDS", "NVLINK", "PCIE", "NET", "hop_kind"]
+
+#: Hop kinds of :meth:`PathTable.classify` (indices into :data:`HOP_KINDS`).
+NVLINK, PCIE, NET = 0, 1, 2
+HOP_KINDS = ("nvlink", "pcie", "net")
+
+
+def hop_kind(path_type: PathType) -> int:
+    """The hop kind of a path type: NET for the network, NVLINK for NVLink/C2C/local, else PCIE."""
+    if path_type is PathType.NET:
+        return NET
+    return NVLINK if path_type in (PathType.NVL, PathType.C2C, PathType.LOC) else PCIE
+
+
+class PathTable:
+    """Paths between the ranks of one topology (see the module docstring); build it with :func:`path_table`.
+
+    Attributes of the routes (grown on demand by :meth:`ids`): ``indptr``/``hops`` (CSR: the directed
+    links of route i are ``hops[indptr[i]:indptr[i + 1]]``), ``lat`` (us), ``bw`` (bytes per us, ``inf``
+    without links), ``cap`` (per directed link, bytes per us), ``lookups`` (route searches so far).
+    """
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.n = topo.nranks
+        # routes (the simulator's view)
+        self.index: dict[int, int] = {}
+        self.indptr = np.zeros(1, np.int64)
+        self.hops = np.zeros(0, np.int64)
+        self.lat = np.zeros(0)
+        self.bw = np.zeros(0)
+        cap = np.array([ln.gbps for ln in topo.links], dtype=np.float64)
+        self.cap = np.repeat(cap, 2) * 1e3  # bytes per microsecond, per direction (link id * 2 + dir)
+        self.lookups = 0
+        self._classes: Any = None
+        self._classes_built = False
+        # coarse summaries (the cost model's view)
+        self._summaries: dict[tuple[int, bool], tuple[float, float, int, bool]] = {}
+
+    # ---- ranks and hosts ---------------------------------------------------------------------------
+
+    @functools.cached_property
+    def host(self) -> np.ndarray:
+        """Per rank, a dense host index (in order of first appearance; a rank on a fabric device alone)."""
+        ids: dict[Any, int] = {}
+        host = np.empty(self.n, np.int64)
+        for r in range(self.n):
+            h = self.topo.device(r).host
+            host[r] = ids.setdefault(h if h is not None else ("fabric", r), len(ids))
+        self._host_keys = list(ids)
+        return host
+
+    @property
+    def nhosts(self) -> int:
+        self.host  # noqa: B018 - builds _host_keys
+        return len(self._host_keys)
+
+    @property
+    def host_keys(self) -> list[Any]:
+        """The topology's host index (or ``("fabric", rank)``) of every dense host index."""
+        self.host  # noqa: B018
+        return list(self._host_keys)
+
+    @functools.cached_property
+    def ranks_on_host(self) -> np.ndarray:
+        return np.bincount(self.host, minlength=self.nhosts)
+
+    # ---- coarse classes: bandwidth, latency, hop kind ----------------------------------------------
+
+    @functools.cached_property
+    def _coarse(self) -> "_Coarse":
+        return _Coarse(self)
+
+    def classify(self, src: np.ndarray, dst: np.ndarray, tcp: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per message (rank arrays ``src``, ``dst``): bottleneck GB/s, path latency us, hop kind
+        (:data:`NVLINK`, :data:`PCIE`, :data:`NET`), crosses hosts. ``tcp``: messages inside a host go
+        over loopback TCP links where the host has them (``Topology.path(via={"tcp"})``)."""
+        if src.size == 0:
+            z = np.zeros(0)
+            return z, z, np.zeros(0, np.int64), np.zeros(0, bool)
+        keys = self._coarse.keys(src, dst)
+        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        bw = np.empty(uniq.size)
+        lat = np.empty(uniq.size)
+        kind = np.empty(uniq.size, np.int64)
+        cross = np.empty(uniq.size, bool)
+        cache = self._summaries
+        for i, (k, j) in enumerate(zip(uniq.tolist(), first.tolist())):
+            v = cache.get((k, tcp))
+            if v is None:
+                v = self._summary(int(src[j]), int(dst[j]), tcp)
+                if len(cache) > 1 << 16:
+                    cache.clear()
+                cache[(k, tcp)] = v
+            bw[i], lat[i], kind[i], cross[i] = v
+        return bw[inv], lat[inv], kind[inv], cross[inv]
+
+    def _summary(self, a: int, b: int, tcp: bool) -> tuple[float, float, int, bool]:
+        t = self.topo
+        cross = bool(self.host[a] != self.host[b])
+        p = None
+        if tcp and not cross:
+            try:
+                p = t.path(a, b, via={"tcp"})
+            except TopologyError:
+                p = None
+        if p is None:
+            p = t.path(a, b)
+        bw = p.bottleneck_gbps if math.isfinite(p.bottleneck_gbps) else 1e12
+        return bw, p.latency_us, hop_kind(p.path_type), cross
+
+    # ---- exact classes: routes ---------------------------------------------------------------------
+
+    @property
+    def classes(self) -> "_RouteClasses | None":
+        """The exact route classes, or None where the topology does not fit their shape (then one route
+        search per pair)."""
+        if not self._classes_built:
+            self._classes_built = True
+            try:
+                self._classes = _RouteClasses(self.topo, self._path)
+            except (LookupError, AttributeError, KeyError, TypeError, ValueError):
+                self._classes = None  # not the router's usual shape: one lookup per pair
+        return self._classes
+
+    @classes.setter
+    def classes(self, value: "_RouteClasses | None") -> None:
+        self._classes_built = True
+        self._classes = value
+
+    def ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Per message (rank arrays ``src``, ``dst``) the id of its route (adding routes not seen yet)."""
+        keys = src.astype(np.int64) * self.n + dst
+        uniq, inv = np.unique(keys, return_inverse=True)
+        get = self.index.get
+        ids = np.fromiter((get(k, -1) for k in uniq.tolist()), dtype=np.int64, count=uniq.size)
+        new = np.flatnonzero(ids < 0)
+        if new.size:
+            added = None
+            if self.classes is not None:
+                try:
+                    added = self._add_classes(uniq[new])
+                except LookupError:
+                    self.classes = None
+            if added is None:
+                added = self._add_pairs(uniq[new])
+            ids[new] = added
+        return ids[inv]
+
+    def route(self, pid: int) -> np.ndarray:
+        """The directed links (``link id * 2 + direction``) of route ``pid``, in order."""
+        return self.hops[self.indptr[pid]:self.indptr[pid + 1]]
+
+    def incidence(self, pid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(flow index, directed link) per hop of the flows with these route ids."""
+        starts = self.indptr[pid]
+        lens = self.indptr[pid + 1] - starts
+        total = int(lens.sum())
+        flow = np.repeat(np.arange(pid.size, dtype=np.int64), lens)
+        first = np.repeat(starts - (np.cumsum(lens) - lens), lens)
+        return flow, self.hops[first + np.arange(total, dtype=np.int64)]
+
+    def _append(self, keys: np.ndarray, lens: np.ndarray, hops: np.ndarray, lat: np.ndarray,
+                bw: np.ndarray) -> np.ndarray:
+        base = len(self.index)
+        pid = base + np.arange(keys.size, dtype=np.int64)
+        self.index.update(zip(keys.tolist(), pid.tolist()))
+        self.indptr = np.concatenate([self.indptr, self.indptr[-1] + np.cumsum(lens)])
+        self.hops = np.concatenate([self.hops, hops])
+        self.lat = np.concatenate([self.lat, lat])
+        self.bw = np.concatenate([self.bw, np.where(np.isfinite(bw), bw * 1e3, np.inf)])
+        return pid
+
+    def _add_pairs(self, keys: np.ndarray) -> np.ndarray:
+        hops: list[int] = []
+        lens = np.empty(keys.size, np.int64)
+        lat = np.empty(keys.size)
+        bw = np.empty(keys.size)
+        for j, k in enumerate(keys.tolist()):
+            a, b = divmod(k, self.n)
+            p = self._path(a, b)
+            hops.extend(lid * 2 + d for lid, d in zip(p.hops, p.directions))
+            lens[j] = len(p.hops)
+            lat[j] = p.latency_us
+            bw[j] = p.bottleneck_gbps
+        self.lookups += keys.size
+        return self._append(keys, lens, np.asarray(hops, dtype=np.int64), lat, bw)
+
+    def _path(self, a: int, b: int) -> Any:
+        try:
+            return self.topo.path(a, b)
+        except TopologyError as exc:
+            raise TopologyError(f"no route for a message from rank {a} to rank {b}: {exc}") from None
+
+    def _add_classes(self, keys: np.ndarray) -> np.ndarray:
+        c = self.classes
+        assert c is not None
+        src, dst = np.divmod(keys, self.n)
+        ck = c.keys(src, dst)
+        order = np.argsort(ck, kind="stable")
+        cks = ck[order]
+        bounds = np.flatnonzero(np.diff(cks)) + 1
+        starts = np.concatenate([[0], bounds])
+        ends = np.concatenate([bounds, [cks.size]])
+        out_keys, out_lens, out_hops, out_lat, out_bw, sels = [], [], [], [], [], []
+        for s0, e0 in zip(starts.tolist(), ends.tolist()):
+            sel = order[s0:e0]
+            sels.append(sel)
+            key = int(cks[s0])
+            tmpl = c.templates.get(key)
+            if tmpl is None:
+                tmpl = c.templates[key] = c._template(int(src[sel[0]]), int(dst[sel[0]]))
+            h = c.translate(tmpl, src[sel], dst[sel])
+            out_keys.append(keys[sel])
+            out_lens.append(np.full(sel.size, h.shape[1], dtype=np.int64))
+            out_hops.append(h.reshape(-1))
+            out_lat.append(np.full(sel.size, tmpl[4]))
+            out_bw.append(np.full(sel.size, tmpl[5]))
+        self.lookups += len(starts)
+        pid = self._append(np.concatenate(out_keys), np.concatenate(out_lens), np.concatenate(out_hops),
+                           np.concatenate(out_lat), np.concatenate(out_bw))
+        res = np.empty(keys.size, dtype=np.int64)
+        res[np.concatenate(sels)] = pid
+        return res
+
+
+# ---- coarse classes ----------------------------------------------------------------------------------
+
+
+class _Coarse:
+    """Per rank the structural class of its path ends (host class, device position, NVLink domain, leaf
+    switch of its NIC); pairs with equal keys have routes of equal bandwidth, latency and kind."""
+
+    def __init__(self, table: PathTable) -> None:
+        topo = table.topo
+        n = table.n
+        self.n = n
+        self.host = table.host
+        devs = [topo.device(r) for r in range(n)]
+        hosts = [d.host for d in devs]
+        # structural classes: (host class, device position) per rank, when the router exposes them
+        self.exact = True
+        try:
+            router = topo._routing()
+            pos = np.array([router.local[topo._idx[d.id]] for d in devs], dtype=np.int64)
+            hc = np.array([router.host_class[h] for h in hosts], dtype=np.int64)
+            self.pos, self.hclass = pos, hc
+            self.exact = False
+        except Exception:  # noqa: BLE001 - a topology without the router's internals: exact pairs
+            self.pos = self.hclass = np.zeros(n, np.int64)
+        if not self.exact and table.nhosts > 1:
+            self.dom = np.array([topo.nvlink_domain(r) for r in range(n)], dtype=np.int64)
+            leaf_of: dict[str, int] = {}
+            leaf = np.full(n, -1, np.int64)
+            for r in range(n):
+                nic = topo.nic_for(r)
+                if nic is None:
+                    continue
+                lf = leaf_of.get(nic)
+                if lf is None:
+                    lf = -1
+                    for nb in topo.neighbors(nic):
+                        if topo.device(nb).host is None:
+                            lf = topo._idx[nb]
+                            break
+                    leaf_of[nic] = lf
+                leaf[r] = lf
+            self.leaf = leaf
+        else:
+            self.dom = self.leaf = np.zeros(n, np.int64)
+        self.P = int(self.pos.max(initial=0)) + 1
+        self.HC = int(self.hclass.max(initial=0)) + 1
+
+    def keys(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        if self.exact:
+            return src * self.n + dst
+        same = self.host[src] == self.host[dst]
+        P, HC = self.P, self.HC
+        hs, hd, ps, pd = self.hclass[src], self.hclass[dst], self.pos[src], self.pos[dst]
+        k_same = (hs * P + ps) * P + pd
+        sd = (self.dom[src] == self.dom[dst]).astype(np.int64)
+        sl = (self.leaf[src] == self.leaf[dst]).astype(np.int64)
+        k_cross = ((((hs * P + ps) * HC + hd) * P + pd) * 2 + sd) * 2 + sl
+        return np.where(same, k_same * 2, k_cross * 2 + 1)
+
+
+# ---- exact route classes -----------------------------------------------------------------------------
+
+
+class _RouteClasses:
+    """Path classes of rank pairs, so that one route is searched per class, not per message.
+
+    Hosts of identical structure (the router's host classes) whose links to the fabric end at the same
+    fabric devices (an *attachment*: for a rail-optimized cluster, the hosts under one set of leaves)
+    route identically up to renaming. The class of a message is (host class, device position and
+    attachment of each end; same host or not). Its representative's route is looked up once and
+    translated to every message of the class: links inside a host by their position in the host's
+    link list, links from a host device to the fabric by their position among that device's outward
+    links, fabric links unchanged. Built from the router's internal tables; when a topology does not
+    fit this shape (a rank on a fabric device, hosts linked directly to each other) the table falls back
+    to one lookup per pair.
+    """
+
+    def __init__(self, topo: Topology, path: Any) -> None:
+        r = topo._routing()
+        idx = topo._idx
+        self.r = r
+        self.topo_path = path  # (rank a, rank b) -> Path
+        self.la = np.asarray(r.la, dtype=np.int64)
+        self.r_host_arr = np.array([-1 if h is None else h for h in r.host], dtype=np.int64)
+        rdev = np.array([idx[d] for d in topo.ranks], dtype=np.int64)
+        hosts = [r.host[i] for i in rdev.tolist()]
+        if any(h is None for h in hosts):
+            raise LookupError("a rank on a fabric device")
+        for x, outs in r.outward.items():
+            for _, far in outs:
+                if r.host[far] is not None:
+                    raise LookupError("hosts linked to each other directly")
+        self.rdev = rdev
+        self.rhost = np.array(hosts, dtype=np.int64)
+        self.rpos = np.array([r.local[i] for i in rdev.tolist()], dtype=np.int64)
+        # a route inside a host leaves it only when both ends have links of their own to the fabric
+        self.rout = np.array([i in r.outward for i in rdev.tolist()], dtype=bool)
+        used = sorted(set(hosts))
+        hcls = {h: r.host_class[h] for h in used}
+        # per host: its outward links in (device position, k) order, and the fabric ends (attachment)
+        attach_ids: dict[tuple, int] = {}
+        self.out_links: dict[int, np.ndarray] = {}
+        hattach: dict[int, int] = {}
+        for h in used:
+            lids, ends = [], []
+            for x in r.host_devs[h]:
+                for lid, far in r.outward.get(x, ()):
+                    lids.append(lid)
+                    ends.append(far)
+            self.out_links[h] = np.asarray(lids, dtype=np.int64)
+            hattach[h] = attach_ids.setdefault((hcls[h], tuple(ends)), len(attach_ids))
+        self.hclass = np.array([hcls[h] for h in hosts], dtype=np.int64)
+        self.hatt = np.array([hattach[h] for h in hosts], dtype=np.int64)
+        self.P = int(self.rpos.max(initial=0)) + 1
+        self.C = int(self.hclass.max(initial=0)) + 1
+        self.A = max(1, len(attach_ids))
+        self.host_links = {h: np.asarray(r.host_links.get(h, []), dtype=np.int64) for h in used}
+        # per host class / attachment: a (hosts, links) table, and each host's row in it
+        nh = max(used) + 1
+        self.hrow = np.zeros(nh, dtype=np.int64)
+        self.arow = np.zeros(nh, dtype=np.int64)
+        by_c: dict[int, list[int]] = {}
+        by_a: dict[int, list[int]] = {}
+        for h in used:
+            by_c.setdefault(hcls[h], []).append(h)
+            by_a.setdefault(hattach[h], []).append(h)
+        self.hl2d: dict[int, np.ndarray] = {}
+        self.ol2d: dict[int, np.ndarray] = {}
+        for c, hs in by_c.items():
+            self.hrow[hs] = np.arange(len(hs))
+            self.hl2d[c] = np.stack([self.host_links[h] for h in hs]) if hs else np.zeros((0, 0), np.int64)
+        for a_, hs in by_a.items():
+            self.arow[hs] = np.arange(len(hs))
+            self.ol2d[a_] = np.stack([self.out_links[h] for h in hs])
+        self.hcls_of = hcls
+        self.hatt_of = hattach
+        self.link_local = r.link_local
+        self.link_host = [r.host[a] if r.host[a] == r.host[b] else None for a, b in zip(r.la, r.lb)]
+        self.templates: dict[int, tuple] = {}
+        self.searched = 0
+        if (self.C * self.P * self.A) ** 2 * 2 >= 1 << 62:
+            raise LookupError("too many classes to key")
+
+    def keys(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        P, C, A = self.P, self.C, self.A
+        ka = (self.hclass[src] * P + self.rpos[src]) * A + self.hatt[src]
+        kb = (self.hclass[dst] * P + self.rpos[dst]) * A + self.hatt[dst]
+        same = self.rhost[src] == self.rhost[dst]
+        # inside a host the attachment matters only where the route may leave the host
+        local = same & ~(self.rout[src] & self.rout[dst])
+        ka = np.where(local, ka - self.hatt[src], ka)
+        kb = np.where(local, kb - self.hatt[dst], kb)
+        return (ka * (C * P * A) + kb) * 2 + same
+
+    def _template(self, a: int, b: int) -> tuple:
+        """Route of the representative pair as a recipe: per hop (kind, value, direction)."""
+        p = self.topo_path(a, b)
+        ha, hb = int(self.rhost[a]), int(self.rhost[b])
+        kinds, vals, dirs, outs = [], [], [], []
+        nodes = [self.r.topo._idx[d] for d in p.devices]
+        for i, (lid, d) in enumerate(zip(p.hops, p.directions)):
+            lh = self.link_host[lid]
+            if lh is not None:
+                if lh not in (ha, hb):
+                    raise LookupError("route through a third host")
+                kinds.append(0 if lh == ha else 1)
+                vals.append(self.link_local[lid])
+                outs.append(0)
+            elif self.r.host[nodes[i]] is not None or self.r.host[nodes[i + 1]] is not None:
+                hdev = nodes[i] if self.r.host[nodes[i]] is not None else nodes[i + 1]
+                side = self.r.host[hdev]
+                if side not in (ha, hb):
+                    raise LookupError("route through a third host")
+                kinds.append(2 if side == ha else 3)
+                vals.append(int(np.flatnonzero(self.out_links[side] == lid)[0]))
+                outs.append(1 if hdev == nodes[i] else 2)
+            else:
+                kinds.append(4)
+                vals.append(lid)
+                outs.append(0)
+            dirs.append(d)
+        self.searched += 1
+        return (np.array(kinds), np.array(vals, dtype=np.int64), np.array(dirs, dtype=np.int64),
+                np.array(outs), p.latency_us, p.bottleneck_gbps)
+
+    def translate(self, tmpl: tuple, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """(messages, hops) array of directed links (link id * 2 + direction) for every message of a class."""
+        kinds, vals, dirs, outs = tmpl[:4]
+        ha, hb = self.rhost[src], self.rhost[dst]
+        out = np.empty((src.size, kinds.size), dtype=np.int64)
+        for j in range(kinds.size):
+            k, v = int(kinds[j]), int(vals[j])
+            if k == 4:
+                out[:, j] = v * 2 + dirs[j]
+                continue
+            hs = ha if k in (0, 2) else hb
+            h0 = int(hs[0])  # every message of a class has its hosts in one host class and attachment
+            if k in (0, 1):
+                lids = self.hl2d[self.hcls_of[h0]][self.hrow[hs], v]
+            else:
+                lids = self.ol2d[self.hatt_of[h0]][self.arow[hs], v]
+            if k in (0, 1):
+                out[:, j] = lids * 2 + dirs[j]
+            else:
+                # orientation of an outward link: from its host device (outs 1) or into it (outs 2)
+                a_is_host = self.r_host_arr[self.la[lids]] >= 0
+                going_out = outs[j] == 1
+                out[:, j] = lids * 2 + np.where(a_is_host == going_out, 0, 1)
+        return out
+
+
+# ---- one table per topology ------------------------------------------------------------------------------
+
+_TABLES: dict[int, tuple[Any, PathTable]] = {}
+
+
+def path_table(topo: Topology) -> PathTable:
+    """The :class:`PathTable` of ``topo``, kept (weakly) per Topology object and shared by its users."""
+    key = id(topo)
+    hit = _TABLES.get(key)
+    if hit is not None and hit[0]() is topo:
+        return hit[1]
+    t = PathTable(topo)
+    if len(_TABLES) > 64:
+        for k in [k for k, (ref, _) in _TABLES.items() if ref() is None] or list(_TABLES)[:32]:
+            _TABLES.pop(k, None)
+    _TABLES[key] = (weakref.ref(topo), t)
+    return t

@@ -1,0 +1,123 @@
+"""interlink.topology.paths: the path table that the cost model and the simulator share."""
+
+import numpy as np
+import pytest
+
+from interlink.topology import (CATALOG, HOP_KINDS, PathTable, PathType, TopologyBuilder, TopologyError,
+                                hop_kind, parse_topology, path_table)
+
+
+def _one(table: PathTable, a: int, b: int, tcp: bool = False):
+    bw, lat, kind, cross = table.classify(np.array([a]), np.array([b]), tcp=tcp)
+    pid = int(table.ids(np.array([a]), np.array([b]))[0])
+    return float(bw[0]), float(lat[0]), HOP_KINDS[int(kind[0])], bool(cross[0]), pid
+
+
+def _specs(topo, table, pid):
+    return [topo.links[h // 2].spec.name for h in table.route(pid).tolist()]
+
+
+def test_gpus_in_one_node_go_over_nvlink_through_the_switch():
+    topo = parse_topology("dgx-h100")
+    t = path_table(topo)
+    bw, lat, kind, cross, pid = _one(t, 0, 1)
+    nv = CATALOG["nvlink4"]
+    assert kind == "nvlink" and not cross
+    assert bw == pytest.approx(18 * nv.effective_gbps)  # 18 NVLink4 per GPU
+    assert lat == pytest.approx(2 * nv.latency_us)      # GPU -> NVSwitch -> GPU
+    assert _specs(topo, t, pid) == ["nvlink4", "nvlink4"]
+    assert t.lat[pid] == pytest.approx(lat) and t.bw[pid] == pytest.approx(bw * 1e3)
+    assert t.nhosts == 1 and t.ranks_on_host.tolist() == [8]
+
+
+def test_across_nodes_rails_and_latency_from_the_catalog():
+    topo = parse_topology("2xdgx-h100")
+    t = path_table(topo)
+    ndr, pcie = CATALOG["ib-ndr"], CATALOG["pcie-gen5"]
+    assert t.nhosts == 2 and t.host.tolist() == [0] * 8 + [1] * 8
+    # same rail (GPU 0 of each host: NIC 0 -> leaf 0 -> NIC 0) and another rail (through the spine)
+    bw0, lat0, kind0, cross0, p0 = _one(t, 0, 8)
+    bw1, lat1, kind1, cross1, p1 = _one(t, 0, 9)
+    assert kind0 == kind1 == "net" and cross0 and cross1
+    assert bw0 == bw1 == pytest.approx(ndr.effective_gbps)
+    assert _specs(topo, t, p0) == ["pcie-gen5"] * 2 + ["ib-ndr"] * 2 + ["pcie-gen5"] * 2
+    assert _specs(topo, t, p1) == ["pcie-gen5"] * 2 + ["ib-ndr"] * 4 + ["pcie-gen5"] * 2
+    assert lat0 == pytest.approx(4 * pcie.latency_us + 2 * ndr.latency_us)
+    assert lat1 == pytest.approx(4 * pcie.latency_us + 4 * ndr.latency_us)
+    # each GPU leaves through its own NIC
+    links = [topo.links[h // 2] for h in t.route(p0).tolist()]
+    assert topo.nic_for(0) in (links[1].a, links[1].b)
+    assert topo.nic_for(8) in (links[-2].a, links[-2].b)
+
+
+def test_pcie_machine_path_types():
+    topo = parse_topology("pcie-8gpu")
+    t = path_table(topo)
+    bw, lat, kind, _, _ = _one(t, 0, 1)  # same PCIe switch
+    assert kind == "pcie" and bw == pytest.approx(CATALOG["pcie-gen4"].effective_gbps)
+    bw, lat, kind, _, pid = _one(t, 0, 7)  # across the sockets: UPI is the bottleneck
+    assert kind == "pcie" and bw == pytest.approx(CATALOG["upi"].effective_gbps)
+    assert "upi" in _specs(topo, t, pid)
+    assert topo.path(0, 7).path_type is PathType.SYS
+
+
+def test_loopback_tcp_on_a_cpu_host():
+    t = path_table(parse_topology("cpu-host"))
+    shm = _one(t, 0, 1)
+    tcp = _one(t, 0, 1, tcp=True)
+    assert shm[2] == "pcie" and tcp[2] == "net" and not tcp[3]
+    assert tcp[0] < shm[0]
+
+
+@pytest.mark.parametrize("spec", ["16xdgx-h100", "2xgb200-nvl72", "4xpcie-8gpu:oversub=2", "3xh800", "4xcpu-host"])
+def test_classes_agree_with_topology_path(spec):
+    topo = parse_topology(spec)
+    t = PathTable(topo)
+    p = topo.nranks
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, p, 500), rng.integers(0, p, 500)
+    bw, lat, kind, cross = t.classify(src, dst)
+    pid = t.ids(src, dst)
+    assert t.lookups <= np.unique(src * p + dst).size
+    for i, (a, b) in enumerate(zip(src.tolist(), dst.tolist())):
+        path = topo.path(a, b)
+        assert bw[i] == (path.bottleneck_gbps if a != b else 1e12)
+        assert lat[i] == path.latency_us == t.lat[pid[i]]
+        assert HOP_KINDS[kind[i]] == HOP_KINDS[hop_kind(path.path_type)]
+        assert cross[i] == (topo.device(a).host != topo.device(b).host)
+        assert t.route(pid[i]).tolist() == [lid * 2 + d for lid, d in zip(path.hops, path.directions)]
+
+
+def test_incidence_and_capacities():
+    topo = parse_topology("2xdgx-a100")
+    t = path_table(topo)
+    pid = t.ids(np.array([0, 1, 0]), np.array([8, 2, 8]))
+    assert pid[0] == pid[2]
+    flow, res = t.incidence(pid)
+    assert np.bincount(flow).tolist() == [len(t.route(i)) for i in pid.tolist()]
+    assert res.tolist() == np.concatenate([t.route(i) for i in pid.tolist()]).tolist()
+    assert t.cap.size == 2 * len(topo.links)
+    assert t.cap[res].tolist() == [topo.links[r // 2].gbps * 1e3 for r in res.tolist()]
+
+
+def test_one_table_per_topology_shared_by_model_and_simulator():
+    from interlink.model import cost
+    from interlink.sim import engine
+
+    topo = parse_topology("4xdgx-h100")
+    assert path_table(topo) is path_table(topo)
+    assert cost._info(topo).paths is path_table(topo) is engine._table(topo)
+    sub = topo.with_ranks(list(topo.ranks[:4]))
+    assert path_table(sub) is not path_table(topo) and path_table(sub).n == 4
+
+
+def test_empty_and_unroutable():
+    t = path_table(parse_topology("dgx-h100"))
+    bw, lat, kind, cross = t.classify(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert bw.size == lat.size == kind.size == cross.size == 0
+    b = TopologyBuilder("apart")
+    b.device("g0", "gpu", 0)
+    b.device("g1", "gpu", 1)
+    topo = b.build()
+    with pytest.raises(TopologyError):
+        path_table(topo).ids(np.array([0]), np.array([1]))
