@@ -1,0 +1,146 @@
+"""DDP training steps on backend="interlink" against gloo, in one run.
+
+    python benchmarks/torch_ddp.py --ranks 2 --params 20M --steps 10 --runs 3 [--json FILE]
+
+Starts ``--ranks`` processes (spawn) that call ``init_process_group("interlink")`` and create a gloo group
+over the same ranks. Two copies of one MLP (``--params`` parameters, float32) are wrapped in DDP, one on
+each backend; the systems take turns, ``--steps`` training steps each, ``--runs`` times. Reported per
+backend (medians over runs, slowest rank):
+  step      -- one training step (forward, backward with DDP's bucketed all_reduce, optimizer)
+  compute   -- the same step without DDP (local model, no communication)
+  exposed   -- step - compute: the communication the step waits for
+  allreduce -- one all_reduce of a buffer the size of all gradients (the collective alone)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import sys
+import time
+
+
+def _size(s: str) -> int:
+    s = s.strip().upper()
+    mult = {"K": 10**3, "M": 10**6, "G": 10**9}
+    return int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
+
+
+def _model(params: int):
+    import torch
+
+    width = 2048
+    layers = max(1, round(params / (width * width)))
+    mods = []
+    for _ in range(layers):
+        mods += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*mods[:-1]), width
+
+
+def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    dist.init_process_group("interlink")
+    gloo = dist.new_group(backend="gloo")
+    torch.manual_seed(0)
+    base, width = _model(args["params"])
+    nparams = sum(p.numel() for p in base.parameters())
+    import copy
+
+    models = {"interlink": DDP(copy.deepcopy(base)), "gloo": DDP(copy.deepcopy(base), process_group=gloo)}
+    local = copy.deepcopy(base)
+    opts = {k: torch.optim.SGD(m.parameters(), lr=1e-4) for k, m in models.items()}
+    opt_local = torch.optim.SGD(local.parameters(), lr=1e-4)
+    x = torch.randn(args["batch"], width)
+    y = torch.randn(args["batch"], width)
+    t = torch.zeros(1, dtype=torch.float64)
+
+    def slowest(v: float) -> float:
+        t[0] = v
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t[0])
+
+    def steps(model, opt) -> float:
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(args["steps"]):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        return slowest((time.perf_counter() - t0) / args["steps"])
+
+    res = {k: [] for k in ("interlink", "gloo", "compute", "ar_interlink", "ar_gloo")}
+    buf = torch.ones(nparams)
+    for name, m in models.items():  # warm-up: buckets built, buffers touched
+        steps(m, opts[name])
+    for _ in range(args["runs"]):
+        for name, m in models.items():
+            res[name].append(steps(m, opts[name]))
+        res["compute"].append(steps(local, opt_local))
+        for name, g in (("ar_interlink", None), ("ar_gloo", gloo)):
+            dist.all_reduce(buf, group=g)
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(3):
+                dist.all_reduce(buf, group=g)
+            res[name].append(slowest((time.perf_counter() - t0) / 3))
+    dist.destroy_process_group()
+    q.put((rank, nparams, res))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", default="2", help="comma-separated rank counts")
+    ap.add_argument("--params", default="20M")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    out = []
+    for world in [int(x) for x in a.ranks.split(",")]:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        args = {"params": _size(a.params), "batch": a.batch, "steps": a.steps, "runs": a.runs}
+        procs = [ctx.Process(target=rank_main, args=(r, world, port, args, q)) for r in range(world)]
+        for p in procs:
+            p.start()
+        got = [q.get(timeout=3600) for _ in procs]
+        for p in procs:
+            p.join(60)
+        _, nparams, res = sorted(got)[0]
+        med = {k: statistics.median(v) for k, v in res.items()}
+        row = {"ranks": world, "params": nparams, "grad_MB": nparams * 4 / 1e6, **{f"{k}_s": v for k, v in med.items()},
+               "runs": res}
+        row["exposed_interlink_s"] = med["interlink"] - med["compute"]
+        row["exposed_gloo_s"] = med["gloo"] - med["compute"]
+        out.append(row)
+        print(f"# {world} ranks, {nparams / 1e6:.1f}M parameters ({row['grad_MB']:.0f} MB of gradients), "
+              f"batch {a.batch}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+        print(f"  step:      interlink {med['interlink'] * 1e3:8.1f} ms   gloo {med['gloo'] * 1e3:8.1f} ms   "
+              f"gloo/interlink {med['gloo'] / med['interlink']:.2f}x")
+        print(f"  compute:   {med['compute'] * 1e3:8.1f} ms (no DDP)")
+        print(f"  exposed:   interlink {row['exposed_interlink_s'] * 1e3:8.1f} ms   gloo "
+              f"{row['exposed_gloo_s'] * 1e3:8.1f} ms")
+        print(f"  allreduce: interlink {med['ar_interlink'] * 1e3:8.1f} ms   gloo {med['ar_gloo'] * 1e3:8.1f} ms   "
+              f"gloo/interlink {med['ar_gloo'] / med['ar_interlink']:.2f}x")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
