@@ -166,6 +166,10 @@ def _ddp(rank: int, world: int, backend: str, steps: int) -> list:
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
     params = [p.detach().numpy().copy() for p in model.parameters()]
+    del ddp, opt, pg, model  # DDP and the groups go before the process group does
+    import gc
+
+    gc.collect()
     dist.destroy_process_group()
     return params
 
