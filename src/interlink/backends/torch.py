@@ -99,8 +99,7 @@ def _create(opts: Any, backend_options: Any = None) -> "InterlinkProcessGroup":
     if api._CTX is None:
         store = _TorchStore(opts.store, min(timeout, 120.0))
         world = api.init_from_store(store, opts.group_rank, opts.group_size, timeout=timeout)
-        pg = InterlinkProcessGroup(opts.group_rank, opts.group_size, world)
-        return pg
+        return _named(InterlinkProcessGroup(opts.group_rank, opts.group_size, world), opts)
     ctx = api._CTX
     if not ranks:
         ranks = list(range(ctx.world_size)) if opts.group_size == ctx.world_size else []
@@ -112,7 +111,15 @@ def _create(opts: Any, backend_options: Any = None) -> "InterlinkProcessGroup":
         from ..runtime.group import Group
 
         grp = Group(ctx, ranks, f"t{getattr(opts, 'group_id', '') or len(ranks)}")
-    return InterlinkProcessGroup(opts.group_rank, opts.group_size, grp)
+    return _named(InterlinkProcessGroup(opts.group_rank, opts.group_size, grp), opts)
+
+
+def _named(pg: "InterlinkProcessGroup", opts: Any) -> "InterlinkProcessGroup":
+    """torch's group name on the backend too: functional collectives (FSDP2, DTensor) find groups by it."""
+    name = getattr(opts, "group_id", None)
+    if name:
+        pg._group_name = str(name)  # torch keeps a group's name in its C++ backends, which this one has not
+    return pg
 
 
 def _op(opts: Any) -> str:
@@ -192,6 +199,16 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
     def __init__(self, rank: int, size: int, group: Any) -> None:
         super().__init__(rank, size)
         self.g = group
+        self._group_name: Optional[str] = None
+
+    @property
+    def group_name(self) -> str:  # type: ignore[override]
+        if self._group_name is None:
+            raise RuntimeError("ProcessGroup name not set")
+        return self._group_name
+
+    def _set_group_name(self, name: str) -> None:  # type: ignore[override]
+        self._group_name = str(name)
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
