@@ -231,3 +231,25 @@ def test_fsdp2_trains_the_same_parameters_as_gloo() -> None:
     for r in range(2):
         for x, y in zip(a[r], b[r]):
             assert np.allclose(x, y, rtol=0, atol=1e-9), np.abs(x - y).max()
+
+
+def _device_map(rank: int, world: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("cpu:interlink,cuda:gloo")
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+    import interlink.runtime.api as api
+
+    calls = api._WORLD.seq if api._WORLD is not None else 0
+    dist.destroy_process_group()
+    return {"t": t.tolist(), "calls": calls}
+
+
+def test_device_map_sends_cpu_tensors_through_interlink() -> None:
+    if not _entry_point_installed():
+        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    res = run_ranks(2, _device_map, timeout=120)
+    for out in res:
+        assert out["t"] == [3.0] * 4 and out["calls"] >= 1, out
