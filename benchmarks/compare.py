@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 
@@ -45,21 +43,8 @@ def human(n: int) -> str:
     return str(n)
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
-
-
 def run(ranks: list[int], collectives: list[str], sizes: list[int], systems: list[str], runs: int = 1) -> dict:
-    result = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "rows": [],
+    result = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": peers.machine(), "rows": [],
               "memcpy_gbps": peers.memcpy_bandwidth()}
     every: list[list[dict]] = [[] for _ in range(runs)]
     for p in ranks:

@@ -27,19 +27,15 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import socket
 import statistics
 import sys
 import time
 
 import numpy as np
 
+from interlink.cli.bench import parse_size
+from interlink.runtime.launcher import free_port
 
-
-def parse_size(s: str) -> int:
-    s = s.strip().upper()
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
 
 
 def fmt(n: int) -> str:
@@ -47,14 +43,6 @@ def fmt(n: int) -> str:
         if n >= m and n % m == 0:
             return f"{n // m}{u}"
     return str(n)
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _iters(nbytes: int, path: str) -> tuple[int, int]:
@@ -195,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     args = {"collectives": a.collectives.split(","), "sizes": [parse_size(s) for s in a.sizes.split(",")],
             "runs": a.runs, "spread": a.spread,
             "paths": ("cuda-ipc",) if a.no_staged else ("cuda-ipc", "staged")}
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "INTERLINK_SECRET": os.urandom(8).hex(),
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "INTERLINK_SECRET": os.urandom(8).hex(),
            "INTERLINK_CUDA_IPC_MIN_BYTES": "0"}
     if a.order:
         env["INTERLINK_CUDA_IPC_ORDER"] = a.order

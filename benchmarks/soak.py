@@ -46,10 +46,8 @@ import json
 import math
 import multiprocessing as mp
 import os
-import platform
 import queue
 import secrets
-import socket
 import sys
 import time
 import traceback
@@ -57,6 +55,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 import numpy as np
+
+from interlink.bench.peers import machine
+from interlink.runtime.launcher import free_port
 
 # ---- the call mix ------------------------------------------------------------------------------------
 
@@ -724,14 +725,6 @@ def _worker(rank: int, world: int, env: dict, cfg: Cfg, inq: Any, outq: Any, pro
 # ---- the parent -------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def merge_thresholds(cfg: Cfg, reports: dict) -> tuple[dict, list]:
     """Per group: the thresholds its lowest member reported; a note when members disagree."""
     out, notes = {}, []
@@ -961,19 +954,6 @@ def run_transport(cfg: Cfg, transport: str, steps: list, max_restarts: int, log:
         "sizes_rank0": dict(sizes0.most_common()),
         "thresholds": {",".join(map(str, cfg.groups[gi])): t for gi, t in thresholds.items()},
     }
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
 
 
 def report(res: dict) -> str:

@@ -18,10 +18,11 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import socket
 import statistics
 import sys
 import time
+
+from interlink.runtime.launcher import free_port
 
 
 def _size(s: str) -> int:
@@ -107,10 +108,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     out = []
     for world in [int(x) for x in a.ranks.split(",")]:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+        port = free_port()
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
         args = {"params": _size(a.params), "batch": a.batch, "steps": a.steps, "runs": a.runs}

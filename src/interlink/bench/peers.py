@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 from ..algorithms.schedule import busbw_factor  # nccl-tests' factors, defined once
+from ..runtime.launcher import free_port
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
@@ -195,7 +196,7 @@ def run_gloo(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COL
     except ImportError:
         print("compare: torch with gloo not installed: skipping gloo", file=sys.stderr)
         return []
-    port = _free_port()
+    port = free_port()
     return _spawn_ranks(nranks, "gloo", timeout,
                         lambda r, out: (_gloo_worker, (r, nranks, port, list(sizes), list(collectives), out)))
 
@@ -245,7 +246,7 @@ def run_interlink(nranks: int, sizes: Sequence[int], collectives: Sequence[str] 
                   shared_inputs: bool = False) -> list[dict]:
     import secrets
 
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "INTERLINK_SECRET": secrets.token_hex(16),
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "INTERLINK_SECRET": secrets.token_hex(16),
            "INTERLINK_TRANSPORT": transport}
     env.update(extra_env or {})
     system = f"interlink-{transport}" + ("-empty" if shared_inputs else "")
@@ -254,16 +255,23 @@ def run_interlink(nranks: int, sizes: Sequence[int], collectives: Sequence[str] 
                                                             shared_inputs)))
 
 
+def machine() -> str:
+    """This machine in one line for a benchmark's header: CPU model, cores, kernel, Python."""
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
+
+
 # ---- spawning the ranks of a peer --------------------------------------------------------------
-
-def _free_port() -> int:
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _spawn_ranks(nranks: int, system: str, timeout: float, target_of: Callable) -> list[dict]:

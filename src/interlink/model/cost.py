@@ -67,7 +67,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence, Union
 
@@ -79,6 +78,7 @@ from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
 from ..algorithms.traffic import Traffic, from_schedule
 from ..topology import HOP_KINDS, Topology, TopologyError, parse_topology, path_table
 from ..topology.paths import NET as _NET
+from ..topology.paths import per_topology
 from .params import PROTOCOLS, ModelError, Params, Profile, default_params, host_profile, with_profile
 
 __all__ = [
@@ -247,16 +247,7 @@ _INFOS: dict[int, tuple[Any, _TopoInfo]] = {}
 
 
 def _info(topo: Topology) -> _TopoInfo:
-    key = id(topo)
-    hit = _INFOS.get(key)
-    if hit is not None and hit[0]() is topo:
-        return hit[1]
-    info = _TopoInfo(topo)
-    if len(_INFOS) > 64:
-        for k in [k for k, (ref, _) in _INFOS.items() if ref() is None] or list(_INFOS)[:32]:
-            _INFOS.pop(k, None)
-    _INFOS[key] = (weakref.ref(topo), info)
-    return info
+    return per_topology(_INFOS, topo, _TopoInfo)
 
 
 # ---- the evaluation of one Traffic -------------------------------------------------------------------

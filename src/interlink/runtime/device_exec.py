@@ -35,13 +35,13 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..algorithms.schedule import Chunk, Copy, Get, Reduce, Schedule, one_sided, two_sided
+from ..algorithms.schedule import Copy, Get, Reduce, Schedule, one_sided, two_sided
 from ..errors import ScheduleError
 from ..ops import ReduceOp
 from ..transport import cuda_ipc
 from ..transport.base import Op, encode_sig
 from .engine import Engine
-from .executor import inplace_safe
+from .executor import aliasing, averages
 
 IN, OUT, SCR = 0, 1, 2
 _BUF = {"input": IN, "output": OUT, "scratch": SCR}
@@ -68,26 +68,15 @@ class DevicePlan:
         self.sigb = encode_sig(sig)
         self.dtype = dtype
         self.op = op
-        # AVG divides the result; a reduce's non-root ranks hold no result (their output is scratch)
-        self.avg = op is ReduceOp.AVG and not (schedule.collective == "reduce" and rank != schedule.root)
+        self.avg = averages(schedule, rank, op)
         self.nranks = schedule.nranks
         self.scratch = schedule.buffers.get("scratch", 0)
-        self.copy_input = alias is not None and not inplace_safe(two_sided(schedule), rank, alias)
-        delta = alias if (alias is not None and not self.copy_input) else None
+        self.copy_input, space, overlaps = aliasing(two_sided(schedule), rank, alias)
         isz = dtype.itemsize
         if len(schedule.ranks) != schedule.nranks or any(len(r) != len(schedule.ranks[rank]) for r in schedule.ranks):
             raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the device executor needs every "
                                 f"rank's program (it pulls from the sender's chunk)")
         os_ = one_sided(schedule)
-
-        def space(c: Chunk) -> tuple[str, int, int]:
-            if delta is not None and c.buffer == "input":
-                return ("output", c.offset + delta, c.end + delta)
-            return (c.buffer, c.offset, c.end)
-
-        def overlaps(a: Chunk, b: Chunk) -> bool:
-            sa, sb = space(a), space(b)
-            return sa[0] == sb[0] and sa[1] < sb[2] and sb[1] < sa[2] and a.count > 0 and b.count > 0
 
         rounds = []
         serve: set[int] = set()
@@ -194,14 +183,20 @@ def _execute(plan: DevicePlan, engine: Engine, be: Any, kern: "cuda_ipc.Kernels"
             events[q] = be.peer_event(b[3 * D:], kern.device)
             if q in plan.pull_from:
                 peers[q] = tuple(be.open_handle(b[j * D:(j + 1) * D], kern.device)[0] for j in range(3))
+    def exchange(k: int, phase: int, tell: tuple, hear: tuple) -> None:
+        """Signal ``tell`` (after marking my stream), wait for ``hear``'s signals and order my stream
+        after their marks. READY (phase 0): tell the peers that read from me, hear those I read from;
+        DONE (phase 1): the other way round."""
+        signal_point()
+        ops = [Op("send", q, _SIG, seq, _tag(k, phase), sigb) for q in tell]
+        ops += [Op("recv", q, np.empty(8, dtype=np.uint8), seq, _tag(k, phase), sigb) for q in hear]
+        engine.run(ops, deadline)
+        for q in hear:
+            kern.wait(events[q])
+
     for k, ready_to, wait_from, pulls, locs in plan.rounds:
         if ready_to or wait_from:  # 1. READY: my chunks of this round are written (on my stream)
-            signal_point()
-            ops = [Op("send", q, _SIG, seq, _tag(k, 0), sigb) for q in ready_to]
-            ops += [Op("recv", q, np.empty(8, dtype=np.uint8), seq, _tag(k, 0), sigb) for q in wait_from]
-            engine.run(ops, deadline)
-            for q in wait_from:
-                kern.wait(events[q])
+            exchange(k, 0, ready_to, wait_from)
         deferred = []
         dirty = dirty or bool(pulls)
         for q, pb, plo, count, mb, mlo, mode in pulls:  # 2. pull
@@ -217,12 +212,7 @@ def _execute(plan: DevicePlan, engine: Engine, be: Any, kern: "cuda_ipc.Kernels"
                 kern.copy(tptr, src, count * isz)
                 deferred.append((dst, tptr, count))
         if ready_to or wait_from:  # 3. DONE: my reads of this round are issued; wait for the peers'
-            signal_point()
-            ops = [Op("send", q, _SIG, seq, _tag(k, 1), sigb) for q in wait_from]
-            ops += [Op("recv", q, np.empty(8, dtype=np.uint8), seq, _tag(k, 1), sigb) for q in ready_to]
-            engine.run(ops, deadline)
-            for q in ready_to:
-                kern.wait(events[q])
+            exchange(k, 1, wait_from, ready_to)
         dirty = dirty or bool(deferred or locs)
         for dst, tptr, count in deferred:  # 4. deferred reductions, local steps
             kern.reduce(dst, tptr, count)

@@ -102,6 +102,32 @@ def inplace_safe(schedule: Schedule, rank: int, delta: int) -> bool:
     return True
 
 
+def averages(schedule: Schedule, rank: int, op: ReduceOp) -> bool:
+    """Does this rank divide its result for AVG? (A reduce's non-root ranks hold none: their output is
+    scratch.)"""
+    return op is ReduceOp.AVG and not (schedule.collective == "reduce" and rank != schedule.root)
+
+
+def aliasing(schedule: Schedule, rank: int, alias: Optional[int]
+             ) -> tuple[bool, Callable[[Chunk], tuple[str, int, int]], Callable[[Chunk, Chunk], bool]]:
+    """For a call whose input sits at element ``alias`` of its output (None: apart): whether the input
+    must be copied first (the schedule would overwrite it before reading it), the memory a chunk really
+    occupies (input chunks mapped into the output), and whether two chunks overlap in that memory."""
+    copy_input = alias is not None and not inplace_safe(schedule, rank, alias)
+    delta = alias if (alias is not None and not copy_input) else None
+
+    def space(c: Chunk) -> tuple[str, int, int]:
+        if delta is not None and c.buffer == "input":
+            return ("output", c.offset + delta, c.end + delta)
+        return (c.buffer, c.offset, c.end)
+
+    def overlaps(a: Chunk, b: Chunk) -> bool:
+        sa, sb = space(a), space(b)
+        return sa[0] == sb[0] and sa[1] < sb[2] and sb[1] < sa[2] and a.count > 0 and b.count > 0
+
+    return copy_input, space, overlaps
+
+
 def make_reducer(op: ReduceOp, dtype: np.dtype) -> Callable[[np.ndarray, np.ndarray], None]:
     fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op)
 
@@ -124,24 +150,13 @@ class Plan:
         self.sigb = encode_sig(sig)
         self.dtype = dtype
         self.op = op
-        # AVG divides the result; a reduce's non-root ranks hold no result (their output is scratch)
-        self.avg = op is ReduceOp.AVG and not (schedule.collective == "reduce" and rank != schedule.root)
+        self.avg = averages(schedule, rank, op)
         self.nranks = schedule.nranks
         self.reducer = make_reducer(op, dtype)
         self.ufunc = ufunc(ReduceOp.SUM if self.avg else op)
         self.scratch = schedule.buffers.get("scratch", 0)
-        self.copy_input = alias is not None and not inplace_safe(schedule, rank, alias)
-        delta = alias if (alias is not None and not self.copy_input) else None
+        self.copy_input, space, overlaps = aliasing(schedule, rank, alias)
         isz = dtype.itemsize
-
-        def space(c: Chunk) -> tuple[str, int, int]:
-            if delta is not None and c.buffer == "input":
-                return ("output", c.offset + delta, c.end + delta)
-            return (c.buffer, c.offset, c.end)
-
-        def overlaps(a: Chunk, b: Chunk) -> bool:
-            sa, sb = space(a), space(b)
-            return sa[0] == sb[0] and sa[1] < sb[2] and sb[1] < sa[2] and a.count > 0 and b.count > 0
 
         bulk_min = max(1, cma_threshold(schedule.collective))  # one-copy transfers from this size
         rounds = []

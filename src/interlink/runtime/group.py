@@ -630,9 +630,7 @@ class Group:
         if dv is not None:
             o, i = dv
             _same_dtype(o, i, "all_gather_into_tensor")
-            if o.size != i.size * self.size:
-                raise ValueError(f"all_gather_into_tensor: output has {o.size} elements, expected "
-                                 f"input size {i.size} x group size {self.size} = {i.size * self.size}")
+            _check_sizes("all_gather", i.size, o.size, self.size)
             arrays.check_overlap_at("all_gather_into_tensor", "all_gather", i.ptr, i.size, o.ptr, o.size,
                                     i.dtype.itemsize, self.rank)
             return self._run_dev("all_gather", i.size, 0, ReduceOp.SUM, i, o, algorithm, timeout, async_op)
@@ -640,9 +638,7 @@ class Group:
         out = st.flat(output_tensor, "output_tensor", download=False)
         inp = st.flat(input_tensor, "input_tensor", writable=False)
         _same_dtype(out, inp, "all_gather_into_tensor")
-        if out.size != inp.size * self.size:
-            raise ValueError(f"all_gather_into_tensor: output has {out.size} elements, expected "
-                             f"input size {inp.size} x group size {self.size} = {inp.size * self.size}")
+        _check_sizes("all_gather", inp.size, out.size, self.size)
         arrays.check_overlap("all_gather_into_tensor", "all_gather", inp, out, self.rank)
         if algorithm is None and self._fk[AG] is not None and self._fast.takes(AG, inp.nbytes):
             fn = lambda: self._run_fast("all_gather", inp, ReduceOp.SUM, 0, timeout, out)
@@ -679,9 +675,7 @@ class Group:
             o, i = dv
             _same_dtype(o, i, "reduce_scatter_tensor")
             rop = self._reduce_op(op, o.dtype)
-            if i.size != o.size * self.size:
-                raise ValueError(f"reduce_scatter_tensor: input has {i.size} elements, expected "
-                                 f"output size {o.size} x group size {self.size} = {o.size * self.size}")
+            _check_sizes("reduce_scatter", i.size, o.size, self.size)
             arrays.check_overlap_at("reduce_scatter_tensor", "reduce_scatter", i.ptr, i.size, o.ptr, o.size,
                                     i.dtype.itemsize, self.rank)
             return self._run_dev("reduce_scatter", o.size, 0, rop, i, o, algorithm, timeout, async_op)
@@ -690,9 +684,7 @@ class Group:
         inp = st.flat(input, "input", writable=False, reducing=True)
         _same_dtype(out, inp, "reduce_scatter_tensor")
         rop = self._reduce_op(op, out.dtype)
-        if inp.size != out.size * self.size:
-            raise ValueError(f"reduce_scatter_tensor: input has {inp.size} elements, expected "
-                             f"output size {out.size} x group size {self.size} = {out.size * self.size}")
+        _check_sizes("reduce_scatter", inp.size, out.size, self.size)
         arrays.check_overlap("reduce_scatter_tensor", "reduce_scatter", inp, out, self.rank)
         if algorithm is None and self._fk[RS] is not None and self._fast.takes(RS, inp.nbytes):
             fn = lambda: self._run_fast("reduce_scatter", inp, rop, 0, timeout, out)
@@ -750,9 +742,7 @@ class Group:
         if dv is not None:
             o, i = dv
             _same_dtype(o, i, "all_to_all_single")
-            if i.size % self.size or o.size != i.size:
-                raise ValueError(f"all_to_all_single: input of {i.size} elements must split evenly over "
-                                 f"{self.size} ranks and equal the output size {o.size} (or pass split sizes)")
+            _check_sizes("all_to_all", i.size, o.size, self.size)
             arrays.check_overlap_at("all_to_all_single", "all_to_all", i.ptr, i.size, o.ptr, o.size,
                                     i.dtype.itemsize, self.rank)
             return self._run_dev("all_to_all", i.size // self.size, 0, ReduceOp.SUM, i, o, algorithm, timeout,
@@ -768,9 +758,7 @@ class Group:
         orow = out.size // oshape0 if oshape0 else 1
         arrays.check_overlap("all_to_all_single", "all_to_all", inp, out, self.rank)
         if output_split_sizes is None and input_split_sizes is None:
-            if inp.size % p or out.size != inp.size:
-                raise ValueError(f"all_to_all_single: input of {inp.size} elements must split evenly over "
-                                 f"{p} ranks and equal the output size {out.size} (or pass split sizes)")
+            _check_sizes("all_to_all", inp.size, out.size, p)
             n = inp.size // p
             fn = lambda: self._execute("all_to_all", "", n, 0, inp.dtype, ReduceOp.SUM,
                                        {"input": inp, "output": out}, algorithm, timeout)
@@ -940,6 +928,19 @@ class _StagedWork(Work):
     def result(self) -> Any:
         self.wait()
         return self._inner.result()
+
+
+def _check_sizes(collective: str, isize: int, osize: int, p: int) -> None:
+    """The tensor forms' size contract (host and device arrays alike): ValueError naming the call."""
+    if collective == "all_gather" and osize != isize * p:
+        raise ValueError(f"all_gather_into_tensor: output has {osize} elements, expected "
+                         f"input size {isize} x group size {p} = {isize * p}")
+    if collective == "reduce_scatter" and isize != osize * p:
+        raise ValueError(f"reduce_scatter_tensor: input has {isize} elements, expected "
+                         f"output size {osize} x group size {p} = {osize * p}")
+    if collective == "all_to_all" and (isize % p or osize != isize):
+        raise ValueError(f"all_to_all_single: input of {isize} elements must split evenly over "
+                         f"{p} ranks and equal the output size {osize} (or pass split sizes)")
 
 
 def _dev_alias(inp: Any, out: Any) -> Optional[int]:

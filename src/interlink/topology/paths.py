@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import math
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -484,15 +484,21 @@ class _RouteClasses:
 _TABLES: dict[int, tuple[Any, PathTable]] = {}
 
 
-def path_table(topo: Topology) -> PathTable:
-    """The :class:`PathTable` of ``topo``, kept (weakly) per Topology object and shared by its users."""
+def per_topology(cache: dict, topo: Topology, make: Callable[[Topology], Any]) -> Any:
+    """``make(topo)``, kept in ``cache`` per Topology object (weakly: a collected topology's entry is
+    dropped first when the cache passes 64 entries)."""
     key = id(topo)
-    hit = _TABLES.get(key)
+    hit = cache.get(key)
     if hit is not None and hit[0]() is topo:
         return hit[1]
-    t = PathTable(topo)
-    if len(_TABLES) > 64:
-        for k in [k for k, (ref, _) in _TABLES.items() if ref() is None] or list(_TABLES)[:32]:
-            _TABLES.pop(k, None)
-    _TABLES[key] = (weakref.ref(topo), t)
-    return t
+    value = make(topo)
+    if len(cache) > 64:
+        for k in [k for k, (ref, _) in cache.items() if ref() is None] or list(cache)[:32]:
+            cache.pop(k, None)
+    cache[key] = (weakref.ref(topo), value)
+    return value
+
+
+def path_table(topo: Topology) -> PathTable:
+    """The :class:`PathTable` of ``topo``, kept (weakly) per Topology object and shared by its users."""
+    return per_topology(_TABLES, topo, PathTable)
