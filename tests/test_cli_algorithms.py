@@ -71,8 +71,10 @@ def test_case_matrix():
     assert roots_for("broadcast", 1) == [0]
     assert roots_for("all_gather", 5) == [0]
     res = verify_pair("broadcast", "ring", max_ranks=3)
-    # nranks 1: counts {0,1,2,5,61} x root {0}; 2: {0,1,3,7,61} x {0,1}; 3: {0,1,2,4,9,61} x {0,2}
-    assert res == {"collective": "broadcast", "algorithm": "ring", "cases": 5 + 10 + 12, "failures": []}
+    # nranks 1: counts {0,1,2,5,61} x root {0}; 2: {0,1,3,7,61} x {0,1}; 3: {0,1,2,4,9,61} x {0,2};
+    # each with params {}, channels=2 and channels=3 (rail-aligned channels need hosts of 2 or 3 ranks
+    # and more than one host: none up to 3 ranks)
+    assert res == {"collective": "broadcast", "algorithm": "ring", "cases": 3 * (5 + 10 + 12), "failures": []}
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from interlink.model import (DEFAULTS, ModelError, Profile, cpu_topology, defaul
                              schedule_time)
 from interlink.model import cost, tuner
 from interlink.model.calibrate import Sample, fit, nnls
-from interlink.topology import TopologyBuilder, parse_topology
+from interlink.topology import TopologyBuilder, parse_topology, rail_plan
 
 GiB = 1 << 30
 
@@ -65,18 +65,23 @@ def test_nccl_worked_example_latencies() -> None:
     assert predict("all_reduce", 8, "dgx-h100", algorithm="nvls").time_us == pytest.approx(25.0, rel=0.01)
 
 
-def test_multinode_ring_channels_are_explicit() -> None:
+def test_multinode_ring_channels_are_in_the_schedule() -> None:
     topo = parse_topology("2xdgx-h100")
     tr = traffic("all_reduce", "ring", 16, GiB // 4)
-    one = schedule_time(tr, topo, channels=1)
-    eight = schedule_time(tr, topo, channels=8)
+    plan = rail_plan(topo)
+    assert plan.channels == 8 and plan.local_size == 8
+    tr8 = traffic("all_reduce", "ring", 16, GiB // 4, **plan.params())
+    one = schedule_time(tr, topo)
+    eight = schedule_time(tr8, topo)
+    assert one.channels == 1 and eight.channels == 8
     factor = busbw_factor("all_reduce", 16)
     bus1 = GiB / (one.time_us * 1e-6) / 1e9 * factor
     bus8 = GiB / (eight.time_us * 1e-6) / 1e9 * factor
     assert within(bus1, 47.0)  # a single ring leaves each host through one NIC
-    assert bus8 > 6 * bus1  # one ring per NIC
+    assert bus8 > 6 * bus1  # one ring per NIC: the Schedule's 8 rings leave through 8 NICs
     p = predict("all_reduce", GiB, topo, algorithm="ring")
     assert p.best.channels == 8 and any("channels" in n for n in p.notes)
+    assert p.best.busbw_gbps == pytest.approx(bus8, rel=0.01)
 
 
 # ---- alpha-beta sanity ----------------------------------------------------------------------------------
@@ -178,10 +183,10 @@ def test_thousands_of_ranks_in_one_numpy_pass() -> None:
     topo = parse_topology("256xdgx-h100")  # 2048 ranks
     p = topo.nranks
     src = np.arange(p, dtype=np.int64)
-    ph = Phase(src, (src + 1) % p, np.full(p, 1 << 20, np.int64), None, 2 * (p - 1))
-    tr = Traffic("all_reduce", "ring", p, p << 20, (ph,))
+    # 8 rings (channels), rail-aligned: channel c leaves every host from local rank c
+    tr = traffic("all_reduce", "ring", p, p << 20, **rail_plan(topo).params())
     t0 = time.perf_counter()
-    e = schedule_time(tr, topo, channels=8)
+    e = schedule_time(tr, topo)
     assert time.perf_counter() - t0 < 5.0
     # NVLink-bound: 2(p-1) rounds of 4 MiB at 370.8 GB/s (8 rings over 8 NICs of 47 GB/s = 376 GB/s)
     assert e.transfer_us == pytest.approx(2 * (p - 1) * (4 << 20) / 370.8e3, rel=0.02)

@@ -192,3 +192,66 @@ def test_algo_env_typos_are_errors(spec: str, word: str) -> None:
         parse_algo_env(spec)
     res = run_ranks(1, bad_algo_env, env={"INTERLINK_ALGO": spec})
     assert word in res[0] and "INTERLINK_ALGO" in res[0], res
+
+
+def channel_rings(rank: int, world: int) -> dict:
+    """Ring Schedules of INTERLINK_CHANNELS channels, every ring collective, sizes around the channel and
+    rank splits, against numpy."""
+    import interlink as dist
+
+    g = dist.init(timeout=30)
+    p = world
+    fails = []
+    sigs = set()
+    for n in (0, 1, 2, 5, 7, 13, 1031):
+        x = (np.arange(n, dtype=np.float64) * (rank + 1)) % 17
+        y = x.copy()
+        dist.all_reduce(y, algorithm="ring")
+        sigs.add(g.recorder[-1].sig.split()[0])
+        if n >= 3 and g.recorder[-1].plan.schedule.channels != 3:
+            fails.append(f"all_reduce n={n}: {g.recorder[-1].plan.schedule.channels} channels")
+        exp = sum((np.arange(n, dtype=np.float64) * (r + 1)) % 17 for r in range(p))
+        if not np.array_equal(y, exp):
+            fails.append(f"all_reduce n={n}")
+        out = np.zeros(n * p, dtype=np.int32)
+        dist.all_gather_into_tensor(out, np.full(n, rank + 1, dtype=np.int32), algorithm="ring")
+        if not np.array_equal(out, np.repeat(np.arange(1, p + 1, dtype=np.int32), n)):
+            fails.append(f"all_gather n={n}")
+        inp = np.arange(n * p, dtype=np.int64) + rank
+        o = np.zeros(n, dtype=np.int64)
+        dist.reduce_scatter_tensor(o, inp, algorithm="ring")
+        if not np.array_equal(o, (np.arange(n * p, dtype=np.int64) * p + sum(range(p)))[rank * n:(rank + 1) * n]):
+            fails.append(f"reduce_scatter n={n}")
+        b = np.arange(n, dtype=np.float32) if rank == p - 1 else np.zeros(n, dtype=np.float32)
+        dist.broadcast(b, src=p - 1, algorithm="ring")
+        if not np.array_equal(b, np.arange(n, dtype=np.float32)):
+            fails.append(f"broadcast n={n}")
+    dist.destroy()
+    return {"fails": fails, "sigs": sorted(sigs)}
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_ring_channels_run_on_real_processes(transport: str) -> None:
+    res = run_ranks(3, channel_rings, env={"INTERLINK_CHANNELS": "3", "INTERLINK_TRANSPORT": transport})
+    for r in res:
+        assert r["fails"] == [] and r["sigs"] == ["all_reduce:ring"], r
+
+
+def test_bad_channels_env_is_an_error_at_init() -> None:
+    from interlink.runtime.group import env_channels, ring_channels
+
+    import os
+
+    old = os.environ.get("INTERLINK_CHANNELS")
+    try:
+        os.environ["INTERLINK_CHANNELS"] = "zero"
+        with pytest.raises(ValueError, match="INTERLINK_CHANNELS"):
+            env_channels()
+    finally:
+        if old is None:
+            os.environ.pop("INTERLINK_CHANNELS", None)
+        else:
+            os.environ["INTERLINK_CHANNELS"] = old
+    assert ring_channels(1, 2, 4) == {}
+    assert ring_channels(2, 1, 4) == {"channels": 2}
+    assert ring_channels(2, 2, 4) == {"channels": 2, "local_size": 4, "exits": (0, 1)}

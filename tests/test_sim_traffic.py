@@ -38,6 +38,23 @@ def test_ring_family(p):
     check("broadcast", "ring", p, 50, 0, segments=3)
 
 
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 6, 8, 9, 12, 16])
+def test_ring_channels(p):
+    """C rings, each over its slice; rail-aligned over hosts of L ranks (exits per channel)."""
+    cases = [dict(channels=2), dict(channels=3)]
+    for L in (2, 3, 4):
+        if L < p and p % L == 0:
+            cases.append(dict(channels=L, local_size=L, exits=tuple(range(L))[::-1]))
+            cases.append(dict(channels=2, local_size=L, exits=(0, L - 1)))
+    for params in cases:
+        for n in counts(p):
+            check("all_reduce", "ring", p, n, **params)
+            check("all_gather", "ring", p, n, **params)
+            check("reduce_scatter", "ring", p, n, **params)
+            check("broadcast", "ring", p, n, p - 1, **params)
+        check("broadcast", "ring", p, 50, 0, segments=3, **params)
+
+
 @pytest.mark.parametrize("p", NRANKS)
 def test_hierarchical(p):
     seen = set()

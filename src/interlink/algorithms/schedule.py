@@ -24,8 +24,21 @@ in round k (a reducing write is allowed: it lands after the readers are done). :
 every Send/Recv pair into a Get of the receiver, :func:`two_sided` turns Gets back into pairs; the
 reference interpreter, the verifier and the traffic the model and simulator price read both forms.
 
-Rounds are global: the i-th Send from rank a to rank b in round k matches the i-th Recv of b from a
-in round k, with the same count. Every rank has the same number of rounds (some may be empty).
+Rounds number the steps: the i-th Send from rank a to rank b in round k matches the i-th Recv of b from
+a in round k, with the same count and channel. Every rank has the same number of rounds (some may be
+empty).
+
+Channels and dependencies. Every step names a ``channel`` (default 0). A Schedule of C channels is C
+independent programs per rank, each over its own part of the buffers (checked: a chunk one channel
+writes on a rank must not overlap a chunk another channel uses there), each with a route of its own (a
+ring per NIC: the builder orders each channel's ranks so that it leaves a host through another NIC).
+Rounds are not barriers: a rank-channel pair runs its rounds in order, and round k starts when that
+pair's round k - 1 is done, i.e. when the messages it receives have arrived (a send is eager: its
+data is buffered until the receiver gets to that round). With two-sided steps this gives the same
+result as running the rounds in lock-step (what the reference interpreter does), so the verifier's
+proof holds for the dependency-driven execution that the runtime and the simulator use. One-sided Gets
+read a peer's memory in place, so an executor of the one-sided form orders them with signals (the
+device executor's READY/DONE).
 
 The collective's contract fixes the buffer sizes (see :func:`buffer_sizes`) and where the result
 must be (see :mod:`interlink.algorithms.reference`). AVG is run as SUM; the executor divides after.
@@ -39,7 +52,7 @@ from typing import Iterator, Mapping, Sequence, Union
 
 from ..errors import ScheduleError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: steps may name a channel (a trailing integer); version 1 files still load
 
 COLLECTIVES = (
     "all_reduce",
@@ -117,6 +130,7 @@ class Chunk:
 class Send:
     peer: int
     src: Chunk
+    channel: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +138,7 @@ class Recv:
     peer: int
     dst: Chunk
     reduce: bool = False
+    channel: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,18 +149,21 @@ class Get:
     src: Chunk
     dst: Chunk
     reduce: bool = False
+    channel: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Copy:
     src: Chunk
     dst: Chunk
+    channel: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Reduce:
     src: Chunk
     dst: Chunk
+    channel: int = 0
 
 
 Step = Union[Send, Recv, Get, Copy, Reduce]
@@ -328,28 +346,50 @@ class Schedule:
                 for b in range(p):
                     if a == b:
                         continue
-                    sends = [s.src.count for s in self.ranks[a][k].steps if isinstance(s, Send) and s.peer == b]
-                    recvs = [s.dst.count for s in self.ranks[b][k].steps if isinstance(s, Recv) and s.peer == a]
+                    sends = [(s.src.count, s.channel) for s in self.ranks[a][k].steps
+                             if isinstance(s, Send) and s.peer == b]
+                    recvs = [(s.dst.count, s.channel) for s in self.ranks[b][k].steps
+                             if isinstance(s, Recv) and s.peer == a]
                     if sends != recvs:
+                        show = (lambda m: [c for c, _ in m]) if [c for c, _ in sends] != [c for c, _ in recvs] \
+                            else (lambda m: [f"{c} on channel {ch}" for c, ch in m])
                         raise ScheduleError(
-                            f"round {k}: rank {a} sends {sends} elements to rank {b}, which receives {recvs}",
+                            f"round {k}: rank {a} sends {show(sends)} elements to rank {b}, which receives "
+                            f"{show(recvs)}",
                             ranks=[a, b],
                             **where,
                         )
+        if self.channels > 1:
+            _check_channels(self)
         return self
+
+    @property
+    def channels(self) -> int:
+        """How many channels the steps use (1 + the largest channel number)."""
+        c = 0
+        for prog in self.ranks:
+            for rnd in prog:
+                for st in rnd.steps:
+                    if st.channel > c:
+                        c = st.channel
+        return c + 1
 
     # ---- serialisation --------------------------------------------------------------------
     def to_json(self) -> dict:
         def step(s: Step) -> list:
             if isinstance(s, Send):
-                return ["send", s.peer, s.src.to_json()]
-            if isinstance(s, Recv):
-                return ["recv_reduce" if s.reduce else "recv", s.peer, s.dst.to_json()]
-            if isinstance(s, Get):
-                return ["get_reduce" if s.reduce else "get", s.peer, s.src.to_json(), s.dst.to_json()]
-            if isinstance(s, Copy):
-                return ["copy", s.src.to_json(), s.dst.to_json()]
-            return ["reduce", s.src.to_json(), s.dst.to_json()]
+                out = ["send", s.peer, s.src.to_json()]
+            elif isinstance(s, Recv):
+                out = ["recv_reduce" if s.reduce else "recv", s.peer, s.dst.to_json()]
+            elif isinstance(s, Get):
+                out = ["get_reduce" if s.reduce else "get", s.peer, s.src.to_json(), s.dst.to_json()]
+            elif isinstance(s, Copy):
+                out = ["copy", s.src.to_json(), s.dst.to_json()]
+            else:
+                out = ["reduce", s.src.to_json(), s.dst.to_json()]
+            if s.channel:  # channel 0 is implied (version 1 files read unchanged)
+                out.append(s.channel)
+            return out
 
         return {
             "version": SCHEMA_VERSION,
@@ -370,24 +410,25 @@ class Schedule:
     def from_json(cls, data: Mapping | str) -> "Schedule":
         if isinstance(data, str):
             data = json.loads(data)
-        if data.get("version") != SCHEMA_VERSION:
-            raise ScheduleError(f"unsupported schedule version {data.get('version')!r} (expected {SCHEMA_VERSION})")
+        if data.get("version") not in (1, SCHEMA_VERSION):
+            raise ScheduleError(f"unsupported schedule version {data.get('version')!r} (expected 1 or {SCHEMA_VERSION})")
 
         def chunk(c: Sequence) -> Chunk:
             return Chunk(str(c[0]), int(c[1]), int(c[2]))
 
         def step(s: Sequence) -> Step:
             kind = s[0]
+            ch = int(s[-1]) if not isinstance(s[-1], (list, tuple)) else 0
             if kind == "send":
-                return Send(int(s[1]), chunk(s[2]))
+                return Send(int(s[1]), chunk(s[2]), ch)
             if kind in ("recv", "recv_reduce"):
-                return Recv(int(s[1]), chunk(s[2]), reduce=kind == "recv_reduce")
+                return Recv(int(s[1]), chunk(s[2]), kind == "recv_reduce", ch)
             if kind in ("get", "get_reduce"):
-                return Get(int(s[1]), chunk(s[2]), chunk(s[3]), reduce=kind == "get_reduce")
+                return Get(int(s[1]), chunk(s[2]), chunk(s[3]), kind == "get_reduce", ch)
             if kind == "copy":
-                return Copy(chunk(s[1]), chunk(s[2]))
+                return Copy(chunk(s[1]), chunk(s[2]), ch)
             if kind == "reduce":
-                return Reduce(chunk(s[1]), chunk(s[2]))
+                return Reduce(chunk(s[1]), chunk(s[2]), ch)
             raise ScheduleError(f"unknown step kind {kind!r}")
 
         ranks = tuple(tuple(Round(tuple(step(s) for s in rnd)) for rnd in prog) for prog in data["ranks"])
@@ -409,6 +450,64 @@ def _chunks_of(s: Step) -> tuple[Chunk, ...]:
     if isinstance(s, Recv):
         return (s.dst,)
     return (s.src, s.dst)  # Copy, Reduce; Get (its src is in the peer's buffers, of the same sizes)
+
+
+def _check_channels(s: "Schedule") -> None:
+    """Channels run independently (each rank-channel pair is its own stream of rounds), so each works on
+    its own part of every rank's buffers: a chunk one channel writes must not overlap a chunk another
+    channel reads or writes on that rank (a Get's source counts as a read on the peer)."""
+    import numpy as np
+
+    where = dict(op=f"{s.collective}/{s.algorithm}")
+    acc: dict[tuple[int, str], list[tuple[int, int, int, bool]]] = {}
+    for r, prog in enumerate(s.ranks):
+        for rnd in prog:
+            for st in rnd.steps:
+                c = st.channel
+                if isinstance(st, Send):
+                    acc.setdefault((r, st.src.buffer), []).append((st.src.offset, st.src.end, c, False))
+                elif isinstance(st, Recv):
+                    acc.setdefault((r, st.dst.buffer), []).append((st.dst.offset, st.dst.end, c, True))
+                else:
+                    owner = st.peer if isinstance(st, Get) else r
+                    acc.setdefault((owner, st.src.buffer), []).append((st.src.offset, st.src.end, c, False))
+                    acc.setdefault((r, st.dst.buffer), []).append((st.dst.offset, st.dst.end, c, True))
+
+    def union(iv: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        iv = sorted((a, b) for a, b in iv if b > a)
+        lo: list[int] = []
+        hi: list[int] = []
+        for a, b in iv:
+            if lo and a <= hi[-1]:
+                hi[-1] = max(hi[-1], b)
+            else:
+                lo.append(a)
+                hi.append(b)
+        return np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
+
+    for (r, buf), items in acc.items():
+        chans = sorted({c for _, _, c, _ in items})
+        if len(chans) < 2:
+            continue
+        writes = {c: union([(a, b) for a, b, cc, w in items if cc == c and w]) for c in chans}
+        every = {c: union([(a, b) for a, b, cc, _ in items if cc == c]) for c in chans}
+        for c in chans:
+            wl, wh = writes[c]
+            if not wl.size:
+                continue
+            for d in chans:
+                if d == c:
+                    continue
+                al, ah = every[d]
+                i = np.searchsorted(ah, wl, side="right")  # first interval of d ending after each write starts
+                ok = i >= al.size
+                hit = ~ok
+                hit[hit] = al[i[hit]] < wh[hit]
+                if hit.any():
+                    j = int(np.flatnonzero(hit)[0])
+                    raise ScheduleError(f"rank {r}: channel {c} writes {buf}[{wl[j]}:{wh[j]}], which channel {d} "
+                                        f"also uses; channels must work on disjoint parts of the buffers",
+                                        ranks=[r], **where)
 
 
 def has_gets(s: "Schedule") -> bool:
@@ -434,7 +533,7 @@ def one_sided(s: "Schedule") -> "Schedule":
                     if i >= len(theirs):
                         raise ScheduleError(f"round {k}: rank {r}'s receive #{i} from rank {st.peer} has no send",
                                             op=f"{s.collective}/{s.algorithm}", ranks=[r, st.peer])
-                    steps.append(Get(st.peer, theirs[i].src, st.dst, st.reduce))
+                    steps.append(Get(st.peer, theirs[i].src, st.dst, st.reduce, st.channel))
                 else:
                     steps.append(st)
             prog.append(Round(tuple(steps)))
@@ -454,8 +553,8 @@ def two_sided(s: "Schedule") -> "Schedule":
         for k, rnd in enumerate(s.ranks[r]):
             for j, st in enumerate(rnd.steps):
                 if isinstance(st, Get):  # (appends to other programs never move rank r's own steps)
-                    progs[r][k][j] = Recv(st.peer, st.dst, st.reduce)
-                    progs[st.peer][k].append(Send(r, st.src))
+                    progs[r][k][j] = Recv(st.peer, st.dst, st.reduce, st.channel)
+                    progs[st.peer][k].append(Send(r, st.src, st.channel))
     ranks = tuple(tuple(Round(tuple(steps)) for steps in prog) for prog in progs)
     meta = {k: v for k, v in s.meta.items() if k != "form"}
     return Schedule(s.collective, s.algorithm, p, s.count, s.root, dict(s.buffers), ranks, meta).validate()
@@ -508,34 +607,35 @@ class Builder:
             prog.append([])
         return prog[rnd]
 
-    def send(self, rnd: int, src: int, dst: int, chunk: Chunk) -> None:
+    def send(self, rnd: int, src: int, dst: int, chunk: Chunk, channel: int = 0) -> None:
         """Record the message src -> dst in round rnd (both the Send and the matching Recv side
         must be added; see :meth:`transfer` for both at once)."""
         if chunk.count == 0 and not self.keep_empty:
             return
-        self._slot(src, rnd).append(Send(dst, chunk))
+        self._slot(src, rnd).append(Send(dst, chunk, channel))
 
-    def recv(self, rnd: int, dst: int, src: int, chunk: Chunk, reduce: bool = False) -> None:
+    def recv(self, rnd: int, dst: int, src: int, chunk: Chunk, reduce: bool = False, channel: int = 0) -> None:
         if chunk.count == 0 and not self.keep_empty:
             return
-        self._slot(dst, rnd).append(Recv(src, chunk, reduce))
+        self._slot(dst, rnd).append(Recv(src, chunk, reduce, channel))
 
-    def transfer(self, rnd: int, src: int, dst: int, src_chunk: Chunk, dst_chunk: Chunk, reduce: bool = False) -> None:
+    def transfer(self, rnd: int, src: int, dst: int, src_chunk: Chunk, dst_chunk: Chunk, reduce: bool = False,
+                 channel: int = 0) -> None:
         """A message from src to dst in round rnd: src sends src_chunk, dst receives into dst_chunk."""
         if src_chunk.count != dst_chunk.count:
             raise AssertionError(f"transfer of {src_chunk.count} into {dst_chunk.count} elements")
-        self.send(rnd, src, dst, src_chunk)
-        self.recv(rnd, dst, src, dst_chunk, reduce)
+        self.send(rnd, src, dst, src_chunk, channel)
+        self.recv(rnd, dst, src, dst_chunk, reduce, channel)
 
-    def copy(self, rnd: int, rank: int, src: Chunk, dst: Chunk) -> None:
+    def copy(self, rnd: int, rank: int, src: Chunk, dst: Chunk, channel: int = 0) -> None:
         if src.count == 0 or src == dst:
             return
-        self._slot(rank, rnd).append(Copy(src, dst))
+        self._slot(rank, rnd).append(Copy(src, dst, channel))
 
-    def reduce(self, rnd: int, rank: int, src: Chunk, dst: Chunk) -> None:
+    def reduce(self, rnd: int, rank: int, src: Chunk, dst: Chunk, channel: int = 0) -> None:
         if src.count == 0:
             return
-        self._slot(rank, rnd).append(Reduce(src, dst))
+        self._slot(rank, rnd).append(Reduce(src, dst, channel))
 
     def build(self) -> Schedule:
         nr = max((len(p) for p in self._rounds), default=0)

@@ -29,7 +29,8 @@ class Phase:
     """``repeat`` consecutive rounds with the same messages.
 
     src, dst, elems: one entry per message (int64 arrays of equal length);
-    reduced: elements reduced per rank in one round (int64 array of length nranks), or None if none.
+    reduced: elements reduced per rank in one round (int64 array of length nranks), or None if none;
+    channel: per message, the Schedule channel it belongs to (None: every message on channel 0).
     """
 
     src: np.ndarray
@@ -37,6 +38,14 @@ class Phase:
     elems: np.ndarray
     reduced: np.ndarray | None
     repeat: int = 1
+    channel: np.ndarray | None = None
+
+    def channels(self) -> np.ndarray:
+        """The channel of every message (zeros when the phase has one channel)."""
+        return self.channel if self.channel is not None else np.zeros(self.src.size, dtype=np.int64)
+
+    def with_repeat(self, repeat: int) -> "Phase":
+        return Phase(self.src, self.dst, self.elems, self.reduced, repeat, self.channel)
 
     @property
     def nmessages(self) -> int:
@@ -49,6 +58,9 @@ class Phase:
                 and np.array_equal(self.elems, other.elems)):
             return False
         if (self.reduced is None) != (other.reduced is None):
+            return False
+        if (self.channel is not None or other.channel is not None) and not np.array_equal(
+                self.channels(), other.channels()):
             return False
         return self.reduced is None or np.array_equal(self.reduced, other.reduced)
 
@@ -70,7 +82,7 @@ class Traffic:
         """Every round, in order (repeats unrolled: for small cases and tests)."""
         for ph in self.phases:
             for _ in range(ph.repeat):
-                yield Phase(ph.src, ph.dst, ph.elems, ph.reduced, 1)
+                yield ph.with_repeat(1)
 
     def sent_per_rank(self) -> np.ndarray:
         out = np.zeros(self.nranks, dtype=np.int64)
@@ -86,19 +98,22 @@ class Traffic:
 
 
 def _canon(ph: Phase) -> Phase:
-    """Messages in a fixed order, merged per (src, dst); zero reductions dropped."""
+    """Messages in a fixed order, merged per (src, dst, channel); zero reductions dropped."""
+    ch = ph.channels()
+    multi = bool(ch.any())
     if ph.src.size:
-        key = ph.src * (int(ph.dst.max(initial=0)) + 1) + ph.dst
+        key = (ph.src * (int(ph.dst.max(initial=0)) + 1) + ph.dst) * (int(ch.max(initial=0)) + 1) + ch
         uniq, inv = np.unique(key, return_inverse=True)
         elems = np.zeros(uniq.size, dtype=np.int64)
         np.add.at(elems, inv, ph.elems)
         first = np.zeros(uniq.size, dtype=np.int64)
         first[inv[::-1]] = np.arange(ph.src.size)[::-1]
-        src, dst = ph.src[first], ph.dst[first]
+        src, dst, ch = ph.src[first], ph.dst[first], ch[first]
     else:
-        src = dst = elems = np.zeros(0, dtype=np.int64)
+        src = dst = elems = ch = np.zeros(0, dtype=np.int64)
     red = ph.reduced if ph.reduced is not None and ph.reduced.any() else None
-    return Phase(src.astype(np.int64), dst.astype(np.int64), elems, red, ph.repeat)
+    return Phase(src.astype(np.int64), dst.astype(np.int64), elems, red, ph.repeat,
+                 ch.astype(np.int64) if multi else None)
 
 
 def from_schedule(s: Schedule) -> Traffic:
@@ -106,7 +121,7 @@ def from_schedule(s: Schedule) -> Traffic:
     phases: list[Phase] = []
     p = s.nranks
     for k in range(s.nrounds):
-        src, dst, elems = [], [], []
+        src, dst, elems, chan = [], [], [], []
         reduced = np.zeros(p, dtype=np.int64)
         for r in range(p):
             for st in s.ranks[r][k].steps:
@@ -114,10 +129,12 @@ def from_schedule(s: Schedule) -> Traffic:
                     src.append(r)
                     dst.append(st.peer)
                     elems.append(st.src.count)
+                    chan.append(st.channel)
                 elif isinstance(st, Get):  # one-sided: the bytes flow from the peer read to this rank
                     src.append(st.peer)
                     dst.append(r)
                     elems.append(st.src.count)
+                    chan.append(st.channel)
                     if st.reduce:
                         reduced[r] += st.dst.count
                 elif isinstance(st, Recv) and st.reduce:
@@ -127,10 +144,9 @@ def from_schedule(s: Schedule) -> Traffic:
         if not src and not reduced.any():
             continue  # local copies only: not modelled as a round
         ph = Phase(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(elems, dtype=np.int64),
-                   reduced if reduced.any() else None)
+                   reduced if reduced.any() else None, 1, np.array(chan, dtype=np.int64) if any(chan) else None)
         if phases and phases[-1].same_as(ph):
-            last = phases[-1]
-            phases[-1] = Phase(last.src, last.dst, last.elems, last.reduced, last.repeat + 1)
+            phases[-1] = phases[-1].with_repeat(phases[-1].repeat + 1)
         else:
             phases.append(ph)
     return Traffic(s.collective, s.algorithm, p, s.count, tuple(phases))

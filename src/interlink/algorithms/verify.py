@@ -6,7 +6,8 @@ numerically against numpy. The default matrix is sized to stay fast:
 
 * every nranks in 1..max_ranks; counts 0, 1, p-1, p+1, 2p+3 (uneven splits) and 61 (larger);
   roots 0 and p-1 for rooted collectives; builder params at their defaults, plus local_size in
-  {1, 2, 3} (where <= nranks) for builders that take one;
+  {1, 2, 3} (where <= nranks) for builders that take one, and for the rings 2 and 3 channels and
+  rail-aligned channels over hosts of 2 and 3 ranks;
 * symbolic + float32 (every valid op for reducing collectives) on every case;
 * the full dtype x op matrix (:func:`interlink.ops.numeric_dtypes`) on a subset: nranks in
   {1, 2, 3, 4, 5, 8} and count 2p+3, last root, default params.
@@ -80,7 +81,13 @@ def roots_for(collective: str, nranks: int) -> list[int]:
 def params_for(entry: registry.Entry, nranks: int) -> list[dict]:
     """Builder keyword arguments to try: the defaults, plus local_size in {1, 2, 3} (<= nranks)."""
     out: list[dict] = [{}]
-    if "local_size" in entry.params:
+    if "exits" in entry.params:
+        # channels: split only (2 and 3 channels), and rail-aligned rings over hosts of 2 or 3 ranks
+        # (channel c leaves every host from local rank exits[c]; reversed to exercise the mapping)
+        out += [{"channels": 2}, {"channels": 3}]
+        out += [{"channels": ls, "local_size": ls, "exits": tuple(range(ls))[::-1]}
+                for ls in (2, 3) if ls < nranks and nranks % ls == 0]
+    elif "local_size" in entry.params:
         out += [{"local_size": ls} for ls in LOCAL_SIZES if ls <= nranks]
     return out
 

@@ -76,7 +76,7 @@ from ..algorithms import registry
 from ..algorithms import traffic as _traffic
 from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
 from ..algorithms.traffic import Traffic, from_schedule
-from ..topology import HOP_KINDS, Topology, TopologyError, parse_topology, path_table
+from ..topology import HOP_KINDS, Topology, TopologyError, parse_topology, path_table, rail_plan
 from ..topology.paths import NET as _NET
 from ..topology.paths import per_topology
 from .params import PROTOCOLS, ModelError, Params, Profile, default_params, host_profile, with_profile
@@ -353,8 +353,23 @@ def _cycles(src: np.ndarray, dst: np.ndarray, p: int) -> tuple[list[np.ndarray],
     return cycles, ~on_cycle
 
 
-def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, channels: int,
-            transport: str | None) -> _Rounds:
+def _channel_cycles(ph: Any, p: int) -> tuple[list[np.ndarray], np.ndarray] | None:
+    """:func:`_cycles` of each channel's messages (C parallel rings: C cycles through the same ranks)."""
+    if ph.channel is None:
+        return _cycles(ph.src, ph.dst, p)
+    loops: list[np.ndarray] = []
+    off = np.zeros(ph.src.size, bool)
+    for c in np.unique(ph.channel).tolist():
+        g = np.flatnonzero(ph.channel == c)
+        cyc = _cycles(ph.src[g], ph.dst[g], p)
+        if cyc is None:
+            return None
+        loops += [g[lp] for lp in cyc[0]]
+        off[g[cyc[1]]] = True
+    return loops, off
+
+
+def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transport: str | None) -> _Rounds:
     p = tr.nranks
     nph = len(tr.phases)
     rep = np.array([ph.repeat for ph in tr.phases], dtype=np.float64)
@@ -395,10 +410,7 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, channel
         nbytes = ph.elems.astype(np.float64) * itemsize
         bw, plat, kind, cross = info.classify(src, dst, tcp=tcp_all and not gpu)
         if gpu:
-            rate = bw * 1e9
-            if channels > 1:
-                rate = np.where(cross, rate * channels, rate)
-            t = nbytes / rate
+            t = nbytes / (bw * 1e9)
             port_net = kind == _NET
             kinds[i] = np.bincount(kind, minlength=3)[:3] > 0
             mlat = None
@@ -413,9 +425,6 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, channel
             f = np.maximum(bo[src], bo[dst]) * cf
             host_pb = np.where(tcp, bt, bs) * f
             net_pb = np.where(cross, wire, 0.0)
-            if channels > 1:
-                net_pb = net_pb / channels
-                host_pb = np.where(cross, host_pb / channels, host_pb)
             t = nbytes * np.maximum(host_pb, net_pb)
             port_net = tcp
             # ranks active on one host beyond its cores: each such round pays for the sharing
@@ -436,7 +445,7 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, channel
                 ops_us += fan * (fo_tcp if bool(tcp.all()) else fo_shm)
             lat_first[i] = lat_steady[i] = float(mlat.max()) + ops_us
         if ph.repeat > 1:
-            cyc = _cycles(src, dst, p)
+            cyc = _channel_cycles(ph, p)
             if cyc is not None:
                 loops, off = cyc
                 if gpu:
@@ -457,6 +466,8 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, channel
             hs = np.bincount(info.host[src[cross]], weights=nt, minlength=info.nhosts)
             hr = np.bincount(info.host[dst[cross]], weights=nt, minlength=info.nhosts)
             beta[i] = max(beta[i], float(hs.max()), float(hr.max()))
+    channels = max((int(ph.channel.max()) + 1 for ph in tr.phases if ph.channel is not None and ph.channel.size),
+                   default=1)
     return _Rounds(rep, kinds, cycles, rest, lat_first, lat_steady, beta, gam, rounds,
                    "gpu" if gpu else "cpu", channels)
 
@@ -504,12 +515,12 @@ def _check_protocol(protocol: str, gpu: bool) -> str:
 
 
 def schedule_time(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology | str, *, itemsize: int = 4,
-                  protocol: str = "simple", params: Params | None = None, channels: int = 1,
+                  protocol: str = "simple", params: Params | None = None,
                   transport: str | None = None) -> Estimate:
     """Alpha-beta-gamma time of a Schedule (or its Traffic) on ``topology``; rank r runs on topology rank r.
 
-    ``protocol``: "ll", "ll128" or "simple" on GPU topologies, "simple" on CPU hosts. ``channels``: NCCL-
-    style parallel rings (see the module docstring). ``transport="tcp"`` makes same-host messages of a
+    ``protocol``: "ll", "ll128" or "simple" on GPU topologies, "simple" on CPU hosts. Channels are the
+    Schedule's own (its steps name them; see the module docstring). ``transport="tcp"`` makes same-host messages of a
     CPU topology go over loopback TCP (``INTERLINK_TRANSPORT=tcp``). ``params``: the constants
     (default: :func:`~interlink.model.params.default_params` with this host's profile).
     """
@@ -517,14 +528,12 @@ def schedule_time(traffic_or_schedule: Union[Traffic, Schedule], topology: Topol
     topo = resolve_topology(topology)
     if tr.nranks > topo.nranks:
         raise ModelError(f"the schedule has {tr.nranks} ranks, topology {topo.name!r} only {topo.nranks}")
-    if channels < 1:
-        raise ModelError(f"channels must be >= 1, got {channels}")
     if tr.nranks < topo.nranks:
         topo = topo.with_ranks(list(topo.ranks[: tr.nranks]))
     info = _info(topo)
     protocol = _check_protocol(protocol, info.gpu)
     params = _params(params)
-    r = _rounds(tr, info, params, int(itemsize), int(channels), transport)
+    r = _rounds(tr, info, params, int(itemsize), transport)
     return _finish(r, params, protocol, tr.algorithm)
 
 
@@ -557,7 +566,7 @@ def cpu_terms(traffic: Traffic, topology: Topology, *, itemsize: int = 4, transp
         unit = dict(zero)
         unit[n] = 1.0
         pr = base.replace(unit, "unit")
-        r = _rounds(traffic, info, pr, itemsize, 1, "tcp" if transport == "tcp" else None)
+        r = _rounds(traffic, info, pr, itemsize, "tcp" if transport == "tcp" else None)
         out[n] = _finish(r, pr, "simple", traffic.algorithm).time_us
     out["working_set"] = working_set(traffic.collective, traffic.nranks, traffic.count, itemsize,
                                      _active_ranks(info))
@@ -767,17 +776,21 @@ def _has_fast_generator(collective: str, algorithm: str) -> bool:
     return (collective, algorithm) in getattr(_traffic, "_FAST", {})
 
 
-def _builder_params(collective: str, algorithm: str, p: int, local_size: int) -> tuple:
+def builder_params(collective: str, algorithm: str, topo: Topology, local_size: int | None = None) -> tuple:
+    """The builder keyword arguments (sorted (name, value) pairs) that fit ``algorithm`` to ``topo``:
+    ``local_size`` (ranks per host) for the algorithms that take one, and for the rings the topology's
+    channels (:func:`interlink.topology.rail_plan`: one ring per NIC, each leaving a host through its
+    own NIC). The model, the simulator and ``interlink algorithms`` build the same Schedule from them."""
     entry = registry.get_entry(collective, algorithm)
-    return (("local_size", local_size),) if "local_size" in entry.params else ()
-
-
-def channels_for(topo: Topology, algorithm: str) -> int:
-    """NCCL-style rings: one per NIC of a host (at most the ranks per host) for ring algorithms spanning hosts."""
-    info = _info(topo)
-    if info.nhosts <= 1 or not algorithm.startswith("ring"):
-        return 1
-    return max(1, min(info.nics_per_host, int(info.ranks_on_host.min())))
+    out: dict[str, Any] = {}
+    if "exits" in entry.params:
+        out.update(rail_plan(topo).params())
+    elif "local_size" in entry.params:
+        if local_size is None:
+            info = _info(topo)
+            local_size = int(info.ranks_on_host.max()) if info.nhosts > 1 else topo.nranks
+        out["local_size"] = int(local_size)
+    return tuple(sorted(out.items()))
 
 
 def predict(collective: str, nbytes: int, topology: Topology | str | None = None, *, nranks: int | None = None,
@@ -841,8 +854,8 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
             if c is not None:
                 table.append(cand(algo, "simple", c, "shared memory"))
             continue
-        ch = channels_for(topo, algo)
-        bparams = _builder_params(collective, algo, p, local_size)
+        bparams = builder_params(collective, algo, topo, local_size)
+        ch = int(dict(bparams).get("channels", 1))
         tr = None
         method = "schedule"
         if _has_fast_generator(collective, algo) or p <= SCHEDULE_RANKS_LIMIT:
@@ -852,7 +865,7 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
             except ValueError as exc:
                 notes.append(f"{algo}: {exc}")
         if tr is not None:
-            r = _rounds(tr, info, params, itemsize, ch, transport)
+            r = _rounds(tr, info, params, itemsize, transport)
             for proto in protocols:
                 e = _finish(r, params, proto, algo)
                 table.append(cand(algo, proto, e.time_us, method, ch))

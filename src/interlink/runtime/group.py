@@ -149,6 +149,32 @@ def _switch_points(collective: str, nranks: int, layout: tuple[int, int], top: i
     return tuple(points)
 
 
+def env_channels() -> int:
+    """INTERLINK_CHANNELS: how many parallel rings (channels) the ring Schedules run (default 1)."""
+    v = os.environ.get("INTERLINK_CHANNELS", "").strip()
+    if not v:
+        return 1
+    try:
+        c = int(v)
+    except ValueError:
+        c = 0
+    if c < 1:
+        raise ValueError(f"INTERLINK_CHANNELS={v!r}: expected a whole number >= 1")
+    return c
+
+
+def ring_channels(channels: int, nhosts: int, local_size: int) -> dict[str, Any]:
+    """The ring builders' channel arguments for a group: ``channels`` rings, each over its slice of the
+    data; across hosts (ranks in host blocks of ``local_size``) rail-aligned, channel c crossing hosts
+    through local rank c or c + 1 (:func:`interlink.algorithms.ring.ring_orders`)."""
+    if channels <= 1:
+        return {}
+    out: dict[str, Any] = {"channels": channels}
+    if nhosts > 1 and 1 < local_size and channels <= local_size:
+        out.update(local_size=local_size, exits=tuple(range(channels)))
+    return out
+
+
 def _env_algorithm(collective: str) -> Optional[str]:
     """INTERLINK_ALGO=ring, or per collective: INTERLINK_ALGO=all_reduce:ring,broadcast:binomial."""
     return parse_algo_env(os.environ.get("INTERLINK_ALGO", "")).get(collective)
@@ -245,6 +271,7 @@ class Group:
         # per collective (indexed by the fast path's kinds): off where INTERLINK_ALGO names an algorithm for
         # that collective, which then runs its Schedule; the other collectives keep their fast paths
         forced = parse_algo_env(os.environ.get("INTERLINK_ALGO", ""))
+        env_channels()  # a bad INTERLINK_CHANNELS is an error now, not at the first ring
         self._fk = tuple(None if NAMES[k] in forced else self._fast for k in range(len(NAMES)))
         self._layout: Optional[tuple[int, int]] = None
         # INTERLINK_DEBUG=TRACE: one log line per completed call (op, algorithm/path, dtype, count, time)
@@ -355,8 +382,11 @@ class Group:
                 algo = DEVICE_ALGO[collective]
             if algo is None:
                 algo = default_algorithm(collective, nbytes, self.size, (nhosts, local_size))
-            params = {}
-            if "local_size" in registry.get_entry(collective, algo).params:
+            params: dict[str, Any] = {}
+            eparams = registry.get_entry(collective, algo).params
+            if "exits" in eparams:
+                params.update(ring_channels(env_channels(), nhosts, local_size))
+            elif "local_size" in eparams:
                 params["local_size"] = local_size if nhosts > 1 else self.size
             schedule = registry.get_schedule(collective, algo, self.size, count, root, **params)
         sig = (f"{collective}:{schedule.algorithm} {dtype} n={count} {op.name.lower()} root={root} "

@@ -408,7 +408,7 @@ def _host_terms(tr: Traffic, topo: Topology, params: Any, itemsize: int, transpo
     except ImportError:  # pragma: no cover - the model is part of the package
         return None
     prm = _cost._params(params)
-    r = _cost._rounds(tr, _cost._info(topo), prm, itemsize, 1, transport)
+    r = _cost._rounds(tr, _cost._info(topo), prm, itemsize, transport)
     return _HostTerms({id(ph): i for i, ph in enumerate(tr.phases)}, r.lat_first, r.lat_steady, r.beta_s,
                       r.gamma_s, float(prm.value("host.call_us")), float(prm.value("reduce.overlap.cpu")))
 
@@ -603,9 +603,35 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
         notes=tuple(notes), topology=topo)
 
 
+def _choose(collective: str, nbytes: int, topo: Topology, itemsize: int, root: int) -> tuple[str, str]:
+    """The algorithm :func:`interlink.model.cost.predict` chooses (the fastest with a Schedule), and a note."""
+    from ..algorithms import registry
+    from ..model.cost import PSEUDO, predict
+
+    have = registry.algorithms_for(collective)
+    if not have:
+        raise SimError(f"no algorithm for {collective!r}")
+    try:
+        pr = predict(collective, nbytes, topo, dtype=f"int{8 * itemsize}" if itemsize in (1, 2, 4, 8) else "float32",
+                     root=root, fast_path=False)
+    except Exception as exc:  # noqa: BLE001 - the model cannot price it: the ring, as before
+        algo = "ring" if "ring" in have else have[0]
+        return algo, f"algorithm {algo}: the model could not choose ({exc})"
+    runnable = [c for c in pr.table if c.algorithm not in PSEUDO]
+    if not runnable:
+        algo = "ring" if "ring" in have else have[0]
+        return algo, f"algorithm {algo}: no Schedule among the model's choices"
+    algo = runnable[0].algorithm
+    note = f"algorithm {algo}: the model's choice (as interlink predict)"
+    if pr.best.algorithm in PSEUDO:
+        note += f"; predict prefers {pr.best.algorithm}, which has no Schedule to simulate yet"
+    return algo, note
+
+
 def simulate_collective(collective: str, nbytes: int, topology: Topology | str, *, algorithm: str | None = None,
                         nranks: int | None = None, itemsize: int = 4, root: int = 0,
-                        local_size: int | None = None, segments: int | None = None, **kwargs: Any) -> SimResult:
+                        local_size: int | None = None, segments: int | None = None, channels: int | None = None,
+                        **kwargs: Any) -> SimResult:
     """Simulate ``collective`` of ``nbytes`` (nccl-tests' S) with ``algorithm`` on the first ``nranks``
     ranks of ``topology``. Hierarchical algorithms get ``local_size`` = the topology's ranks per host
     unless given. Other keyword arguments go to :func:`simulate`."""
@@ -626,17 +652,23 @@ def simulate_collective(collective: str, nbytes: int, topology: Topology | str, 
         raise SimError(f"size must be >= 0 bytes, got {nbytes}")
     if p < topo.nranks:
         topo = topo.with_ranks(list(topo.ranks[:p]))
+    chose = None
     if algorithm is None:
-        have = registry.algorithms_for(collective)
-        if not have:
-            raise SimError(f"no algorithm for {collective!r}")
-        algorithm = "ring" if "ring" in have else have[0]
+        algorithm, chose = _choose(collective, nbytes, topo, itemsize, root)
     entry = registry.get_entry(collective, algorithm)
-    params: dict[str, Any] = {}
-    if "local_size" in entry.params:
-        params["local_size"] = local_size if local_size is not None else max(1, topo.ranks_per_host)
+    from ..model.cost import builder_params
+
+    params: dict[str, Any] = dict(builder_params(collective, algorithm, topo,
+                                                 local_size if local_size is not None else
+                                                 max(1, topo.ranks_per_host)))
     if "segments" in entry.params and segments is not None:
         params["segments"] = segments
+    if channels is not None and "channels" in entry.params and int(channels) != params.get("channels", 1):
+        # an explicit channel count: that many rings; rail-aligned where the topology has that many NICs
+        for k in ("channels", "local_size", "exits"):
+            params.pop(k, None)
+        if int(channels) > 1:
+            params["channels"] = int(channels)
     if collective == "barrier":
         count = 0
     elif collective in PER_RANK_SPLIT:
@@ -646,6 +678,11 @@ def simulate_collective(collective: str, nbytes: int, topology: Topology | str, 
     tr = _traffic.traffic(collective, algorithm, p, count, root, prefer_fast=True, **params)
     res = simulate(tr, topo, itemsize=itemsize, **kwargs)
     res.wall_s = time.perf_counter() - t0
+    if chose:
+        res.notes = res.notes + (chose,)
+    if params.get("channels", 1) > 1:
+        res.notes = res.notes + (f"{params['channels']} channels: one ring per NIC, channel c leaving every host "
+                                 f"from local rank {params['exits']}[c]",)
     if res.nbytes != nbytes and collective != "barrier":
         res.notes = res.notes + (f"size rounded to {res.nbytes} bytes ({count} elements of {itemsize} bytes"
                                  f"{' per rank' if collective in PER_RANK_SPLIT else ''})",)

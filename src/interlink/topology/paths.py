@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import math
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -502,3 +503,63 @@ def per_topology(cache: dict, topo: Topology, make: Callable[[Topology], Any]) -
 def path_table(topo: Topology) -> PathTable:
     """The :class:`PathTable` of ``topo``, kept (weakly) per Topology object and shared by its users."""
     return per_topology(_TABLES, topo, PathTable)
+
+
+# ---- channels: one ring per NIC ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RailPlan:
+    """How C parallel rings (channels) cross the hosts of a topology: every host holds ``local_size``
+    consecutive ranks, and channel c crosses between hosts through local rank ``exits[c]`` or
+    ``exits[c] + 1`` on both sides (the ring builders' rail-aligned order,
+    :func:`interlink.algorithms.ring.ring_orders`): C rings over C different NICs, as NCCL runs one
+    channel per NIC. ``channels`` is 1 (no exits) where the ranks are on one host, hosts hold
+    different numbers of ranks or ranks are not in host blocks, or hosts have no NIC."""
+
+    channels: int
+    local_size: int
+    exits: tuple[int, ...] | None
+
+    def params(self) -> dict[str, Any]:
+        """The ring builders' keyword arguments (empty for one channel)."""
+        if self.channels <= 1 or self.exits is None:
+            return {}
+        return {"channels": self.channels, "local_size": self.local_size, "exits": self.exits}
+
+
+_RAILS: dict[int, tuple[Any, RailPlan]] = {}
+
+
+def _rail_plan(topo: Topology) -> RailPlan:
+    t = path_table(topo)
+    n = topo.nranks
+    one = RailPlan(1, n, None)
+    if t.nhosts <= 1 or n == 0:
+        return one
+    L = int(t.ranks_on_host.max())
+    if int(t.ranks_on_host.min()) != L or n % L:
+        return one
+    host = t.host
+    if not bool((host.reshape(-1, L) == host[::L][:, None]).all()):
+        return one  # ranks are not in host blocks
+    # the NIC of each local rank of the first host (hosts of one preset are alike); one exit per NIC,
+    # the first local rank that uses it, so that its successor (the next channel's entry) differs too
+    nics = [topo.nic_for(r) for r in range(L)]
+    if any(x is None for x in nics):
+        return one
+    exits: list[int] = []
+    seen: set = set()
+    for i, x in enumerate(nics):
+        if x not in seen:
+            seen.add(x)
+            exits.append(i)
+    if len(exits) <= 1:
+        return RailPlan(1, L, None)
+    return RailPlan(len(exits), L, tuple(exits))
+
+
+def rail_plan(topo: Topology) -> RailPlan:
+    """The :class:`RailPlan` of ``topo`` (cached per Topology): how many channels a ring spanning its
+    hosts runs, and through which local ranks (NICs) each channel leaves a host."""
+    return per_topology(_RAILS, topo, _rail_plan)
