@@ -254,9 +254,100 @@ def all_reduce_tree(nranks: int, count: int, root: int = 0, segments: int | None
     return b.build()
 
 
+def nccl_tree_segments(cn: int, segments: int | None) -> int:
+    """Segments per channel of :func:`all_reduce_nccl_tree`: given, else one per 64 Ki elements (a
+    256 KiB float32 chunk), at most 128; never more than the channel's elements."""
+    if segments is not None:
+        if int(segments) < 1:
+            raise ValueError(f"segments must be >= 1, got {segments}")
+        return max(1, min(int(segments), cn))
+    return max(1, min(cn, 128, cn // 65536))
+
+
+@register("all_reduce", "nccl_tree", params=("segments", "channels", "local_size", "exits"))
+def all_reduce_nccl_tree(nranks: int, count: int, root: int = 0, segments: int | None = None, channels: int = 2,
+                         local_size: int | None = None, exits: tuple[int, ...] | None = None) -> Schedule:
+    """NCCL's Tree: a chain inside each host, a double binary tree across hosts, C channels, pipelined.
+
+    Hosts are blocks of ``local_size`` consecutive ranks (default: one host). Channel c carries its slice
+    of the buffer through head ``exits[c % E]`` (E = len(exits); the local rank whose NIC the channel
+    uses; default E = ceil(C / 2) heads 0..E-1) up and down tree (c // E) % 2 of the
+    :func:`double_binary_tree` over the hosts, so with C = 2E every NIC carries one channel of each
+    tree (what balances the double binary tree); inside a host the chain starts at the head and runs
+    through the other local ranks in order. Each channel's slice is cut into
+    ``segments`` pieces that follow each other one round apart: segment s is reduced from the chain's
+    tail to the head (stage i for chain position L - 1 - i), up the tree (a host of height h sends in
+    stage L - 1 + h), and broadcast from the tree's root down the tree and each chain. Round = 1 +
+    stage + s. Each rank sends about 2x the buffer, like the ring, in 2(L - 1 + tree height) + S rounds.
+    """
+    p, n = nranks, count
+    L = int(local_size or p)
+    if L < 1 or p % L:
+        L = p  # not in host blocks: one chain over every rank
+    H = p // L
+    b = Builder("all_reduce", "nccl_tree", p, n, root)
+    C = int(channels)
+    if C < 1:
+        raise ValueError(f"channels must be >= 1, got {channels}")
+    slices = split(n, C)
+    if C > 1:
+        b.meta["channels"] = C
+    trees = double_binary_tree(H) if H > 1 else ([-1], [-1])
+    shapes = []
+    for parents in trees:
+        kids = _children(parents)
+        depth = _depths(parents)
+        height = _heights(kids, depth)
+        shapes.append((parents, kids, depth, height, height[parents.index(-1)]))
+    nseg = 0
+    E = len(exits) if exits else max(1, (C + 1) // 2)  # heads (NICs); channel c uses head c % E
+    for c, (co, cn) in enumerate(slices):
+        if cn == 0:
+            continue
+        parents, kids, depth, height, Ht = shapes[(c // E) % 2]
+        head = int(exits[c % E]) % L if exits else (c % E) % L
+        S = nccl_tree_segments(cn, segments)
+        nseg = max(nseg, S)
+        segs = [(co + o, k) for o, k in split(cn, S)]
+        U = L - 2 + Ht  # the tree root's head holds the full sum of a segment at the end of stage U
+
+        def rank(h: int, i: int) -> int:
+            return h * L + (head + i) % L
+
+        for h in range(H):
+            for i in range(L):
+                r = rank(h, i)
+                acc = i < L - 1 or bool(kids[h]) or (i == 0 and parents[h] < 0)
+                if acc:
+                    b.copy(0, r, inp(co, cn), out(co, cn), c)
+        for s, (so, sn) in enumerate(segs):
+            for h in range(H):
+                # up the chain: position i (>= 1) sends to i - 1 in stage L - 1 - i
+                for i in range(1, L):
+                    src = inp(so, sn) if i == L - 1 else out(so, sn)
+                    b.transfer(1 + (L - 1 - i) + s, rank(h, i), rank(h, i - 1), src, out(so, sn), True, c)
+                # up the tree: the head of a host of height ht sends in stage L - 1 + ht
+                u = parents[h]
+                if u >= 0:
+                    src = out(so, sn) if (L > 1 or kids[h]) else inp(so, sn)
+                    b.transfer(1 + L - 1 + height[h] + s, rank(h, 0), rank(u, 0), src, out(so, sn), True, c)
+                # down the tree: a head at depth d sends to its children in stage U + 1 + d
+                for k in kids[h]:
+                    b.transfer(1 + U + 1 + depth[h] + s, rank(h, 0), rank(k, 0), out(so, sn), out(so, sn), False, c)
+                # down the chain: position i sends to i + 1 in stage U + 1 + depth + i
+                for i in range(L - 1):
+                    b.transfer(1 + U + 1 + depth[h] + i + s, rank(h, i), rank(h, i + 1), out(so, sn), out(so, sn),
+                               False, c)
+    b.meta["segments"] = nseg
+    for prog in b._rounds:
+        for steps in prog:
+            steps.sort(key=lambda st: st.channel)
+    return b.build()
+
+
 __all__ = [
     "broadcast_binomial", "reduce_binomial", "gather_binomial", "scatter_binomial", "all_reduce_tree",
-    "btree_parents", "double_binary_tree", "ceil_log2",
+    "all_reduce_nccl_tree", "btree_parents", "double_binary_tree", "ceil_log2",
 ]
 
 

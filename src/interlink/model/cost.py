@@ -785,6 +785,10 @@ def builder_params(collective: str, algorithm: str, topo: Topology, local_size: 
     out: dict[str, Any] = {}
     if "exits" in entry.params:
         out.update(rail_plan(topo).params())
+        if algorithm == "nccl_tree" and out:
+            out["channels"] *= 2  # one channel of each of the two trees per NIC
+        elif algorithm == "nccl_tree":
+            out["local_size"] = topo.nranks  # one host: a chain
     elif "local_size" in entry.params:
         if local_size is None:
             info = _info(topo)
@@ -918,7 +922,7 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
 TIE_REL = 0.02
 
 PREFERENCE = ("nvls", "fast", "fast2", "fastd", "ring", "recursive_doubling", "rabenseifner", "binomial", "direct", "bruck",
-              "recursive_halving", "pairwise", "dissemination", "tree", "hierarchical")
+              "recursive_halving", "pairwise", "dissemination", "tree", "nccl_tree", "hierarchical")
 
 
 def _pref(algorithm: str) -> tuple[int, str]:
