@@ -794,17 +794,20 @@ def run_segment(cfg: Cfg, transport: str, steps: list, init_timeout: float = 180
         last = list(progress)
         last_change = time.monotonic()
         grace = None
+
+        def record(kind: str, rank: int, val: Any, st: Any) -> None:
+            """One rank's report: its statistics when done, its failure (and statistics so far) when not."""
+            if kind != "done":
+                fails[rank] = val
+            if st is not None or kind == "done":
+                stats[rank] = st
+
         while len(set(stats) | set(fails)) < cfg.world:
             try:
                 kind, rank, val, st = outq.get(timeout=0.5)
-                if kind == "done":
-                    stats[rank] = st
-                else:
-                    fails[rank] = val
-                    if st is not None:
-                        stats[rank] = st
-                    if grace is None:
-                        grace = time.monotonic() + 20.0  # the others get the abort and report too
+                record(kind, rank, val, st)
+                if kind != "done" and grace is None:
+                    grace = time.monotonic() + 20.0  # the others get the abort and report too
                 continue
             except queue.Empty:
                 pass
@@ -817,13 +820,7 @@ def run_segment(cfg: Cfg, transport: str, steps: list, init_timeout: float = 180
                 time.sleep(0.5)  # its report may still be in the queue
                 try:
                     while True:
-                        kind, rank, val, st = outq.get(timeout=0.2)
-                        if kind == "done":
-                            stats[rank] = st
-                        else:
-                            fails[rank] = val
-                            if st is not None:
-                                stats[rank] = st
+                        record(*outq.get(timeout=0.2))
                 except queue.Empty:
                     pass
                 for r in dead:

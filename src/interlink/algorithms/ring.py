@@ -87,15 +87,6 @@ def all_reduce_ring(nranks: int, count: int, root: int = 0, channels: int = 1, l
                 b.send(p + t, r, right, out(so, sn), c)
                 ro, rn = chunks[(i - t) % p]
                 b.recv(p + t, r, left, out(ro, rn), False, c)
-    return _channel_major(b)
-
-
-def _channel_major(b: Builder) -> Schedule:
-    """Order every (rank, round)'s steps by channel (stable): the i-th message between two ranks in a
-    round is then the i-th on both sides whatever order the channels were built in."""
-    for prog in b._rounds:
-        for steps in prog:
-            steps.sort(key=lambda st: st.channel)
     return b.build()
 
 
@@ -123,7 +114,7 @@ def all_gather_ring(nranks: int, count: int, root: int = 0, channels: int = 1, l
                 b.send(t, r, right, src, c)
                 rb = order[(i - t - 1) % p]
                 b.recv(t, r, left, out(rb * n + co, cn), False, c)
-    return _channel_major(b)
+    return b.build()
 
 
 @register("reduce_scatter", "ring", params=RING_PARAMS)
@@ -156,7 +147,13 @@ def reduce_scatter_ring(nranks: int, count: int, root: int = 0, channels: int = 
                 b.send(1 + t, r, right, acc(r, sb, co, cn), c)
                 rb = order[(i - t - 2) % p]
                 b.recv(1 + t, r, left, acc(r, rb, co, cn), True, c)
-    return _channel_major(b)
+    return b.build()
+
+
+def broadcast_segments(p: int, cn: int, segments: int | None) -> int:
+    """Segments of one channel's chain (``cn`` > 0 elements): as given, else 1 for 2 ranks and up to 8."""
+    sg = (1 if p == 2 else min(cn, 8)) if segments is None else segments
+    return max(1, min(sg, cn))
 
 
 @register("broadcast", "ring", params=("segments",) + RING_PARAMS)
@@ -179,10 +176,7 @@ def broadcast_ring(nranks: int, count: int, root: int = 0, segments: int | None 
     for c, (co, cn) in enumerate(slices):
         if cn == 0:
             continue
-        sg = segments
-        if sg is None:
-            sg = 1 if p == 2 else min(cn, 8)
-        segs = [(co + o, k) for o, k in split(cn, max(1, min(sg, cn)))]
+        segs = [(co + o, k) for o, k in split(cn, broadcast_segments(p, cn, segments))]
         nseg = max(nseg, len(segs))
         ring = orders[c]
         at = ring.index(root)
@@ -194,7 +188,7 @@ def broadcast_ring(nranks: int, count: int, root: int = 0, segments: int | None 
                 b.send(rnd, src, dst, inp(so, sn) if src == root else out(so, sn), c)
                 b.recv(rnd, dst, src, out(so, sn), False, c)
     b.meta["segments"] = nseg
-    return _channel_major(b)
+    return b.build()
 
 
 # ---- vectorised traffic for large rank counts ---------------------------------------------------------
@@ -397,13 +391,10 @@ def broadcast_ring_traffic(nranks: int, count: int, root: int = 0, segments: int
     for c, cn in enumerate(cs.tolist()):
         if cn == 0:
             continue
-        sg = segments
-        if sg is None:
-            sg = 1 if p == 2 else min(cn, 8)
         ring = orders[c]
         at = ring.index(root)
         chains.append((c, np.array(ring[at:] + ring[:at], dtype=np.int64)))
-        segs.append(split_sizes(cn, max(1, min(sg, cn))))
+        segs.append(split_sizes(cn, broadcast_segments(p, cn, segments)))
     nrounds = max(sg.size for sg in segs) + p - 2
     multi = cs.size > 1
     for k in range(nrounds):

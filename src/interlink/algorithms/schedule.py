@@ -646,8 +646,10 @@ class Builder:
             rounds = []
             for k in keep:
                 steps = prog[k] if k < len(prog) else []
-                # communication first, then local steps in the order given
-                comm = [s for s in steps if isinstance(s, COMM_STEPS)]
+                # communication first (channel by channel, in the order given within a channel: the
+                # i-th message between two ranks is then the i-th on both sides whatever order the
+                # channels were built in), then local steps in the order given
+                comm = sorted((s for s in steps if isinstance(s, COMM_STEPS)), key=_channel_of)
                 loc = [s for s in steps if isinstance(s, LOCAL_STEPS)]
                 rounds.append(Round(tuple(comm + loc)))
             ranks.append(tuple(rounds))
@@ -661,6 +663,10 @@ class Builder:
             ranks=tuple(ranks),
             meta=dict(self.meta),
         )
+
+
+def _channel_of(step: Step) -> int:
+    return step.channel
 
 
 def inp(offset: int, count: int) -> Chunk:

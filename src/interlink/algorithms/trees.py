@@ -339,9 +339,6 @@ def all_reduce_nccl_tree(nranks: int, count: int, root: int = 0, segments: int |
                     b.transfer(1 + U + 1 + depth[h] + i + s, rank(h, i), rank(h, i + 1), out(so, sn), out(so, sn),
                                False, c)
     b.meta["segments"] = nseg
-    for prog in b._rounds:
-        for steps in prog:
-            steps.sort(key=lambda st: st.channel)
     return b.build()
 
 

@@ -787,8 +787,6 @@ def builder_params(collective: str, algorithm: str, topo: Topology, local_size: 
         out.update(rail_plan(topo).params())
         if algorithm == "nccl_tree" and out:
             out["channels"] *= 2  # one channel of each of the two trees per NIC
-        elif algorithm == "nccl_tree":
-            out["local_size"] = topo.nranks  # one host: a chain
     elif "local_size" in entry.params:
         if local_size is None:
             info = _info(topo)
