@@ -17,7 +17,7 @@ built.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -150,6 +150,62 @@ def from_schedule(s: Schedule) -> Traffic:
         else:
             phases.append(ph)
     return Traffic(s.collective, s.algorithm, p, s.count, tuple(phases))
+
+
+def _close(a: np.ndarray | None, b: np.ndarray | None, tol: int) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if a is b:
+        return True
+    if a.size != b.size:
+        return False
+    if tol == 0:
+        return bool(np.array_equal(a, b))
+    return bool(np.abs(a - b).max(initial=0) <= tol)
+
+
+def _same_pairs(a: Phase, b: Phase) -> bool:
+    if a.src.size != b.src.size:
+        return False
+    return (a.src is b.src or np.array_equal(a.src, b.src)) and (a.dst is b.dst or np.array_equal(a.dst, b.dst))
+
+
+def merge_rounds(phases: Iterable[Phase], tol: int = 1) -> list[list[Phase]]:
+    """Consecutive phases with the same (src, dst) messages whose sizes (and reductions) differ by at most
+    ``tol`` elements, grouped: the model and the simulator time a group once, every message at its largest
+    size in the group (an upper bound within ``tol`` elements per message per round; 0: exact). Uneven
+    ring blocks (sizes rotating by one element) become one group instead of one per round."""
+    out: list[list[Phase]] = []
+    for ph in phases:
+        if out:
+            first = out[-1][0]
+            # a rank's reduction sums its messages of the round: it may differ by tol per message
+            fan = int(np.bincount(first.dst).max(initial=1)) if first.dst.size else 1
+            if (_same_pairs(first, ph) and _close(first.elems, ph.elems, tol)
+                    and _close(first.reduced, ph.reduced, tol * fan)):
+                out[-1].append(ph)
+                continue
+        out.append([ph])
+    return out
+
+
+
+def merged(group: list[Phase]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int]:
+    """A :func:`merge_rounds` group as one run: (elements per message at their largest, reductions per rank
+    at their largest, elements per message summed over all its rounds (exact bytes), rounds)."""
+    first = group[0]
+    repeat = sum(ph.repeat for ph in group)
+    if len(group) == 1:
+        return first.elems, first.reduced, first.elems * first.repeat, repeat
+    elems = first.elems.copy()
+    total = first.elems * first.repeat
+    reduced = None if first.reduced is None else first.reduced.copy()
+    for ph in group[1:]:  # one pass, O(messages) memory (a group may hold thousands of rounds)
+        np.maximum(elems, ph.elems, out=elems)
+        total += ph.elems * ph.repeat
+        if reduced is not None:
+            np.maximum(reduced, ph.reduced, out=reduced)
+    return elems, reduced, total, repeat
 
 
 TrafficFn = Callable[..., Traffic]

@@ -239,8 +239,14 @@ class _TopoInfo:
 
     def classify(self, src: np.ndarray, dst: np.ndarray, tcp: bool = False
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per message: bottleneck GB/s, path latency us, hop kind (nvlink/pcie/net), crosses hosts."""
-        return self.paths.classify(src, dst, tcp)
+        """Per message: bottleneck GB/s, path latency us, hop kind (nvlink/pcie/net), crosses hosts.
+        The last answer is kept: consecutive phases of one Traffic share their (src, dst) arrays."""
+        last = getattr(self, "_last", None)
+        if last is not None and last[0] is src and last[1] is dst and last[2] == tcp:
+            return last[3]
+        out = self.paths.classify(src, dst, tcp)
+        self._last = (src, dst, tcp, out)
+        return out
 
 
 _INFOS: dict[int, tuple[Any, _TopoInfo]] = {}
@@ -275,6 +281,7 @@ class _Rounds:
     rounds: int
     mode: str
     channels: int
+    clock_us: np.ndarray | None = None  # GPUs: per protocol (PROTOCOLS order), the dependency-driven time
 
 
 def _host_rates(params: Params, transport: str) -> tuple[float, float, float | None, float]:
@@ -468,12 +475,50 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
             beta[i] = max(beta[i], float(hs.max()), float(hr.max()))
     channels = max((int(ph.channel.max()) + 1 for ph in tr.phases if ph.channel is not None and ph.channel.size),
                    default=1)
+    clock = _gpu_clock(tr, info, params, itemsize) if gpu else None
     return _Rounds(rep, kinds, cycles, rest, lat_first, lat_steady, beta, gam, rounds,
-                   "gpu" if gpu else "cpu", channels)
+                   "gpu" if gpu else "cpu", channels, clock)
 
 
-def _family(algorithm: str) -> str:
-    return "ring" if algorithm.startswith("ring") else "tree"
+def _gpu_clock(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int,
+               protocols: Sequence[str] = PROTOCOLS) -> np.ndarray:
+    """Per protocol, the contention-free time (us, base latency not included) of the Traffic on GPUs,
+    dependency-driven (:class:`interlink.sim.clocks.Clocks`: one clock per rank and channel, a round starts
+    when the rank-channel's previous one is done). A message holds its sender's channel for
+    :meth:`~interlink.model.params.Params.step_overhead_us` plus its bytes at the path's bottleneck bandwidth x the protocol's efficiency,
+    shared with the rank's other messages of the round on the same port (NVLink or NIC: they add up), and
+    arrives the path latency later; a rank reduces what it received at 1 / HBM bandwidth, overlapped with
+    the round's communication by ``reduce.overlap.gpu``."""
+    from ..sim.clocks import Clocks
+
+    p = tr.nranks
+    eff = np.array([params.efficiency(pr) for pr in protocols])
+    gamma = _gamma_per_rank(info, params)[:p]
+    overlap = params.value("reduce.overlap.gpu")
+    nch = max((int(ph.channel.max()) + 1 for ph in tr.phases if ph.channel is not None and ph.channel.size),
+              default=1)
+    clocks = Clocks(p, nch, rows=len(protocols))
+    for group in _traffic.merge_rounds(tr.phases, 1):
+        first = group[0]
+        elems, reduced, _, repeat = _traffic.merged(group)
+        src, dst = first.src, first.dst
+        red = None if reduced is None else reduced[:p] * itemsize * gamma[: min(p, reduced.size)] * 1e6
+        if src.size == 0:
+            if red is None:
+                continue
+            tx = arr = np.zeros((len(protocols), 0))
+        else:
+            bw, plat, kind, _ = info.classify(src, dst)
+            t = elems.astype(np.float64) * itemsize / (bw * 1e3)  # us at efficiency 1
+            port = (kind == _NET).astype(np.int64)
+            load_s = np.bincount(src * 2 + port, weights=t, minlength=2 * p)
+            load_r = np.bincount(dst * 2 + port, weights=t, minlength=2 * p)
+            d = np.maximum(load_s[src * 2 + port], load_r[dst * 2 + port])  # the port's messages end together
+            over = np.vstack([params.step_overhead_us(kind, plat, pr) for pr in protocols])
+            tx = over + d[None, :] / eff[:, None]
+            arr = tx + plat[None, :]
+        clocks.run(src, dst, first.channel, tx, arr, red, overlap, repeat, recv_elems=elems)
+    return np.array([clocks.makespan(i) for i in range(len(protocols))])
 
 
 def _finish(r: _Rounds, params: Params, protocol: str, algorithm: str, notes: tuple[str, ...] = ()) -> Estimate:
@@ -488,7 +533,7 @@ def _finish(r: _Rounds, params: Params, protocol: str, algorithm: str, notes: tu
             if cyc is not None and cyc.size:
                 m = float(((cyc[:, :3] @ hop) / cyc[:, 3]).max())
                 steady[i] = max(m, float(np.where(r.rest[i], hop, 0.0).max()))
-        base = params.base_latency_us(_family(algorithm), protocol)
+        base = params.call_latency_us(algorithm, protocol)
         beta = r.beta_s / eff
         overlap = params.value("reduce.overlap.gpu")
     else:
@@ -496,11 +541,16 @@ def _finish(r: _Rounds, params: Params, protocol: str, algorithm: str, notes: tu
         base = params.value("host.call_us")
         beta = r.beta_s
         overlap = params.value("reduce.overlap.cpu")
-    per_lat = first + (r.repeat - 1) * steady
-    latency = base + float(per_lat.sum())
     hidden = overlap * np.minimum(beta, r.gamma_s)  # the part of the reduction under the transfer
     transfer = float((r.repeat * beta).sum()) * 1e6
     reduce = float((r.repeat * (r.gamma_s - hidden)).sum()) * 1e6
+    if r.clock_us is not None:
+        # GPUs: the dependency-driven time of the steps; latency is what it adds to bytes and reductions
+        total = base + float(r.clock_us[PROTOCOLS.index(protocol)])
+        latency = max(0.0, total - transfer - reduce)
+        return Estimate(total, latency, transfer, reduce, r.rounds, protocol, r.channels, r.mode, notes)
+    per_lat = first + (r.repeat - 1) * steady
+    latency = base + float(per_lat.sum())
     return Estimate(latency + transfer + reduce, latency, transfer, reduce, r.rounds, protocol, r.channels,
                     r.mode, notes)
 
@@ -655,7 +705,7 @@ def _closed_form(collective: str, algorithm: str, p: int, count: int, itemsize: 
     if f is None:
         return None
     lat_rounds, tb, tg = f
-    base = params.base_latency_us(_family(algorithm), protocol) if gpu else params.value("host.call_us")
+    base = params.call_latency_us(algorithm, protocol) if gpu else params.value("host.call_us")
     lat = base + lat_rounds
     return Estimate(lat + (tb + tg) * 1e6, lat, tb * 1e6, tg * 1e6, 0, protocol,
                     channels if ring_like else 1, "gpu" if gpu else "cpu",

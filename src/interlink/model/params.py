@@ -262,8 +262,25 @@ class Params:
     def base_latency_us(self, family: str, protocol: str) -> float:
         return self.value(f"nccl.base_latency_us.{family}.{protocol}")
 
+    def call_latency_us(self, algorithm: str, protocol: str) -> float:
+        """NCCL's fixed cost of one call (baseLat) for an algorithm: the ring's row for rings, the
+        tree's for every other algorithm."""
+        return self.base_latency_us("ring" if algorithm.startswith("ring") else "tree", protocol)
+
     def hop_latency_us(self, kind: str, protocol: str) -> float:
         return self.value(f"nccl.hop_latency_us.{kind}.{protocol}")
+
+    def step_overhead_us(self, kind: Any, path_lat: Any, protocol: str) -> Any:
+        """Per message (GPUs), the time its sender's channel is busy before the bytes flow: NCCL's
+        per-hop latency of the protocol (``nccl.hop_latency_us``, by hop kind: 0 nvlink, 1 pcie, 2 net)
+        less the path's own latency, which the message pays in flight. A message then costs its sender
+        ``overhead + bytes / (bandwidth x efficiency)`` and arrives ``path latency`` later: the hop latency
+        in all, as NCCL's tables say, of which only the overhead holds the channel. The cost model and the
+        simulator price steps with it."""
+        import numpy as np
+
+        hop = np.array([self.hop_latency_us(k, protocol) for k in ("nvlink", "pcie", "net")])
+        return np.maximum(0.0, hop[np.asarray(kind)] - np.asarray(path_lat, dtype=np.float64))
 
     def efficiency(self, protocol: str) -> float:
         return self.value(f"protocol.efficiency.{protocol}")

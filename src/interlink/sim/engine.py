@@ -53,8 +53,9 @@ from typing import Any, Iterable, Union
 import numpy as np
 
 from ..algorithms.schedule import Schedule, busbw_factor
-from ..algorithms.traffic import Phase, Traffic, from_schedule
+from ..algorithms.traffic import Traffic, from_schedule, merge_rounds, merged
 from ..topology import PathTable, Topology, TopologyError, parse_topology, path_table
+from .clocks import Clocks
 
 __all__ = [
     "SimError",
@@ -180,7 +181,7 @@ class SimResult:
     link_bytes: np.ndarray
     link_gbps: np.ndarray
     rank_busy_us: np.ndarray
-    model: str = "global-barrier"
+    model: str = "dependency"
     wall_s: float = 0.0
     notes: tuple[str, ...] = ()
     topology: Topology | None = field(default=None, repr=False)
@@ -323,40 +324,6 @@ def _solve_round(table: _PathTable, pid: np.ndarray, nbytes: np.ndarray) -> _Sol
     return _Solved(end, events, res, res_busy, flow_of_e, rinv)
 
 
-# ---- merging rounds ----------------------------------------------------------------------------------
-
-
-def _close(a: np.ndarray | None, b: np.ndarray | None, tol: int) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    if a is b:
-        return True
-    if a.size != b.size:
-        return False
-    if tol == 0:
-        return bool(np.array_equal(a, b))
-    return bool(np.abs(a - b).max(initial=0) <= tol)
-
-
-def _same_pairs(a: Phase, b: Phase) -> bool:
-    if a.src.size != b.src.size:
-        return False
-    return (a.src is b.src or np.array_equal(a.src, b.src)) and (a.dst is b.dst or np.array_equal(a.dst, b.dst))
-
-
-def _groups(phases: Iterable[Phase], tol: int) -> list[list[Phase]]:
-    out: list[list[Phase]] = []
-    for ph in phases:
-        if out:
-            first = out[-1][0]
-            if (_same_pairs(first, ph) and _close(first.elems, ph.elems, tol)
-                    and _close(first.reduced, ph.reduced, tol)):
-                out[-1].append(ph)
-                continue
-        out.append([ph])
-    return out
-
-
 # ---- reductions --------------------------------------------------------------------------------------
 
 
@@ -384,6 +351,14 @@ def _reduce_rates(topo: Topology, p: int, params: Any) -> tuple[np.ndarray, floa
         return g, float(prm.value("reduce.overlap.gpu")), "gpu.hbm_gbps x gpu.reduce_passes"
     return (np.full(p, prm.value("host.reduce_ns_per_byte") * 1e-9), float(prm.value("reduce.overlap.cpu")),
             "host.reduce_ns_per_byte")
+
+
+def _gpu_params(protocol: str, params: Any) -> Any:
+    from ..model.params import PROTOCOLS, default_params
+
+    if str(protocol).lower() not in PROTOCOLS:
+        raise SimError(f"unknown protocol {protocol!r}; expected one of {PROTOCOLS}")
+    return params or default_params()
 
 
 def _all_gpu(topo: Topology, p: int) -> bool:
@@ -437,7 +412,8 @@ def nbytes_of(collective: str, nranks: int, count: int, itemsize: int) -> int:
 def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology | str, *, itemsize: int = 4,
              gamma: float | None = None, reduce_overlap: float | None = None, params: Any = None,
              merge_tolerance: int = 1, base_us: float = 0.0, max_detail: int = 512,
-             transport: str | None = None) -> SimResult:
+             transport: str | None = None, barrier: bool = False, max_period: int = 64,
+             protocol: str | None = None) -> SimResult:
     """Simulate a Schedule (or its Traffic) on ``topology``: rank r runs on topology rank r.
 
     ``itemsize``: bytes per element. ``gamma`` (seconds per byte reduced) and ``reduce_overlap``
@@ -480,26 +456,30 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
     if reduce_overlap is not None:
         overlap = float(reduce_overlap)
     red_us_per_elem = g_rank * itemsize * 1e6  # microseconds per element reduced, per rank
+    eff = 1.0
+    prm = None
+    if host is None and protocol is not None:
+        # GPUs running a protocol: its wire format (LL: half the bytes are flags) and its per-step cost
+        prm = _gpu_params(protocol, params)
+        eff = prm.efficiency(protocol.lower())
+        notes.append(f"protocol {protocol}: {eff:g} of each link's bandwidth carries data; each message holds "
+                     f"its sender's channel for NCCL's hop latency less the path's (Params.step_overhead_us)")
 
     phases: list[PhaseResult] = []
     link_bytes = np.zeros(table.cap.size)
     busy_total = np.zeros(p)
-    now = float(base_us)
-    ideal = float(base_us)
+    nch = max((int(ph.channel.max()) + 1 for ph in tr.phases if ph.channel is not None and ph.channel.size),
+              default=1)
+    clocks = Clocks(p, nch, rows=2, start=float(base_us), barrier=barrier, max_period=max_period)
     rounds = 0
+    evaluated = extrapolated = approximated = 0
     cache: OrderedDict[bytes, _Solved] = OrderedDict()  # recent round solutions, by a digest of the messages
-    for group in _groups(tr.phases, int(merge_tolerance)):
+    for group in merge_rounds(tr.phases, int(merge_tolerance)):
         first = group[0]
-        repeat = sum(ph.repeat for ph in group)
-        if len(group) == 1:
-            elems, reduced, total_elems = first.elems, first.reduced, first.elems * first.repeat
-        else:
-            elems = np.maximum.reduce([ph.elems for ph in group])
-            reduced = None if first.reduced is None else np.maximum.reduce([ph.reduced for ph in group])
-            total_elems = np.add.reduce([ph.elems * ph.repeat for ph in group])
+        elems, reduced, total_elems, repeat = merged(group)
         src, dst = first.src, first.dst
         F = src.size
-        nb = elems.astype(np.float64) * itemsize
+        nb = elems.astype(np.float64) * (itemsize / eff)  # bytes on the wire
         if F:
             pid = _ids(table, src, dst)
             h = hashlib.blake2b(digest_size=20)
@@ -515,25 +495,16 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
             else:
                 cache.move_to_end(key)
             lat = table.lat[pid]
-            fin = sol.end + lat
-            comm_end = np.zeros(p)
-            np.maximum.at(comm_end, src, fin)
-            np.maximum.at(comm_end, dst, fin)
+            tx = sol.end
             with np.errstate(divide="ignore", invalid="ignore"):
-                alone = lat + np.where(nb > 0, nb / table.bw[pid], 0.0)
-            ideal_end = np.zeros(p)
-            np.maximum.at(ideal_end, src, alone)
-            np.maximum.at(ideal_end, dst, alone)
+                tx_alone = np.where(nb > 0, nb / table.bw[pid], 0.0)
             # exact bytes on every link over all the group's rounds
             link_bytes[sol.res] += np.bincount(sol.rinv, weights=(total_elems * itemsize)[sol.flow_of_e],
                                                minlength=sol.res.size)
-            comm_us = float(fin.max())
             events = sol.events
             rounds += repeat
         else:
-            comm_end = np.zeros(p)
-            ideal_end = np.zeros(p)
-            comm_us = 0.0
+            lat = tx = tx_alone = np.zeros(0)
             events = 0
             sol = None
         if host is not None:
@@ -543,52 +514,79 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
             lat_sum = float(sum(host.lat_first[i] + (ph.repeat - 1) * host.lat_steady[i] for i, ph in zip(ids, group)))
             beta_us = float((host.beta_s[ids] * w).sum()) / repeat * 1e6
             gam_us = float((host.gamma_s[ids] * w).sum()) / repeat * 1e6
-            slow = 1.0
-            if F:
-                ideal_c = float(ideal_end.max(initial=0.0))
-                if ideal_c > 0:
-                    slow = max(1.0, comm_us / ideal_c)
+            comm_us = float((tx + lat).max(initial=0.0))
+            ideal_c = float((tx_alone + lat).max(initial=0.0))
+            slow = max(1.0, comm_us / ideal_c) if F and ideal_c > 0 else 1.0
             comm_round = lat_sum / repeat + beta_us * slow
-            ideal_c_round = lat_sum / repeat + beta_us
+            ideal_round = lat_sum / repeat + beta_us
             hid = host.overlap * min(beta_us, gam_us)
-            round_us = comm_round + gam_us - hid
-            ideal_round = ideal_c_round + gam_us - hid
-            scale = comm_round / comm_us if comm_us > 0 else 1.0  # flow times stretched to the host's
-            rank_end = comm_end * scale
+            # every message takes its share of the host round (the round's slowest message: all of it)
+            scale = comm_round / comm_us if comm_us > 0 else 1.0
+            iscale = ideal_round / ideal_c if ideal_c > 0 else 1.0
+            tx_rows = np.vstack([tx * scale, tx_alone * iscale])
+            arr_rows = np.vstack([(tx + lat) * scale, (tx_alone + lat) * iscale])
+            red = None
             if reduced is not None and reduced.size and gam_us > 0:
                 share = reduced[:p].astype(np.float64) / max(1.0, float(reduced[:p].max(initial=0)))
-                if share.size < p:
-                    share = np.concatenate([share, np.zeros(p - share.size)])
-                rank_end = rank_end + share * (gam_us - hid)
-            comm_us = comm_round
+                red = share * (gam_us - hid)
+            ov = 0.0
         else:
             scale = 1.0
-            if reduced is not None:
-                red = reduced[:p] * red_us_per_elem[: reduced.size]
-                if red.size < p:
-                    red = np.concatenate([red, np.zeros(p - red.size)])
-                rank_end = comm_end + red - overlap * np.minimum(comm_end, red)
-                ideal_rank = ideal_end + red - overlap * np.minimum(ideal_end, red)
-            else:
-                rank_end, ideal_rank = comm_end, ideal_end
-            round_us = max(comm_us, float(rank_end.max(initial=0.0)))
-            ideal_round = float(ideal_rank.max(initial=0.0))
+            over = 0.0
+            if prm is not None and F:
+                over = prm.step_overhead_us(table.classify(src, dst)[2], lat, protocol.lower())
+            tx_rows = np.vstack([over + tx, over + tx_alone])
+            arr_rows = tx_rows + lat
+            red = None if reduced is None else reduced[:p] * red_us_per_elem[: min(p, reduced.size)]
+            ov = overlap
+        before = clocks.makespan(0), clocks.makespan(1)
+        run = clocks.run(src, dst, first.channel, tx_rows, arr_rows, red, ov, repeat, recv_elems=elems)
+        evaluated += run.rounds_evaluated
+        if run.period < 0:
+            approximated += repeat - run.rounds_evaluated
+        else:
+            extrapolated += repeat - run.rounds_evaluated
+        after = clocks.makespan(0), clocks.makespan(1)
+        t0 = float(run.start[0].min(initial=before[0])) if run.entries.size else before[0]
+        # per rank: its busy time in the first round (from its own start to its last flow or reduction)
+        inc = np.zeros(p * nch)
+        inc[run.entries] = run.first[0] - run.start[0]
+        rank_first = inc.reshape(p, nch).max(axis=1)
+        span = np.zeros(p * nch)
+        span[run.entries] = run.end[0] - run.start[0]
+        busy_total += span.reshape(p, nch).max(axis=1)
+        comm_first = 0.0
+        fin = np.zeros(0)
+        if F:
+            st = np.zeros(p * nch)
+            st[run.entries] = run.start[0]
+            chv = np.zeros(F, np.int64) if first.channel is None else first.channel
+            s_start = st[src * nch + chv]
+            fin = s_start - t0 + arr_rows[0]
+            comm_first = float((tx + lat).max(initial=0.0)) * scale
+        round_us = max(0.0, after[0] - t0) / repeat
         keep = len(phases) < max_detail and sol is not None
         phases.append(PhaseResult(
-            index=len(phases), first_round=rounds - (repeat if F else 0), repeat=repeat, start_us=now,
-            round_us=round_us, comm_us=comm_us, reduce_us=round_us - comm_us, ideal_us=ideal_round,
+            index=len(phases), first_round=rounds - (repeat if F else 0), repeat=repeat, start_us=t0,
+            round_us=round_us, comm_us=min(comm_first, round_us) if round_us else comm_first,
+            reduce_us=max(0.0, round_us - comm_first), ideal_us=max(0.0, after[1] - before[1]) / repeat,
             nflows=F, events=events, merged=len(group),
-            rank_busy_us=rank_end.astype(np.float32) if len(phases) < max_detail else _EMPTY_F,
+            rank_busy_us=rank_first.astype(np.float32) if len(phases) < max_detail else _EMPTY_F,
             flow_src=src if keep else _EMPTY_I, flow_dst=dst if keep else _EMPTY_I,
-            flow_end_us=(fin * scale).astype(np.float32) if keep else _EMPTY_F,
+            flow_end_us=fin.astype(np.float32) if keep else _EMPTY_F,
             link_res=sol.res if keep else _EMPTY_I,  # type: ignore[union-attr]
             link_busy_us=(sol.res_busy * scale).astype(np.float32) if keep else _EMPTY_F))  # type: ignore[union-attr]
-        busy_total += rank_end * repeat
-        now += round_us * repeat
-        ideal += ideal_round * repeat
-    merged = len(tr.phases) - len(phases)
-    if merged:
-        notes.append(f"{merged + len(phases)} distinct round patterns simulated as {len(phases)} "
+    now = clocks.makespan(0)
+    ideal = clocks.makespan(1)
+    if barrier:
+        notes.append("rounds as global barriers (every rank starts round k + 1 when round k is done everywhere)")
+    elif extrapolated or approximated:
+        notes.append(f"dependency-driven: {evaluated} rounds evaluated, {extrapolated} extrapolated exactly from "
+                     f"their periodic regime" + (f", {approximated} at the mean rate of the last rounds (no exact "
+                                                  f"period; see interlink.sim.clocks)" if approximated else ""))
+    nmerged = len(tr.phases) - len(phases)
+    if nmerged:
+        notes.append(f"{nmerged + len(phases)} distinct round patterns simulated as {len(phases)} "
                      f"(sizes within {merge_tolerance} element(s); time is an upper bound within that)")
     if host is None:
         notes.append(f"reduction: {gsrc}, overlap {overlap:g}")
@@ -600,32 +598,36 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
         nbytes=nbytes_of(tr.collective, p, tr.count, int(itemsize)), topology_name=topo.name, time_us=now,
         ideal_us=ideal, rounds=rounds, phases=phases, link_res=used, link_bytes=link_bytes[used],
         link_gbps=table.cap[used] / 1e3, rank_busy_us=busy_total, wall_s=time.perf_counter() - t_wall,
-        notes=tuple(notes), topology=topo)
+        notes=tuple(notes), topology=topo, model="global-barrier" if barrier else "dependency")
 
 
-def _choose(collective: str, nbytes: int, topo: Topology, itemsize: int, root: int) -> tuple[str, str]:
-    """The algorithm :func:`interlink.model.cost.predict` chooses (the fastest with a Schedule), and a note."""
+def _choose(collective: str, nbytes: int, topo: Topology, itemsize: int, root: int,
+            algorithm: str | None = None) -> tuple[str, str, str]:
+    """(algorithm, protocol, note): the algorithm :func:`interlink.model.cost.predict` chooses (the
+    fastest with a Schedule) unless given, and the protocol it prices that algorithm with."""
     from ..algorithms import registry
     from ..model.cost import PSEUDO, predict
 
     have = registry.algorithms_for(collective)
     if not have:
         raise SimError(f"no algorithm for {collective!r}")
+    fallback = algorithm or ("ring" if "ring" in have else have[0])
     try:
         pr = predict(collective, nbytes, topo, dtype=f"int{8 * itemsize}" if itemsize in (1, 2, 4, 8) else "float32",
                      root=root, fast_path=False)
     except Exception as exc:  # noqa: BLE001 - the model cannot price it: the ring, as before
-        algo = "ring" if "ring" in have else have[0]
-        return algo, f"algorithm {algo}: the model could not choose ({exc})"
-    runnable = [c for c in pr.table if c.algorithm not in PSEUDO]
+        return fallback, "simple", f"algorithm {fallback}: the model could not choose ({exc})"
+    runnable = [c for c in pr.table if c.algorithm not in PSEUDO
+                and (algorithm is None or c.algorithm == algorithm)]
     if not runnable:
-        algo = "ring" if "ring" in have else have[0]
-        return algo, f"algorithm {algo}: no Schedule among the model's choices"
-    algo = runnable[0].algorithm
-    note = f"algorithm {algo}: the model's choice (as interlink predict)"
+        return fallback, "simple", ("" if algorithm else f"algorithm {fallback}: no Schedule among the model's choices")
+    best = runnable[0]
+    if algorithm is not None:
+        return algorithm, best.protocol, ""
+    note = f"algorithm {best.algorithm}: the model's choice (as interlink predict)"
     if pr.best.algorithm in PSEUDO:
         note += f"; predict prefers {pr.best.algorithm}, which has no Schedule to simulate yet"
-    return algo, note
+    return best.algorithm, best.protocol, note
 
 
 def simulate_collective(collective: str, nbytes: int, topology: Topology | str, *, algorithm: str | None = None,
@@ -653,8 +655,10 @@ def simulate_collective(collective: str, nbytes: int, topology: Topology | str, 
     if p < topo.nranks:
         topo = topo.with_ranks(list(topo.ranks[:p]))
     chose = None
-    if algorithm is None:
-        algorithm, chose = _choose(collective, nbytes, topo, itemsize, root)
+    if algorithm is None or ("protocol" not in kwargs and _all_gpu(topo, p)):
+        algorithm, proto, chose = _choose(collective, nbytes, topo, itemsize, root, algorithm)
+        if "protocol" not in kwargs and _all_gpu(topo, p):
+            kwargs["protocol"] = proto
     entry = registry.get_entry(collective, algorithm)
     from ..model.cost import builder_params
 
@@ -676,6 +680,12 @@ def simulate_collective(collective: str, nbytes: int, topology: Topology | str, 
     else:
         count = int(nbytes) // itemsize
     tr = _traffic.traffic(collective, algorithm, p, count, root, prefer_fast=True, **params)
+    if kwargs.get("protocol") and "base_us" not in kwargs and _all_gpu(topo, p):
+        # NCCL's fixed cost of a call (baseLat per algorithm family and protocol), as the model adds it
+        from ..model.params import default_params
+
+        prm = kwargs.get("params") or default_params()
+        kwargs["base_us"] = prm.call_latency_us(algorithm, str(kwargs["protocol"]).lower())
     res = simulate(tr, topo, itemsize=itemsize, **kwargs)
     res.wall_s = time.perf_counter() - t0
     if chose:

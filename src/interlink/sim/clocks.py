@@ -1,0 +1,207 @@
+"""Dependency-driven timing of a Schedule's rounds: one clock per (rank, channel).
+
+The Schedule's semantics (see :mod:`interlink.algorithms.schedule`): a rank-channel pair runs its rounds
+in order; its round k starts when its round k - 1 is done; a send is eager (its bytes leave when the
+sender starts the round, buffered at the receiver until it gets there). So, with ``T[e]`` the time
+entry e = (rank, channel) finished its last round, one round is::
+
+    start(m)  = T[src(m), ch(m)]                      for every message m of the round
+    comm[e]   = max(T[e], start(m) + tx(m)   for m sent by e,          (its bytes are out)
+                       start(m) + arr(m)  for m received by e)          (its bytes are in)
+    T'[e]     = comm[e] + red[e] - overlap x min(comm[e] - T[e], red[e])   (the reduction after it,
+                                                                          partly hidden under it)
+
+``tx`` and ``arr`` (transfer end and arrival, relative to the message's start) come from the caller (the
+simulator: the max-min fair sharing of the round's flows plus the path latency). Entries a round does not
+touch keep their clock: a tree's leaves wait for nothing while the root works, a pipelined chain's ranks
+start as soon as their segment is in.
+
+Repeated rounds. A run of ``repeat`` identical rounds is a map ``T -> F(T)`` applied ``repeat`` times.
+F is shift-invariant (``F(T + c) = F(T) + c``), so once ``T_k - T_{k-q} = c`` is the same constant on
+every entry the run touches, the run is periodic from there on (``T_{k+j} = T_{k-q+j} + c``, by
+induction) and the rest is extrapolated exactly. A ring whose hops have a few latency classes (NVLink
+inside a host, the NIC across) becomes periodic with period ``q`` = the pattern's length after a few
+rounds; the check looks at periods up to ``max_period`` (as many as ``history_bytes`` of kept clocks
+allow). A run with no period after ``settle`` rounds (a latency-bound ring whose hop pattern does not
+repeat along it, e.g. the last leaf switch partly filled: its critical cycle is the whole ring) goes on
+at one rate per channel, the mean increment of the channel's entries over the last window of W rounds
+(``RunResult.period = -W``): in max-plus terms every entry of a ring grows at the critical cycle's mean
+in the long run, and averaged over all the ring's entries a window's increments are that mean (each
+entry's window covers other hops of the same ring). Each entry keeps its own offset, so the time is off
+by about one window's spread of increments, not by that per round. ``settle=None``: always exact.
+
+``barrier=True`` starts every round on every entry at the latest clock (rounds as global barriers: the
+model of simulators before this one, kept to compare).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Clocks", "RunResult"]
+
+_TOL = 1e-9  # relative: clocks are equal when they differ by less than this (times are sums of floats)
+
+
+@dataclass
+class RunResult:
+    """What one run of identical rounds did. ``start``/``end``: (rows, entries touched) clocks before and
+    after; ``first``: after the first round; ``rounds_evaluated``: rounds computed (the rest extrapolated);
+    ``period``: the period found (0: none, every round evaluated; -W: the rest at the mean rate of the
+    last W rounds)."""
+
+    entries: np.ndarray
+    start: np.ndarray
+    first: np.ndarray
+    end: np.ndarray
+    rounds_evaluated: int
+    period: int
+
+
+class Clocks:
+    """``rows`` independent sets of clocks (the simulator keeps two: with contention and without) over
+    ``nranks x nchannels`` entries (entry = rank x nchannels + channel)."""
+
+    def __init__(self, nranks: int, nchannels: int = 1, rows: int = 2, start: float = 0.0,
+                 barrier: bool = False, max_period: int = 256, settle: int | None = 128,
+                 history_bytes: float = 256e6) -> None:
+        self.p = int(nranks)
+        self.C = max(1, int(nchannels))
+        self.T = np.full((rows, self.p * self.C), float(start))
+        self.barrier = bool(barrier)
+        self.max_period = int(max_period)
+        self.settle = settle
+        self.history_bytes = float(history_bytes)
+
+    def rank_times(self, row: int = 0) -> np.ndarray:
+        """Per rank: the latest clock over its channels."""
+        return self.T[row].reshape(self.p, self.C).max(axis=1)
+
+    def makespan(self, row: int = 0) -> float:
+        return float(self.T[row].max(initial=0.0))
+
+    def run(self, src: np.ndarray, dst: np.ndarray, ch: np.ndarray | None, tx: np.ndarray, arr: np.ndarray,
+            red: np.ndarray | None, overlap: float, repeat: int, recv_elems: np.ndarray | None = None
+            ) -> RunResult:
+        """Apply ``repeat`` identical rounds. ``src``/``dst``/``ch``: per message (``ch`` None: channel 0);
+        ``tx``/``arr``: (rows, messages) transfer end and arrival relative to the message's start;
+        ``red``: per rank, the time its reductions of one round take (split over its channels by the
+        elements each receives, ``recv_elems`` per message; a rank that reduces without receiving does it
+        on channel 0); ``overlap``: the fraction of a reduction that can hide under the round's
+        communication."""
+        C = self.C
+        chv = np.zeros(src.size, np.int64) if ch is None else ch.astype(np.int64)
+        s_e = src.astype(np.int64) * C + chv
+        d_e = dst.astype(np.int64) * C + chv
+        red_e = red_v = None
+        if red is not None and np.any(red > 0):
+            w = recv_elems if recv_elems is not None else np.ones(src.size)
+            per_e = np.bincount(d_e, weights=w.astype(np.float64), minlength=self.p * C)
+            per_r = per_e.reshape(self.p, C).sum(axis=1)
+            share = np.zeros((self.p, C))
+            has = per_r > 0
+            share[has] = per_e.reshape(self.p, C)[has] / per_r[has, None]
+            share[~has, 0] = 1.0
+            full = (share * red[: self.p, None] if red.size >= self.p else
+                    share * np.concatenate([red, np.zeros(self.p - red.size)])[:, None]).ravel()
+            red_e = np.flatnonzero(full > 0)
+            red_v = full[red_e]
+        if self.barrier:
+            ent = np.arange(self.p * C)
+        else:
+            parts = [s_e, d_e] + ([red_e] if red_e is not None else [])
+            ent = np.unique(np.concatenate(parts))
+        sp = np.searchsorted(ent, s_e)
+        dp = np.searchsorted(ent, d_e)
+        tgt = np.concatenate([sp, dp])
+        order = np.argsort(tgt, kind="stable")
+        tsorted = tgt[order]
+        starts = np.flatnonzero(np.r_[True, tsorted[1:] != tsorted[:-1]]) if tsorted.size else np.zeros(0, np.int64)
+        uniq = tsorted[starts]
+        off = np.concatenate([tx, arr], axis=1)[:, order] if tsorted.size else None
+        src_of = np.concatenate([sp, sp])[order]
+        redp = None
+        if red_v is not None:
+            redp = np.zeros(ent.size)
+            redp[np.searchsorted(ent, red_e)] = red_v
+        ov = float(overlap)
+
+        def step(Tp: np.ndarray) -> np.ndarray:
+            if self.barrier:
+                Tp = np.broadcast_to(Tp.max(axis=1, keepdims=True), Tp.shape).copy()
+            c = Tp.copy()
+            if off is not None:
+                m = np.maximum.reduceat(Tp[:, src_of] + off, starts, axis=1)
+                c[:, uniq] = np.maximum(c[:, uniq], m)
+            if redp is not None:
+                c = c + redp - ov * np.minimum(c - Tp, redp)
+            return c
+
+        T0 = self.T[:, ent]
+        # periods up to max_period, as far as the history fits in history_bytes
+        qmax = min(self.max_period, int(self.history_bytes // max(1, T0.nbytes)) - 1)  # < 1: no periods
+        hist: deque[np.ndarray] = deque([T0], maxlen=max(1, qmax) + 1)
+        Tp = T0
+        first = None
+        done = 0
+        period = 0
+        sample = np.unique(np.linspace(0, ent.size - 1, min(ent.size, 48)).astype(np.int64))
+        hs: deque[np.ndarray] = deque([T0[:, sample]], maxlen=max(1, qmax) + 1)
+        while done < repeat:
+            Tp = step(Tp)
+            done += 1
+            if first is None:
+                first = Tp
+            if done == repeat or repeat <= 2 or not ent.size or qmax < 1:
+                hist.append(Tp)
+                continue
+            ts = Tp[:, sample]
+            q = self._period(hist, hs, Tp, ts, qmax)
+            hist.append(Tp)
+            hs.append(ts)
+            if not q and self.settle is not None and done >= max(self.settle, qmax) and repeat - done > qmax:
+                # no exact period (the hops' pattern does not repeat along the ring, e.g. a partly filled
+                # leaf switch): every entry goes on at its mean rate over the last qmax rounds. Off by at
+                # most the spread of a window's increments, not per round (see the module docstring)
+                hl = list(hist)
+                W = len(hl) - 1
+                g = (hl[-1] - hl[0]) / W  # per entry, its mean increment over the window
+                ch = ent % self.C
+                rate = np.zeros_like(g)
+                for c in np.unique(ch).tolist():  # a channel's ring: one rate, the mean over its entries
+                    m = ch == c
+                    rate[:, m] = g[:, m].mean(axis=1, keepdims=True)
+                Tp = hl[-1] + (repeat - done) * rate
+                period = -W
+                break
+            if q:
+                # periodic from round done - q on: T_{done-q+j} = history, plus whole periods of c
+                hl = list(hist)  # hl[-1] = T_done, hl[-1-q] = T_{done-q}
+                c = hl[-1] - hl[-1 - q]
+                left = repeat - (done - q)
+                a, b = divmod(left, q)
+                Tp = hl[-1 - q + b] + a * c
+                period = q
+                break
+        self.T[:, ent] = Tp
+        return RunResult(ent, T0, first if first is not None else T0, Tp, done, period)
+
+    @staticmethod
+    def _period(hist: deque, hs: deque, Tp: np.ndarray, ts: np.ndarray, qmax: int) -> int:
+        """The smallest q <= qmax with T_k - T_{k-q} the same on every entry (per row); 0: none.
+        ``hs`` holds the sampled entries of ``hist`` (checked first, all at once)."""
+        n = len(hist)
+        if n == 0:
+            return 0
+        tol = float(np.abs(Tp).max(initial=0.0)) * _TOL + 1e-9
+        old = np.stack(list(hs)[::-1][: min(qmax, n)])  # old[q - 1] = sample of T_{k-q}
+        d = ts[None] - old
+        spread = (d.max(axis=2) - d.min(axis=2)).max(axis=1)
+        for q in (np.flatnonzero(spread <= tol) + 1).tolist():
+            d = Tp - hist[-q]
+            if float((d.max(axis=1) - d.min(axis=1)).max()) <= tol:
+                return q
+        return 0
