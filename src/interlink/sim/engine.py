@@ -614,7 +614,7 @@ def _choose(collective: str, nbytes: int, topo: Topology, itemsize: int, root: i
     fallback = algorithm or ("ring" if "ring" in have else have[0])
     try:
         pr = predict(collective, nbytes, topo, dtype=f"int{8 * itemsize}" if itemsize in (1, 2, 4, 8) else "float32",
-                     root=root, fast_path=False)
+                     root=root, fast_path=False, algorithm=algorithm)  # given: only its protocols
     except Exception as exc:  # noqa: BLE001 - the model cannot price it: the ring, as before
         return fallback, "simple", f"algorithm {fallback}: the model could not choose ({exc})"
     runnable = [c for c in pr.table if c.algorithm not in PSEUDO

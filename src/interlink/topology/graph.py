@@ -298,7 +298,13 @@ class Topology:
         return sorted({d.host for d in self.devices if d.host is not None})
 
     def host_devices(self, host: int) -> list[Device]:
-        return [d for d in self.devices if d.host == host]
+        by = self.__dict__.get("_by_host")
+        if by is None:  # one pass for all hosts (callers ask for every host of a 16,384-host cluster)
+            by = {}
+            for d in self.devices:
+                by.setdefault(d.host, []).append(d)
+            self.__dict__["_by_host"] = by
+        return list(by.get(host, ()))
 
     def summary(self) -> dict[str, Any]:
         kinds: dict[str, int] = {}
