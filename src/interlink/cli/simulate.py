@@ -38,7 +38,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "simulate",
         help="simulate a collective on a topology (flows over links, max-min fair sharing)",
         description="Simulate a collective's Schedule on a topology: every message is a flow over its path's "
-                    "links, links are shared max-min fairly among concurrent flows, rounds are barriers.",
+                    "links, shared max-min fairly within a round; each rank and channel starts its next round when "
+                    "its own messages are in (dependency-driven, as predict times it).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=SIZE_EPILOG + " Topologies: a preset (dgx-h100), a cluster (16xdgx-h100:oversub=2) or a "
                ".yaml/.json file. --plot needs matplotlib (pip install 'interlink[plot]'): without it the result "

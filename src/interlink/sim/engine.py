@@ -1,4 +1,4 @@
-"""Flow-level simulation of a Schedule on a Topology: links shared max-min fairly, rounds as barriers.
+"""Flow-level simulation of a Schedule on a Topology: links shared max-min fairly, dependency-driven timing.
 
     simulate(traffic_or_schedule, topology, itemsize=4) -> SimResult
     simulate_collective("all_reduce", 1 << 30, "128xdgx-h100", algorithm="ring") -> SimResult
@@ -17,12 +17,16 @@ The model
   (gamma: 1 / HBM bandwidth on GPUs, the host's reduce rate on CPUs, from
   :mod:`interlink.model.params`), of which the fraction ``reduce.overlap`` hides under the transfer:
   ``rank end = comm end + reduce - overlap x min(comm end, reduce)``.
-* **Rounds are global barriers** (the model implemented here): round k + 1 starts on every rank when
-  the last flow and the last reduction of round k are done. This is exact for schedules whose rounds
-  are balanced (rings, the lanes of hierarchical algorithms) and an upper bound where a rank could run
-  ahead of a slow one (NCCL-like per-rank dependencies would start a rank's next round as soon as
-  its own messages are in; not modelled). It lets a run of identical rounds (``Phase.repeat``) be
-  simulated once and multiplied.
+* **Dependencies, not barriers** (:mod:`interlink.sim.clocks`): each (rank, channel) has a clock; its
+  round k starts when its round k - 1 is done; a message leaves when its sender starts the round (eager),
+  holds the sender for the protocol's step overhead plus its transfer, and arrives its path latency later.
+  ``barrier=True`` times rounds as global barriers instead (every rank starts round k + 1 when round k is
+  done everywhere), as this simulator did before. Contention is solved per round index: the flows of
+  round k share links as if concurrent. Runs of identical rounds are extrapolated (exactly once periodic).
+* **Protocol** (GPUs, ``protocol=``): bytes on the wire are payload / the protocol's efficiency, and each
+  message pays :meth:`~interlink.model.params.Params.step_overhead_us`; ``simulate_collective`` runs the
+  protocol the model chose and adds NCCL's call latency, so it gives predict's time where nothing
+  contends. ``protocol=None``: flows only.
 * **Near-identical rounds.** When the count does not divide evenly, consecutive ring rounds carry
   blocks whose sizes differ by one element (the sizes rotate). With ``merge_tolerance=1`` (the
   default) consecutive rounds with the same (src, dst) messages whose sizes differ by at most that
