@@ -261,19 +261,12 @@ def _info(topo: Topology) -> _TopoInfo:
 
 @dataclass
 class _Rounds:
-    """Per phase: repeat, latency parts, beta seconds (at efficiency 1) and gamma seconds.
-
-    GPU latencies depend on the protocol, so they are kept as hop-kind counts: ``kinds[i]`` says which
-    hop kinds (nvlink, pcie, net) phase i's messages use (the first round pays the largest);
-    ``cycles[i]`` (repeated permutation phases: rings) holds per distinct cycle its hop-kind counts and
-    length, ``rest[i]`` the kinds of messages outside cycles. CPU latencies are numbers (``lat_first``,
-    ``lat_steady``).
-    """
+    """Per phase: repeat, CPU latency parts (``lat_first``: the first round of the phase, ``lat_steady``:
+    the following ones), beta seconds (at efficiency 1) and gamma seconds; on GPUs ``clock_us``: per
+    protocol (PROTOCOLS order) the dependency-driven time of the steps (:func:`_gpu_clock`), of which
+    beta and gamma give the transfer and reduce parts."""
 
     repeat: np.ndarray
-    kinds: np.ndarray  # (phases, 3) bool
-    cycles: list  # per phase: None or (k, 4) array [n_nvlink, n_pcie, n_net, length]
-    rest: np.ndarray  # (phases, 3) bool
     lat_first: np.ndarray
     lat_steady: np.ndarray
     beta_s: np.ndarray
@@ -281,7 +274,7 @@ class _Rounds:
     rounds: int
     mode: str
     channels: int
-    clock_us: np.ndarray | None = None  # GPUs: per protocol (PROTOCOLS order), the dependency-driven time
+    clock_us: np.ndarray | None = None
 
 
 def _host_rates(params: Params, transport: str) -> tuple[float, float, float | None, float]:
@@ -378,17 +371,19 @@ def _channel_cycles(ph: Any, p: int) -> tuple[list[np.ndarray], np.ndarray] | No
 
 def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transport: str | None) -> _Rounds:
     p = tr.nranks
-    nph = len(tr.phases)
-    rep = np.array([ph.repeat for ph in tr.phases], dtype=np.float64)
-    kinds = np.zeros((nph, 3), bool)
-    rest = np.zeros((nph, 3), bool)
-    cycles: list = [None] * nph
+    gpu = info.gpu
+    # GPUs: the clocks give the time; the per-phase beta and gamma only split it, so near-identical
+    # rounds (uneven ring blocks) are taken together, as the clocks take them
+    phases = tr.phases if not gpu else tuple(
+        _traffic.Phase(g[0].src, g[0].dst, m[0], m[1], m[3], g[0].channel)
+        for g in _traffic.merge_rounds(tr.phases, 1) for m in [_traffic.merged(g)])
+    nph = len(phases)
+    rep = np.array([ph.repeat for ph in phases], dtype=np.float64)
     lat_first = np.zeros(nph)
     lat_steady = np.zeros(nph)
     beta = np.zeros(nph)
     gam = np.zeros(nph)
     gamma = _gamma_per_rank(info, params)[:p]
-    gpu = info.gpu
     tcp_all = transport == "tcp"
     if not gpu:
         a_shm, o_shm, b_shm, m_shm = _host_rates(params, "shm")
@@ -401,7 +396,7 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
     g_tcp = None
     if not gpu and params.get("host.tcp.reduce_ns_per_byte") is not None:
         g_tcp = params.value("host.tcp.reduce_ns_per_byte") * 1e-9 * bo[:p] * cf
-    for i, ph in enumerate(tr.phases):
+    for i, ph in enumerate(phases):
         if ph.reduced is not None:
             gam[i] = float((ph.reduced[:p] * itemsize * gamma[: ph.reduced.size]).max(initial=0.0))
             if g_tcp is not None and ph.src.size and (tcp_all or info.nhosts > 1):
@@ -419,8 +414,6 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
         if gpu:
             t = nbytes / (bw * 1e9)
             port_net = kind == _NET
-            kinds[i] = np.bincount(kind, minlength=3)[:3] > 0
-            mlat = None
         else:
             tcp = cross | tcp_all
             wire = 1.0 / (bw * 1e9)
@@ -451,18 +444,12 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
             if fan:
                 ops_us += fan * (fo_tcp if bool(tcp.all()) else fo_shm)
             lat_first[i] = lat_steady[i] = float(mlat.max()) + ops_us
-        if ph.repeat > 1:
+        if ph.repeat > 1 and not gpu:
             cyc = _channel_cycles(ph, p)
             if cyc is not None:
                 loops, off = cyc
-                if gpu:
-                    rows = np.array([np.append(np.bincount(kind[c], minlength=3)[:3], c.size) for c in loops],
-                                    dtype=np.float64).reshape(-1, 4)
-                    cycles[i] = np.unique(rows, axis=0) if rows.size else rows
-                    rest[i] = np.bincount(kind[off], minlength=3)[:3] > 0
-                else:
-                    means = [float(mlat[c].mean()) for c in loops]
-                    lat_steady[i] = max(means + ([float(mlat[off].max())] if off.any() else [])) + ops_us
+                means = [float(mlat[c].mean()) for c in loops]
+                lat_steady[i] = max(means + ([float(mlat[off].max())] if off.any() else [])) + ops_us
         port = port_net.astype(np.int64)
         send = np.bincount(src * 2 + port, weights=t, minlength=2 * p)
         recv = np.bincount(dst * 2 + port, weights=t, minlength=2 * p)
@@ -476,8 +463,7 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
     channels = max((int(ph.channel.max()) + 1 for ph in tr.phases if ph.channel is not None and ph.channel.size),
                    default=1)
     clock = _gpu_clock(tr, info, params, itemsize) if gpu else None
-    return _Rounds(rep, kinds, cycles, rest, lat_first, lat_steady, beta, gam, rounds,
-                   "gpu" if gpu else "cpu", channels, clock)
+    return _Rounds(rep, lat_first, lat_steady, beta, gam, rounds, "gpu" if gpu else "cpu", channels, clock)
 
 
 def _gpu_clock(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int,
@@ -522,35 +508,22 @@ def _gpu_clock(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int,
 
 
 def _finish(r: _Rounds, params: Params, protocol: str, algorithm: str, notes: tuple[str, ...] = ()) -> Estimate:
-    """Add up the rounds: latency (first round of a phase: the largest; the following rounds of a
-    repeated ring: the largest mean around a cycle, i.e. the pipelined steady state) + transfer + reduce."""
-    if r.mode == "gpu":
-        eff = params.efficiency(protocol)
-        hop = np.array([params.hop_latency_us(k, protocol) for k in _HOP_KINDS])
-        first = np.where(r.kinds, hop[None, :], 0.0).max(axis=1) if r.kinds.size else np.zeros(0)
-        steady = first.copy()
-        for i, cyc in enumerate(r.cycles):
-            if cyc is not None and cyc.size:
-                m = float(((cyc[:, :3] @ hop) / cyc[:, 3]).max())
-                steady[i] = max(m, float(np.where(r.rest[i], hop, 0.0).max()))
-        base = params.call_latency_us(algorithm, protocol)
-        beta = r.beta_s / eff
-        overlap = params.value("reduce.overlap.gpu")
-    else:
-        first, steady = r.lat_first, r.lat_steady
-        base = params.value("host.call_us")
-        beta = r.beta_s
-        overlap = params.value("reduce.overlap.cpu")
+    """GPUs: the call latency plus the steps' dependency-driven time; its latency part is what it adds to
+    the bytes and the reductions. CPUs: add up the rounds: latency (first round of a phase; the following
+    rounds of a repeated ring pay the largest mean around a cycle, the pipelined steady state) + transfer
+    + reduce."""
+    gpu = r.clock_us is not None
+    beta = r.beta_s / params.efficiency(protocol) if gpu else r.beta_s
+    overlap = params.value("reduce.overlap.gpu" if gpu else "reduce.overlap.cpu")
     hidden = overlap * np.minimum(beta, r.gamma_s)  # the part of the reduction under the transfer
     transfer = float((r.repeat * beta).sum()) * 1e6
     reduce = float((r.repeat * (r.gamma_s - hidden)).sum()) * 1e6
-    if r.clock_us is not None:
-        # GPUs: the dependency-driven time of the steps; latency is what it adds to bytes and reductions
-        total = base + float(r.clock_us[PROTOCOLS.index(protocol)])
+    if gpu:
+        total = params.call_latency_us(algorithm, protocol) + float(r.clock_us[PROTOCOLS.index(protocol)])
         latency = max(0.0, total - transfer - reduce)
         return Estimate(total, latency, transfer, reduce, r.rounds, protocol, r.channels, r.mode, notes)
-    per_lat = first + (r.repeat - 1) * steady
-    latency = base + float(per_lat.sum())
+    per_lat = r.lat_first + (r.repeat - 1) * r.lat_steady
+    latency = params.value("host.call_us") + float(per_lat.sum())
     return Estimate(latency + transfer + reduce, latency, transfer, reduce, r.rounds, protocol, r.channels,
                     r.mode, notes)
 
