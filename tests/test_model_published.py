@@ -46,7 +46,8 @@ NOT_YET = [
     ("C11", "all_reduce", 8 * G, "4xdgx-h100", None, None, 320.0, "NVIDIA/nccl#1221, 4 nodes H100 8x400G RoCE",
      "RoCE: the preset's fabric is InfiniBand NDR (no RoCE derating in the catalog)"),
     ("C15", "all_reduce", G // 2, "248xhgx-h200", None, None, 350.0, "NVIDIA/nccl-tests#283, 248 nodes H200, 512M",
-     "1,984 ranks: NCCL runs NVLS-Tree/Tree with latency hidden by pipelining; the model pays latency per round"),
+     "1,984 ranks: nccl_tree (now priced from its traffic at any size) gives 279 (-20%); NCCL runs NVLS+Tree "
+     "here (in-switch reduction inside each node), which has no Schedule yet"),
 ]
 
 

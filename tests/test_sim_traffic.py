@@ -19,8 +19,8 @@ def counts(p: int) -> list[int]:
 
 
 def check(coll: str, algo: str, p: int, n: int, root: int = 0, **params) -> None:
+    ref = tr.from_schedule(get_schedule(coll, algo, p, n, root, **params))  # loads the families
     fast = tr._FAST[(coll, algo)](p, n, root=root, **params)
-    ref = tr.from_schedule(get_schedule(coll, algo, p, n, root, **params))
     assert fast.nranks == p and fast.count == n
     assert fast.equals(ref), (coll, algo, p, n, root, params)
     assert fast.rounds == ref.rounds
@@ -73,6 +73,28 @@ def test_tree(p):
         check("all_reduce", "tree", p, n)
     for S in (2, 5):
         check("all_reduce", "tree", p, 40, segments=S)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 6, 8, 9, 12, 16, 24])
+def test_nccl_tree(p):
+    """NCCL's Tree: chains per host of L ranks, the double binary tree over hosts, C channels through
+    their heads (exits), pipelined segments; the generator equals the Schedule's traffic."""
+    cases = [dict(), dict(channels=1), dict(channels=3, segments=2)]
+    for L in (1, 2, 3, 4, 8):
+        if L <= p and p % L == 0:
+            cases.append(dict(channels=2, local_size=L))
+            cases.append(dict(channels=4, local_size=L, exits=(0, L - 1), segments=3))
+    for params in cases:
+        for n in counts(p) + [300_000]:
+            check("all_reduce", "nccl_tree", p, n, **params)
+
+
+def test_nccl_tree_at_scale():
+    # 248 x 8 ranks (beyond what a Schedule of objects builds): 16 channels, 128 segments each
+    t = tr.traffic("all_reduce", "nccl_tree", 1984, (1 << 29) // 4, channels=16, local_size=8,
+                   exits=tuple(range(8)))
+    assert t.rounds == len([ph for ph in t.phases if ph.nmessages]) or t.rounds > 0
+    assert int(t.sent_per_rank().sum()) > 0 and max(int(ph.channels().max()) for ph in t.phases) == 15
 
 
 def test_compact_at_scale():

@@ -452,3 +452,90 @@ def broadcast_binomial_traffic(nranks: int, count: int, root: int = 0) -> Traffi
             v = np.arange(min(step, p - step), dtype=np.int64)
             out.add((v + root) % p, (v + step + root) % p, np.full(v.size, n, dtype=np.int64), None)
     return out.traffic("broadcast", "binomial", n)
+
+
+@register_traffic("all_reduce", "nccl_tree")
+def all_reduce_nccl_tree_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None,
+                                 channels: int = 2, local_size: int | None = None,
+                                 exits: tuple[int, ...] | None = None) -> Traffic:
+    """Traffic of :func:`all_reduce_nccl_tree`, one numpy pass per (round, channel): the chains of every
+    host and the tree's hosts at once (the builder's stages, solved for the segment each sends)."""
+    p, n = nranks, count
+    L = int(local_size or p)
+    if L < 1 or p % L:
+        L = p
+    H = p // L
+    C = int(channels)
+    if C < 1:
+        raise ValueError(f"channels must be >= 1, got {channels}")
+    out = _Phases(p)
+    sizes = split_sizes(n, C)
+    E = len(exits) if exits else max(1, (C + 1) // 2)
+    shapes = []
+    for parents in (_double_binary_tree_np(H) if H > 1 else (np.array([-1]), np.array([-1]))):
+        depth, height = _depths_heights_np(parents)
+        Ht = int(height[parents < 0][0])
+        kids = np.flatnonzero(parents >= 0)
+        shapes.append((parents, kids, depth, height, Ht))
+    hosts = np.arange(H, dtype=np.int64)
+    chans = []
+    last = 0
+    for c, cn in enumerate(sizes.tolist()):
+        if cn == 0:
+            continue
+        parents, kids, depth, height, Ht = shapes[(c // E) % 2]
+        head = int(exits[c % E]) % L if exits else (c % E) % L
+        S = nccl_tree_segments(cn, segments)
+        seg = split_sizes(cn, S)
+        U = L - 2 + Ht
+        chans.append((c, parents, kids, depth, height, U, head, S, seg))
+        last = max(last, 1 + U + 1 + int(depth.max(initial=0)) + max(L - 2, 0) + S - 1, 1 + L - 1 + Ht + S - 1)
+    for k in range(1, last + 1):
+        srcs, dsts, els, chs = [], [], [], []
+        red = np.zeros(p, dtype=np.int64)
+
+        def emit(src, dst, el, c, reduce):
+            srcs.append(src)
+            dsts.append(dst)
+            els.append(el)
+            chs.append(np.full(src.size, c, dtype=np.int64))
+            if reduce:
+                red[:] += np.bincount(dst, weights=el, minlength=p).astype(np.int64)
+
+        for c, parents, kids, depth, height, U, head, S, seg in chans:
+            def rank(h, i):
+                return h * L + (head + i) % L
+
+            if L > 1:
+                # up the chain: position i (1..L-1) sends segment s = k - 1 - (L - 1 - i)
+                i = np.arange(1, L, dtype=np.int64)
+                s = k - 1 - (L - 1 - i)
+                ok = (s >= 0) & (s < S)
+                if ok.any():
+                    hh, ii = np.meshgrid(hosts, i[ok], indexing="ij")
+                    el = np.broadcast_to(seg[s[ok]], hh.shape).ravel()
+                    emit(rank(hh, ii).ravel(), rank(hh, ii - 1).ravel(), el, c, True)
+            # up the tree: host x (not the root) of height h sends s = k - 1 - (L - 1) - h
+            s = k - 1 - (L - 1) - height[kids]
+            ok = (s >= 0) & (s < S)
+            x = kids[ok]
+            if x.size:
+                emit(rank(x, 0), rank(parents[x], 0), seg[s[ok]], c, True)
+            # down the tree: host x's parent (at depth d - 1) sends s = k - 2 - U - (d - 1)
+            s = k - 2 - U - (depth[kids] - 1)
+            ok = (s >= 0) & (s < S)
+            x = kids[ok]
+            if x.size:
+                emit(rank(parents[x], 0), rank(x, 0), seg[s[ok]], c, False)
+            if L > 1:
+                # down the chain: position i (0..L-2) of host h sends s = k - 2 - U - depth[h] - i
+                i = np.arange(L - 1, dtype=np.int64)
+                hh, ii = np.meshgrid(hosts, i, indexing="ij")
+                s = k - 2 - U - depth[hh] - ii
+                ok = (s >= 0) & (s < S)
+                if ok.any():
+                    emit(rank(hh[ok], ii[ok]), rank(hh[ok], ii[ok] + 1), seg[s[ok]], c, False)
+        if srcs:
+            out.add(np.concatenate(srcs), np.concatenate(dsts), np.concatenate(els).astype(np.int64),
+                    red, channel=np.concatenate(chs))
+    return out.traffic("all_reduce", "nccl_tree", n)
