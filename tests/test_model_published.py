@@ -36,13 +36,12 @@ ROWS = [
     ("C16-4", "reduce_scatter", 4 * G, "4xdgx-h100", None, None, 360.0, "NVIDIA/nccl#1229, 4 nodes H100 (approx.)"),
     ("C16-8", "reduce_scatter", 4 * G, "8xdgx-h100", None, None, 345.0, "NVIDIA/nccl#1229, 8 nodes H100 (approx.)"),
     ("C16-16", "reduce_scatter", 4 * G, "16xdgx-h100", None, None, 320.0, "NVIDIA/nccl#1229, 16 nodes H100 (approx.)"),
+    ("C21", "all_reduce", 8 * G, "gb200-nvl72", None, None, 834.57, "coreweave/nccl-tests#43, NVL72 rack, 8G"),
 ]
 
 NOT_YET = [
     ("C8", "all_reduce", 16 * G, "2xdgx-h100", None, None, 470.0, "NVIDIA/nccl-tests#309, 2 nodes H100, NVLSTree",
      "NVLS+Tree across hosts is not a Schedule yet (in-switch steps)"),
-    ("C21", "all_reduce", 8 * G, "gb200-nvl72", None, None, 834.57, "coreweave/nccl-tests#43, NVL72 rack, 8G",
-     "NVLS over 72 GPUs is a closed form (n(1+1/p) at 0.85 x NVLink5) that overshoots; no switch steps yet"),
     ("C11", "all_reduce", 8 * G, "4xdgx-h100", None, None, 320.0, "NVIDIA/nccl#1221, 4 nodes H100 8x400G RoCE",
      "RoCE: the preset's fabric is InfiniBand NDR (no RoCE derating in the catalog)"),
     ("C15", "all_reduce", G // 2, "248xhgx-h200", None, None, 350.0, "NVIDIA/nccl-tests#283, 248 nodes H200, 512M",
@@ -54,9 +53,8 @@ NOT_YET = [
 def _check(coll, nbytes, topo, algo, nranks, pub):
     pr = predict(coll, nbytes, topo, algorithm=algo, nranks=nranks)
     got = {"predict": pr.best.busbw_gbps}
-    if pr.best.algorithm != "nvls":  # the simulator runs Schedules; NVLS has none yet
-        sim = simulate_collective(coll, nbytes, topo, algorithm=algo or pr.best.algorithm, nranks=nranks)
-        got["simulate"] = sim.busbw_gbps
+    sim = simulate_collective(coll, nbytes, topo, algorithm=algo or pr.best.algorithm, nranks=nranks)
+    got["simulate"] = sim.busbw_gbps
     for what, v in got.items():
         assert abs(v / pub - 1) <= TOL, f"{what}: {v:.1f} GB/s vs published {pub} ({pr.best.algorithm})"
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import VerificationError
 from ..ops import ReduceOp, finish_avg, numpy_reduce, ops_for_dtype, reduce_into
-from .schedule import Copy, Get, Recv, Reduce, Schedule, Send
+from .schedule import Copy, Get, Multicast, Recv, Reduce, Schedule, Send, SwitchReduce
 
 UNDEFINED = -1  # element never written
 POISON = -2  # element combined from mismatched or undefined sources
@@ -67,6 +67,13 @@ def run_numeric(s: Schedule, inputs: Sequence[np.ndarray], op: ReduceOp | str = 
                     inflight.setdefault((r, st.peer), []).append(view(r, st.src).copy())
                 elif isinstance(st, Get):  # the peer's chunk as it is at the start of the round
                     got.setdefault(r, []).append(view(st.peer, st.src).copy())
+                elif isinstance(st, SwitchReduce):  # the switch reduces the members' chunks as they are now
+                    acc = view(st.group[0], st.src).copy()
+                    for g in st.group[1:]:
+                        reduce_into(rop, acc, view(g, st.src).copy())
+                    got.setdefault(r, []).append(acc)
+                elif isinstance(st, Multicast):
+                    got.setdefault(r, []).append(view(r, st.src).copy())
         # 2. deliver
         for r in range(p):
             for st in s.ranks[r][k].steps:
@@ -77,6 +84,12 @@ def run_numeric(s: Schedule, inputs: Sequence[np.ndarray], op: ReduceOp | str = 
                         reduce_into(rop, dst, data)
                     else:
                         dst[...] = data
+                elif isinstance(st, SwitchReduce):
+                    view(r, st.dst)[...] = got[r].pop(0)
+                elif isinstance(st, Multicast):
+                    data = got[r].pop(0)
+                    for g in st.group:
+                        view(g, st.dst)[...] = data
         # 3. local steps
         for r in range(p):
             for st in s.ranks[r][k].steps:
@@ -170,6 +183,16 @@ def run_symbolic(s: Schedule) -> tuple[list[dict[str, _Sym]], list[np.ndarray]]:
                 elif isinstance(st, Get):
                     v = get(st.peer, st.src)
                     got.setdefault(r, []).append((v.counts.copy(), v.origin.copy()))
+                elif isinstance(st, SwitchReduce):
+                    v = get(st.group[0], st.src)
+                    acc = _Sym(v.counts.copy(), v.origin.copy())
+                    for g in st.group[1:]:
+                        w = get(g, st.src)
+                        combine(acc, w.counts.copy(), w.origin.copy())
+                    got.setdefault(r, []).append((acc.counts, acc.origin))
+                elif isinstance(st, Multicast):
+                    v = get(r, st.src)
+                    got.setdefault(r, []).append((v.counts.copy(), v.origin.copy()))
         for r in range(p):
             for st in s.ranks[r][k].steps:
                 if isinstance(st, (Recv, Get)):
@@ -179,6 +202,20 @@ def run_symbolic(s: Schedule) -> tuple[list[dict[str, _Sym]], list[np.ndarray]]:
                     if st.reduce:
                         combine(dst, c, o)
                     else:
+                        dst.counts[...] = c
+                        dst.origin[...] = o
+                elif isinstance(st, SwitchReduce):
+                    c, o = got[r].pop(0)
+                    for g in st.group:
+                        knows[r] |= snapshot_knows[g]
+                    dst = get(r, st.dst)
+                    dst.counts[...] = c
+                    dst.origin[...] = o
+                elif isinstance(st, Multicast):
+                    c, o = got[r].pop(0)
+                    for g in st.group:
+                        knows[g] |= snapshot_knows[r]
+                        dst = get(g, st.dst)
                         dst.counts[...] = c
                         dst.origin[...] = o
         for r in range(p):

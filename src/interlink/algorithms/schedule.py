@@ -52,7 +52,7 @@ from typing import Iterator, Mapping, Sequence, Union
 
 from ..errors import ScheduleError
 
-SCHEMA_VERSION = 2  # 2: steps may name a channel (a trailing integer); version 1 files still load
+SCHEMA_VERSION = 3  # 2: steps may name a channel (a trailing integer); 3: switch_reduce, multicast steps
 
 COLLECTIVES = (
     "all_reduce",
@@ -153,6 +153,34 @@ class Get:
 
 
 @dataclass(frozen=True, slots=True)
+class SwitchReduce:
+    """In-switch reduction read (NVLS ``multimem.ld_reduce``; SHARP): this rank's ``dst`` gets the
+    reduction over the ranks of ``group`` of their chunk ``src`` as it is at the start of the round. The
+    switch reads every member's chunk once (its bytes cross each member's link to the switch once) and
+    sends the one reduced chunk down to this rank; the members have no step for it."""
+
+    group: tuple[int, ...]
+    src: Chunk
+    dst: Chunk
+    channel: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Multicast:
+    """In-switch multicast write (NVLS ``multimem.st``): this rank's chunk ``src`` (as at the start of
+    the round) lands in chunk ``dst`` of every rank of ``group`` at the end of the round's communication.
+    It crosses this rank's link to the switch once; the switch copies it to every member."""
+
+    group: tuple[int, ...]
+    src: Chunk
+    dst: Chunk
+    channel: int = 0
+
+
+SWITCH_STEPS = (SwitchReduce, Multicast)
+
+
+@dataclass(frozen=True, slots=True)
 class Copy:
     src: Chunk
     dst: Chunk
@@ -166,8 +194,8 @@ class Reduce:
     channel: int = 0
 
 
-Step = Union[Send, Recv, Get, Copy, Reduce]
-COMM_STEPS = (Send, Recv, Get)
+Step = Union[Send, Recv, Get, SwitchReduce, Multicast, Copy, Reduce]
+COMM_STEPS = (Send, Recv, Get, SwitchReduce, Multicast)
 LOCAL_STEPS = (Copy, Reduce)
 
 
@@ -304,6 +332,14 @@ class Schedule:
                     if isinstance(s, Get) and s.src.count != s.dst.count:
                         raise ScheduleError(f"rank {r} round {k}: get of {s.src.count} elements into "
                                             f"{s.dst.count}", ranks=[r], **where)
+                    if isinstance(s, SWITCH_STEPS):
+                        what = type(s).__name__
+                        if not s.group or len(set(s.group)) != len(s.group) or not all(0 <= g < p for g in s.group):
+                            raise ScheduleError(f"rank {r} round {k}: {what} group {s.group} must be distinct "
+                                                f"ranks in 0..{p - 1}", ranks=[r], **where)
+                        if s.src.count != s.dst.count:
+                            raise ScheduleError(f"rank {r} round {k}: {what} of {s.src.count} elements into "
+                                                f"{s.dst.count}", ranks=[r], **where)
                     for c in _chunks_of(s):
                         size = self.buffers.get(c.buffer)
                         if size is None:
@@ -312,7 +348,7 @@ class Schedule:
                             raise ScheduleError(
                                 f"rank {r} round {k}: chunk {c} outside {c.buffer}[0:{size}]", ranks=[r], **where
                             )
-                    written = s.dst if isinstance(s, (Recv, Get, Copy, Reduce)) else None
+                    written = s.dst if isinstance(s, (Recv, Get, Copy, Reduce) + SWITCH_STEPS) else None
                     if written is not None and written.buffer == "input":
                         raise ScheduleError(f"rank {r} round {k}: writes the input buffer ({written}); "
                                             f"input is the caller's and read-only", ranks=[r], **where)
@@ -320,12 +356,20 @@ class Schedule:
                         chunks.append((s, s.src))
                     elif isinstance(s, (Recv, Get)):
                         chunks.append((s, s.dst))
-                # the chunks of this rank that peers Get in this round: read like a Send's
+                    elif isinstance(s, SwitchReduce):  # a plain receive of the reduced chunk
+                        chunks.append((Recv(r, s.dst, False, s.channel), s.dst))
+                    elif isinstance(s, Multicast):  # read like a Send's
+                        chunks.append((Send(r, s.src), s.src))
+                # the chunks of this rank that peers read in this round (Get, in-switch reduction): read
+                # like a Send's; multicasts of other ranks into it: plain receives
                 for q in range(p):
-                    if q != r:
-                        for g in self.ranks[q][k].steps:
-                            if isinstance(g, Get) and g.peer == r:
-                                chunks.append((Send(q, g.src), g.src))
+                    for g in self.ranks[q][k].steps:
+                        if isinstance(g, Get) and g.peer == r and q != r:
+                            chunks.append((Send(q, g.src), g.src))
+                        elif isinstance(g, SwitchReduce) and r in g.group:
+                            chunks.append((Send(q, g.src), g.src))
+                        elif isinstance(g, Multicast) and r in g.group:
+                            chunks.append((Recv(q, g.dst, False, g.channel), g.dst))
                 for i, (si, ci) in enumerate(chunks):
                     for sj, cj in chunks[i + 1:]:
                         if not ci.overlaps(cj):
@@ -383,6 +427,10 @@ class Schedule:
                 out = ["recv_reduce" if s.reduce else "recv", s.peer, s.dst.to_json()]
             elif isinstance(s, Get):
                 out = ["get_reduce" if s.reduce else "get", s.peer, s.src.to_json(), s.dst.to_json()]
+            elif isinstance(s, SwitchReduce):
+                out = ["switch_reduce", list(s.group), s.src.to_json(), s.dst.to_json()]
+            elif isinstance(s, Multicast):
+                out = ["multicast", list(s.group), s.src.to_json(), s.dst.to_json()]
             elif isinstance(s, Copy):
                 out = ["copy", s.src.to_json(), s.dst.to_json()]
             else:
@@ -410,8 +458,8 @@ class Schedule:
     def from_json(cls, data: Mapping | str) -> "Schedule":
         if isinstance(data, str):
             data = json.loads(data)
-        if data.get("version") not in (1, SCHEMA_VERSION):
-            raise ScheduleError(f"unsupported schedule version {data.get('version')!r} (expected 1 or {SCHEMA_VERSION})")
+        if data.get("version") not in (1, 2, SCHEMA_VERSION):
+            raise ScheduleError(f"unsupported schedule version {data.get('version')!r} (expected 1 to {SCHEMA_VERSION})")
 
         def chunk(c: Sequence) -> Chunk:
             return Chunk(str(c[0]), int(c[1]), int(c[2]))
@@ -425,6 +473,10 @@ class Schedule:
                 return Recv(int(s[1]), chunk(s[2]), kind == "recv_reduce", ch)
             if kind in ("get", "get_reduce"):
                 return Get(int(s[1]), chunk(s[2]), chunk(s[3]), kind == "get_reduce", ch)
+            if kind == "switch_reduce":
+                return SwitchReduce(tuple(int(g) for g in s[1]), chunk(s[2]), chunk(s[3]), ch)
+            if kind == "multicast":
+                return Multicast(tuple(int(g) for g in s[1]), chunk(s[2]), chunk(s[3]), ch)
             if kind == "copy":
                 return Copy(chunk(s[1]), chunk(s[2]), ch)
             if kind == "reduce":
@@ -468,6 +520,14 @@ def _check_channels(s: "Schedule") -> None:
                     acc.setdefault((r, st.src.buffer), []).append((st.src.offset, st.src.end, c, False))
                 elif isinstance(st, Recv):
                     acc.setdefault((r, st.dst.buffer), []).append((st.dst.offset, st.dst.end, c, True))
+                elif isinstance(st, SwitchReduce):
+                    for g in st.group:
+                        acc.setdefault((g, st.src.buffer), []).append((st.src.offset, st.src.end, c, False))
+                    acc.setdefault((r, st.dst.buffer), []).append((st.dst.offset, st.dst.end, c, True))
+                elif isinstance(st, Multicast):
+                    acc.setdefault((r, st.src.buffer), []).append((st.src.offset, st.src.end, c, False))
+                    for g in st.group:
+                        acc.setdefault((g, st.dst.buffer), []).append((st.dst.offset, st.dst.end, c, True))
                 else:
                     owner = st.peer if isinstance(st, Get) else r
                     acc.setdefault((owner, st.src.buffer), []).append((st.src.offset, st.src.end, c, False))
@@ -511,7 +571,54 @@ def _check_channels(s: "Schedule") -> None:
 
 
 def has_gets(s: "Schedule") -> bool:
-    return any(isinstance(st, Get) for prog in s.ranks for rnd in prog for st in rnd.steps)
+    """Whether the Schedule has one-sided steps (Get, or the in-switch SwitchReduce / Multicast)."""
+    return any(isinstance(st, (Get,) + SWITCH_STEPS) for prog in s.ranks for rnd in prog for st in rnd.steps)
+
+
+def has_switch_steps(s: "Schedule") -> bool:
+    return any(isinstance(st, SWITCH_STEPS) for prog in s.ranks for rnd in prog for st in rnd.steps)
+
+
+def _lower_switch(s: "Schedule") -> "Schedule":
+    """In-switch steps as point-to-point ones, for executors without a switch that reduces: a
+    SwitchReduce of rank r becomes a copy of r's own chunk (in a round inserted before, when r is in the
+    group) and a reducing Get from every other member; a Multicast becomes a Get of every other member
+    (and a local copy on r when r is in the group). Verified like any Schedule."""
+    p = s.nranks
+    progs: list[list[list[Step]]] = [[] for _ in range(p)]
+    for k in range(s.nrounds):
+        pre: list[list[Step]] = [[] for _ in range(p)]
+        cur: list[list[Step]] = [[] for _ in range(p)]
+        post: list[list[Step]] = [[] for _ in range(p)]
+        for r in range(p):
+            for st in s.ranks[r][k].steps:
+                if isinstance(st, SwitchReduce):
+                    others = [g for g in st.group if g != r]
+                    if r in st.group:
+                        if st.src != st.dst:
+                            pre[r].append(Copy(st.src, st.dst, st.channel))
+                        cur[r] += [Get(g, st.src, st.dst, True, st.channel) for g in others]
+                    else:  # the first member's chunk is stored in the round inserted before, the others reduce
+                        pre[r].append(Get(others[0], st.src, st.dst, False, st.channel))
+                        cur[r] += [Get(g, st.src, st.dst, True, st.channel) for g in others[1:]]
+                elif isinstance(st, Multicast):
+                    for g in st.group:
+                        if g == r:
+                            if st.src != st.dst:
+                                post[r].append(Copy(st.src, st.dst, st.channel))
+                        else:
+                            cur[g].append(Get(r, st.src, st.dst, False, st.channel))
+                else:
+                    cur[r].append(st)
+        if any(pre):
+            for r in range(p):
+                progs[r].append(pre[r])
+        for r in range(p):
+            comm = [x for x in cur[r] if isinstance(x, COMM_STEPS)]
+            loc = [x for x in cur[r] if isinstance(x, LOCAL_STEPS)]
+            progs[r].append(comm + post[r] + loc)
+    ranks = tuple(tuple(Round(tuple(steps)) for steps in prog) for prog in progs)
+    return Schedule(s.collective, s.algorithm, p, s.count, s.root, dict(s.buffers), ranks, dict(s.meta)).validate()
 
 
 def one_sided(s: "Schedule") -> "Schedule":
@@ -547,6 +654,8 @@ def two_sided(s: "Schedule") -> "Schedule":
     without one-sided memory: the host rings, TCP)."""
     if not has_gets(s):
         return s
+    if has_switch_steps(s):
+        s = _lower_switch(s)
     p = s.nranks
     progs = [[list(rnd.steps) for rnd in s.ranks[r]] for r in range(p)]
     for r in range(p):
@@ -626,6 +735,20 @@ class Builder:
             raise AssertionError(f"transfer of {src_chunk.count} into {dst_chunk.count} elements")
         self.send(rnd, src, dst, src_chunk, channel)
         self.recv(rnd, dst, src, dst_chunk, reduce, channel)
+
+    def switch_reduce(self, rnd: int, rank: int, group: Sequence[int], src: Chunk, dst: Chunk,
+                      channel: int = 0) -> None:
+        """``rank``'s dst gets the in-switch reduction of ``src`` over ``group`` (:class:`SwitchReduce`)."""
+        if src.count == 0 and not self.keep_empty:
+            return
+        self._slot(rank, rnd).append(SwitchReduce(tuple(group), src, dst, channel))
+
+    def multicast(self, rnd: int, rank: int, group: Sequence[int], src: Chunk, dst: Chunk,
+                  channel: int = 0) -> None:
+        """``rank``'s src lands in dst of every rank of ``group`` through the switch (:class:`Multicast`)."""
+        if src.count == 0 or not group:
+            return
+        self._slot(rank, rnd).append(Multicast(tuple(group), src, dst, channel))
 
     def copy(self, rnd: int, rank: int, src: Chunk, dst: Chunk, channel: int = 0) -> None:
         if src.count == 0 or src == dst:

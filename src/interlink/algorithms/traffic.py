@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from .schedule import Get, Recv, Reduce, Schedule, Send
+from .schedule import Get, Multicast, Recv, Reduce, Schedule, Send, SwitchReduce
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,7 +30,10 @@ class Phase:
 
     src, dst, elems: one entry per message (int64 arrays of equal length);
     reduced: elements reduced per rank in one round (int64 array of length nranks), or None if none;
-    channel: per message, the Schedule channel it belongs to (None: every message on channel 0).
+    channel: per message, the Schedule channel it belongs to (None: every message on channel 0);
+    wait: whether the receivers wait for these messages before their next round (False: one-sided writes
+    into memory the receiver does not read afterwards, e.g. a multicast of the final result: they only
+    have to land before the collective ends).
     """
 
     src: np.ndarray
@@ -39,20 +42,21 @@ class Phase:
     reduced: np.ndarray | None
     repeat: int = 1
     channel: np.ndarray | None = None
+    wait: bool = True
 
     def channels(self) -> np.ndarray:
         """The channel of every message (zeros when the phase has one channel)."""
         return self.channel if self.channel is not None else np.zeros(self.src.size, dtype=np.int64)
 
     def with_repeat(self, repeat: int) -> "Phase":
-        return Phase(self.src, self.dst, self.elems, self.reduced, repeat, self.channel)
+        return Phase(self.src, self.dst, self.elems, self.reduced, repeat, self.channel, self.wait)
 
     @property
     def nmessages(self) -> int:
         return int(self.src.size)
 
     def same_as(self, other: "Phase") -> bool:
-        if self.src.size != other.src.size:
+        if self.src.size != other.src.size or self.wait != other.wait:
             return False
         if not (np.array_equal(self.src, other.src) and np.array_equal(self.dst, other.dst)
                 and np.array_equal(self.elems, other.elems)):
@@ -67,11 +71,35 @@ class Phase:
 
 @dataclass(frozen=True, eq=False)
 class Traffic:
+    """The messages of a Schedule, round by round. Endpoints ``nranks`` and ``nranks + 1`` are the switch
+    of in-switch steps (its reductions and its multicasts; see :func:`from_schedule`)."""
+
     collective: str
     algorithm: str
     nranks: int
     count: int
     phases: tuple[Phase, ...]
+
+    def on_switches(self, switch_of: np.ndarray) -> "Traffic":
+        """The same traffic with the switch endpoints (``nranks + stream``, stream 0: reductions, 1:
+        multicasts) replaced by ``nranks + 2 x switch_of[r] + stream``, r the rank at the message's other end
+        (each rank reaches its own switch; ``interlink.topology.switch_plan``). Endpoint e >= nranks is
+        then stream (e - nranks) % 2 of switch (e - nranks) // 2. ``nranks`` stays the ranks'."""
+        p = self.nranks
+        out = []
+        for ph in self.phases:
+            src, dst = ph.src, ph.dst
+            if ph.src.size and (int(src.max()) >= p or int(dst.max()) >= p):
+                up, dn = dst >= p, src >= p
+                dst = np.where(up, p + 2 * switch_of[np.minimum(src, p - 1)] + (dst - p) % 2, dst)
+                src = np.where(dn, p + 2 * switch_of[np.minimum(ph.dst, p - 1)] + (src - p) % 2, src)
+            out.append(Phase(src, dst, ph.elems, ph.reduced, ph.repeat, ph.channel, ph.wait))
+        return Traffic(self.collective, self.algorithm, p, self.count, tuple(out))
+
+    @property
+    def uses_switch(self) -> bool:
+        p = self.nranks
+        return any(ph.src.size and (int(ph.src.max()) >= p or int(ph.dst.max()) >= p) for ph in self.phases)
 
     @property
     def rounds(self) -> int:
@@ -85,10 +113,10 @@ class Traffic:
                 yield ph.with_repeat(1)
 
     def sent_per_rank(self) -> np.ndarray:
-        out = np.zeros(self.nranks, dtype=np.int64)
+        out = np.zeros(self.nranks + 2, dtype=np.int64)  # + the switch's two streams
         for ph in self.phases:
             np.add.at(out, ph.src, ph.elems * ph.repeat)
-        return out
+        return out[: self.nranks]
 
     def equals(self, other: "Traffic") -> bool:
         a, b = list(self.expand()), list(other.expand())
@@ -113,18 +141,47 @@ def _canon(ph: Phase) -> Phase:
         src = dst = elems = ch = np.zeros(0, dtype=np.int64)
     red = ph.reduced if ph.reduced is not None and ph.reduced.any() else None
     return Phase(src.astype(np.int64), dst.astype(np.int64), elems, red, ph.repeat,
-                 ch.astype(np.int64) if multi else None)
+                 ch.astype(np.int64) if multi else None, ph.wait)
 
 
 def from_schedule(s: Schedule) -> Traffic:
-    """Traffic of a built Schedule (identical consecutive rounds merged)."""
+    """Traffic of a built Schedule (identical consecutive rounds merged).
+
+    In-switch steps go through the switch of the rank at the other end (the model and the simulator map
+    it to each rank's NVLS switch), as two endpoints: ``nranks`` for its reductions and ``nranks + 1`` for
+    its multicasts (one device, two streams that do not wait for each other, as NCCL's NVLS kernels run
+    the reduce and the multicast of different segments at once). A SwitchReduce of rank r over a group is
+    a message member -> switch from every member and then switch -> r; a Multicast is r -> switch and then
+    switch -> every member. A round with such steps becomes up to three phases: the messages into the
+    switch (with the round's other messages), then out of its multicast stream, then out of its
+    reduction stream (each leaves once its stream has what it copies or reduces; the streams' outputs do
+    not overlap in time, so they are phases of their own). The switch reduces: no rank's ``reduced``
+    counts it."""
     phases: list[Phase] = []
     p = s.nranks
+    sw, mc = p, p + 1  # the switch's reduction stream and its multicast stream
+    reads = _reads(s) if any(isinstance(st, Multicast) for prog in s.ranks for rnd in prog for st in rnd.steps) \
+        else None
     for k in range(s.nrounds):
         src, dst, elems, chan = [], [], [], []
+        down_sr: tuple[list, list, list, list] = ([], [], [], [])
+        down_mc: tuple[list, list, list, list, list] = ([], [], [], [], [])
         reduced = np.zeros(p, dtype=np.int64)
         for r in range(p):
             for st in s.ranks[r][k].steps:
+                if isinstance(st, SwitchReduce):
+                    for g in st.group:
+                        src.append(g), dst.append(sw), elems.append(st.src.count), chan.append(st.channel)
+                    for lst, v in zip(down_sr, (sw, r, st.dst.count, st.channel)):
+                        lst.append(v)
+                    continue
+                if isinstance(st, Multicast):
+                    src.append(r), dst.append(mc), elems.append(st.src.count), chan.append(st.channel)
+                    for g in st.group:
+                        land = not _read_after(reads, g, k, st.dst)  # nothing later on g reads it
+                        for lst, v in zip(down_mc, (mc, g, st.dst.count, st.channel, land)):
+                            lst.append(v)
+                    continue
                 if isinstance(st, Send):
                     src.append(r)
                     dst.append(st.peer)
@@ -143,12 +200,22 @@ def from_schedule(s: Schedule) -> Traffic:
                     reduced[r] += st.dst.count
         if not src and not reduced.any():
             continue  # local copies only: not modelled as a round
-        ph = Phase(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(elems, dtype=np.int64),
-                   reduced if reduced.any() else None, 1, np.array(chan, dtype=np.int64) if any(chan) else None)
-        if phases and phases[-1].same_as(ph):
-            phases[-1] = phases[-1].with_repeat(phases[-1].repeat + 1)
-        else:
-            phases.append(ph)
+        new = [Phase(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(elems, dtype=np.int64),
+                     reduced if reduced.any() else None, 1, np.array(chan, dtype=np.int64) if any(chan) else None)]
+        # each stream's output leaves when that stream has its input; multicast deliveries nothing reads
+        # afterwards only have to land (wait=False), the others gate their receiver's next round
+        land = np.array(down_mc[4], dtype=bool)
+        outs = [tuple(np.array(x, dtype=np.int64)[m] for x in down_mc[:4]) + (w,)
+                for m, w in ((~land, True), (land, False))] + [tuple(np.array(x, dtype=np.int64)
+                                                                     for x in down_sr) + (True,)]
+        for a, b_, e, ch, w in outs:
+            if a.size:
+                new.append(Phase(a, b_, e, None, 1, ch if ch.any() else None, w))
+        for ph in new:
+            if phases and phases[-1].same_as(ph):
+                phases[-1] = phases[-1].with_repeat(phases[-1].repeat + 1)
+            else:
+                phases.append(ph)
     return Traffic(s.collective, s.algorithm, p, s.count, tuple(phases))
 
 
@@ -165,7 +232,7 @@ def _close(a: np.ndarray | None, b: np.ndarray | None, tol: int) -> bool:
 
 
 def _same_pairs(a: Phase, b: Phase) -> bool:
-    if a.src.size != b.src.size:
+    if a.src.size != b.src.size or a.wait != b.wait:
         return False
     return (a.src is b.src or np.array_equal(a.src, b.src)) and (a.dst is b.dst or np.array_equal(a.dst, b.dst))
 
@@ -206,6 +273,43 @@ def merged(group: list[Phase]) -> tuple[np.ndarray, np.ndarray | None, np.ndarra
         if reduced is not None:
             np.maximum(reduced, ph.reduced, out=reduced)
     return elems, reduced, total, repeat
+
+
+def _reads(s: Schedule) -> dict:
+    """Per (rank, buffer): arrays (round, lo, hi) of every chunk read there (by the rank's own steps, by
+    peers' Gets and in-switch reductions of its memory)."""
+    acc: dict = {}
+
+    def add(r: int, k: int, c) -> None:
+        if c.count:
+            acc.setdefault((r, c.buffer), []).append((k, c.offset, c.end))
+
+    for r, prog in enumerate(s.ranks):
+        for k, rnd in enumerate(prog):
+            for st in rnd.steps:
+                if isinstance(st, Send):
+                    add(r, k, st.src)
+                elif isinstance(st, Get):
+                    add(st.peer, k, st.src)
+                elif isinstance(st, SwitchReduce):
+                    for g in st.group:
+                        add(g, k, st.src)
+                elif isinstance(st, Multicast):
+                    add(r, k, st.src)
+                elif isinstance(st, Reduce):
+                    add(r, k, st.src)
+                    add(r, k, st.dst)
+                elif hasattr(st, "src") and not isinstance(st, Recv):  # Copy
+                    add(r, k, st.src)
+    return {key: np.array(v, dtype=np.int64) for key, v in acc.items()}
+
+
+def _read_after(reads: dict | None, r: int, k: int, c) -> bool:
+    """Whether rank r reads any part of chunk c in a round after k."""
+    a = reads.get((r, c.buffer)) if reads is not None else None
+    if a is None or not a.size:
+        return False
+    return bool(((a[:, 0] > k) & (a[:, 1] < c.end) & (c.offset < a[:, 2])).any())
 
 
 TrafficFn = Callable[..., Traffic]

@@ -103,7 +103,7 @@ SCHEDULE_RANKS_LIMIT = 256
 PER_RANK_SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 
 #: Pseudo-algorithms: NVLink SHARP, and the shared-memory paths of an all-local CPU group.
-PSEUDO = ("nvls", "fast", "fast2", "fastd")
+PSEUDO = ("fast", "fast2", "fastd")
 
 #: Collectives the small-message fast path of an all-local group serves.
 FAST_COLLECTIVES = frozenset({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"})
@@ -372,10 +372,15 @@ def _channel_cycles(ph: Any, p: int) -> tuple[list[np.ndarray], np.ndarray] | No
 def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transport: str | None) -> _Rounds:
     p = tr.nranks
     gpu = info.gpu
+    classify = info.classify
+    via_eff = 1.0
+    if gpu and tr.uses_switch:
+        view = _switch_view(tr, info, params)
+        tr, classify, via_eff = view.traffic, view.classify, view.efficiency
     # GPUs: the clocks give the time; the per-phase beta and gamma only split it, so near-identical
     # rounds (uneven ring blocks) are taken together, as the clocks take them
     phases = tr.phases if not gpu else tuple(
-        _traffic.Phase(g[0].src, g[0].dst, m[0], m[1], m[3], g[0].channel)
+        _traffic.Phase(g[0].src, g[0].dst, m[0], m[1], m[3], g[0].channel, g[0].wait)
         for g in _traffic.merge_rounds(tr.phases, 1) for m in [_traffic.merged(g)])
     nph = len(phases)
     rep = np.array([ph.repeat for ph in phases], dtype=np.float64)
@@ -410,9 +415,11 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
         rounds += ph.repeat
         src, dst = ph.src, ph.dst
         nbytes = ph.elems.astype(np.float64) * itemsize
-        bw, plat, kind, cross = info.classify(src, dst, tcp=tcp_all and not gpu)
+        bw, plat, kind, cross = classify(src, dst, tcp=tcp_all and not gpu)
         if gpu:
             t = nbytes / (bw * 1e9)
+            if via_eff != 1.0:
+                t = np.where((src >= p) | (dst >= p), t / via_eff, t)
             port_net = kind == _NET
         else:
             tcp = cross | tcp_all
@@ -451,9 +458,9 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
                 means = [float(mlat[c].mean()) for c in loops]
                 lat_steady[i] = max(means + ([float(mlat[off].max())] if off.any() else [])) + ops_us
         port = port_net.astype(np.int64)
-        send = np.bincount(src * 2 + port, weights=t, minlength=2 * p)
-        recv = np.bincount(dst * 2 + port, weights=t, minlength=2 * p)
-        beta[i] = max(float(send.max()), float(recv.max()))
+        send = np.bincount(src * 2 + port, weights=t, minlength=2 * p)[: 2 * p]  # ranks' ports (not a switch's)
+        recv = np.bincount(dst * 2 + port, weights=t, minlength=2 * p)[: 2 * p]
+        beta[i] = max(float(send.max(initial=0.0)), float(recv.max(initial=0.0)))
         if not gpu and cross.any():
             # a CPU host has one NIC: the messages of all its ranks that leave (enter) it share its wire
             nt = (nbytes * net_pb)[cross]
@@ -464,6 +471,38 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
                    default=1)
     clock = _gpu_clock(tr, info, params, itemsize) if gpu else None
     return _Rounds(rep, lat_first, lat_steady, beta, gam, rounds, "gpu" if gpu else "cpu", channels, clock)
+
+
+@dataclass
+class _SwitchView:
+    """A Traffic with in-switch steps, placed on the ranks' NVLS switches: ``traffic`` has endpoints
+    p + 2 x switch + stream (:meth:`Traffic.on_switches`), ``classify`` takes those endpoints,
+    ``nentries`` counts ranks and switch streams, ``efficiency``: the switches' NVLS efficiency."""
+
+    traffic: Traffic
+    classify: Any
+    nentries: int
+    efficiency: float
+
+
+def _switch_view(tr: Traffic, info: _TopoInfo, params: Params) -> _SwitchView:
+    p = tr.nranks
+    if not tr.uses_switch:
+        return _SwitchView(tr, info.classify, p, 1.0)
+    from ..topology import switch_plan
+
+    try:
+        plan = switch_plan(info.topo, p)
+    except TopologyError as exc:
+        raise ModelError(str(exc)) from None
+    table = path_table(plan.topology)
+
+    def classify(src: np.ndarray, dst: np.ndarray, tcp: bool = False):
+        return table.classify(np.where(src >= p, p + (src - p) // 2, src),
+                              np.where(dst >= p, p + (dst - p) // 2, dst), tcp)
+
+    eff = min(params.nvls_efficiency(nm) for nm in info.gpu_names) if info.gpu_names else 0.0
+    return _SwitchView(tr.on_switches(plan.switch_of), classify, p + 2 * len(plan.switches), eff or 1.0)
 
 
 def _gpu_clock(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int,
@@ -478,12 +517,14 @@ def _gpu_clock(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int,
     from ..sim.clocks import Clocks
 
     p = tr.nranks
+    view = _switch_view(tr, info, params)
+    tr = view.traffic
     eff = np.array([params.efficiency(pr) for pr in protocols])
     gamma = _gamma_per_rank(info, params)[:p]
     overlap = params.value("reduce.overlap.gpu")
     nch = max((int(ph.channel.max()) + 1 for ph in tr.phases if ph.channel is not None and ph.channel.size),
               default=1)
-    clocks = Clocks(p, nch, rows=len(protocols))
+    clocks = Clocks(view.nentries, nch, rows=len(protocols))
     for group in _traffic.merge_rounds(tr.phases, 1):
         first = group[0]
         elems, reduced, _, repeat = _traffic.merged(group)
@@ -494,16 +535,20 @@ def _gpu_clock(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int,
                 continue
             tx = arr = np.zeros((len(protocols), 0))
         else:
-            bw, plat, kind, _ = info.classify(src, dst)
+            bw, plat, kind, _ = view.classify(src, dst)
             t = elems.astype(np.float64) * itemsize / (bw * 1e3)  # us at efficiency 1
+            sw = (src >= p) | (dst >= p)
+            if sw.any():  # what the switch reduces or copies moves at its NVLS efficiency
+                t = np.where(sw, t / view.efficiency, t)
             port = (kind == _NET).astype(np.int64)
-            load_s = np.bincount(src * 2 + port, weights=t, minlength=2 * p)
-            load_r = np.bincount(dst * 2 + port, weights=t, minlength=2 * p)
-            d = np.maximum(load_s[src * 2 + port], load_r[dst * 2 + port])  # the port's messages end together
+            load_s = np.bincount(src * 2 + port, weights=t, minlength=2 * view.nentries)
+            load_r = np.bincount(dst * 2 + port, weights=t, minlength=2 * view.nentries)
+            # a rank's messages of the round on one port end together; a switch has a port per rank
+            d = np.maximum(np.where(src >= p, t, load_s[src * 2 + port]), np.where(dst >= p, t, load_r[dst * 2 + port]))
             over = np.vstack([params.step_overhead_us(kind, plat, pr) for pr in protocols])
             tx = over + d[None, :] / eff[:, None]
             arr = tx + plat[None, :]
-        clocks.run(src, dst, first.channel, tx, arr, red, overlap, repeat, recv_elems=elems)
+        clocks.run(src, dst, first.channel, tx, arr, red, overlap, repeat, recv_elems=elems, wait=first.wait)
     return np.array([clocks.makespan(i) for i in range(len(protocols))])
 
 
@@ -868,11 +913,14 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
 
     table: list[Candidate] = []
     for algo in names:
-        if algo == "nvls":
-            c = _nvls(collective, S, info, params, explicit=algorithm == "nvls")
-            if c is not None:
-                table.append(cand("nvls", "simple", c[0], "nvls", 1, c[1]))
-            continue
+        protos = protocols
+        if algo == "nvls":  # in-switch steps: where every rank's GPU hangs off an NVLS switch; Simple only
+            why = _nvls_unavailable(info)
+            if why:
+                if algorithm == "nvls":
+                    raise ModelError(f"nvls is not available here: {why}")
+                continue
+            protos = ("simple",)
         if algo in ("fast", "fast2", "fastd"):
             c = _fast(collective, S, info, params, (fast_path or algorithm == algo) and transport != "tcp",
                       explicit=algorithm == algo, kind=algo)
@@ -891,7 +939,7 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
                 notes.append(f"{algo}: {exc}")
         if tr is not None:
             r = _rounds(tr, info, params, itemsize, transport)
-            for proto in protocols:
+            for proto in protos:
                 e = _finish(r, params, proto, algo)
                 table.append(cand(algo, proto, e.time_us, method, ch))
         else:
@@ -950,32 +998,23 @@ def _pref(algorithm: str) -> tuple[int, str]:
     return (PREFERENCE.index(algorithm) if algorithm in PREFERENCE else len(PREFERENCE), algorithm)
 
 
-def _nvls(collective: str, S: int, info: _TopoInfo, params: Params, explicit: bool) -> tuple[float, str] | None:
-    """NVLS all_reduce: (time us, note) or None where the hardware has no NVLS."""
-    topo = info.topo
-    p = info.n
-
-    def no(why: str) -> None:
-        if explicit:
-            raise ModelError(f"nvls is not available here: {why}")
-        return None
-
-    if collective != "all_reduce":
-        return no("NVLS is modelled for all_reduce only")
-    if not info.gpu or p < 2:
-        return no("needs at least 2 GPUs")
-    eff = min(params.nvls_efficiency(nm) for nm in info.gpu_names)
-    if eff <= 0:
-        return no("the GPUs have no NVLink SHARP (Hopper and later)")
-    sw = {topo.nvls_switch(r) for r in range(p)}
+def _nvls_unavailable(info: _TopoInfo) -> str:
+    """Why the NVLS Schedule cannot run on this topology ("" when it can)."""
+    if not info.gpu or info.n < 2:
+        return "needs at least 2 GPUs"
+    if min(_params_nvls_eff(info)) <= 0:
+        return "the GPUs have no NVLink SHARP (Hopper and later)"
+    sw = {info.topo.nvls_switch(r) for r in range(info.n)}
     if None in sw:
-        return no("a GPU is not attached to an NVLS-capable NVSwitch (gen 3+)")
-    if len({topo.nvlink_domain(r) for r in range(p)}) != 1:
-        return no("the ranks span several NVLink domains (NVLS+Tree across hosts is not modelled)")
-    bw = min(topo.path(r, next(iter(sw)) if len(sw) == 1 else topo.nvls_switch(r)).bottleneck_gbps
-             for r in range(min(p, 8)))
-    t = params.value("nvls.latency_us") + S * (1 + 1 / p) / (eff * bw * 1e9) * 1e6
-    return t, f"in-switch reduction: n(1+1/p) per GPU at {eff:g} x {bw:g} GB/s"
+        return "a GPU is not attached to an NVLS-capable NVSwitch (gen 3+)"
+    if len(sw) != 1:
+        return "the ranks span several NVLink domains (NVLS+Tree across hosts is not a Schedule yet)"
+    return ""
+
+
+def _params_nvls_eff(info: _TopoInfo) -> list[float]:
+    prm = default_params()
+    return [prm.nvls_efficiency(nm) for nm in info.gpu_names] or [0.0]
 
 
 def _fast(collective: str, S: int, info: _TopoInfo, params: Params, allowed: bool, explicit: bool,

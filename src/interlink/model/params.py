@@ -263,8 +263,10 @@ class Params:
         return self.value(f"nccl.base_latency_us.{family}.{protocol}")
 
     def call_latency_us(self, algorithm: str, protocol: str) -> float:
-        """NCCL's fixed cost of one call (baseLat) for an algorithm: the ring's row for rings, the
-        tree's for every other algorithm."""
+        """NCCL's fixed cost of one call (baseLat) for an algorithm: the ring's row for rings,
+        ``nvls.latency_us`` for NVLS, the tree's for every other algorithm."""
+        if algorithm == "nvls":
+            return self.value("nvls.latency_us")
         return self.base_latency_us("ring" if algorithm.startswith("ring") else "tree", protocol)
 
     def hop_latency_us(self, kind: str, protocol: str) -> float:

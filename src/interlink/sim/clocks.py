@@ -71,6 +71,7 @@ class Clocks:
         self.p = int(nranks)
         self.C = max(1, int(nchannels))
         self.T = np.full((rows, self.p * self.C), float(start))
+        self.landed = np.full(rows, float(start))  # the latest arrival nobody waits for (per row)
         self.barrier = bool(barrier)
         self.max_period = int(max_period)
         self.settle = settle
@@ -81,17 +82,18 @@ class Clocks:
         return self.T[row].reshape(self.p, self.C).max(axis=1)
 
     def makespan(self, row: int = 0) -> float:
-        return float(self.T[row].max(initial=0.0))
+        return max(float(self.T[row].max(initial=0.0)), float(self.landed[row]))
 
     def run(self, src: np.ndarray, dst: np.ndarray, ch: np.ndarray | None, tx: np.ndarray, arr: np.ndarray,
-            red: np.ndarray | None, overlap: float, repeat: int, recv_elems: np.ndarray | None = None
-            ) -> RunResult:
+            red: np.ndarray | None, overlap: float, repeat: int, recv_elems: np.ndarray | None = None,
+            wait: bool = True) -> RunResult:
         """Apply ``repeat`` identical rounds. ``src``/``dst``/``ch``: per message (``ch`` None: channel 0);
         ``tx``/``arr``: (rows, messages) transfer end and arrival relative to the message's start;
         ``red``: per rank, the time its reductions of one round take (split over its channels by the
         elements each receives, ``recv_elems`` per message; a rank that reduces without receiving does it
         on channel 0); ``overlap``: the fraction of a reduction that can hide under the round's
-        communication."""
+        communication. ``wait=False``: the receivers do not wait for these messages (one-sided writes
+        nothing reads afterwards): their arrivals only have to fall within the makespan."""
         C = self.C
         chv = np.zeros(src.size, np.int64) if ch is None else ch.astype(np.int64)
         s_e = src.astype(np.int64) * C + chv
@@ -109,6 +111,11 @@ class Clocks:
                     share * np.concatenate([red, np.zeros(self.p - red.size)])[:, None]).ravel()
             red_e = np.flatnonzero(full > 0)
             red_v = full[red_e]
+        landing = None
+        if not wait:  # the receivers' clocks ignore them; the latest arrival is kept (per row)
+            landing = (src, arr)
+            d_e = d_e[:0]
+            arr = arr[:, :0]
         if self.barrier:
             ent = np.arange(self.p * C)
         else:
@@ -122,7 +129,8 @@ class Clocks:
         starts = np.flatnonzero(np.r_[True, tsorted[1:] != tsorted[:-1]]) if tsorted.size else np.zeros(0, np.int64)
         uniq = tsorted[starts]
         off = np.concatenate([tx, arr], axis=1)[:, order] if tsorted.size else None
-        src_of = np.concatenate([sp, sp])[order]
+        src_of = np.concatenate([sp, sp[: dp.size]])[order]
+        land_off = landing[1] if landing is not None else None
         redp = None
         if red_v is not None:
             redp = np.zeros(ent.size)
@@ -132,6 +140,8 @@ class Clocks:
         def step(Tp: np.ndarray) -> np.ndarray:
             if self.barrier:
                 Tp = np.broadcast_to(Tp.max(axis=1, keepdims=True), Tp.shape).copy()
+            if land_off is not None and land_off.size:
+                np.maximum(self.landed, (Tp[:, sp] + land_off).max(axis=1), out=self.landed)
             c = Tp.copy()
             if off is not None:
                 m = np.maximum.reduceat(Tp[:, src_of] + off, starts, axis=1)
@@ -148,6 +158,7 @@ class Clocks:
         first = None
         done = 0
         period = 0
+        last_start = None
         sample = np.unique(np.linspace(0, ent.size - 1, min(ent.size, 48)).astype(np.int64))
         hs: deque[np.ndarray] = deque([T0[:, sample]], maxlen=max(1, qmax) + 1)
         while done < repeat:
@@ -175,6 +186,7 @@ class Clocks:
                     m = ch == c
                     rate[:, m] = g[:, m].mean(axis=1, keepdims=True)
                 Tp = hl[-1] + (repeat - done) * rate
+                last_start = Tp - rate
                 period = -W
                 break
             if q:
@@ -184,8 +196,12 @@ class Clocks:
                 left = repeat - (done - q)
                 a, b = divmod(left, q)
                 Tp = hl[-1 - q + b] + a * c
+                a1, b1 = divmod(left - 1, q)  # the last round's start, for what lands in it
+                last_start = hl[-1 - q + b1] + a1 * c
                 period = q
                 break
+        if last_start is not None and land_off is not None and land_off.size:
+            np.maximum(self.landed, (last_start[:, sp] + land_off).max(axis=1), out=self.landed)
         self.T[:, ent] = Tp
         return RunResult(ent, T0, first if first is not None else T0, Tp, done, period)
 

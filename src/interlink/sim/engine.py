@@ -447,8 +447,25 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
         raise SimError(f"merge_tolerance must be >= 0, got {merge_tolerance}")
     if p < topo.nranks:
         topo = topo.with_ranks(list(topo.ranks[:p]))
-    table = _table(topo)
     notes: list[str] = []
+    p_all = p  # ranks + the switches of in-switch steps (entries p.. of the clocks and the path table)
+    via_eff = 1.0
+    sim_topo = topo
+    if tr.uses_switch:
+        from ..topology import switch_plan
+
+        try:
+            plan = switch_plan(topo, p)
+        except TopologyError as exc:
+            raise SimError(str(exc)) from None
+        tr = tr.on_switches(plan.switch_of)
+        sim_topo = plan.topology
+        p_all = p + 2 * len(plan.switches)  # clock entries: each switch's reduction and multicast streams
+        from ..model.params import default_params
+
+        via_eff = min((params or default_params()).nvls_efficiency(topo.device(r).name) for r in range(p)) or 1.0
+        notes.append(f"in-switch steps through {', '.join(plan.switches)} (NVLS efficiency {via_eff:g})")
+    table = _table(sim_topo)
     host = None if _all_gpu(topo, p) else _host_terms(tr, topo, params, int(itemsize), transport)
     if host is not None:
         base_us = float(base_us) + host.call_us
@@ -474,7 +491,7 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
     busy_total = np.zeros(p)
     nch = max((int(ph.channel.max()) + 1 for ph in tr.phases if ph.channel is not None and ph.channel.size),
               default=1)
-    clocks = Clocks(p, nch, rows=2, start=float(base_us), barrier=barrier, max_period=max_period)
+    clocks = Clocks(p_all, nch, rows=2, start=float(base_us), barrier=barrier, max_period=max_period)
     rounds = 0
     evaluated = extrapolated = approximated = 0
     cache: OrderedDict[bytes, _Solved] = OrderedDict()  # recent round solutions, by a digest of the messages
@@ -484,8 +501,14 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
         src, dst = first.src, first.dst
         F = src.size
         nb = elems.astype(np.float64) * (itemsize / eff)  # bytes on the wire
+        if p_all > p and F:  # what the switch reduces or copies runs at its NVLS efficiency
+            nb = np.where((src >= p) | (dst >= p), nb / via_eff, nb)
         if F:
-            pid = _ids(table, src, dst)
+            psrc, pdst = src, dst
+            if p_all > p:  # a switch stream's path is its switch's (rank p + index in plan.topology)
+                psrc = np.where(src >= p, p + (src - p) // 2, src)
+                pdst = np.where(dst >= p, p + (dst - p) // 2, dst)
+            pid = _ids(table, psrc, pdst)
             h = hashlib.blake2b(digest_size=20)
             for a in (src, dst, elems):
                 h.update(np.ascontiguousarray(a, dtype=np.int64).data)
@@ -538,13 +561,14 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
             scale = 1.0
             over = 0.0
             if prm is not None and F:
-                over = prm.step_overhead_us(table.classify(src, dst)[2], lat, protocol.lower())
+                over = prm.step_overhead_us(table.classify(psrc, pdst)[2], lat, protocol.lower())
             tx_rows = np.vstack([over + tx, over + tx_alone])
             arr_rows = tx_rows + lat
             red = None if reduced is None else reduced[:p] * red_us_per_elem[: min(p, reduced.size)]
             ov = overlap
         before = clocks.makespan(0), clocks.makespan(1)
-        run = clocks.run(src, dst, first.channel, tx_rows, arr_rows, red, ov, repeat, recv_elems=elems)
+        run = clocks.run(src, dst, first.channel, tx_rows, arr_rows, red, ov, repeat, recv_elems=elems,
+                         wait=first.wait)
         evaluated += run.rounds_evaluated
         if run.period < 0:
             approximated += repeat - run.rounds_evaluated
@@ -553,16 +577,16 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
         after = clocks.makespan(0), clocks.makespan(1)
         t0 = float(run.start[0].min(initial=before[0])) if run.entries.size else before[0]
         # per rank: its busy time in the first round (from its own start to its last flow or reduction)
-        inc = np.zeros(p * nch)
+        inc = np.zeros(p_all * nch)
         inc[run.entries] = run.first[0] - run.start[0]
-        rank_first = inc.reshape(p, nch).max(axis=1)
-        span = np.zeros(p * nch)
+        rank_first = inc.reshape(p_all, nch)[:p].max(axis=1)
+        span = np.zeros(p_all * nch)
         span[run.entries] = run.end[0] - run.start[0]
-        busy_total += span.reshape(p, nch).max(axis=1)
+        busy_total += span.reshape(p_all, nch)[:p].max(axis=1)
         comm_first = 0.0
         fin = np.zeros(0)
         if F:
-            st = np.zeros(p * nch)
+            st = np.zeros(p_all * nch)
             st[run.entries] = run.start[0]
             chv = np.zeros(F, np.int64) if first.channel is None else first.channel
             s_start = st[src * nch + chv]

@@ -563,3 +563,32 @@ def rail_plan(topo: Topology) -> RailPlan:
     """The :class:`RailPlan` of ``topo`` (cached per Topology): how many channels a ring spanning its
     hosts runs, and through which local ranks (NICs) each channel leaves a host."""
     return per_topology(_RAILS, topo, _rail_plan)
+
+
+@dataclass(frozen=True)
+class SwitchPlan:
+    """Where the in-switch steps of a Schedule go on a topology: ``topology`` is the given one with the
+    NVLS switches appended as ranks p, p + 1, ... (so paths to them are ordinary rank paths),
+    ``switch_of[r]`` the index (0-based, rank p + index) of rank r's switch."""
+
+    topology: Topology
+    switch_of: "np.ndarray"
+    switches: tuple[str, ...]
+
+
+def switch_plan(topo: Topology, nranks: int | None = None) -> SwitchPlan:
+    """The NVLS switch of each of the first ``nranks`` ranks (:meth:`Topology.nvls_switch`): raises
+    TopologyError naming the first rank without one (no NVLink SHARP: a GPU before Hopper, a PCIe
+    server, a CPU)."""
+    p = topo.nranks if nranks is None else int(nranks)
+    devs: list[str] = []
+    of = np.zeros(p, dtype=np.int64)
+    for r in range(p):
+        sw = topo.nvls_switch(r)
+        if sw is None:
+            raise TopologyError(f"rank {r} ({topo.ranks[r]}) is not attached to an NVLS-capable switch "
+                                f"(NVSwitch gen 3+): in-switch steps cannot run on {topo.name!r}")
+        if sw not in devs:
+            devs.append(sw)
+        of[r] = devs.index(sw)
+    return SwitchPlan(topo.with_ranks(list(topo.ranks[:p]) + devs), of, tuple(devs))
