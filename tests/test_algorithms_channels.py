@@ -13,7 +13,7 @@ from interlink.algorithms.reference import verify_schedule
 from interlink.algorithms.registry import get_schedule
 from interlink.algorithms.ring import ring_orders
 from interlink.algorithms.schedule import Recv, Round, Schedule, Send
-from interlink.errors import ScheduleError
+from interlink.errors import ScheduleError, VerificationError
 
 
 def _replace(s: Schedule, rank: int, rnd: int, idx: int, step) -> Schedule:
@@ -91,7 +91,8 @@ def test_a_send_of_the_wrong_slice_fails_verification():
             if isinstance(st, Send) and st.channel == 1 and st.src.buffer == "output":
                 wrong = type(st.src)(st.src.buffer, st.src.offset - 1, st.src.count)
                 bad = _replace(s, 2, k, i, Send(st.peer, wrong, 1))
-                with pytest.raises(ScheduleError):
+                # refused as a channel conflict, or (read as a hand-off from channel 0) by the verifier
+                with pytest.raises((ScheduleError, VerificationError)):
                     verify_schedule(bad, dtypes=(np.float64,))
                 return
     raise AssertionError("no channel-1 send from the output found")

@@ -63,7 +63,10 @@ def test_nccl_worked_example_latencies() -> None:
     t = {c.protocol: c.time_us for c in p.table}
     assert t["ll"] == pytest.approx(15.0, rel=0.01)
     assert t["simple"] == pytest.approx(56.0, rel=0.01)
-    assert predict("all_reduce", 8, "dgx-h100", algorithm="nvls").time_us == pytest.approx(25.0, rel=0.01)
+    # NVLS is a Schedule now: the tree's call latency (8.4 us) + 2 rounds of NVLink steps into and out of
+    # the switch give what NCCL's table says for it (nvls.latency_us, 25 us) within 15%
+    nv = predict("all_reduce", 8, "dgx-h100", algorithm="nvls")
+    assert nv.time_us == pytest.approx(default_params().value("nvls.latency_us"), rel=0.15)
 
 
 def test_multinode_ring_channels_are_in_the_schedule() -> None:

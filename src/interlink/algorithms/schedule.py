@@ -507,67 +507,62 @@ def _chunks_of(s: Step) -> tuple[Chunk, ...]:
 def _check_channels(s: "Schedule") -> None:
     """Channels run independently (each rank-channel pair is its own stream of rounds), so each works on
     its own part of every rank's buffers: a chunk one channel writes must not overlap a chunk another
-    channel reads or writes on that rank (a Get's source counts as a read on the peer)."""
+    channel reads or writes on that rank (a Get's source, an in-switch reduction's sources, count as reads
+    on their owners; a multicast's destinations as writes there). One exception, the hand-off: channel d
+    may read what channel c wrote on the same rank when every such write comes in a round before every
+    such read and d never writes there (d's round then waits for c's: see the module docstring)."""
     import numpy as np
 
     where = dict(op=f"{s.collective}/{s.algorithm}")
-    acc: dict[tuple[int, str], list[tuple[int, int, int, bool]]] = {}
+    acc: dict[tuple[int, str], list[tuple[int, int, int, bool, int]]] = {}  # (lo, hi, channel, write, round)
+
+    def add(r: int, c: Chunk, ch: int, w: bool, k: int) -> None:
+        acc.setdefault((r, c.buffer), []).append((c.offset, c.end, ch, w, k))
+
     for r, prog in enumerate(s.ranks):
-        for rnd in prog:
+        for k, rnd in enumerate(prog):
             for st in rnd.steps:
                 c = st.channel
                 if isinstance(st, Send):
-                    acc.setdefault((r, st.src.buffer), []).append((st.src.offset, st.src.end, c, False))
+                    add(r, st.src, c, False, k)
                 elif isinstance(st, Recv):
-                    acc.setdefault((r, st.dst.buffer), []).append((st.dst.offset, st.dst.end, c, True))
+                    add(r, st.dst, c, True, k)
                 elif isinstance(st, SwitchReduce):
                     for g in st.group:
-                        acc.setdefault((g, st.src.buffer), []).append((st.src.offset, st.src.end, c, False))
-                    acc.setdefault((r, st.dst.buffer), []).append((st.dst.offset, st.dst.end, c, True))
+                        add(g, st.src, c, False, k)
+                    add(r, st.dst, c, True, k)
                 elif isinstance(st, Multicast):
-                    acc.setdefault((r, st.src.buffer), []).append((st.src.offset, st.src.end, c, False))
+                    add(r, st.src, c, False, k)
                     for g in st.group:
-                        acc.setdefault((g, st.dst.buffer), []).append((st.dst.offset, st.dst.end, c, True))
+                        add(g, st.dst, c, True, k)
                 else:
-                    owner = st.peer if isinstance(st, Get) else r
-                    acc.setdefault((owner, st.src.buffer), []).append((st.src.offset, st.src.end, c, False))
-                    acc.setdefault((r, st.dst.buffer), []).append((st.dst.offset, st.dst.end, c, True))
-
-    def union(iv: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-        iv = sorted((a, b) for a, b in iv if b > a)
-        lo: list[int] = []
-        hi: list[int] = []
-        for a, b in iv:
-            if lo and a <= hi[-1]:
-                hi[-1] = max(hi[-1], b)
-            else:
-                lo.append(a)
-                hi.append(b)
-        return np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
+                    add(st.peer if isinstance(st, Get) else r, st.src, c, False, k)
+                    add(r, st.dst, c, True, k)
 
     for (r, buf), items in acc.items():
-        chans = sorted({c for _, _, c, _ in items})
-        if len(chans) < 2:
+        a = np.array([it for it in items if it[1] > it[0]], dtype=np.int64).reshape(-1, 5)
+        chans = np.unique(a[:, 2])
+        if chans.size < 2:
             continue
-        writes = {c: union([(a, b) for a, b, cc, w in items if cc == c and w]) for c in chans}
-        every = {c: union([(a, b) for a, b, cc, _ in items if cc == c]) for c in chans}
-        for c in chans:
-            wl, wh = writes[c]
-            if not wl.size:
-                continue
-            for d in chans:
-                if d == c:
-                    continue
-                al, ah = every[d]
-                i = np.searchsorted(ah, wl, side="right")  # first interval of d ending after each write starts
-                ok = i >= al.size
-                hit = ~ok
-                hit[hit] = al[i[hit]] < wh[hit]
-                if hit.any():
-                    j = int(np.flatnonzero(hit)[0])
-                    raise ScheduleError(f"rank {r}: channel {c} writes {buf}[{wl[j]}:{wh[j]}], which channel {d} "
-                                        f"also uses; channels must work on disjoint parts of the buffers",
-                                        ranks=[r], **where)
+        order = np.argsort(a[:, 0], kind="stable")
+        a = a[order]
+        lo, hi, ch, w, k = a.T
+        # every pair of overlapping intervals on different channels with a write among them: sweep by start
+        for i in range(a.shape[0]):
+            j = i + 1
+            while j < a.shape[0] and lo[j] < hi[i]:
+                if ch[j] != ch[i] and (w[i] or w[j]):
+                    # the hand-off: the writer's rounds all before the reader's, the reader never writes
+                    wi, rj = (i, j) if w[i] and not w[j] else (j, i) if w[j] and not w[i] else (-1, -1)
+                    if wi < 0 or k[wi] >= k[rj]:
+                        cw = int(ch[i] if w[i] else ch[j])
+                        other = int(ch[j] if cw == int(ch[i]) else ch[i])
+                        raise ScheduleError(
+                            f"rank {r}: channel {cw} writes {buf}[{int(lo[i if w[i] else j])}:"
+                            f"{int(hi[i if w[i] else j])}], which channel {other} also uses in the same or an "
+                            f"earlier round; channels work on disjoint parts of the buffers, or hand a chunk "
+                            f"over (written in earlier rounds, then only read)", ranks=[r], **where)
+                j += 1
 
 
 def has_gets(s: "Schedule") -> bool:

@@ -46,8 +46,11 @@ def all_reduce_nvls(nranks: int, count: int, root: int = 0, segments: int | None
     for r, (o, c) in enumerate(chunks):
         others = tuple(g for g in group if g != r)
         for j, (so, sn) in enumerate(split(c, S)):
-            b.switch_reduce(j, r, group, inp(o + so, sn), out(o + so, sn))
-            b.multicast(j + 1, r, others, out(o + so, sn), out(o + so, sn))
+            # the reductions on channel 0, the multicasts on channel 1: channel 1 takes each segment over
+            # from channel 0 (a hand-off), so the reduction of segment j + 1 does not wait for the
+            # multicast of segment j, as NCCL's NVLS kernel runs the two at once
+            b.switch_reduce(j, r, group, inp(o + so, sn), out(o + so, sn), channel=0)
+            b.multicast(j + 1, r, others, out(o + so, sn), out(o + so, sn), channel=1)
     return b.build()
 
 

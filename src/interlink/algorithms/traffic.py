@@ -33,7 +33,11 @@ class Phase:
     channel: per message, the Schedule channel it belongs to (None: every message on channel 0);
     wait: whether the receivers wait for these messages before their next round (False: one-sided writes
     into memory the receiver does not read afterwards, e.g. a multicast of the final result: they only
-    have to land before the collective ends).
+    have to land before the collective ends);
+    after: per message, another channel of the sender whose earlier round wrote the chunk it sends (a
+    hand-off between channels: the message also waits for that channel), -1 for none; None: no hand-offs;
+    gate: per message, the receiver's channel that waits for it (the channel that reads the chunk next;
+    -1: none, it only lands); None: the message's own channel.
     """
 
     src: np.ndarray
@@ -43,13 +47,16 @@ class Phase:
     repeat: int = 1
     channel: np.ndarray | None = None
     wait: bool = True
+    after: np.ndarray | None = None
+    gate: np.ndarray | None = None
 
     def channels(self) -> np.ndarray:
         """The channel of every message (zeros when the phase has one channel)."""
         return self.channel if self.channel is not None else np.zeros(self.src.size, dtype=np.int64)
 
     def with_repeat(self, repeat: int) -> "Phase":
-        return Phase(self.src, self.dst, self.elems, self.reduced, repeat, self.channel, self.wait)
+        return Phase(self.src, self.dst, self.elems, self.reduced, repeat, self.channel, self.wait, self.after,
+                     self.gate)
 
     @property
     def nmessages(self) -> int:
@@ -66,6 +73,9 @@ class Phase:
         if (self.channel is not None or other.channel is not None) and not np.array_equal(
                 self.channels(), other.channels()):
             return False
+        for x, y in ((self.after, other.after), (self.gate, other.gate)):
+            if (x is None) != (y is None) or (x is not None and not np.array_equal(x, y)):
+                return False
         return self.reduced is None or np.array_equal(self.reduced, other.reduced)
 
 
@@ -93,7 +103,7 @@ class Traffic:
                 up, dn = dst >= p, src >= p
                 dst = np.where(up, p + 2 * switch_of[np.minimum(src, p - 1)] + (dst - p) % 2, dst)
                 src = np.where(dn, p + 2 * switch_of[np.minimum(ph.dst, p - 1)] + (src - p) % 2, src)
-            out.append(Phase(src, dst, ph.elems, ph.reduced, ph.repeat, ph.channel, ph.wait))
+            out.append(Phase(src, dst, ph.elems, ph.reduced, ph.repeat, ph.channel, ph.wait, ph.after, ph.gate))
         return Traffic(self.collective, self.algorithm, p, self.count, tuple(out))
 
     @property
@@ -160,11 +170,17 @@ def from_schedule(s: Schedule) -> Traffic:
     phases: list[Phase] = []
     p = s.nranks
     sw, mc = p, p + 1  # the switch's reduction stream and its multicast stream
-    reads = _reads(s) if any(isinstance(st, Multicast) for prog in s.ranks for rnd in prog for st in rnd.steps) \
-        else None
+    multi = s.channels > 1
+    reads = _reads(s) if multi or any(isinstance(st, Multicast) for prog in s.ranks for rnd in prog
+                                      for st in rnd.steps) else None
+    writes = _writes(s) if multi else None
+
+    def handoff(x: int, k: int, c, ch: int) -> int:
+        return _handoff(writes, x, k, c, ch) if writes is not None else -1
+
     for k in range(s.nrounds):
-        src, dst, elems, chan = [], [], [], []
-        down_sr: tuple[list, list, list, list] = ([], [], [], [])
+        src, dst, elems, chan, aft = [], [], [], [], []
+        down_sr: tuple[list, list, list, list, list] = ([], [], [], [], [])
         down_mc: tuple[list, list, list, list, list] = ([], [], [], [], [])
         reduced = np.zeros(p, dtype=np.int64)
         for r in range(p):
@@ -172,11 +188,14 @@ def from_schedule(s: Schedule) -> Traffic:
                 if isinstance(st, SwitchReduce):
                     for g in st.group:
                         src.append(g), dst.append(sw), elems.append(st.src.count), chan.append(st.channel)
-                    for lst, v in zip(down_sr, (sw, r, st.dst.count, st.channel)):
+                        aft.append(handoff(g, k, st.src, st.channel))
+                    nxt = _next_reader(reads, r, k, st.dst) if multi else st.channel
+                    for lst, v in zip(down_sr, (sw, r, st.dst.count, st.channel, nxt)):
                         lst.append(v)
                     continue
                 if isinstance(st, Multicast):
                     src.append(r), dst.append(mc), elems.append(st.src.count), chan.append(st.channel)
+                    aft.append(handoff(r, k, st.src, st.channel))
                     for g in st.group:
                         land = not _read_after(reads, g, k, st.dst)  # nothing later on g reads it
                         for lst, v in zip(down_mc, (mc, g, st.dst.count, st.channel, land)):
@@ -187,11 +206,13 @@ def from_schedule(s: Schedule) -> Traffic:
                     dst.append(st.peer)
                     elems.append(st.src.count)
                     chan.append(st.channel)
+                    aft.append(handoff(r, k, st.src, st.channel))
                 elif isinstance(st, Get):  # one-sided: the bytes flow from the peer read to this rank
                     src.append(st.peer)
                     dst.append(r)
                     elems.append(st.src.count)
                     chan.append(st.channel)
+                    aft.append(handoff(st.peer, k, st.src, st.channel))
                     if st.reduce:
                         reduced[r] += st.dst.count
                 elif isinstance(st, Recv) and st.reduce:
@@ -200,17 +221,21 @@ def from_schedule(s: Schedule) -> Traffic:
                     reduced[r] += st.dst.count
         if not src and not reduced.any():
             continue  # local copies only: not modelled as a round
+        aa = np.array(aft, dtype=np.int64)
         new = [Phase(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(elems, dtype=np.int64),
-                     reduced if reduced.any() else None, 1, np.array(chan, dtype=np.int64) if any(chan) else None)]
+                     reduced if reduced.any() else None, 1, np.array(chan, dtype=np.int64) if any(chan) else None,
+                     True, aa if (aa >= 0).any() else None)]
         # each stream's output leaves when that stream has its input; multicast deliveries nothing reads
         # afterwards only have to land (wait=False), the others gate their receiver's next round
         land = np.array(down_mc[4], dtype=bool)
-        outs = [tuple(np.array(x, dtype=np.int64)[m] for x in down_mc[:4]) + (w,)
-                for m, w in ((~land, True), (land, False))] + [tuple(np.array(x, dtype=np.int64)
-                                                                     for x in down_sr) + (True,)]
-        for a, b_, e, ch, w in outs:
+        outs = [tuple(np.array(x, dtype=np.int64)[m] for x in down_mc[:4]) + (w, None)
+                for m, w in ((~land, True), (land, False))]
+        gate = np.array(down_sr[4], dtype=np.int64)
+        outs.append(tuple(np.array(x, dtype=np.int64) for x in down_sr[:4]) + (True, gate))
+        for a, b_, e, ch, w, gt in outs:
             if a.size:
-                new.append(Phase(a, b_, e, None, 1, ch if ch.any() else None, w))
+                same = gt is None or np.array_equal(gt, ch)
+                new.append(Phase(a, b_, e, None, 1, ch if ch.any() else None, w, None, None if same else gt))
         for ph in new:
             if phases and phases[-1].same_as(ph):
                 phases[-1] = phases[-1].with_repeat(phases[-1].repeat + 1)
@@ -234,6 +259,9 @@ def _close(a: np.ndarray | None, b: np.ndarray | None, tol: int) -> bool:
 def _same_pairs(a: Phase, b: Phase) -> bool:
     if a.src.size != b.src.size or a.wait != b.wait:
         return False
+    for x, y in ((a.after, b.after), (a.gate, b.gate)):
+        if (x is None) != (y is None) or (x is not None and not np.array_equal(x, y)):
+            return False
     return (a.src is b.src or np.array_equal(a.src, b.src)) and (a.dst is b.dst or np.array_equal(a.dst, b.dst))
 
 
@@ -280,28 +308,73 @@ def _reads(s: Schedule) -> dict:
     peers' Gets and in-switch reductions of its memory)."""
     acc: dict = {}
 
-    def add(r: int, k: int, c) -> None:
+    def add(r: int, k: int, c, ch: int) -> None:
         if c.count:
-            acc.setdefault((r, c.buffer), []).append((k, c.offset, c.end))
+            acc.setdefault((r, c.buffer), []).append((k, c.offset, c.end, ch))
 
     for r, prog in enumerate(s.ranks):
         for k, rnd in enumerate(prog):
             for st in rnd.steps:
+                ch = st.channel
                 if isinstance(st, Send):
-                    add(r, k, st.src)
+                    add(r, k, st.src, ch)
                 elif isinstance(st, Get):
-                    add(st.peer, k, st.src)
+                    add(st.peer, k, st.src, ch)
                 elif isinstance(st, SwitchReduce):
                     for g in st.group:
-                        add(g, k, st.src)
+                        add(g, k, st.src, ch)
                 elif isinstance(st, Multicast):
-                    add(r, k, st.src)
+                    add(r, k, st.src, ch)
                 elif isinstance(st, Reduce):
-                    add(r, k, st.src)
-                    add(r, k, st.dst)
+                    add(r, k, st.src, ch)
+                    add(r, k, st.dst, ch)
                 elif hasattr(st, "src") and not isinstance(st, Recv):  # Copy
-                    add(r, k, st.src)
+                    add(r, k, st.src, ch)
     return {key: np.array(v, dtype=np.int64) for key, v in acc.items()}
+
+
+def _next_reader(reads: dict | None, r: int, k: int, c) -> int:
+    """The channel of the first step after round k that reads part of chunk c on rank r, or -1."""
+    a = reads.get((r, c.buffer)) if reads is not None else None
+    if a is None or not a.size:
+        return -1
+    hit = (a[:, 0] > k) & (a[:, 1] < c.end) & (c.offset < a[:, 2])
+    if not hit.any():
+        return -1
+    i = np.flatnonzero(hit)
+    return int(a[i[np.argmin(a[i, 0])], 3])
+
+
+def _writes(s: Schedule) -> dict:
+    """Per (rank, buffer): arrays (round, lo, hi, channel) of every chunk written there."""
+    acc: dict = {}
+
+    def add(r: int, k: int, c, ch: int) -> None:
+        if c.count:
+            acc.setdefault((r, c.buffer), []).append((k, c.offset, c.end, ch))
+
+    for r, prog in enumerate(s.ranks):
+        for k, rnd in enumerate(prog):
+            for st in rnd.steps:
+                if isinstance(st, Multicast):
+                    for g in st.group:
+                        add(g, k, st.dst, st.channel)
+                elif not isinstance(st, Send):
+                    add(r, k, st.dst, st.channel)
+    return {key: np.array(v, dtype=np.int64) for key, v in acc.items()}
+
+
+def _handoff(writes: dict, x: int, k: int, c, ch: int) -> int:
+    """The channel other than ``ch`` that last wrote (in a round before k) a part of chunk c on rank x
+    (a hand-off between channels), or -1."""
+    a = writes.get((x, c.buffer))
+    if a is None or not a.size:
+        return -1
+    hit = (a[:, 0] < k) & (a[:, 3] != ch) & (a[:, 1] < c.end) & (c.offset < a[:, 2])
+    if not hit.any():
+        return -1
+    i = np.flatnonzero(hit)
+    return int(a[i[np.argmax(a[i, 0])], 3])
 
 
 def _read_after(reads: dict | None, r: int, k: int, c) -> bool:

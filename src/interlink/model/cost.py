@@ -380,7 +380,7 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
     # GPUs: the clocks give the time; the per-phase beta and gamma only split it, so near-identical
     # rounds (uneven ring blocks) are taken together, as the clocks take them
     phases = tr.phases if not gpu else tuple(
-        _traffic.Phase(g[0].src, g[0].dst, m[0], m[1], m[3], g[0].channel, g[0].wait)
+        _traffic.Phase(g[0].src, g[0].dst, m[0], m[1], m[3], g[0].channel, g[0].wait, g[0].after, g[0].gate)
         for g in _traffic.merge_rounds(tr.phases, 1) for m in [_traffic.merged(g)])
     nph = len(phases)
     rep = np.array([ph.repeat for ph in phases], dtype=np.float64)
@@ -548,7 +548,8 @@ def _gpu_clock(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int,
             over = np.vstack([params.step_overhead_us(kind, plat, pr) for pr in protocols])
             tx = over + d[None, :] / eff[:, None]
             arr = tx + plat[None, :]
-        clocks.run(src, dst, first.channel, tx, arr, red, overlap, repeat, recv_elems=elems, wait=first.wait)
+        clocks.run(src, dst, first.channel, tx, arr, red, overlap, repeat, recv_elems=elems, wait=first.wait,
+                   after=first.after, gate=first.gate)
     return np.array([clocks.makespan(i) for i in range(len(protocols))])
 
 

@@ -113,7 +113,8 @@ def _defaults() -> list[Param]:
         _p("protocol.efficiency.simple", 1.0, "fraction", "NCCL Simple: full bandwidth (docs/reference.md s4)"),
         _p("nvls.efficiency.hopper", 0.85, "fraction", "NCCL src/tuning nvlsEfficiency: Hopper 0.85"),
         _p("nvls.efficiency.blackwell", 0.74, "fraction", "NCCL src/tuning nvlsEfficiency: Blackwell 0.74"),
-        _p("nvls.latency_us", 25.0, "us", f"{_TUNING}: NVLS latency on NVLink"),
+        _p("nvls.latency_us", 25.0, "us", f"{_TUNING}: NVLS latency on NVLink (a check: the NVLS Schedule's "
+           f"call latency + steps give it; tests/test_model_cost.py)"),
         _p("gpu.hbm_gbps.a100", 2039.0, "GB/s", "A100-SXM4-80GB datasheet: HBM2e 2,039 GB/s"),
         _p("gpu.hbm_gbps.a800", 2039.0, "GB/s", "A800 80GB: as A100-SXM4-80GB"),
         _p("gpu.hbm_gbps.h100", 3350.0, "GB/s", "H100-SXM5 datasheet: HBM3 3.35 TB/s"),
@@ -263,10 +264,9 @@ class Params:
         return self.value(f"nccl.base_latency_us.{family}.{protocol}")
 
     def call_latency_us(self, algorithm: str, protocol: str) -> float:
-        """NCCL's fixed cost of one call (baseLat) for an algorithm: the ring's row for rings,
-        ``nvls.latency_us`` for NVLS, the tree's for every other algorithm."""
-        if algorithm == "nvls":
-            return self.value("nvls.latency_us")
+        """NCCL's fixed cost of one call (baseLat) for an algorithm: the ring's row for rings, the
+        tree's for every other algorithm (NVLS included: its Schedule's steps add the rest of NCCL's
+        25 us, ``nvls.latency_us``)."""
         return self.base_latency_us("ring" if algorithm.startswith("ring") else "tree", protocol)
 
     def hop_latency_us(self, kind: str, protocol: str) -> float:

@@ -6,6 +6,7 @@ sender starts the round, buffered at the receiver until it gets there). So, with
 entry e = (rank, channel) finished its last round, one round is::
 
     start(m)  = T[src(m), ch(m)]                      for every message m of the round
+                (and T[src(m), c'] too when m sends a chunk channel c' handed over)
     comm[e]   = max(T[e], start(m) + tx(m)   for m sent by e,          (its bytes are out)
                        start(m) + arr(m)  for m received by e)          (its bytes are in)
     T'[e]     = comm[e] + red[e] - overlap x min(comm[e] - T[e], red[e])   (the reduction after it,
@@ -86,14 +87,16 @@ class Clocks:
 
     def run(self, src: np.ndarray, dst: np.ndarray, ch: np.ndarray | None, tx: np.ndarray, arr: np.ndarray,
             red: np.ndarray | None, overlap: float, repeat: int, recv_elems: np.ndarray | None = None,
-            wait: bool = True) -> RunResult:
+            wait: bool = True, after: np.ndarray | None = None, gate: np.ndarray | None = None) -> RunResult:
         """Apply ``repeat`` identical rounds. ``src``/``dst``/``ch``: per message (``ch`` None: channel 0);
         ``tx``/``arr``: (rows, messages) transfer end and arrival relative to the message's start;
         ``red``: per rank, the time its reductions of one round take (split over its channels by the
         elements each receives, ``recv_elems`` per message; a rank that reduces without receiving does it
         on channel 0); ``overlap``: the fraction of a reduction that can hide under the round's
         communication. ``wait=False``: the receivers do not wait for these messages (one-sided writes
-        nothing reads afterwards): their arrivals only have to fall within the makespan."""
+        nothing reads afterwards): their arrivals only have to fall within the makespan. ``after``: per
+        message, another channel of its sender that it also waits for (a chunk handed over from that
+        channel; -1: none)."""
         C = self.C
         chv = np.zeros(src.size, np.int64) if ch is None else ch.astype(np.int64)
         s_e = src.astype(np.int64) * C + chv
@@ -112,14 +115,23 @@ class Clocks:
             red_e = np.flatnonzero(full > 0)
             red_v = full[red_e]
         landing = None
+        if gate is not None:  # the receiver's channel that waits for each message (-1: none)
+            d_e = dst.astype(np.int64) * C + np.maximum(gate, 0)
+            if (gate < 0).any():
+                keep = gate >= 0
+                landing = (np.flatnonzero(~keep), arr[:, ~keep])
+                d_e, arr = d_e[keep], arr[:, keep]
         if not wait:  # the receivers' clocks ignore them; the latest arrival is kept (per row)
-            landing = (src, arr)
+            landing = (np.arange(src.size), arr)
             d_e = d_e[:0]
             arr = arr[:, :0]
+        a_e = None
+        if after is not None and (after >= 0).any():
+            a_e = np.where(after >= 0, src.astype(np.int64) * C + np.maximum(after, 0), s_e)
         if self.barrier:
             ent = np.arange(self.p * C)
         else:
-            parts = [s_e, d_e] + ([red_e] if red_e is not None else [])
+            parts = [s_e, d_e] + ([red_e] if red_e is not None else []) + ([a_e] if a_e is not None else [])
             ent = np.unique(np.concatenate(parts))
         sp = np.searchsorted(ent, s_e)
         dp = np.searchsorted(ent, d_e)
@@ -130,7 +142,11 @@ class Clocks:
         uniq = tsorted[starts]
         off = np.concatenate([tx, arr], axis=1)[:, order] if tsorted.size else None
         src_of = np.concatenate([sp, sp[: dp.size]])[order]
+        ap = np.searchsorted(ent, a_e) if a_e is not None else None
+        aft_of = np.concatenate([ap, ap[: dp.size]])[order] if ap is not None else None
         land_off = landing[1] if landing is not None else None
+        lsp = sp[landing[0]] if landing is not None else sp  # the senders of the messages that only land
+        lap = ap[landing[0]] if landing is not None and ap is not None else None
         redp = None
         if red_v is not None:
             redp = np.zeros(ent.size)
@@ -141,10 +157,12 @@ class Clocks:
             if self.barrier:
                 Tp = np.broadcast_to(Tp.max(axis=1, keepdims=True), Tp.shape).copy()
             if land_off is not None and land_off.size:
-                np.maximum(self.landed, (Tp[:, sp] + land_off).max(axis=1), out=self.landed)
+                st = Tp[:, lsp] if lap is None else np.maximum(Tp[:, lsp], Tp[:, lap])
+                np.maximum(self.landed, (st + land_off).max(axis=1), out=self.landed)
             c = Tp.copy()
             if off is not None:
-                m = np.maximum.reduceat(Tp[:, src_of] + off, starts, axis=1)
+                st = Tp[:, src_of] if aft_of is None else np.maximum(Tp[:, src_of], Tp[:, aft_of])
+                m = np.maximum.reduceat(st + off, starts, axis=1)
                 c[:, uniq] = np.maximum(c[:, uniq], m)
             if redp is not None:
                 c = c + redp - ov * np.minimum(c - Tp, redp)
@@ -201,7 +219,8 @@ class Clocks:
                 period = q
                 break
         if last_start is not None and land_off is not None and land_off.size:
-            np.maximum(self.landed, (last_start[:, sp] + land_off).max(axis=1), out=self.landed)
+            st = last_start[:, lsp] if lap is None else np.maximum(last_start[:, lsp], last_start[:, lap])
+            np.maximum(self.landed, (st + land_off).max(axis=1), out=self.landed)
         self.T[:, ent] = Tp
         return RunResult(ent, T0, first if first is not None else T0, Tp, done, period)
 

@@ -568,7 +568,7 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
             ov = overlap
         before = clocks.makespan(0), clocks.makespan(1)
         run = clocks.run(src, dst, first.channel, tx_rows, arr_rows, red, ov, repeat, recv_elems=elems,
-                         wait=first.wait)
+                         wait=first.wait, after=first.after, gate=first.gate)
         evaluated += run.rounds_evaluated
         if run.period < 0:
             approximated += repeat - run.rounds_evaluated
