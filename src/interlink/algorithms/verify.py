@@ -26,7 +26,7 @@ import numpy as np
 
 from ..ops import numeric_dtypes
 from . import registry
-from .schedule import one_sided
+from .schedule import has_switch_steps, one_sided, two_sided
 from .reference import verify_schedule
 from .schedule import ROOTED, buffer_sizes
 
@@ -154,6 +154,8 @@ def _verify_entry(entry: registry.Entry, max_ranks: int, full: bool, dtypes: Seq
             # the one-sided form (every Send/Recv pair a Get of the receiver) is what the device executor
             # runs: it is verified too, symbolically and on one dtype
             verify_schedule(one_sided(s), dtypes=(np.float32,))
+            if has_switch_steps(s):  # executors without an in-switch reduction run the point-to-point lowering
+                verify_schedule(two_sided(s), dtypes=(np.float32,))
         except Exception as exc:  # noqa: BLE001 - every failure is reported, none stops the run
             failures.append(f"{_describe(c, a, p, n, root, params)}: {type(exc).__name__}: {exc}")
     return {"collective": c, "algorithm": a, "cases": cases, "failures": failures}

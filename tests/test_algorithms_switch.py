@@ -1,0 +1,137 @@
+"""In-switch steps (SwitchReduce, Multicast: NVLS) in the Schedule IR: the reference interpreter and the
+verifier run them, mutations fail, validation refuses bad ones, the point-to-point lowering is verified,
+the traffic crosses each rank's link to the switch n(1 + 1/p) each way, and predict/simulate price the
+NVLS Schedule only where the hardware has NVLink SHARP."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from interlink.algorithms.reference import verify_schedule
+from interlink.algorithms.registry import get_schedule
+from interlink.algorithms.schedule import Multicast, Round, Schedule, SwitchReduce, has_switch_steps, two_sided
+from interlink.algorithms.traffic import from_schedule
+from interlink.errors import ScheduleError, VerificationError
+
+G = 1 << 30
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 9])
+def test_nvls_verified_and_lowered(p):
+    for n in (0, 1, p - 1, 2 * p + 1, 97):
+        for seg in (None, 1, 3):
+            s = get_schedule("all_reduce", "nvls", p, n, segments=seg)
+            verify_schedule(s, dtypes=(np.float64, np.int32))
+            low = two_sided(s)
+            assert not has_switch_steps(low)
+            verify_schedule(low, dtypes=(np.float64,))
+            assert Schedule.from_json(s.dumps()).dumps() == s.dumps()
+
+
+def _replace(s: Schedule, rank: int, k: int, i: int, new) -> Schedule:
+    ranks = [list(prog) for prog in s.ranks]
+    steps = list(ranks[rank][k].steps)
+    steps[i] = new
+    ranks[rank][k] = Round(tuple(steps))
+    return dataclasses.replace(s, ranks=tuple(tuple(prog) for prog in ranks))
+
+
+def _find(s: Schedule, kind):
+    for r, prog in enumerate(s.ranks):
+        for k, rnd in enumerate(prog):
+            for i, st in enumerate(rnd.steps):
+                if isinstance(st, kind):
+                    return r, k, i, st
+    raise AssertionError(f"no {kind.__name__}")
+
+
+def test_mutations_fail_verification():
+    s = get_schedule("all_reduce", "nvls", 5, 23, segments=2)
+    r, k, i, st = _find(s, SwitchReduce)
+    bad = _replace(s, r, k, i, dataclasses.replace(st, group=st.group[:-1]))  # a member left out
+    with pytest.raises(VerificationError):
+        verify_schedule(bad, dtypes=(np.float64,))
+    r, k, i, st = _find(s, Multicast)
+    bad = _replace(s, r, k, i, dataclasses.replace(st, group=st.group[1:]))  # a rank never gets the chunk
+    with pytest.raises(VerificationError):
+        verify_schedule(bad, dtypes=(np.float64,))
+    r, k, i, st = _find(s, SwitchReduce)
+    src = dataclasses.replace(st.src, offset=(st.src.offset + 1) % (23 - st.src.count + 1))
+    bad = _replace(s, r, k, i, dataclasses.replace(st, src=src))  # the wrong slice
+    with pytest.raises(VerificationError):
+        verify_schedule(bad, dtypes=(np.float64,))
+
+
+def test_validation_refuses_bad_switch_steps():
+    s = get_schedule("all_reduce", "nvls", 4, 16)
+    r, k, i, st = _find(s, SwitchReduce)
+    for group in ((), (0, 0, 1), (0, 7)):
+        with pytest.raises(ScheduleError, match="group"):
+            _replace(s, r, k, i, dataclasses.replace(st, group=group)).validate()
+    with pytest.raises(ScheduleError, match="elements"):
+        _replace(s, r, k, i, dataclasses.replace(st, dst=dataclasses.replace(st.dst, count=st.dst.count + 1))
+                 ).validate()
+    # a multicast into a chunk the receiver also receives in that round
+    r, k, i, st = _find(s, Multicast)
+    target = st.group[0]
+    clash = Multicast((target,), st.src, st.src, st.channel)
+    other = (r + 1) % 4 if (r + 1) % 4 != target else (r + 2) % 4
+    steps = list(s.ranks[other][k].steps) + [clash]
+    ranks = [list(prog) for prog in s.ranks]
+    ranks[other][k] = Round(tuple(steps))
+    with pytest.raises(ScheduleError):
+        dataclasses.replace(s, ranks=tuple(tuple(x) for x in ranks)).validate()
+
+
+def test_channels_hand_over_only_forward_in_rounds():
+    s = get_schedule("all_reduce", "nvls", 3, 12, segments=2)
+    assert s.channels == 2  # reductions on 0, multicasts on 1: segment j handed over after round j
+    # channel 1 reading a segment before channel 0 has written it (round 0 < round 1) is refused
+    st = next(x for x in s.ranks[0][1].steps if isinstance(x, SwitchReduce))
+    steps = list(s.ranks[0][0].steps) + [Multicast((1, 2), st.dst, st.dst, 1)]
+    ranks = [list(prog) for prog in s.ranks]
+    ranks[0][0] = Round(tuple(steps))
+    with pytest.raises(ScheduleError, match="channel"):
+        dataclasses.replace(s, ranks=tuple(tuple(x) for x in ranks)).validate()
+
+
+@pytest.mark.parametrize("p", [2, 5, 8])
+def test_traffic_crosses_each_link_to_the_switch_n_times_one_plus_one_over_p(p):
+    n = 7 * p * 4
+    tr = from_schedule(get_schedule("all_reduce", "nvls", p, n, segments=4))
+    up = np.zeros(p, np.int64)
+    down = np.zeros(p, np.int64)
+    for ph in tr.phases:
+        assert ph.reduced is None  # the switch reduces
+        for s_, d_, e in zip(ph.src.tolist(), ph.dst.tolist(), ph.elems.tolist()):
+            if d_ >= p:
+                up[s_] += e * ph.repeat
+            if s_ >= p:
+                down[d_] += e * ph.repeat
+    assert up.tolist() == [n + n // p] * p
+    # a rank receives its own reduced chunk (n/p) and the others' chunks ((p-1) n/p): n in all
+    assert down.tolist() == [n] * p
+
+
+def test_predict_and_simulate_nvls_where_the_hardware_has_it():
+    from interlink.model import ModelError, predict
+    from interlink.sim import SimError, simulate_collective
+
+    pr = predict("all_reduce", 8 * G, "dgx-h100")
+    assert pr.algorithm == "nvls" and pr.protocol == "simple"
+    assert pr.busbw_gbps == pytest.approx(478.9, rel=0.05)  # Azure ND H100 v5, nccl-tests (docs/reference.md)
+    sim = simulate_collective("all_reduce", 8 * G, "dgx-h100")
+    assert sim.algorithm == "nvls" and sim.time_us == pytest.approx(pr.time_us, rel=1e-6)
+    assert any("nvswitch" in n for n in sim.notes)
+    # the two halves overlap: close to n(1 + 1/p) at 0.85 x the NVLink bandwidth, not twice that
+    ideal = 8 * G * (1 + 1 / 8) / (0.85 * 370.8e3)
+    assert sim.time_us < 1.1 * ideal
+    # A100 (no NVLink SHARP): not a candidate; asked for, a clear error
+    assert all(c.algorithm != "nvls" for c in predict("all_reduce", G, "dgx-a100").table)
+    with pytest.raises(ModelError, match="nvls"):
+        predict("all_reduce", G, "dgx-a100", algorithm="nvls")
+    with pytest.raises(SimError, match="NVLS"):
+        simulate_collective("all_reduce", G, "dgx-a100", algorithm="nvls", protocol="simple")
