@@ -7,7 +7,8 @@ Glossary (used as names throughout):
   chunk         -- (buffer, offset, count) in elements of the collective's dtype
   round         -- a set of steps of one rank: all its sends and receives run concurrently, then its
                    local steps (copy, reduce) run in order
-  step          -- Send, Recv (store or reduce into the chunk), Get (one-sided), Copy, Reduce
+  step          -- Send, Recv (store or reduce into the chunk), Get (one-sided), SwitchReduce and
+                   Multicast (in-switch), Copy, Reduce
 
 Semantics of one round on one rank:
   1. every Send reads its chunk as it is at the start of the round (a snapshot);
@@ -24,6 +25,13 @@ in round k (a reducing write is allowed: it lands after the readers are done). :
 every Send/Recv pair into a Get of the receiver, :func:`two_sided` turns Gets back into pairs; the
 reference interpreter, the verifier and the traffic the model and simulator price read both forms.
 
+In-switch form (NVLink SHARP, "NVLS"; SHARP): a SwitchReduce on rank r reads, through the switch, the
+reduction over the ranks of its group of their chunk ``src`` (as at the start of the round) into r's
+``dst``; a Multicast on rank r writes r's ``src`` (as at the start of the round) into ``dst`` of every
+rank of its group at the end of the round's communication. The members have no step for either. The
+switch does the arithmetic: each member's link to the switch carries its chunk once. Executors without
+such a switch run :func:`two_sided`'s lowering (reducing Gets, then pairs), verified like any Schedule.
+
 Rounds number the steps: the i-th Send from rank a to rank b in round k matches the i-th Recv of b from
 a in round k, with the same count and channel. Every rank has the same number of rounds (some may be
 empty).
@@ -32,11 +40,17 @@ Channels and dependencies. Every step names a ``channel`` (default 0). A Schedul
 independent programs per rank, each over its own part of the buffers (checked: a chunk one channel
 writes on a rank must not overlap a chunk another channel uses there), each with a route of its own (a
 ring per NIC: the builder orders each channel's ranks so that it leaves a host through another NIC).
+One exception, the hand-off: channel d may read what channel c wrote on the same rank when all those
+writes come in rounds before all those reads and d never writes there; d's step then waits for c's
+write (NVLS: the multicast channel takes each reduced segment over from the reduction channel).
 Rounds are not barriers: a rank-channel pair runs its rounds in order, and round k starts when that
 pair's round k - 1 is done, i.e. when the messages it receives have arrived (a send is eager: its
 data is buffered until the receiver gets to that round). With two-sided steps this gives the same
 result as running the rounds in lock-step (what the reference interpreter does), so the verifier's
-proof holds for the dependency-driven execution that the runtime and the simulator use. One-sided Gets
+proof holds for the dependency-driven execution that the runtime and the simulator use. A delivery
+gates the channel that reads the chunk next (not its own when another channel takes it over), and a
+delivery nothing reads afterwards only has to land before the collective ends
+(:class:`~interlink.algorithms.traffic.Phase` ``gate``/``wait``). One-sided Gets
 read a peer's memory in place, so an executor of the one-sided form orders them with signals (the
 device executor's READY/DONE).
 

@@ -1,65 +1,47 @@
-"""The cost model: alpha-beta-gamma time of a Schedule on a Topology, and predictions per collective.
+"""The cost model: the time of a Schedule on a Topology, and predictions per collective.
 
     schedule_time(traffic_or_schedule, topology, itemsize=4, protocol="simple") -> Estimate
     predict("all_reduce", 1 << 30, "dgx-h100") -> Prediction (fastest algorithm x protocol, the table)
 
 The time of a Schedule (its :class:`~interlink.algorithms.traffic.Traffic`: rounds of messages
-(src, dst, elements) and elements reduced per rank) on a Topology whose ranks 0..p-1 run it:
+(src, dst, elements, channel) and elements reduced per rank) on a Topology whose ranks 0..p-1 run it.
 
-* **a message** from rank a to rank b takes ``bytes / (bandwidth x efficiency)`` where the bandwidth
-  is the bottleneck of ``topology.path(a, b)`` (effective GB/s per direction) and the efficiency is the
-  protocol's (LL 50%, LL128 95%, Simple 100%, as NCCL models them);
-* **a round** takes the largest latency of its messages (alpha) plus the largest time any rank spends
-  sending or receiving (beta: a rank's messages in one round share its port, so they add up; a GPU's
-  NVLink port and its NIC are separate ports) plus the largest time any rank spends reducing (gamma x
-  bytes reduced: 1 / HBM bandwidth on GPUs, the host's measured reduce rate on CPUs);
-* **rounds add up** (a run of identical rounds counts ``repeat`` times), plus a fixed cost per call
-  (NCCL's base latency per algorithm and protocol on GPUs; the Python call path on CPU hosts).
+GPU topologies (NCCL-like): dependency-driven, on the same clocks as the simulator
+(:mod:`interlink.sim.clocks`: one per rank and channel; a round starts when that rank-channel's previous
+round is done; sends are eager):
 
-The model is contention-free by design: messages of one round never slow each other down in the
-network (that is the simulator's job, :mod:`interlink.sim`), only at their endpoints.
+* **a message** holds its sender's channel for :meth:`~interlink.model.params.Params.step_overhead_us`
+  (NCCL's per-hop latency of the protocol for its hop kind, less the path's latency) plus its bytes at
+  the path's bottleneck bandwidth x the protocol's efficiency (LL 50%, LL128 95%, Simple 100%), shared
+  with the sender's other messages of the round on the same port (NVLink or NIC); it arrives the path's
+  latency later. Messages through an NVLS switch (in-switch steps) move at the GPU's NVLS efficiency;
+* **a reduction** takes gamma x bytes (1 / HBM bandwidth), overlapped with the round's communication by
+  ``reduce.overlap.gpu``;
+* **a call** adds NCCL's base latency of the algorithm family and protocol.
 
-Latency per round comes from NCCL's tables on GPU topologies (per-hop latency by the kind of path:
-NVLink, PCIe, network, per protocol) and from the host parameters on CPU topologies (measured by
-``interlink bench --calibrate``): ``alpha`` per round, ``op_us`` per message the busiest rank sends or
+So a pipeline pays its latency once (its fill), a ring whose NIC hop is the bottleneck runs at the NIC's
+rate, and a Schedule's channels run side by side (one ring per NIC, each leaving a host through its own
+NIC; NVLS's reductions and multicasts). The model is contention-free beyond a rank's own ports: flows
+that share a link elsewhere (a PCIe switch, a CPU link, a spine) are the simulator's job
+(:mod:`interlink.sim`), which runs the same Schedule with the same step costs, so the two give the same
+time wherever nothing else is shared. ``Estimate`` splits the time into transfer (bytes over bandwidth,
+per round the busiest port), reduce, and latency (the rest).
+
+CPU topologies (interlink's own runtime): per round, the host parameters measured by
+``interlink bench --calibrate``: ``alpha`` per round, ``op_us`` per message the busiest rank sends or
 receives, ``alpha_oversub`` when more ranks take part than the host has cores, plus the wire latency of
-paths between hosts. On CPU hosts bytes are also weighed by the core-sharing factor (ranks / cores, at
-least 1) and a cache factor (up to ``host.dram_factor`` once the host's working set, 2 x S per rank,
-leaves ``host.llc_bytes``). See :mod:`interlink.model.params` for every constant and its source.
+paths between hosts; bytes weighed by the core-sharing factor (ranks / cores, at least 1) and a cache
+factor (up to ``host.dram_factor`` once the host's working set, 2 x S per rank, leaves
+``host.llc_bytes``); a repeated ring pays the largest mean latency around a cycle per round; rounds add
+up. The shared-memory paths of an all-local group (``fast``, ``fast2``, ``fastd``) are still closed forms
+here (:func:`_fast`): they are not Schedules yet.
 
-A run of identical rounds that forms rings (every rank sends to one and receives from one rank) pays
-the largest latency once and then, per round, the largest *mean* latency around a ring: the pipelined
-steady state, where a chunk crosses each link once per lap (NCCL: (nsteps - nInterSteps) x intraLat +
-nInterSteps x interLat). Other rounds pay the largest latency of their messages. On GPUs the reduction
-overlaps the transfer (``reduce.overlap.gpu``: NCCL reduces as data streams in); on CPUs it adds up.
-
-Refinements that matter on real machines:
-
-* **Channels.** NCCL runs one ring per NIC ("channel"), each ring leaving every host through another
-  NIC, and splits the data over them; a single ring spanning hosts would push everything through one
-  NIC (on 2 x DGX-H100: 47 GB/s instead of 8 x 47). :func:`predict` gives ring algorithms spanning
-  hosts ``channels = min(NICs per host, ranks per host)``: a message between hosts then gets
-  ``channels`` x its path bandwidth (C rings over C NICs), a message inside a host does not (the C
-  rings share the host's links). Latency per round is unchanged. Other algorithms already cross hosts
-  from every rank through its own NIC. ``Prediction.table`` shows the channel count per row.
-* **NVLS** (NVLink SHARP, in-switch reduction on NVSwitch gen 3+): a pseudo-algorithm ``nvls`` for
-  all_reduce when every rank's GPU hangs off an NVLS-capable switch of one NVLink domain. Each GPU
-  sends its buffer into the switch once (reduced there) and receives the result once: n(1 + 1/p) bytes
-  per direction at ``efficiency x`` its NVLink bandwidth (0.85 on Hopper), latency 25 us. In bus
-  bandwidth that is 2(p-1)/(p+1) x 0.85 x B, whose limit for many GPUs is NCCL's "2 x 0.85 x B".
-* **Shared-memory paths** of an all-local CPU group's world group: ``fast`` (small all_reduce/broadcast/
-  all_gather/reduce_scatter/barrier: one shared write per rank, every rank reads all payloads) and
-  ``fast2`` (all_reduce of 3+ ranks up to a few MiB: every rank reduces its 1/p slice from every slot).
-  They are rows of :func:`predict` (not tuner candidates: the runtime takes them by size).
-* **Large rank counts.** Traffic comes from :func:`interlink.algorithms.traffic.traffic` (a vectorised
-  generator when the algorithm family registers one); without one, Schedules are built up to
-  :data:`SCHEDULE_RANKS_LIMIT` ranks, and beyond that the closed-form costs of
-  ``docs/reference.md`` section 3 are used (the row's ``method`` says which).
-
-Path lookups are vectorised: :meth:`interlink.topology.PathTable.classify` maps every message to a
-*path class* (same host or not, the class of each end's host and the position of its device there, same
-NVLink domain, same leaf switch) and looks up one path per class (cached per topology, shared with the
-simulator), so a phase of 16,384 messages costs one numpy pass.
+Large rank counts: traffic comes from :func:`interlink.algorithms.traffic.traffic` (a vectorised
+generator where the algorithm family registers one: ring, hierarchical, tree, nccl_tree, binomial
+broadcast); without one, Schedules are built up to :data:`SCHEDULE_RANKS_LIMIT` ranks, and beyond that the
+closed-form costs of ``docs/reference.md`` section 3 are used (the row's ``method`` says which). Path
+lookups are vectorised: :meth:`interlink.topology.PathTable.classify` maps every message to a *path class*
+and looks up one path per class (cached per topology, shared with the simulator).
 """
 
 from __future__ import annotations
