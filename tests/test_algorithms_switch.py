@@ -135,3 +135,7 @@ def test_predict_and_simulate_nvls_where_the_hardware_has_it():
         predict("all_reduce", G, "dgx-a100", algorithm="nvls")
     with pytest.raises(SimError, match="NVLS"):
         simulate_collective("all_reduce", G, "dgx-a100", algorithm="nvls", protocol="simple")
+    # one switch reduces only the ranks on its ports: NVLS over two hosts' NVSwitches is refused
+    with pytest.raises(SimError, match="spans 2 switches"):
+        simulate_collective("all_reduce", G, "2xdgx-h100", algorithm="nvls", protocol="simple")
+    assert all(c.algorithm != "nvls" for c in predict("all_reduce", G, "2xdgx-h100").table)

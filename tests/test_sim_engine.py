@@ -323,8 +323,12 @@ def test_cli_sweep_nodes(tmp_path, capsys):
     assert rows[1]["ring"]["busbw_gbps"] > 300 and rows[2]["ring"]["busbw_gbps"] > 0.95 * rows[1]["ring"]["busbw_gbps"]
     assert rows[8]["ring"]["busbw_gbps"] > rows[8]["hierarchical"]["busbw_gbps"]
     assert rows[1]["ring"]["efficiency"] == 1.0
+    # the published nccl-tests figures measured on N x dgx-h100 come with the sweep (and onto its plot)
+    pub = {r["id"]: r for r in d["published"]}
+    assert {"A5", "C9", "C14"} <= set(pub) and pub["C9"]["nodes"] == 4 and pub["C9"]["busbw_gbps"] == 365.84
     assert main(["simulate", "all_reduce", "--size", "1G", "--topology", "dgx-h100", "--sweep-nodes", "1,2"]) == 0
-    assert "hierarchical busbw" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "hierarchical busbw" in out and "NVIDIA/nccl-tests#309" in out
     assert main(["simulate", "all_reduce", "--size", "1G", "--topology", "dgx-h100", "--sweep-nodes", "x"]) == 2
 
 

@@ -89,6 +89,7 @@ class Traffic:
     nranks: int
     count: int
     phases: tuple[Phase, ...]
+    switch_groups: tuple[tuple[int, ...], ...] = ()  # the groups of its in-switch steps (one switch each)
 
     def on_switches(self, switch_of: np.ndarray) -> "Traffic":
         """The same traffic with the switch endpoints (``nranks + stream``, stream 0: reductions, 1:
@@ -104,7 +105,7 @@ class Traffic:
                 dst = np.where(up, p + 2 * switch_of[np.minimum(src, p - 1)] + (dst - p) % 2, dst)
                 src = np.where(dn, p + 2 * switch_of[np.minimum(ph.dst, p - 1)] + (src - p) % 2, src)
             out.append(Phase(src, dst, ph.elems, ph.reduced, ph.repeat, ph.channel, ph.wait, ph.after, ph.gate))
-        return Traffic(self.collective, self.algorithm, p, self.count, tuple(out))
+        return Traffic(self.collective, self.algorithm, p, self.count, tuple(out), self.switch_groups)
 
     @property
     def uses_switch(self) -> bool:
@@ -178,6 +179,7 @@ def from_schedule(s: Schedule) -> Traffic:
     def handoff(x: int, k: int, c, ch: int) -> int:
         return _handoff(writes, x, k, c, ch) if writes is not None else -1
 
+    groups: set[tuple[int, ...]] = set()
     for k in range(s.nrounds):
         src, dst, elems, chan, aft = [], [], [], [], []
         down_sr: tuple[list, list, list, list, list] = ([], [], [], [], [])
@@ -185,6 +187,8 @@ def from_schedule(s: Schedule) -> Traffic:
         reduced = np.zeros(p, dtype=np.int64)
         for r in range(p):
             for st in s.ranks[r][k].steps:
+                if isinstance(st, (SwitchReduce, Multicast)):
+                    groups.add(tuple(sorted(set(st.group) | {r})))
                 if isinstance(st, SwitchReduce):
                     for g in st.group:
                         src.append(g), dst.append(sw), elems.append(st.src.count), chan.append(st.channel)
@@ -241,7 +245,7 @@ def from_schedule(s: Schedule) -> Traffic:
                 phases[-1] = phases[-1].with_repeat(phases[-1].repeat + 1)
             else:
                 phases.append(ph)
-    return Traffic(s.collective, s.algorithm, p, s.count, tuple(phases))
+    return Traffic(s.collective, s.algorithm, p, s.count, tuple(phases), tuple(sorted(groups)))
 
 
 def _close(a: np.ndarray | None, b: np.ndarray | None, tol: int) -> bool:

@@ -251,11 +251,16 @@ def _sweep(args: argparse.Namespace) -> int:
             cell = row.get(a, {})
             if base and "busbw_gbps" in cell:
                 cell["efficiency"] = cell["busbw_gbps"] / base
-    plot_error = _try_plot(plot_sweep, rows, algos, args, args.plot) if args.plot else None
+    from ..model.published import for_machine
+
+    published = [{"id": r.id, "nodes": r.nodes, "nbytes": r.nbytes, "busbw_gbps": r.busbw_gbps,
+                  "algorithm": r.algorithm or "default", "source": r.source}
+                 for r in for_machine(machine, args.collective) if r.nranks is None]
+    plot_error = _try_plot(plot_sweep, rows, algos, args, args.plot, published) if args.plot else None
     plotted = bool(args.plot) and plot_error is None
     if args.json:
         print(json.dumps({"collective": args.collective, "nbytes": args.size, "machine": machine,
-                          "options": opts, "algorithms": algos, "rows": rows,
+                          "options": opts, "algorithms": algos, "rows": rows, "published": published,
                           **({"plot": args.plot} if plotted else {})}, indent=2))
         return _plot_failed(plot_error)
     print(f"# {args.collective} of {args.size} bytes on N x {machine}{':' + opts if opts else ''}: simulated busbw "
@@ -273,6 +278,11 @@ def _sweep(args: argparse.Namespace) -> int:
         print(line)
     walls = sum(c.get("wall_s", 0.0) for row in rows for a in algos if isinstance(c := row.get(a), dict))
     print(f"simulated {len(rows) * len(algos)} runs in {walls:.1f} s")
+    if published:
+        print(f"published nccl-tests figures on N x {machine} ({args.collective}; interlink.model.published):")
+        for r in published:
+            print(f"  {r['id']:>7} {r['nodes']:>4} node{'s' if r['nodes'] > 1 else ' '} {r['nbytes'] / 2**30:g} GiB "
+                  f"{r['busbw_gbps']:>8.1f} GB/s  {r['algorithm']:<8} {r['source']}")
     if plotted:
         print(f"plot: {args.plot}")
     return _plot_failed(plot_error)
@@ -382,9 +392,15 @@ def plot_result(res: Any, path: str, max_ranks: int = 32, max_legend: int = 8) -
     plt.close(fig)
 
 
-def plot_sweep(rows: list[dict[str, Any]], algos: list[str], args: argparse.Namespace, path: str) -> None:
+def plot_sweep(rows: list[dict[str, Any]], algos: list[str], args: argparse.Namespace, path: str,
+               published: list[dict[str, Any]] | None = None) -> None:
     plt = _plt()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for i, r in enumerate(published or []):  # measured points (any size), labelled with their id and size
+        ax1.scatter([r["nodes"]], [r["busbw_gbps"]], marker="*", s=120, color="black", zorder=5,
+                    label="published (nccl-tests)" if i == 0 else None)
+        ax1.annotate(f"{r['id']} {r['nbytes'] / 2**30:g}G", (r["nodes"], r["busbw_gbps"]), fontsize=7,
+                     textcoords="offset points", xytext=(4, 4))
     for a in algos:
         pts = [(row["nodes"], row[a]["busbw_gbps"], row[a].get("efficiency", math.nan))
                for row in rows if "busbw_gbps" in row.get(a, {})]

@@ -474,7 +474,7 @@ def _switch_view(tr: Traffic, info: _TopoInfo, params: Params) -> _SwitchView:
     from ..topology import switch_plan
 
     try:
-        plan = switch_plan(info.topo, p)
+        plan = switch_plan(info.topo, p, tr.switch_groups)
     except TopologyError as exc:
         raise ModelError(str(exc)) from None
     table = path_table(plan.topology)

@@ -455,7 +455,7 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
         from ..topology import switch_plan
 
         try:
-            plan = switch_plan(topo, p)
+            plan = switch_plan(topo, p, tr.switch_groups)
         except TopologyError as exc:
             raise SimError(str(exc)) from None
         tr = tr.on_switches(plan.switch_of)

@@ -576,10 +576,11 @@ class SwitchPlan:
     switches: tuple[str, ...]
 
 
-def switch_plan(topo: Topology, nranks: int | None = None) -> SwitchPlan:
+def switch_plan(topo: Topology, nranks: int | None = None, groups: Any = ()) -> SwitchPlan:
     """The NVLS switch of each of the first ``nranks`` ranks (:meth:`Topology.nvls_switch`): raises
     TopologyError naming the first rank without one (no NVLink SHARP: a GPU before Hopper, a PCIe
-    server, a CPU)."""
+    server, a CPU), or the first of ``groups`` (the groups of in-switch steps) whose ranks hang off
+    different switches (a switch reduces only what its own ports bring in)."""
     p = topo.nranks if nranks is None else int(nranks)
     devs: list[str] = []
     of = np.zeros(p, dtype=np.int64)
@@ -591,4 +592,10 @@ def switch_plan(topo: Topology, nranks: int | None = None) -> SwitchPlan:
         if sw not in devs:
             devs.append(sw)
         of[r] = devs.index(sw)
+    for g in groups:
+        sws = {devs[int(of[r])] for r in g}
+        if len(sws) > 1:
+            raise TopologyError(f"an in-switch step's group {tuple(g)[:8]}{'...' if len(g) > 8 else ''} spans "
+                                f"{len(sws)} switches ({', '.join(sorted(sws)[:4])}): one switch reduces only "
+                                f"the ranks on its own ports")
     return SwitchPlan(topo.with_ranks(list(topo.ranks[:p]) + devs), of, tuple(devs))

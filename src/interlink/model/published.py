@@ -1,0 +1,80 @@
+"""Published nccl-tests figures (bus bandwidth, GB/s) of real systems: what the model and the simulator
+are checked against (tests/test_model_published.py) and what ``interlink simulate --sweep-nodes --plot``
+draws next to its curve.
+
+Each row cites its public source (GitHub issue threads of NVIDIA/nccl and NVIDIA/nccl-tests, vendor
+result files); docs/reference.md section 5 describes them. ``miss``: why the project does not come within
+15% of the row yet ("" where it does).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Published", "PUBLISHED", "for_machine"]
+
+G = 1 << 30
+
+
+@dataclass(frozen=True)
+class Published:
+    id: str
+    collective: str
+    nbytes: int
+    topology: str
+    algorithm: str | None  # None: the model's choice (NCCL's default); else what the measurement forced
+    nranks: int | None
+    busbw_gbps: float
+    source: str
+    miss: str = ""
+
+    @property
+    def nodes(self) -> int:
+        m = re.match(r"\s*(\d+)\s*x", self.topology)
+        return int(m.group(1)) if m else 1
+
+    @property
+    def machine(self) -> str:
+        return re.sub(r"^\s*\d+\s*x\s*", "", self.topology)
+
+
+PUBLISHED: tuple[Published, ...] = (
+    Published("A2", "all_reduce", 4 * G, "dgx-a100", None, None, 232.54, "NVIDIA/nccl-tests#175, 8x A100 SXM4"),
+    Published("A3", "all_reduce", G, "dgx-a100", None, None, 230.77, "NVIDIA/nccl#527, AWS p4dn (8x A100), 1 GiB"),
+    Published("A5", "all_reduce", 8 * G, "dgx-h100", None, None, 478.87,
+              "Azure/AI-benchmarking-guide ND H100 v5, NVLS, 8G"),
+    Published("A6", "all_reduce", 8 * G, "hgx-h200", None, None, 479.98,
+              "Azure/AI-benchmarking-guide ND H200 v5, NVLS, 8G"),
+    Published("A8", "all_reduce", 2 * G, "dgx-h100", "ring", None, 367.5,
+              "NVIDIA/nccl#1455, 8x H100, NCCL_ALGO=RING: 365-370"),
+    Published("A13rs", "reduce_scatter", 4 * G, "dgx-h100", None, None, 360.0, "NVIDIA/nccl#1281, 8x H100 reduce_scatter"),
+    Published("A13ag", "all_gather", 4 * G, "dgx-h100", None, None, 350.0, "NVIDIA/nccl#1281, 8x H100 all_gather"),
+    Published("A17", "all_reduce", 4 * G, "h800", None, None, 215.0, "NVIDIA/nccl#1374, 8x H800"),
+    Published("A16", "all_reduce", 8 * G, "gb200-nvl72", "ring", 4, 679.61,
+              "Azure ND GB200 v6, 4 GPUs per host, Ring, 8G"),
+    Published("C1", "all_reduce", 8 * G, "2xdgx-a100", "ring", None, 192.0, "NVIDIA/nccl#812, DGX-A100 8x HDR (measured)"),
+    Published("C9", "all_reduce", 16 * G, "4xdgx-h100", None, None, 365.84, "NVIDIA/nccl-tests#309, 4 nodes H100 8x400G IB"),
+    Published("C14", "all_reduce", 8 * G, "8xdgx-h100", None, None, 350.0, "uccl-project/uccl#205, 8 nodes H100"),
+    Published("C16-4", "reduce_scatter", 4 * G, "4xdgx-h100", None, None, 360.0, "NVIDIA/nccl#1229, 4 nodes H100 (approx.)"),
+    Published("C16-8", "reduce_scatter", 4 * G, "8xdgx-h100", None, None, 345.0, "NVIDIA/nccl#1229, 8 nodes H100 (approx.)"),
+    Published("C16-16", "reduce_scatter", 4 * G, "16xdgx-h100", None, None, 320.0,
+              "NVIDIA/nccl#1229, 16 nodes H100 (approx.)"),
+    Published("C21", "all_reduce", 8 * G, "gb200-nvl72", None, None, 834.57, "coreweave/nccl-tests#43, NVL72 rack, 8G",
+              "the NVLS Schedule over 72 GPUs at 0.74 x NVLink5 gives 997 (+19%): the measured rack reaches less "
+              "of its NVLink bandwidth than NCCL's Blackwell NVLS efficiency says"),
+    Published("C8", "all_reduce", 16 * G, "2xdgx-h100", None, None, 470.0, "NVIDIA/nccl-tests#309, 2 nodes H100, NVLSTree",
+              "NVLS+Tree across hosts is not a Schedule yet (in-switch steps inside hosts, a tree across)"),
+    Published("C11", "all_reduce", 8 * G, "4xdgx-h100", None, None, 320.0, "NVIDIA/nccl#1221, 4 nodes H100 8x400G RoCE",
+              "RoCE: the preset's fabric is InfiniBand NDR (no RoCE derating in the catalog)"),
+    Published("C15", "all_reduce", G // 2, "248xhgx-h200", None, None, 350.0,
+              "NVIDIA/nccl-tests#283, 248 nodes H200, 512M",
+              "1,984 ranks: nccl_tree gives 279 (-20%); NCCL runs NVLS+Tree here (in-switch reduction inside "
+              "each node), which has no Schedule yet"),
+)
+
+
+def for_machine(machine: str, collective: str | None = None) -> list[Published]:
+    """The rows measured on N x ``machine`` (any N; a bare preset is 1 node), of one collective if given."""
+    m = re.sub(r"^\s*\d+\s*x\s*", "", machine).split(":")[0].strip().lower()
+    return [r for r in PUBLISHED if r.machine.lower() == m and (collective is None or r.collective == collective)]
