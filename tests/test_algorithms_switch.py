@@ -15,6 +15,7 @@ from interlink.algorithms.registry import get_schedule
 from interlink.algorithms.schedule import Multicast, Round, Schedule, SwitchReduce, has_switch_steps, two_sided
 from interlink.algorithms.traffic import from_schedule
 from interlink.errors import ScheduleError, VerificationError
+from interlink.topology import parse_topology
 
 G = 1 << 30
 
@@ -139,3 +140,30 @@ def test_predict_and_simulate_nvls_where_the_hardware_has_it():
     with pytest.raises(SimError, match="spans 2 switches"):
         simulate_collective("all_reduce", G, "2xdgx-h100", algorithm="nvls", protocol="simple")
     assert all(c.algorithm != "nvls" for c in predict("all_reduce", G, "2xdgx-h100").table)
+
+
+@pytest.mark.parametrize("p,L", [(1, 1), (2, 1), (2, 2), (4, 2), (6, 3), (8, 4), (9, 3), (12, 4), (16, 8)])
+def test_nvls_tree_verified_and_lowered(p, L):
+    """NVLS inside each host of L ranks, the double binary tree across hosts (rail j carries chunk j)."""
+    for n in (0, 1, L - 1, 2 * p + 1, 97):
+        for seg in (None, 1, 3):
+            s = get_schedule("all_reduce", "nvls_tree", p, n, segments=seg, local_size=L)
+            verify_schedule(s, dtypes=(np.float64,))
+            verify_schedule(two_sided(s), dtypes=(np.float64,))
+    tr = from_schedule(get_schedule("all_reduce", "nvls_tree", p, 64 * p, local_size=L))
+    assert all(len(set(g)) == L for g in tr.switch_groups)  # one switch per host
+
+
+def test_nvls_tree_across_hosts_meets_the_published_nvlstree_figure():
+    from interlink.model import predict
+    from interlink.sim import simulate_collective
+
+    pr = predict("all_reduce", 16 * G, "2xdgx-h100")
+    assert pr.algorithm == "nvls_tree"
+    assert pr.busbw_gbps == pytest.approx(470.0, rel=0.05)  # NVIDIA/nccl-tests#309, 2 nodes, NVLSTree
+    sim = simulate_collective("all_reduce", 16 * G, "2xdgx-h100")
+    assert sim.algorithm == "nvls_tree" and sim.time_us == pytest.approx(pr.time_us, rel=1e-6)
+    # the runtime's tuner never offers an algorithm that needs a switch that reduces
+    from interlink.model import tuner
+
+    assert tuner.choose("all_reduce", 16 * G, 16, parse_topology("2xdgx-h100")) not in ("nvls", "nvls_tree")

@@ -148,7 +148,8 @@ def test_small_messages_pick_a_latency_optimal_algorithm(spec: str) -> None:
         assert p.protocol in ("ll", "ll128")
     big = predict("all_reduce", GiB, spec)
     # bandwidth-optimal ones: 2(p-1)/p of the buffer per rank (twoshot: in 2 rounds), or in-switch
-    assert big.algorithm in ("ring", "rabenseifner", "twoshot", "nvls", "hierarchical", "nccl_tree", "fast2", "fastd"), \
+    assert big.algorithm in ("ring", "rabenseifner", "twoshot", "nvls", "hierarchical", "nccl_tree", "nvls_tree",
+                             "fast2", "fastd"), \
         big.per_algorithm()
 
 

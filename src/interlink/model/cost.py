@@ -897,11 +897,11 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
     table: list[Candidate] = []
     for algo in names:
         protos = protocols
-        if algo == "nvls":  # in-switch steps: where every rank's GPU hangs off an NVLS switch; Simple only
-            why = _nvls_unavailable(info)
+        if algo in ("nvls", "nvls_tree"):  # in-switch steps: every GPU on an NVLS switch; Simple only
+            why = _nvls_unavailable(info, single=algo == "nvls")
             if why:
-                if algorithm == "nvls":
-                    raise ModelError(f"nvls is not available here: {why}")
+                if algorithm == algo:
+                    raise ModelError(f"{algo} is not available here: {why}")
                 continue
             protos = ("simple",)
         if algo in ("fast", "fast2", "fastd"):
@@ -974,15 +974,16 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
 TIE_REL = 0.02
 
 PREFERENCE = ("nvls", "fast", "fast2", "fastd", "ring", "recursive_doubling", "rabenseifner", "binomial", "direct", "bruck",
-              "recursive_halving", "pairwise", "dissemination", "tree", "nccl_tree", "hierarchical")
+              "recursive_halving", "pairwise", "dissemination", "tree", "nccl_tree", "nvls_tree", "hierarchical")
 
 
 def _pref(algorithm: str) -> tuple[int, str]:
     return (PREFERENCE.index(algorithm) if algorithm in PREFERENCE else len(PREFERENCE), algorithm)
 
 
-def _nvls_unavailable(info: _TopoInfo) -> str:
-    """Why the NVLS Schedule cannot run on this topology ("" when it can)."""
+def _nvls_unavailable(info: _TopoInfo, single: bool = True) -> str:
+    """Why the NVLS Schedules cannot run on this topology ("" when they can): every GPU must hang off an
+    NVLS-capable switch, and for ``nvls`` (``single``) all off one (NVLSTree: one per host)."""
     if not info.gpu or info.n < 2:
         return "needs at least 2 GPUs"
     if min(_params_nvls_eff(info)) <= 0:
@@ -990,8 +991,10 @@ def _nvls_unavailable(info: _TopoInfo) -> str:
     sw = {info.topo.nvls_switch(r) for r in range(info.n)}
     if None in sw:
         return "a GPU is not attached to an NVLS-capable NVSwitch (gen 3+)"
-    if len(sw) != 1:
-        return "the ranks span several NVLink domains (NVLS+Tree across hosts is not a Schedule yet)"
+    if single and len(sw) != 1:
+        return "the ranks span several NVLink domains (nvls_tree runs NVLS in each and a tree across)"
+    if not single and len(sw) != info.nhosts:
+        return "an NVLink domain spans hosts (nvls_tree needs one NVLS switch per host)"
     return ""
 
 

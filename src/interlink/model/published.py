@@ -63,14 +63,13 @@ PUBLISHED: tuple[Published, ...] = (
     Published("C21", "all_reduce", 8 * G, "gb200-nvl72", None, None, 834.57, "coreweave/nccl-tests#43, NVL72 rack, 8G",
               "the NVLS Schedule over 72 GPUs at 0.74 x NVLink5 gives 997 (+19%): the measured rack reaches less "
               "of its NVLink bandwidth than NCCL's Blackwell NVLS efficiency says"),
-    Published("C8", "all_reduce", 16 * G, "2xdgx-h100", None, None, 470.0, "NVIDIA/nccl-tests#309, 2 nodes H100, NVLSTree",
-              "NVLS+Tree across hosts is not a Schedule yet (in-switch steps inside hosts, a tree across)"),
+    Published("C8", "all_reduce", 16 * G, "2xdgx-h100", None, None, 470.0, "NVIDIA/nccl-tests#309, 2 nodes H100, NVLSTree"),
     Published("C11", "all_reduce", 8 * G, "4xdgx-h100", None, None, 320.0, "NVIDIA/nccl#1221, 4 nodes H100 8x400G RoCE",
               "RoCE: the preset's fabric is InfiniBand NDR (no RoCE derating in the catalog)"),
     Published("C15", "all_reduce", G // 2, "248xhgx-h200", None, None, 350.0,
               "NVIDIA/nccl-tests#283, 248 nodes H200, 512M",
-              "1,984 ranks: nccl_tree gives 279 (-20%); NCCL runs NVLS+Tree here (in-switch reduction inside "
-              "each node), which has no Schedule yet"),
+              "1,984 ranks: nccl_tree gives 279 (-20%); NCCL runs NVLS+Tree here, and the nvls_tree Schedule "
+              "has no vectorised traffic generator for 1,984 ranks yet"),
 )
 
 

@@ -79,9 +79,11 @@ def group_topology(layout: tuple[int, int], nranks: int, cores: Optional[int] = 
 
 
 def _candidates(collective: str, candidates: Optional[Iterable[str]]) -> tuple[str, ...]:
+    from ..algorithms.switch import NEEDS_SWITCH
+
     have = registry.algorithms_for(collective)
-    if candidates is None:
-        return tuple(have)
+    if candidates is None:  # what interlink's executors run (not the in-switch Schedules: no switch reduces)
+        return tuple(a for a in have if a not in NEEDS_SWITCH)
     out = tuple(c for c in candidates if c in have)
     if not out:
         raise ValueError(f"no registered candidate among {list(candidates)} for {collective}")
