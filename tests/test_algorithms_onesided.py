@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from interlink.algorithms import Get, get_schedule, one_sided, registry, two_sided, verify_schedule
-from interlink.algorithms.schedule import ROOTED, Chunk, Recv, Round, Schedule, Send
+from interlink.algorithms.schedule import ROOTED, Chunk, Recv, Round, Schedule, Send, has_switch_steps
 from interlink.algorithms.traffic import from_schedule
 from interlink.errors import ScheduleError, VerificationError
 
@@ -32,6 +32,11 @@ def test_every_algorithm_in_one_sided_form(collective: str, algorithm: str) -> N
         verify_schedule(o, dtypes=(np.float32, np.int32))
         back = two_sided(o)
         verify_schedule(back, dtypes=(np.int64,))
+        if has_switch_steps(s):
+            # in-switch steps are lowered (executors of this form have no reducing switch): no switch step
+            # is left for an executor to skip, and the lowering computes the same result (verified above)
+            assert not has_switch_steps(o) and not has_switch_steps(back)
+            continue
         assert o.sent_per_rank() == s.sent_per_rank() and o.recv_per_rank() == s.recv_per_rank()
         assert o.comm_rounds == s.comm_rounds and o.max_sent_per_round() == s.max_sent_per_round()
         assert o.reduced_per_round() == s.reduced_per_round()

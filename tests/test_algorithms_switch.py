@@ -167,3 +167,18 @@ def test_nvls_tree_across_hosts_meets_the_published_nvlstree_figure():
     from interlink.model import tuner
 
     assert tuner.choose("all_reduce", 16 * G, 16, parse_topology("2xdgx-h100")) not in ("nvls", "nvls_tree")
+
+
+def test_executors_never_skip_a_step_they_do_not_run():
+    """A wrong result must not ship silently: the host executor refuses Gets and in-switch steps (the group
+    hands it two_sided(s)), and the device executor's one-sided form has the switch steps lowered."""
+    from interlink.algorithms.schedule import one_sided
+    from interlink.ops import ReduceOp
+    from interlink.runtime.executor import Plan
+
+    s = get_schedule("all_reduce", "nvls", 3, 12)
+    with pytest.raises(ScheduleError, match="two_sided"):
+        Plan(s, 0, np.dtype(np.float32), ReduceOp.SUM, None, lambda r: r, "x")
+    Plan(two_sided(s), 0, np.dtype(np.float32), ReduceOp.SUM, None, lambda r: r, "x")  # the lowering runs
+    assert not has_switch_steps(one_sided(s))
+    verify_schedule(one_sided(s), dtypes=(np.float64,))

@@ -632,7 +632,11 @@ def _lower_switch(s: "Schedule") -> "Schedule":
 
 def one_sided(s: "Schedule") -> "Schedule":
     """The same algorithm with every Send/Recv pair as a Get of the receiver (the i-th receive of rank r
-    from q in round k reads the chunk of q's i-th send to r in round k). Gets already there stay."""
+    from q in round k reads the chunk of q's i-th send to r in round k). Gets already there stay;
+    in-switch steps are lowered to Gets first (as :func:`two_sided` does: executors that run this form
+    have no switch that reduces, and a step they do not know must never be skipped)."""
+    if has_switch_steps(s):
+        s = _lower_switch(s)
     p = s.nranks
     ranks = []
     for r in range(p):

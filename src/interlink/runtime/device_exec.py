@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..algorithms.schedule import Copy, Get, Reduce, Schedule, one_sided, two_sided
+from ..algorithms.schedule import Copy, Get, Reduce, Schedule, has_switch_steps, one_sided, two_sided
 from ..errors import ScheduleError
 from ..ops import ReduceOp
 from ..transport import cuda_ipc
@@ -77,6 +77,8 @@ class DevicePlan:
             raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the device executor needs every "
                                 f"rank's program (it pulls from the sender's chunk)")
         os_ = one_sided(schedule)
+        if has_switch_steps(os_):  # never skip a step the executor does not know
+            raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: in-switch steps need a lowering")
 
         rounds = []
         serve: set[int] = set()

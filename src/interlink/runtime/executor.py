@@ -21,6 +21,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..algorithms.schedule import Chunk, Copy, Recv, Reduce, Schedule, Send
+from ..errors import ScheduleError
 from ..ops import ReduceOp, finish_avg, ufunc
 from ..transport.base import Op, encode_sig
 from ..transport.shm import cma_threshold
@@ -157,6 +158,10 @@ class Plan:
         self.scratch = schedule.buffers.get("scratch", 0)
         self.copy_input, space, overlaps = aliasing(schedule, rank, alias)
         isz = dtype.itemsize
+        if any(not isinstance(st, (Send, Recv, Copy, Reduce)) for rnd in schedule.ranks[rank] for st in rnd.steps):
+            # never skip a step this executor does not know (Gets and in-switch steps: two_sided first)
+            raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the host executor runs Send, Recv, "
+                                f"Copy and Reduce steps only (lower the Schedule with two_sided)")
 
         bulk_min = max(1, cma_threshold(schedule.collective))  # one-copy transfers from this size
         rounds = []
