@@ -143,3 +143,18 @@ def test_predict_equals_simulate_where_nothing_contends(spec, coll):
         assert sim.time_us >= pr.time_us * (1 - 1e-3)  # flows can only add contention (1e-3: merged rounds)
         if spec != "pcie-8gpu":  # pcie-8gpu: rings that cross the UPI link share it
             assert sim.time_us == pytest.approx(pr.time_us, rel=0.05), (algo, pr.algorithm)
+
+
+def test_gates_send_an_arrival_to_the_channel_that_reads_it():
+    # rank 0 sends two messages to rank 1 on channel 0: the first is read next by rank 1's channel 1,
+    # the second by nothing (it only lands); rank 2 -> 1 on channel 0 gates channel 0 as usual
+    c = Clocks(3, 2, rows=1)
+    c.run(_a(0, 0, 2), _a(1, 1, 1), _a(0, 0, 0), np.array([[1.0, 2.0, 3.0]]), np.array([[5.0, 9.0, 4.0]]),
+          None, 0.0, 1, gate=_a(1, -1, 0))
+    T = c.T[0].reshape(3, 2)
+    assert T[1].tolist() == [4.0, 5.0]  # channel 0: the 2 -> 1 message; channel 1: the handed-over one
+    assert T[0].tolist() == [2.0, 0.0] and T[2].tolist() == [3.0, 0.0]  # senders: their transfers
+    assert c.makespan() == 9.0  # the landing one still ends the collective
+    # and a message that also waits for another channel of its sender (a hand-off)
+    c.run(_a(1), _a(2), _a(0), np.array([[1.0]]), np.array([[1.0]]), None, 0.0, 1, after=_a(1))
+    assert c.T[0].reshape(3, 2)[2, 0] == 6.0  # starts at max(channel 0: 4, channel 1: 5) + 1

@@ -96,7 +96,8 @@ class Clocks:
         communication. ``wait=False``: the receivers do not wait for these messages (one-sided writes
         nothing reads afterwards): their arrivals only have to fall within the makespan. ``after``: per
         message, another channel of its sender that it also waits for (a chunk handed over from that
-        channel; -1: none)."""
+        channel; -1: none). ``gate``: per message, the receiver's channel whose clock waits for it (the
+        channel that reads the chunk next; -1: none, it only lands; None: the message's own)."""
         C = self.C
         chv = np.zeros(src.size, np.int64) if ch is None else ch.astype(np.int64)
         s_e = src.astype(np.int64) * C + chv
@@ -115,14 +116,17 @@ class Clocks:
             red_e = np.flatnonzero(full > 0)
             red_v = full[red_e]
         landing = None
+        kept = np.arange(src.size)  # the messages whose arrival a receiver's clock waits for
         if gate is not None:  # the receiver's channel that waits for each message (-1: none)
             d_e = dst.astype(np.int64) * C + np.maximum(gate, 0)
             if (gate < 0).any():
-                keep = gate >= 0
-                landing = (np.flatnonzero(~keep), arr[:, ~keep])
-                d_e, arr = d_e[keep], arr[:, keep]
+                kept = np.flatnonzero(gate >= 0)
+                landing = (np.flatnonzero(gate < 0), arr[:, gate < 0])
+                d_e, arr = d_e[kept], arr[:, kept]
         if not wait:  # the receivers' clocks ignore them; the latest arrival is kept (per row)
-            landing = (np.arange(src.size), arr)
+            landing = (np.arange(src.size), arr if gate is None or landing is None else
+                       np.concatenate([arr, landing[1]], axis=1)[:, np.argsort(np.r_[kept, landing[0]])])
+            kept = kept[:0]
             d_e = d_e[:0]
             arr = arr[:, :0]
         a_e = None
@@ -141,9 +145,9 @@ class Clocks:
         starts = np.flatnonzero(np.r_[True, tsorted[1:] != tsorted[:-1]]) if tsorted.size else np.zeros(0, np.int64)
         uniq = tsorted[starts]
         off = np.concatenate([tx, arr], axis=1)[:, order] if tsorted.size else None
-        src_of = np.concatenate([sp, sp[: dp.size]])[order]
+        src_of = np.concatenate([sp, sp[kept]])[order]
         ap = np.searchsorted(ent, a_e) if a_e is not None else None
-        aft_of = np.concatenate([ap, ap[: dp.size]])[order] if ap is not None else None
+        aft_of = np.concatenate([ap, ap[kept]])[order] if ap is not None else None
         land_off = landing[1] if landing is not None else None
         lsp = sp[landing[0]] if landing is not None else sp  # the senders of the messages that only land
         lap = ap[landing[0]] if landing is not None and ap is not None else None
