@@ -89,6 +89,17 @@ def test_nccl_tree(p):
             check("all_reduce", "nccl_tree", p, n, **params)
 
 
+@pytest.mark.parametrize("p,L", [(1, 1), (2, 2), (4, 2), (6, 3), (8, 4), (8, 8), (9, 3), (12, 4), (16, 8), (24, 8)])
+def test_nvls_and_nvls_tree(p, L):
+    """In-switch Schedules: the generator gives the switch endpoints, the landing multicasts, the gates and
+    the hand-offs exactly as from_schedule does."""
+    for n in counts(p) + [1031]:
+        for seg in (None, 1, 3):
+            check("all_reduce", "nvls_tree", p, n, segments=seg, local_size=L)
+            if L == p:
+                check("all_reduce", "nvls", p, n, segments=seg)
+
+
 def test_nccl_tree_at_scale():
     # 248 x 8 ranks (beyond what a Schedule of objects builds): 16 channels, 128 segments each
     t = tr.traffic("all_reduce", "nccl_tree", 1984, (1 << 29) // 4, channels=16, local_size=8,

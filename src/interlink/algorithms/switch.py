@@ -38,28 +38,13 @@ def nvls_segments(chunk: int, segments: int | None) -> int:
 
 @register("all_reduce", "nvls", params=("segments",))
 def all_reduce_nvls(nranks: int, count: int, root: int = 0, segments: int | None = None) -> Schedule:
-    """S + 1 rounds, pipelined: rank r owns chunk r (1/p of the buffer), cut in S segments. In round j it
-    reads the in-switch reduction of its segment j (SwitchReduce) and multicasts its segment j - 1,
-    reduced in the round before, to every other rank (Multicast). The switch's reduction and multicast
-    streams run at once, so each rank's link to the switch carries n(1 + 1/p) each way in S + 1 steps."""
-    p, n = nranks, count
-    b = Builder("all_reduce", "nvls", p, n, root)
-    group = tuple(range(p))
-    chunks = split(n, p)
-    S = nvls_segments(max(c for _, c in chunks), segments)
-    b.meta["segments"] = S
-    for r, (o, c) in enumerate(chunks):
-        others = tuple(g for g in group if g != r)
-        for j, (so, sn) in enumerate(split(c, S)):
-            # the reductions on channel 0, the multicasts on channel 1: channel 1 takes each segment over
-            # from channel 0 (a hand-off), so the reduction of segment j + 1 does not wait for the
-            # multicast of segment j, as NCCL's NVLS kernel runs the two at once
-            b.switch_reduce(j, r, group, inp(o + so, sn), out(o + so, sn), channel=0)
-            b.multicast(j + 1, r, others, out(o + so, sn), out(o + so, sn), channel=1)
-    return b.build()
-
-
-__all__ = ["NEEDS_SWITCH", "all_reduce_nvls", "all_reduce_nvls_tree", "nvls_segments"]
+    """NVLS on one NVLink domain, pipelined: rank r owns chunk r (1/p of the buffer), cut in segments. In
+    round s it reads the in-switch reduction of its segment s over every rank (SwitchReduce, channel 0);
+    in round s + 1 it multicasts that segment to every other rank (Multicast, channel 1, handed over from
+    channel 0), while channel 0 reads the reduction of segment s + 1: the switch's reduction and multicast
+    streams run at once, so each rank's link to the switch carries n(1 + 1/p) each way. The one-host case
+    of :func:`all_reduce_nvls_tree` (each chunk in two halves, as that one cuts them for its two trees)."""
+    return _nvls_tree(nranks, count, segments, nranks, "nvls", root)
 
 
 @register("all_reduce", "nvls_tree", params=("segments", "local_size"))
@@ -77,14 +62,16 @@ def all_reduce_nvls_tree(nranks: int, count: int, root: int = 0, segments: int |
     channel 1, handed over from channel 0). Per rank: n(1 + 1/L) each way over NVLink to the switch and
     about 2n/L each way over its NIC.
     """
+    return _nvls_tree(nranks, count, segments, int(local_size or nranks), "nvls_tree", root)
+
+
+def _nvls_tree(p: int, n: int, segments: int | None, L: int, name: str, root: int = 0) -> Schedule:
     from .trees import _children, _depths, _heights, double_binary_tree
 
-    p, n = nranks, count
-    L = int(local_size or p)
     if L < 1 or p % L:
         L = p
     H = p // L
-    b = Builder("all_reduce", "nvls_tree", p, n, root)
+    b = Builder("all_reduce", name, p, n, root)
     shapes = []
     for parents in (double_binary_tree(H) if H > 1 else ([-1], [-1])):
         kids = _children(parents)
@@ -110,3 +97,121 @@ def all_reduce_nvls_tree(nranks: int, count: int, root: int = 0, segments: int |
                         b.transfer(down, r, k * L + j, x, x, False, 0)
                     b.multicast(down, r, tuple(q for q in host if q != r), x, x, channel=1)
     return b.build()
+
+
+# ---- vectorised traffic for large rank counts ---------------------------------------------------------
+
+
+def _nvls_tree_traffic(p: int, n: int, segments: int | None, L: int, algorithm: str) -> "Traffic":
+    """Traffic of :func:`all_reduce_nvls_tree` (``nvls``: one host of every rank), as
+    :func:`~interlink.algorithms.traffic.from_schedule` gives it, one numpy pass per (round, chunk, tree
+    half) over the hosts: messages into the switch (its reduction stream p, multicast stream p + 1) with
+    the tree's sends, then the multicasts out (they only land: nothing reads them again), then the
+    reductions out (waited for by channel 0, or by channel 1 on a single host, whose multicast reads
+    them next)."""
+    import numpy as np
+
+    from .ring import split_sizes
+    from .traffic import Phase, Traffic
+    from .trees import _depths_heights_np, _double_binary_tree_np
+
+    if L < 1 or p % L:
+        L = p
+    H = p // L
+    shapes = []
+    for parents in (_double_binary_tree_np(H) if H > 1 else (np.array([-1]), np.array([-1]))):
+        depth, height = _depths_heights_np(parents)
+        shapes.append((parents, depth, height, int(height[parents < 0][0])))
+    sizes = split_sizes(n, L)
+    S = nvls_segments(max((int(c) + 1) // 2 for c in sizes.tolist()) if sizes.size else 0, segments)
+    halves = [split_sizes(int(c), 2) for c in sizes.tolist()]
+    segs = [[split_sizes(int(h), S) for h in hv] for hv in halves]
+    hosts = np.arange(H, dtype=np.int64)
+    SW, MC = p, p + 1
+    last = S - 1 + 1 + max(Ht + int(d.max(initial=0)) for _, d, _, Ht in shapes)
+    phases: list = []
+
+    def add(ph) -> None:
+        if phases and phases[-1].same_as(ph):
+            phases[-1] = phases[-1].with_repeat(phases[-1].repeat + 1)
+        else:
+            phases.append(ph)
+
+    e64 = np.zeros(0, dtype=np.int64)
+    for k in range(last + 1):
+        up_s, up_d, up_e, up_c, up_a = [], [], [], [], []
+        lm_s, lm_d, lm_e = [], [], []
+        sd_d, sd_e = [], []
+        red = np.zeros(p, dtype=np.int64)
+        for j in range(L):
+            for t in range(2):
+                parents, depth, height, Ht = shapes[t]
+                seg = segs[j][t]
+                ranks = hosts * L + j
+                # in-switch reduction of segment k over each host: every member -> switch, then switch -> r
+                if k < S and seg[k] > 0:
+                    m = seg[k]
+                    g = (hosts[:, None] * L + np.arange(L)[None, :]).ravel()
+                    up_s.append(g), up_d.append(np.full(g.size, SW)), up_e.append(np.full(g.size, m))
+                    up_c.append(np.zeros(g.size, np.int64)), up_a.append(np.full(g.size, -1))
+                    sd_d.append(ranks), sd_e.append(np.full(H, m))
+                # up the tree: host h sends segment k - 1 - height[h] to its parent (reducing there)
+                s_up = k - 1 - height
+                ok = (parents >= 0) & (s_up >= 0) & (s_up < S)
+                if ok.any():
+                    el = seg[s_up[ok]]
+                    nz = el > 0
+                    src, dst = ranks[ok][nz], parents[ok][nz] * L + j
+                    up_s.append(src), up_d.append(dst), up_e.append(el[nz])
+                    up_c.append(np.zeros(src.size, np.int64)), up_a.append(np.full(src.size, -1))
+                    np.add.at(red, dst, el[nz])
+                # down the tree and the multicast in each host: segment k - 1 - Ht - depth[h]
+                s_dn = k - 1 - Ht - depth
+                okh = (s_dn >= 0) & (s_dn < S)
+                kid = okh[np.maximum(parents, 0)] & (parents >= 0)  # kids of hosts sending down now
+                if kid.any():
+                    el = seg[s_dn[parents[kid]]]
+                    nz = el > 0
+                    src, dst = parents[kid][nz] * L + j, ranks[kid][nz]
+                    up_s.append(src), up_d.append(dst), up_e.append(el[nz])
+                    up_c.append(np.zeros(src.size, np.int64)), up_a.append(np.full(src.size, -1))
+                if okh.any() and L > 1:
+                    el = seg[s_dn[okh]]
+                    nz = el > 0
+                    src = ranks[okh][nz]
+                    el = el[nz]
+                    up_s.append(src), up_d.append(np.full(src.size, MC)), up_e.append(el)
+                    up_c.append(np.ones(src.size, np.int64)), up_a.append(np.zeros(src.size, np.int64))
+                    others = (src[:, None] // L) * L + np.arange(L)[None, :]
+                    keep = others != src[:, None]
+                    lm_d.append(others[keep]), lm_e.append(np.broadcast_to(el[:, None], others.shape)[keep])
+        cat = (lambda xs: np.concatenate(xs) if xs else e64)
+        src, dst, el, ch, af = cat(up_s), cat(up_d), cat(up_e), cat(up_c), cat(up_a)
+        if src.size or red.any():
+            add(Phase(src, dst, el, red if red.any() else None, 1, ch if ch.any() else None, True,
+                      af if (af >= 0).any() else None))
+        d = cat(lm_d)
+        if d.size:
+            add(Phase(np.full(d.size, MC), d, cat(lm_e), None, 1, np.ones(d.size, np.int64), False))
+        d = cat(sd_d)
+        if d.size:
+            gate = np.ones(d.size, np.int64) if H == 1 and L > 1 else None
+            add(Phase(np.full(d.size, SW), d, cat(sd_e), None, 1, None, True, None, gate))
+    groups = tuple(tuple(range(h * L, h * L + L)) for h in range(H)) if n else ()
+    return Traffic("all_reduce", algorithm, p, n, tuple(phases), groups)
+
+
+def _register_traffic() -> None:
+    from .traffic import register_traffic
+
+    @register_traffic("all_reduce", "nvls")
+    def nvls_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None):
+        return _nvls_tree_traffic(nranks, count, segments, nranks, "nvls")
+
+    @register_traffic("all_reduce", "nvls_tree")
+    def nvls_tree_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None,
+                          local_size: int | None = None):
+        return _nvls_tree_traffic(nranks, count, segments, int(local_size or nranks), "nvls_tree")
+
+
+_register_traffic()

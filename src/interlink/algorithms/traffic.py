@@ -133,7 +133,8 @@ class Traffic:
         a, b = list(self.expand()), list(other.expand())
         a = [p for p in a if p.nmessages or p.reduced is not None]
         b = [p for p in b if p.nmessages or p.reduced is not None]
-        return len(a) == len(b) and all(_canon(x).same_as(_canon(y)) for x, y in zip(a, b))
+        return (len(a) == len(b) and self.switch_groups == other.switch_groups
+                and all(_canon(x).same_as(_canon(y)) for x, y in zip(a, b)))
 
 
 def _canon(ph: Phase) -> Phase:
@@ -149,10 +150,11 @@ def _canon(ph: Phase) -> Phase:
         first[inv[::-1]] = np.arange(ph.src.size)[::-1]
         src, dst, ch = ph.src[first], ph.dst[first], ch[first]
     else:
-        src = dst = elems = ch = np.zeros(0, dtype=np.int64)
+        src = dst = elems = ch = first = np.zeros(0, dtype=np.int64)
     red = ph.reduced if ph.reduced is not None and ph.reduced.any() else None
     return Phase(src.astype(np.int64), dst.astype(np.int64), elems, red, ph.repeat,
-                 ch.astype(np.int64) if multi else None, ph.wait)
+                 ch.astype(np.int64) if multi else None, ph.wait,
+                 None if ph.after is None else ph.after[first], None if ph.gate is None else ph.gate[first])
 
 
 def from_schedule(s: Schedule) -> Traffic:
