@@ -37,8 +37,8 @@ up. The shared-memory paths of an all-local group (``fast``, ``fast2``, ``fastd`
 here (:func:`_fast`): they are not Schedules yet.
 
 Large rank counts: traffic comes from :func:`interlink.algorithms.traffic.traffic` (a vectorised
-generator where the algorithm family registers one: ring, hierarchical, tree, nccl_tree, binomial
-broadcast); without one, Schedules are built up to :data:`SCHEDULE_RANKS_LIMIT` ranks, and beyond that the
+generator where the algorithm family registers one: ring, hierarchical, tree, nccl_tree, nvls, nvls_tree,
+binomial broadcast); without one, Schedules are built up to :data:`SCHEDULE_RANKS_LIMIT` ranks, and beyond that the
 closed-form costs of ``docs/reference.md`` section 3 are used (the row's ``method`` says which). Path
 lookups are vectorised: :meth:`interlink.topology.PathTable.classify` maps every message to a *path class*
 and looks up one path per class (cached per topology, shared with the simulator).
