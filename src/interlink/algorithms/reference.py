@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import VerificationError
 from ..ops import ReduceOp, finish_avg, numpy_reduce, ops_for_dtype, reduce_into
-from .schedule import Copy, Get, Multicast, Recv, Reduce, Schedule, Send, SwitchReduce
+from .schedule import Copy, Get, Multicast, Put, Recv, Reduce, Schedule, Send, SwitchReduce, Wait
 
 UNDEFINED = -1  # element never written
 POISON = -2  # element combined from mismatched or undefined sources
@@ -72,7 +72,7 @@ def run_numeric(s: Schedule, inputs: Sequence[np.ndarray], op: ReduceOp | str = 
                     for g in st.group[1:]:
                         reduce_into(rop, acc, view(g, st.src).copy())
                     got.setdefault(r, []).append(acc)
-                elif isinstance(st, Multicast):
+                elif isinstance(st, (Multicast, Put)):
                     got.setdefault(r, []).append(view(r, st.src).copy())
         # 2. deliver
         for r in range(p):
@@ -90,6 +90,8 @@ def run_numeric(s: Schedule, inputs: Sequence[np.ndarray], op: ReduceOp | str = 
                     data = got[r].pop(0)
                     for g in st.group:
                         view(g, st.dst)[...] = data
+                elif isinstance(st, Put):
+                    view(st.peer, st.dst)[...] = got[r].pop(0)
         # 3. local steps
         for r in range(p):
             for st in s.ranks[r][k].steps:
@@ -190,7 +192,7 @@ def run_symbolic(s: Schedule) -> tuple[list[dict[str, _Sym]], list[np.ndarray]]:
                         w = get(g, st.src)
                         combine(acc, w.counts.copy(), w.origin.copy())
                     got.setdefault(r, []).append((acc.counts, acc.origin))
-                elif isinstance(st, Multicast):
+                elif isinstance(st, (Multicast, Put)):
                     v = get(r, st.src)
                     got.setdefault(r, []).append((v.counts.copy(), v.origin.copy()))
         for r in range(p):
@@ -218,6 +220,13 @@ def run_symbolic(s: Schedule) -> tuple[list[dict[str, _Sym]], list[np.ndarray]]:
                         dst = get(g, st.dst)
                         dst.counts[...] = c
                         dst.origin[...] = o
+                elif isinstance(st, Put):
+                    c, o = got[r].pop(0)
+                    dst = get(st.peer, st.dst)
+                    dst.counts[...] = c
+                    dst.origin[...] = o
+                elif isinstance(st, Wait):  # what the signaller knew reaches the waiter
+                    knows[r] |= snapshot_knows[st.peer]
         for r in range(p):
             for st in s.ranks[r][k].steps:
                 if isinstance(st, Copy):

@@ -7,8 +7,8 @@ Glossary (used as names throughout):
   chunk         -- (buffer, offset, count) in elements of the collective's dtype
   round         -- a set of steps of one rank: all its sends and receives run concurrently, then its
                    local steps (copy, reduce) run in order
-  step          -- Send, Recv (store or reduce into the chunk), Get (one-sided), SwitchReduce and
-                   Multicast (in-switch), Copy, Reduce
+  step          -- Send, Recv (store or reduce into the chunk), Get and Put (one-sided), Signal and
+                   Wait, SwitchReduce and Multicast (in-switch), Copy, Reduce
 
 Semantics of one round on one rank:
   1. every Send reads its chunk as it is at the start of the round (a snapshot);
@@ -24,6 +24,13 @@ arenas, cross-memory attach). A chunk that peers Get in round k must not be writ
 in round k (a reducing write is allowed: it lands after the readers are done). :func:`one_sided` turns
 every Send/Recv pair into a Get of the receiver, :func:`two_sided` turns Gets back into pairs; the
 reference interpreter, the verifier and the traffic the model and simulator price read both forms.
+
+One-sided writes: a Put on rank r writes r's ``src`` (as at the start of the round) into ``dst`` of rank
+``peer`` at the end of the round's communication; the peer has no step for it. A Signal of r to q and
+the matching Wait of q on r (same round, matched in order) carry no data: they tell q that r's puts so
+far have landed. Validation requires one between a Put and the peer's first later read of that chunk
+(a dependency-driven executor needs it; the lock-step interpreter does not). :func:`one_sided` and
+:func:`two_sided` turn Puts into Gets of the peer (and then pairs) and drop Signal/Wait.
 
 In-switch form (NVLink SHARP, "NVLS"; SHARP): a SwitchReduce on rank r reads, through the switch, the
 reduction over the ranks of its group of their chunk ``src`` (as at the start of the round) into r's
@@ -66,7 +73,8 @@ from typing import Iterator, Mapping, Sequence, Union
 
 from ..errors import ScheduleError
 
-SCHEMA_VERSION = 3  # 2: steps may name a channel (a trailing integer); 3: switch_reduce, multicast steps
+SCHEMA_VERSION = 3  # 2: steps may name a channel (a trailing integer); 3: switch_reduce, multicast, put,
+#                     signal, wait steps
 
 COLLECTIVES = (
     "all_reduce",
@@ -195,6 +203,39 @@ SWITCH_STEPS = (SwitchReduce, Multicast)
 
 
 @dataclass(frozen=True, slots=True)
+class Put:
+    """One-sided write (MSCCL++ ``put``; NVSHMEM ``put``): this rank's chunk ``src`` (as at the start of the
+    round) lands in chunk ``dst`` of rank ``peer`` at the end of the round's communication; the peer has
+    no step for it. Before the peer reads that chunk in a later round, this rank must :class:`Signal` it
+    (in the round of the put or later, before the read; validated)."""
+
+    peer: int
+    src: Chunk
+    dst: Chunk
+    channel: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """Tell ``peer`` that this rank's puts to it so far have landed (no data). The i-th Signal from a to b
+    in round k matches the i-th :class:`Wait` of b on a in round k."""
+
+    peer: int
+    channel: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait for ``peer``'s matching :class:`Signal` (see there)."""
+
+    peer: int
+    channel: int = 0
+
+
+ONE_SIDED_WRITES = (Put, Signal, Wait)
+
+
+@dataclass(frozen=True, slots=True)
 class Copy:
     src: Chunk
     dst: Chunk
@@ -208,8 +249,8 @@ class Reduce:
     channel: int = 0
 
 
-Step = Union[Send, Recv, Get, SwitchReduce, Multicast, Copy, Reduce]
-COMM_STEPS = (Send, Recv, Get, SwitchReduce, Multicast)
+Step = Union[Send, Recv, Get, Put, Signal, Wait, SwitchReduce, Multicast, Copy, Reduce]
+COMM_STEPS = (Send, Recv, Get, Put, Signal, Wait, SwitchReduce, Multicast)
 LOCAL_STEPS = (Copy, Reduce)
 
 
@@ -339,12 +380,12 @@ class Schedule:
             for k, rnd in enumerate(self.ranks[r]):
                 chunks: list[tuple[Step, Chunk]] = []
                 for s in rnd.steps:
-                    if isinstance(s, (Send, Recv, Get)) and not 0 <= s.peer < p:
+                    if isinstance(s, (Send, Recv, Get, Put, Signal, Wait)) and not 0 <= s.peer < p:
                         raise ScheduleError(f"rank {r} round {k}: peer {s.peer} out of range", ranks=[r], **where)
-                    if isinstance(s, (Send, Recv, Get)) and s.peer == r:
+                    if isinstance(s, (Send, Recv, Get, Put, Signal, Wait)) and s.peer == r:
                         raise ScheduleError(f"rank {r} round {k}: sends to itself (use Copy)", ranks=[r], **where)
-                    if isinstance(s, Get) and s.src.count != s.dst.count:
-                        raise ScheduleError(f"rank {r} round {k}: get of {s.src.count} elements into "
+                    if isinstance(s, (Get, Put)) and s.src.count != s.dst.count:
+                        raise ScheduleError(f"rank {r} round {k}: {type(s).__name__.lower()} of {s.src.count} elements into "
                                             f"{s.dst.count}", ranks=[r], **where)
                     if isinstance(s, SWITCH_STEPS):
                         what = type(s).__name__
@@ -362,7 +403,7 @@ class Schedule:
                             raise ScheduleError(
                                 f"rank {r} round {k}: chunk {c} outside {c.buffer}[0:{size}]", ranks=[r], **where
                             )
-                    written = s.dst if isinstance(s, (Recv, Get, Copy, Reduce) + SWITCH_STEPS) else None
+                    written = s.dst if isinstance(s, (Recv, Get, Put, Copy, Reduce) + SWITCH_STEPS) else None
                     if written is not None and written.buffer == "input":
                         raise ScheduleError(f"rank {r} round {k}: writes the input buffer ({written}); "
                                             f"input is the caller's and read-only", ranks=[r], **where)
@@ -372,7 +413,7 @@ class Schedule:
                         chunks.append((s, s.dst))
                     elif isinstance(s, SwitchReduce):  # a plain receive of the reduced chunk
                         chunks.append((Recv(r, s.dst, False, s.channel), s.dst))
-                    elif isinstance(s, Multicast):  # read like a Send's
+                    elif isinstance(s, (Multicast, Put)):  # read like a Send's
                         chunks.append((Send(r, s.src), s.src))
                 # the chunks of this rank that peers read in this round (Get, in-switch reduction): read
                 # like a Send's; multicasts of other ranks into it: plain receives
@@ -383,6 +424,8 @@ class Schedule:
                         elif isinstance(g, SwitchReduce) and r in g.group:
                             chunks.append((Send(q, g.src), g.src))
                         elif isinstance(g, Multicast) and r in g.group:
+                            chunks.append((Recv(q, g.dst, False, g.channel), g.dst))
+                        elif isinstance(g, Put) and g.peer == r:
                             chunks.append((Recv(q, g.dst, False, g.channel), g.dst))
                 for i, (si, ci) in enumerate(chunks):
                     for sj, cj in chunks[i + 1:]:
@@ -417,6 +460,8 @@ class Schedule:
                             ranks=[a, b],
                             **where,
                         )
+        if any(isinstance(st, ONE_SIDED_WRITES) for prog in self.ranks for rnd in prog for st in rnd.steps):
+            _check_puts(self)
         if self.channels > 1:
             _check_channels(self)
         return self
@@ -441,6 +486,12 @@ class Schedule:
                 out = ["recv_reduce" if s.reduce else "recv", s.peer, s.dst.to_json()]
             elif isinstance(s, Get):
                 out = ["get_reduce" if s.reduce else "get", s.peer, s.src.to_json(), s.dst.to_json()]
+            elif isinstance(s, Put):
+                out = ["put", s.peer, s.src.to_json(), s.dst.to_json()]
+            elif isinstance(s, Signal):
+                out = ["signal", s.peer]
+            elif isinstance(s, Wait):
+                out = ["wait", s.peer]
             elif isinstance(s, SwitchReduce):
                 out = ["switch_reduce", list(s.group), s.src.to_json(), s.dst.to_json()]
             elif isinstance(s, Multicast):
@@ -487,6 +538,11 @@ class Schedule:
                 return Recv(int(s[1]), chunk(s[2]), kind == "recv_reduce", ch)
             if kind in ("get", "get_reduce"):
                 return Get(int(s[1]), chunk(s[2]), chunk(s[3]), kind == "get_reduce", ch)
+            if kind == "put":
+                return Put(int(s[1]), chunk(s[2]), chunk(s[3]), ch)
+            if kind in ("signal", "wait"):
+                ch = int(s[2]) if len(s) > 2 else 0
+                return (Signal if kind == "signal" else Wait)(int(s[1]), ch)
             if kind == "switch_reduce":
                 return SwitchReduce(tuple(int(g) for g in s[1]), chunk(s[2]), chunk(s[3]), ch)
             if kind == "multicast":
@@ -510,11 +566,70 @@ class Schedule:
         ).validate()
 
 
+def _check_puts(s: "Schedule") -> None:
+    """Signals match waits (the i-th Signal from a to b in round k is the i-th Wait of b on a in round k),
+    and a chunk a rank Puts into a peer is read there only after a Signal of the putter to that peer in a
+    round from the put's on and before the read (what a dependency-driven executor needs)."""
+    p = s.nranks
+    where = dict(op=f"{s.collective}/{s.algorithm}")
+    for k in range(s.nrounds):
+        for a in range(p):
+            for b in range(p):
+                if a == b:
+                    continue
+                sig = [st.channel for st in s.ranks[a][k].steps if isinstance(st, Signal) and st.peer == b]
+                wai = [st.channel for st in s.ranks[b][k].steps if isinstance(st, Wait) and st.peer == a]
+                if sig != wai:
+                    raise ScheduleError(f"round {k}: rank {a} signals rank {b} {len(sig)} time(s), which waits "
+                                        f"{len(wai)} time(s) (on channels {sig} / {wai})", ranks=[a, b], **where)
+    signals: dict[tuple[int, int], list[int]] = {}
+    for a, prog in enumerate(s.ranks):
+        for k, rnd in enumerate(prog):
+            for st in rnd.steps:
+                if isinstance(st, Signal):
+                    signals.setdefault((a, st.peer), []).append(k)
+    reads: dict[int, list[tuple[int, Chunk]]] = {}
+    for r, prog in enumerate(s.ranks):
+        for k, rnd in enumerate(prog):
+            for st in rnd.steps:
+                for c in _reads_of(st):
+                    reads.setdefault(r, []).append((k, c))
+    for a, prog in enumerate(s.ranks):
+        for k, rnd in enumerate(prog):
+            for st in rnd.steps:
+                if not isinstance(st, Put):
+                    continue
+                later = [k2 for k2, c in reads.get(st.peer, []) if k2 > k and c.overlaps(st.dst)]
+                if not later:
+                    continue
+                first = min(later)
+                if not any(k <= ks < first for ks in signals.get((a, st.peer), [])):
+                    raise ScheduleError(f"rank {a} round {k}: puts {st.dst} into rank {st.peer}, which reads it in "
+                                        f"round {first} with no signal from rank {a} in rounds {k}..{first - 1}",
+                                        ranks=[a, st.peer], **where)
+
+
+def _reads_of(st: Step) -> tuple[Chunk, ...]:
+    """The chunks of its own rank a step reads (a Get's source and an in-switch reduction's sources are
+    read on other ranks: not listed)."""
+    if isinstance(st, (Send, Put, Multicast)):
+        return (st.src,)
+    if isinstance(st, Copy):
+        return (st.src,)
+    if isinstance(st, Reduce):
+        return (st.src, st.dst)
+    if isinstance(st, (Recv, Get)) and st.reduce:
+        return (st.dst,)
+    return ()
+
+
 def _chunks_of(s: Step) -> tuple[Chunk, ...]:
     if isinstance(s, Send):
         return (s.src,)
     if isinstance(s, Recv):
         return (s.dst,)
+    if isinstance(s, (Signal, Wait)):
+        return ()
     return (s.src, s.dst)  # Copy, Reduce; Get (its src is in the peer's buffers, of the same sizes)
 
 
@@ -549,6 +664,11 @@ def _check_channels(s: "Schedule") -> None:
                     add(r, st.src, c, False, k)
                     for g in st.group:
                         add(g, st.dst, c, True, k)
+                elif isinstance(st, Put):
+                    add(r, st.src, c, False, k)
+                    add(st.peer, st.dst, c, True, k)
+                elif isinstance(st, (Signal, Wait)):
+                    continue
                 else:
                     add(st.peer if isinstance(st, Get) else r, st.src, c, False, k)
                     add(r, st.dst, c, True, k)
@@ -580,8 +700,29 @@ def _check_channels(s: "Schedule") -> None:
 
 
 def has_gets(s: "Schedule") -> bool:
-    """Whether the Schedule has one-sided steps (Get, or the in-switch SwitchReduce / Multicast)."""
-    return any(isinstance(st, (Get,) + SWITCH_STEPS) for prog in s.ranks for rnd in prog for st in rnd.steps)
+    """Whether the Schedule has one-sided steps (Get, Put / Signal / Wait, or the in-switch SwitchReduce /
+    Multicast)."""
+    return any(isinstance(st, (Get,) + ONE_SIDED_WRITES + SWITCH_STEPS)
+               for prog in s.ranks for rnd in prog for st in rnd.steps)
+
+
+def _puts_as_gets(s: "Schedule") -> "Schedule":
+    """Every Put as a Get of the peer (it reads the putter's chunk as at the start of the round, as the put
+    does); Signals and Waits dropped (a reading executor's Get carries its own synchronisation)."""
+    if not any(isinstance(st, ONE_SIDED_WRITES) for prog in s.ranks for rnd in prog for st in rnd.steps):
+        return s
+    p = s.nranks
+    progs = [[[st for st in rnd.steps if not isinstance(st, ONE_SIDED_WRITES)] for rnd in s.ranks[r]]
+             for r in range(p)]
+    for r in range(p):
+        for k, rnd in enumerate(s.ranks[r]):
+            for st in rnd.steps:
+                if isinstance(st, Put):
+                    progs[st.peer][k].append(Get(r, st.src, st.dst, False, st.channel))
+    ranks = tuple(tuple(Round(tuple(sorted((x for x in steps if isinstance(x, COMM_STEPS)), key=_channel_of))
+                              + tuple(x for x in steps if isinstance(x, LOCAL_STEPS))) for steps in prog)
+                  for prog in progs)
+    return Schedule(s.collective, s.algorithm, p, s.count, s.root, dict(s.buffers), ranks, dict(s.meta)).validate()
 
 
 def has_switch_steps(s: "Schedule") -> bool:
@@ -637,6 +778,7 @@ def one_sided(s: "Schedule") -> "Schedule":
     have no switch that reduces, and a step they do not know must never be skipped)."""
     if has_switch_steps(s):
         s = _lower_switch(s)
+    s = _puts_as_gets(s)
     p = s.nranks
     ranks = []
     for r in range(p):
@@ -669,6 +811,7 @@ def two_sided(s: "Schedule") -> "Schedule":
         return s
     if has_switch_steps(s):
         s = _lower_switch(s)
+    s = _puts_as_gets(s)
     p = s.nranks
     progs = [[list(rnd.steps) for rnd in s.ranks[r]] for r in range(p)]
     for r in range(p):
@@ -748,6 +891,19 @@ class Builder:
             raise AssertionError(f"transfer of {src_chunk.count} into {dst_chunk.count} elements")
         self.send(rnd, src, dst, src_chunk, channel)
         self.recv(rnd, dst, src, dst_chunk, reduce, channel)
+
+    def put(self, rnd: int, rank: int, peer: int, src: Chunk, dst: Chunk, channel: int = 0) -> None:
+        """``rank`` writes its src into dst of ``peer`` (:class:`Put`); see :meth:`signal`."""
+        if src.count != dst.count:
+            raise AssertionError(f"put of {src.count} into {dst.count} elements")
+        if src.count == 0 and not self.keep_empty:
+            return
+        self._slot(rank, rnd).append(Put(peer, src, dst, channel))
+
+    def signal(self, rnd: int, rank: int, peer: int, channel: int = 0) -> None:
+        """``rank`` signals ``peer``, which waits for it in the same round (:class:`Signal`, :class:`Wait`)."""
+        self._slot(rank, rnd).append(Signal(peer, channel))
+        self._slot(peer, rnd).append(Wait(rank, channel))
 
     def switch_reduce(self, rnd: int, rank: int, group: Sequence[int], src: Chunk, dst: Chunk,
                       channel: int = 0) -> None:

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from .schedule import Get, Multicast, Recv, Reduce, Schedule, Send, SwitchReduce
+from .schedule import Get, Multicast, Put, Recv, Reduce, Schedule, Send, Signal, SwitchReduce
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,12 +207,18 @@ def from_schedule(s: Schedule) -> Traffic:
                         for lst, v in zip(down_mc, (mc, g, st.dst.count, st.channel, land)):
                             lst.append(v)
                     continue
-                if isinstance(st, Send):
+                if isinstance(st, (Send, Put)):  # a put's bytes flow like a send's
                     src.append(r)
                     dst.append(st.peer)
                     elems.append(st.src.count)
                     chan.append(st.channel)
                     aft.append(handoff(r, k, st.src, st.channel))
+                elif isinstance(st, Signal):  # no bytes: the path's latency to the waiter
+                    src.append(r)
+                    dst.append(st.peer)
+                    elems.append(0)
+                    chan.append(st.channel)
+                    aft.append(-1)
                 elif isinstance(st, Get):  # one-sided: the bytes flow from the peer read to this rank
                     src.append(st.peer)
                     dst.append(r)
@@ -329,7 +335,7 @@ def _reads(s: Schedule) -> dict:
                 elif isinstance(st, SwitchReduce):
                     for g in st.group:
                         add(g, k, st.src, ch)
-                elif isinstance(st, Multicast):
+                elif isinstance(st, (Multicast, Put)):
                     add(r, k, st.src, ch)
                 elif isinstance(st, Reduce):
                     add(r, k, st.src, ch)
@@ -365,7 +371,9 @@ def _writes(s: Schedule) -> dict:
                 if isinstance(st, Multicast):
                     for g in st.group:
                         add(g, k, st.dst, st.channel)
-                elif not isinstance(st, Send):
+                elif isinstance(st, Put):
+                    add(st.peer, k, st.dst, st.channel)
+                elif hasattr(st, "dst"):
                     add(r, k, st.dst, st.channel)
     return {key: np.array(v, dtype=np.int64) for key, v in acc.items()}
 
