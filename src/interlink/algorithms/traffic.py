@@ -203,7 +203,7 @@ def from_schedule(s: Schedule) -> Traffic:
                     src.append(r), dst.append(mc), elems.append(st.src.count), chan.append(st.channel)
                     aft.append(handoff(r, k, st.src, st.channel))
                     for g in st.group:
-                        land = not _read_after(reads, g, k, st.dst)  # nothing later on g reads it
+                        land = _next_reader(reads, g, k, st.dst) < 0  # nothing later on g reads it
                         for lst, v in zip(down_mc, (mc, g, st.dst.count, st.channel, land)):
                             lst.append(v)
                     continue
@@ -389,14 +389,6 @@ def _handoff(writes: dict, x: int, k: int, c, ch: int) -> int:
         return -1
     i = np.flatnonzero(hit)
     return int(a[i[np.argmax(a[i, 0])], 3])
-
-
-def _read_after(reads: dict | None, r: int, k: int, c) -> bool:
-    """Whether rank r reads any part of chunk c in a round after k."""
-    a = reads.get((r, c.buffer)) if reads is not None else None
-    if a is None or not a.size:
-        return False
-    return bool(((a[:, 0] > k) & (a[:, 1] < c.end) & (c.offset < a[:, 2])).any())
 
 
 TrafficFn = Callable[..., Traffic]
