@@ -480,11 +480,10 @@ def _switch_view(tr: Traffic, info: _TopoInfo, params: Params) -> _SwitchView:
     table = path_table(plan.topology)
 
     def classify(src: np.ndarray, dst: np.ndarray, tcp: bool = False):
-        return table.classify(np.where(src >= p, p + (src - p) // 2, src),
-                              np.where(dst >= p, p + (dst - p) // 2, dst), tcp)
+        return table.classify(plan.path_ranks(src), plan.path_ranks(dst), tcp)
 
     eff = min(params.nvls_efficiency(nm) for nm in info.gpu_names) if info.gpu_names else 0.0
-    return _SwitchView(tr.on_switches(plan.switch_of), classify, p + 2 * len(plan.switches), eff or 1.0)
+    return _SwitchView(tr.on_switches(plan.switch_of), classify, plan.entries, eff or 1.0)
 
 
 def _gpu_clock(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int,

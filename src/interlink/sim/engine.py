@@ -460,7 +460,7 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
             raise SimError(str(exc)) from None
         tr = tr.on_switches(plan.switch_of)
         sim_topo = plan.topology
-        p_all = p + 2 * len(plan.switches)  # clock entries: each switch's reduction and multicast streams
+        p_all = plan.entries  # clock entries: the ranks, each switch's reduction and multicast streams
         from ..model.params import default_params
 
         via_eff = min((params or default_params()).nvls_efficiency(topo.device(r).name) for r in range(p)) or 1.0
@@ -505,9 +505,8 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
             nb = np.where((src >= p) | (dst >= p), nb / via_eff, nb)
         if F:
             psrc, pdst = src, dst
-            if p_all > p:  # a switch stream's path is its switch's (rank p + index in plan.topology)
-                psrc = np.where(src >= p, p + (src - p) // 2, src)
-                pdst = np.where(dst >= p, p + (dst - p) // 2, dst)
+            if p_all > p:  # a switch stream's path is its switch's
+                psrc, pdst = plan.path_ranks(src), plan.path_ranks(dst)
             pid = _ids(table, psrc, pdst)
             h = hashlib.blake2b(digest_size=20)
             for a in (src, dst, elems):

@@ -575,6 +575,21 @@ class SwitchPlan:
     switch_of: "np.ndarray"
     switches: tuple[str, ...]
 
+    @property
+    def nranks(self) -> int:
+        return len(self.switch_of)
+
+    @property
+    def entries(self) -> int:
+        """Clock entries: the ranks, then each switch's reduction and multicast streams."""
+        return self.nranks + 2 * len(self.switches)
+
+    def path_ranks(self, ids: "np.ndarray") -> "np.ndarray":
+        """Endpoints of a switched Traffic (``Traffic.on_switches``: p + 2 x switch + stream) as ranks of
+        :attr:`topology` (p + switch): a stream's path is its switch's."""
+        p = self.nranks
+        return np.where(ids >= p, p + (ids - p) // 2, ids)
+
 
 def switch_plan(topo: Topology, nranks: int | None = None, groups: Any = ()) -> SwitchPlan:
     """The NVLS switch of each of the first ``nranks`` ranks (:meth:`Topology.nvls_switch`): raises
