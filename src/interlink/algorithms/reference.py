@@ -168,6 +168,11 @@ def run_symbolic(s: Schedule) -> tuple[list[dict[str, _Sym]], list[np.ndarray]]:
         b = state[r][c.buffer]
         return _Sym(b.counts[c.offset:c.end], b.origin[c.offset:c.end])
 
+    def store(r: int, c, counts: np.ndarray, origin: np.ndarray) -> None:
+        d = get(r, c)
+        d.counts[...] = counts
+        d.origin[...] = origin
+
     def combine(dst: _Sym, src_counts: np.ndarray, src_origin: np.ndarray) -> None:
         bad = (dst.origin < 0) | (src_origin < 0) | (dst.origin != src_origin)
         dst.counts += src_counts
@@ -200,41 +205,30 @@ def run_symbolic(s: Schedule) -> tuple[list[dict[str, _Sym]], list[np.ndarray]]:
                 if isinstance(st, (Recv, Get)):
                     c, o = inflight[(st.peer, r)].pop(0) if isinstance(st, Recv) else got[r].pop(0)
                     knows[r] |= snapshot_knows[st.peer]
-                    dst = get(r, st.dst)
                     if st.reduce:
-                        combine(dst, c, o)
+                        combine(get(r, st.dst), c, o)
                     else:
-                        dst.counts[...] = c
-                        dst.origin[...] = o
+                        store(r, st.dst, c, o)
                 elif isinstance(st, SwitchReduce):
                     c, o = got[r].pop(0)
                     for g in st.group:
                         knows[r] |= snapshot_knows[g]
-                    dst = get(r, st.dst)
-                    dst.counts[...] = c
-                    dst.origin[...] = o
+                    store(r, st.dst, c, o)
                 elif isinstance(st, Multicast):
                     c, o = got[r].pop(0)
                     for g in st.group:
                         knows[g] |= snapshot_knows[r]
-                        dst = get(g, st.dst)
-                        dst.counts[...] = c
-                        dst.origin[...] = o
+                        store(g, st.dst, c, o)
                 elif isinstance(st, Put):
                     c, o = got[r].pop(0)
-                    dst = get(st.peer, st.dst)
-                    dst.counts[...] = c
-                    dst.origin[...] = o
+                    store(st.peer, st.dst, c, o)
                 elif isinstance(st, Wait):  # what the signaller knew reaches the waiter
                     knows[r] |= snapshot_knows[st.peer]
         for r in range(p):
             for st in s.ranks[r][k].steps:
                 if isinstance(st, Copy):
                     v = get(r, st.src)
-                    c, o = v.counts.copy(), v.origin.copy()
-                    d = get(r, st.dst)
-                    d.counts[...] = c
-                    d.origin[...] = o
+                    store(r, st.dst, v.counts.copy(), v.origin.copy())
                 elif isinstance(st, Reduce):
                     v = get(r, st.src)
                     combine(get(r, st.dst), v.counts.copy(), v.origin.copy())

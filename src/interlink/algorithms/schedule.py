@@ -566,6 +566,37 @@ class Schedule:
         ).validate()
 
 
+def accesses(s: "Schedule") -> Iterator[tuple[int, int, Chunk, int, bool]]:
+    """Every chunk access of the Schedule as (owner rank, round, chunk, channel, is a write), whoever's step
+    it is: a Get reads its peer's memory, a Put writes it, an in-switch reduction reads every member's, a
+    multicast writes every member's; a reducing receive or Reduce reads its destination too. Empty chunks
+    are left out. The channel check, the put check and the traffic's hand-offs and gates all ask this."""
+    for r, prog in enumerate(s.ranks):
+        for k, rnd in enumerate(prog):
+            for st in rnd.steps:
+                ch = st.channel
+                acc: list[tuple[int, Chunk, bool]] = []
+                if isinstance(st, Send):
+                    acc = [(r, st.src, False)]
+                elif isinstance(st, Recv):
+                    acc = [(r, st.dst, True)] + ([(r, st.dst, False)] if st.reduce else [])
+                elif isinstance(st, Get):
+                    acc = [(st.peer, st.src, False), (r, st.dst, True)] + ([(r, st.dst, False)] if st.reduce else [])
+                elif isinstance(st, Put):
+                    acc = [(r, st.src, False), (st.peer, st.dst, True)]
+                elif isinstance(st, SwitchReduce):
+                    acc = [(g, st.src, False) for g in st.group] + [(r, st.dst, True)]
+                elif isinstance(st, Multicast):
+                    acc = [(r, st.src, False)] + [(g, st.dst, True) for g in st.group]
+                elif isinstance(st, Copy):
+                    acc = [(r, st.src, False), (r, st.dst, True)]
+                elif isinstance(st, Reduce):
+                    acc = [(r, st.src, False), (r, st.dst, False), (r, st.dst, True)]
+                for owner, c, w in acc:
+                    if c.count:
+                        yield owner, k, c, ch, w
+
+
 def _check_puts(s: "Schedule") -> None:
     """Signals match waits (the i-th Signal from a to b in round k is the i-th Wait of b on a in round k),
     and a chunk a rank Puts into a peer is read there only after a Signal of the putter to that peer in a
@@ -589,11 +620,9 @@ def _check_puts(s: "Schedule") -> None:
                 if isinstance(st, Signal):
                     signals.setdefault((a, st.peer), []).append(k)
     reads: dict[int, list[tuple[int, Chunk]]] = {}
-    for r, prog in enumerate(s.ranks):
-        for k, rnd in enumerate(prog):
-            for st in rnd.steps:
-                for c in _reads_of(st):
-                    reads.setdefault(r, []).append((k, c))
+    for owner, k, c, _, w in accesses(s):
+        if not w:
+            reads.setdefault(owner, []).append((k, c))
     for a, prog in enumerate(s.ranks):
         for k, rnd in enumerate(prog):
             for st in rnd.steps:
@@ -607,20 +636,6 @@ def _check_puts(s: "Schedule") -> None:
                     raise ScheduleError(f"rank {a} round {k}: puts {st.dst} into rank {st.peer}, which reads it in "
                                         f"round {first} with no signal from rank {a} in rounds {k}..{first - 1}",
                                         ranks=[a, st.peer], **where)
-
-
-def _reads_of(st: Step) -> tuple[Chunk, ...]:
-    """The chunks of its own rank a step reads (a Get's source and an in-switch reduction's sources are
-    read on other ranks: not listed)."""
-    if isinstance(st, (Send, Put, Multicast)):
-        return (st.src,)
-    if isinstance(st, Copy):
-        return (st.src,)
-    if isinstance(st, Reduce):
-        return (st.src, st.dst)
-    if isinstance(st, (Recv, Get)) and st.reduce:
-        return (st.dst,)
-    return ()
 
 
 def _chunks_of(s: Step) -> tuple[Chunk, ...]:
@@ -644,34 +659,8 @@ def _check_channels(s: "Schedule") -> None:
 
     where = dict(op=f"{s.collective}/{s.algorithm}")
     acc: dict[tuple[int, str], list[tuple[int, int, int, bool, int]]] = {}  # (lo, hi, channel, write, round)
-
-    def add(r: int, c: Chunk, ch: int, w: bool, k: int) -> None:
-        acc.setdefault((r, c.buffer), []).append((c.offset, c.end, ch, w, k))
-
-    for r, prog in enumerate(s.ranks):
-        for k, rnd in enumerate(prog):
-            for st in rnd.steps:
-                c = st.channel
-                if isinstance(st, Send):
-                    add(r, st.src, c, False, k)
-                elif isinstance(st, Recv):
-                    add(r, st.dst, c, True, k)
-                elif isinstance(st, SwitchReduce):
-                    for g in st.group:
-                        add(g, st.src, c, False, k)
-                    add(r, st.dst, c, True, k)
-                elif isinstance(st, Multicast):
-                    add(r, st.src, c, False, k)
-                    for g in st.group:
-                        add(g, st.dst, c, True, k)
-                elif isinstance(st, Put):
-                    add(r, st.src, c, False, k)
-                    add(st.peer, st.dst, c, True, k)
-                elif isinstance(st, (Signal, Wait)):
-                    continue
-                else:
-                    add(st.peer if isinstance(st, Get) else r, st.src, c, False, k)
-                    add(r, st.dst, c, True, k)
+    for owner, k, c, ch, w in accesses(s):
+        acc.setdefault((owner, c.buffer), []).append((c.offset, c.end, ch, w, k))
 
     for (r, buf), items in acc.items():
         a = np.array([it for it in items if it[1] > it[0]], dtype=np.int64).reshape(-1, 5)

@@ -66,18 +66,11 @@ def all_reduce_nvls_tree(nranks: int, count: int, root: int = 0, segments: int |
 
 
 def _nvls_tree(p: int, n: int, segments: int | None, L: int, name: str, root: int = 0) -> Schedule:
-    from .trees import _children, _depths, _heights, double_binary_tree
+    from .trees import host_blocks, host_trees
 
-    if L < 1 or p % L:
-        L = p
-    H = p // L
+    L, H = host_blocks(p, L)
     b = Builder("all_reduce", name, p, n, root)
-    shapes = []
-    for parents in (double_binary_tree(H) if H > 1 else ([-1], [-1])):
-        kids = _children(parents)
-        depth = _depths(parents)
-        height = _heights(kids, depth)
-        shapes.append((parents, kids, depth, height, height[parents.index(-1)]))
+    shapes = host_trees(H)
     chunks = split(n, L)
     S = nvls_segments(max((c + 1) // 2 for _, c in chunks), segments)
     b.meta["segments"] = S
@@ -113,22 +106,17 @@ def _nvls_tree_traffic(p: int, n: int, segments: int | None, L: int, algorithm: 
 
     from .ring import split_sizes
     from .traffic import Phase, Traffic
-    from .trees import _depths_heights_np, _double_binary_tree_np
+    from .trees import host_blocks, host_trees_np
 
-    if L < 1 or p % L:
-        L = p
-    H = p // L
-    shapes = []
-    for parents in (_double_binary_tree_np(H) if H > 1 else (np.array([-1]), np.array([-1]))):
-        depth, height = _depths_heights_np(parents)
-        shapes.append((parents, depth, height, int(height[parents < 0][0])))
+    L, H = host_blocks(p, L)
+    shapes = host_trees_np(H)
     sizes = split_sizes(n, L)
     S = nvls_segments(max((int(c) + 1) // 2 for c in sizes.tolist()) if sizes.size else 0, segments)
     halves = [split_sizes(int(c), 2) for c in sizes.tolist()]
     segs = [[split_sizes(int(h), S) for h in hv] for hv in halves]
     hosts = np.arange(H, dtype=np.int64)
     SW, MC = p, p + 1
-    last = S - 1 + 1 + max(Ht + int(d.max(initial=0)) for _, d, _, Ht in shapes)
+    last = S - 1 + 1 + max(Ht + int(d.max(initial=0)) for _, _, d, _, Ht in shapes)
     phases: list = []
 
     def add(ph) -> None:
@@ -145,7 +133,7 @@ def _nvls_tree_traffic(p: int, n: int, segments: int | None, L: int, algorithm: 
         red = np.zeros(p, dtype=np.int64)
         for j in range(L):
             for t in range(2):
-                parents, depth, height, Ht = shapes[t]
+                parents, _, depth, height, Ht = shapes[t]
                 seg = segs[j][t]
                 ranks = hosts * L + j
                 # in-switch reduction of segment k over each host: every member -> switch, then switch -> r

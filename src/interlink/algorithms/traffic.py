@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from .schedule import Get, Multicast, Put, Recv, Reduce, Schedule, Send, Signal, SwitchReduce
+from .schedule import Get, Multicast, Put, Recv, Reduce, Schedule, Send, Signal, SwitchReduce, accesses
 
 
 @dataclass(frozen=True, eq=False)
@@ -174,9 +174,9 @@ def from_schedule(s: Schedule) -> Traffic:
     p = s.nranks
     sw, mc = p, p + 1  # the switch's reduction stream and its multicast stream
     multi = s.channels > 1
-    reads = _reads(s) if multi or any(isinstance(st, Multicast) for prog in s.ranks for rnd in prog
-                                      for st in rnd.steps) else None
-    writes = _writes(s) if multi else None
+    reads = writes = None
+    if multi or any(isinstance(st, Multicast) for prog in s.ranks for rnd in prog for st in rnd.steps):
+        reads, writes = _accesses(s)
 
     def handoff(x: int, k: int, c, ch: int) -> int:
         return _handoff(writes, x, k, c, ch) if writes is not None else -1
@@ -315,34 +315,13 @@ def merged(group: list[Phase]) -> tuple[np.ndarray, np.ndarray | None, np.ndarra
     return elems, reduced, total, repeat
 
 
-def _reads(s: Schedule) -> dict:
-    """Per (rank, buffer): arrays (round, lo, hi) of every chunk read there (by the rank's own steps, by
-    peers' Gets and in-switch reductions of its memory)."""
-    acc: dict = {}
-
-    def add(r: int, k: int, c, ch: int) -> None:
-        if c.count:
-            acc.setdefault((r, c.buffer), []).append((k, c.offset, c.end, ch))
-
-    for r, prog in enumerate(s.ranks):
-        for k, rnd in enumerate(prog):
-            for st in rnd.steps:
-                ch = st.channel
-                if isinstance(st, Send):
-                    add(r, k, st.src, ch)
-                elif isinstance(st, Get):
-                    add(st.peer, k, st.src, ch)
-                elif isinstance(st, SwitchReduce):
-                    for g in st.group:
-                        add(g, k, st.src, ch)
-                elif isinstance(st, (Multicast, Put)):
-                    add(r, k, st.src, ch)
-                elif isinstance(st, Reduce):
-                    add(r, k, st.src, ch)
-                    add(r, k, st.dst, ch)
-                elif hasattr(st, "src") and not isinstance(st, Recv):  # Copy
-                    add(r, k, st.src, ch)
-    return {key: np.array(v, dtype=np.int64) for key, v in acc.items()}
+def _accesses(s: Schedule) -> tuple[dict, dict]:
+    """Per (rank, buffer): arrays (round, lo, hi, channel) of the chunks read there, and of those written
+    (:func:`~interlink.algorithms.schedule.accesses`)."""
+    acc: tuple[dict, dict] = ({}, {})
+    for owner, k, c, ch, w in accesses(s):
+        acc[w].setdefault((owner, c.buffer), []).append((k, c.offset, c.end, ch))
+    return tuple({key: np.array(v, dtype=np.int64) for key, v in d.items()} for d in acc)  # type: ignore[return-value]
 
 
 def _next_reader(reads: dict | None, r: int, k: int, c) -> int:
@@ -355,27 +334,6 @@ def _next_reader(reads: dict | None, r: int, k: int, c) -> int:
         return -1
     i = np.flatnonzero(hit)
     return int(a[i[np.argmin(a[i, 0])], 3])
-
-
-def _writes(s: Schedule) -> dict:
-    """Per (rank, buffer): arrays (round, lo, hi, channel) of every chunk written there."""
-    acc: dict = {}
-
-    def add(r: int, k: int, c, ch: int) -> None:
-        if c.count:
-            acc.setdefault((r, c.buffer), []).append((k, c.offset, c.end, ch))
-
-    for r, prog in enumerate(s.ranks):
-        for k, rnd in enumerate(prog):
-            for st in rnd.steps:
-                if isinstance(st, Multicast):
-                    for g in st.group:
-                        add(g, k, st.dst, st.channel)
-                elif isinstance(st, Put):
-                    add(st.peer, k, st.dst, st.channel)
-                elif hasattr(st, "dst"):
-                    add(r, k, st.dst, st.channel)
-    return {key: np.array(v, dtype=np.int64) for key, v in acc.items()}
 
 
 def _handoff(writes: dict, x: int, k: int, c, ch: int) -> int:

@@ -254,6 +254,27 @@ def all_reduce_tree(nranks: int, count: int, root: int = 0, segments: int | None
     return b.build()
 
 
+def host_blocks(nranks: int, local_size: int | None) -> tuple[int, int]:
+    """(L, H): hosts are blocks of ``local_size`` consecutive ranks (default, or not dividing the ranks:
+    one host of every rank) and H of them."""
+    L = int(local_size or nranks)
+    if L < 1 or nranks % L:
+        L = nranks
+    return L, nranks // max(L, 1)
+
+
+def host_trees(H: int) -> list[tuple[list[int], list[list[int]], list[int], list[int], int]]:
+    """The two trees of :func:`double_binary_tree` over H hosts, each as (parents, children, depth,
+    subtree height, height of the root); one host: two single-node trees."""
+    out = []
+    for parents in (double_binary_tree(H) if H > 1 else ([-1], [-1])):
+        kids = _children(parents)
+        depth = _depths(parents)
+        height = _heights(kids, depth)
+        out.append((parents, kids, depth, height, height[parents.index(-1)]))
+    return out
+
+
 def nccl_tree_segments(cn: int, segments: int | None) -> int:
     """Segments per channel of :func:`all_reduce_nccl_tree`: given, else one per 64 Ki elements (a
     256 KiB float32 chunk), at most 128; never more than the channel's elements."""
@@ -281,10 +302,7 @@ def all_reduce_nccl_tree(nranks: int, count: int, root: int = 0, segments: int |
     stage + s. Each rank sends about 2x the buffer, like the ring, in 2(L - 1 + tree height) + S rounds.
     """
     p, n = nranks, count
-    L = int(local_size or p)
-    if L < 1 or p % L:
-        L = p  # not in host blocks: one chain over every rank
-    H = p // L
+    L, H = host_blocks(p, local_size)  # not in host blocks: one chain over every rank
     b = Builder("all_reduce", "nccl_tree", p, n, root)
     C = int(channels)
     if C < 1:
@@ -292,13 +310,7 @@ def all_reduce_nccl_tree(nranks: int, count: int, root: int = 0, segments: int |
     slices = split(n, C)
     if C > 1:
         b.meta["channels"] = C
-    trees = double_binary_tree(H) if H > 1 else ([-1], [-1])
-    shapes = []
-    for parents in trees:
-        kids = _children(parents)
-        depth = _depths(parents)
-        height = _heights(kids, depth)
-        shapes.append((parents, kids, depth, height, height[parents.index(-1)]))
+    shapes = host_trees(H)
     nseg = 0
     E = len(exits) if exits else max(1, (C + 1) // 2)  # heads (NICs); channel c uses head c % E
     for c, (co, cn) in enumerate(slices):
@@ -397,6 +409,15 @@ def _depths_heights_np(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return depth, height
 
 
+def host_trees_np(H: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]]:
+    """:func:`host_trees` with numpy: (parents, the non-root hosts, depth, subtree height, root height)."""
+    out = []
+    for parents in (_double_binary_tree_np(H) if H > 1 else (np.array([-1]), np.array([-1]))):
+        depth, height = _depths_heights_np(parents)
+        out.append((parents, np.flatnonzero(parents >= 0), depth, height, int(height[parents < 0][0])))
+    return out
+
+
 @register_traffic("all_reduce", "tree")
 def all_reduce_tree_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None) -> Traffic:
     """Traffic of :func:`all_reduce_tree` (both trees of the double binary tree, every segment), one
@@ -461,22 +482,14 @@ def all_reduce_nccl_tree_traffic(nranks: int, count: int, root: int = 0, segment
     """Traffic of :func:`all_reduce_nccl_tree`, one numpy pass per (round, channel): the chains of every
     host and the tree's hosts at once (the builder's stages, solved for the segment each sends)."""
     p, n = nranks, count
-    L = int(local_size or p)
-    if L < 1 or p % L:
-        L = p
-    H = p // L
+    L, H = host_blocks(p, local_size)
     C = int(channels)
     if C < 1:
         raise ValueError(f"channels must be >= 1, got {channels}")
     out = _Phases(p)
     sizes = split_sizes(n, C)
     E = len(exits) if exits else max(1, (C + 1) // 2)
-    shapes = []
-    for parents in (_double_binary_tree_np(H) if H > 1 else (np.array([-1]), np.array([-1]))):
-        depth, height = _depths_heights_np(parents)
-        Ht = int(height[parents < 0][0])
-        kids = np.flatnonzero(parents >= 0)
-        shapes.append((parents, kids, depth, height, Ht))
+    shapes = host_trees_np(H)
     hosts = np.arange(H, dtype=np.int64)
     chans = []
     last = 0

@@ -7,7 +7,7 @@ The time of a Schedule (its :class:`~interlink.algorithms.traffic.Traffic`: roun
 (src, dst, elements, channel) and elements reduced per rank) on a Topology whose ranks 0..p-1 run it.
 
 GPU topologies (NCCL-like): dependency-driven, on the same clocks as the simulator
-(:mod:`interlink.sim.clocks`: one per rank and channel; a round starts when that rank-channel's previous
+(:mod:`interlink.model.clocks`: one per rank and channel; a round starts when that rank-channel's previous
 round is done; sends are eager):
 
 * **a message** holds its sender's channel for :meth:`~interlink.model.params.Params.step_overhead_us`
@@ -245,7 +245,7 @@ def _info(topo: Topology) -> _TopoInfo:
 class _Rounds:
     """Per phase: repeat, CPU latency parts (``lat_first``: the first round of the phase, ``lat_steady``:
     the following ones), beta seconds (at efficiency 1) and gamma seconds; on GPUs ``clock_us``: per
-    protocol (PROTOCOLS order) the dependency-driven time of the steps (:func:`_gpu_clock`), of which
+    protocol (PROTOCOLS order) the dependency-driven time of the steps (:func:`_rounds`), of which
     beta and gamma give the transfer and reduce parts."""
 
     repeat: np.ndarray
@@ -356,9 +356,10 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
     gpu = info.gpu
     classify = info.classify
     via_eff = 1.0
+    nentries = p
     if gpu and tr.uses_switch:
         view = _switch_view(tr, info, params)
-        tr, classify, via_eff = view.traffic, view.classify, view.efficiency
+        tr, classify, via_eff, nentries = view.traffic, view.classify, view.efficiency, view.nentries
     # GPUs: the clocks give the time; the per-phase beta and gamma only split it, so near-identical
     # rounds (uneven ring blocks) are taken together, as the clocks take them
     phases = tr.phases if not gpu else tuple(
@@ -383,7 +384,29 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
     g_tcp = None
     if not gpu and params.get("host.tcp.reduce_ns_per_byte") is not None:
         g_tcp = params.value("host.tcp.reduce_ns_per_byte") * 1e-9 * bo[:p] * cf
+    clocks = None
+    if gpu:
+        # GPUs: the steps timed dependency-driven, every protocol at once (one row each)
+        # (:class:`interlink.model.clocks.Clocks`: one clock per rank and channel; a round starts when the
+        # rank-channel's previous one is done). A message holds its sender's channel for
+        # Params.step_overhead_us plus its bytes at the path's bottleneck bandwidth x the protocol's
+        # efficiency, shared with the rank's other messages of the round on the same port (NVLink or NIC:
+        # they end together; a switch has a port per rank), and arrives the path latency later; a rank
+        # reduces what it received at 1 / HBM bandwidth, overlapped by reduce.overlap.gpu
+        from .clocks import Clocks
+
+        eff = np.array([params.efficiency(pr) for pr in PROTOCOLS])
+        nch = max((int(ph.channel.max()) + 1 for ph in phases if ph.channel is not None and ph.channel.size),
+                  default=1)
+        clocks = Clocks(nentries, nch, rows=len(PROTOCOLS))
+        overlap_gpu = params.value("reduce.overlap.gpu")
     for i, ph in enumerate(phases):
+        red_us = None
+        if clocks is not None and ph.reduced is not None:
+            red_us = ph.reduced[:p] * itemsize * gamma[: min(p, ph.reduced.size)] * 1e6
+        if clocks is not None and ph.src.size == 0 and red_us is not None:
+            none = np.zeros((len(PROTOCOLS), 0))
+            clocks.run(ph.src, ph.dst, ph.channel, none, none, red_us, overlap_gpu, ph.repeat)
         if ph.reduced is not None:
             gam[i] = float((ph.reduced[:p] * itemsize * gamma[: ph.reduced.size]).max(initial=0.0))
             if g_tcp is not None and ph.src.size and (tcp_all or info.nhosts > 1):
@@ -400,9 +423,19 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
         bw, plat, kind, cross = classify(src, dst, tcp=tcp_all and not gpu)
         if gpu:
             t = nbytes / (bw * 1e9)
-            if via_eff != 1.0:
+            if via_eff != 1.0:  # what the switch reduces or copies moves at its NVLS efficiency
                 t = np.where((src >= p) | (dst >= p), t / via_eff, t)
             port_net = kind == _NET
+            t_us = t * 1e6
+            port = port_net.astype(np.int64)
+            load_s = np.bincount(src * 2 + port, weights=t_us, minlength=2 * nentries)
+            load_r = np.bincount(dst * 2 + port, weights=t_us, minlength=2 * nentries)
+            d = np.maximum(np.where(src >= p, t_us, load_s[src * 2 + port]),
+                           np.where(dst >= p, t_us, load_r[dst * 2 + port]))
+            over = np.vstack([params.step_overhead_us(kind, plat, pr) for pr in PROTOCOLS])
+            tx = over + d[None, :] / eff[:, None]
+            clocks.run(src, dst, ph.channel, tx, tx + plat[None, :], red_us, overlap_gpu, ph.repeat,
+                       recv_elems=ph.elems, wait=ph.wait, after=ph.after, gate=ph.gate)
         else:
             tcp = cross | tcp_all
             wire = 1.0 / (bw * 1e9)
@@ -451,7 +484,7 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
             beta[i] = max(beta[i], float(hs.max()), float(hr.max()))
     channels = max((int(ph.channel.max()) + 1 for ph in tr.phases if ph.channel is not None and ph.channel.size),
                    default=1)
-    clock = _gpu_clock(tr, info, params, itemsize) if gpu else None
+    clock = np.array([clocks.makespan(i) for i in range(len(PROTOCOLS))]) if clocks is not None else None
     return _Rounds(rep, lat_first, lat_steady, beta, gam, rounds, "gpu" if gpu else "cpu", channels, clock)
 
 
@@ -484,54 +517,6 @@ def _switch_view(tr: Traffic, info: _TopoInfo, params: Params) -> _SwitchView:
 
     eff = min(params.nvls_efficiency(nm) for nm in info.gpu_names) if info.gpu_names else 0.0
     return _SwitchView(tr.on_switches(plan.switch_of), classify, plan.entries, eff or 1.0)
-
-
-def _gpu_clock(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int,
-               protocols: Sequence[str] = PROTOCOLS) -> np.ndarray:
-    """Per protocol, the contention-free time (us, base latency not included) of the Traffic on GPUs,
-    dependency-driven (:class:`interlink.sim.clocks.Clocks`: one clock per rank and channel, a round starts
-    when the rank-channel's previous one is done). A message holds its sender's channel for
-    :meth:`~interlink.model.params.Params.step_overhead_us` plus its bytes at the path's bottleneck bandwidth x the protocol's efficiency,
-    shared with the rank's other messages of the round on the same port (NVLink or NIC: they add up), and
-    arrives the path latency later; a rank reduces what it received at 1 / HBM bandwidth, overlapped with
-    the round's communication by ``reduce.overlap.gpu``."""
-    from ..sim.clocks import Clocks
-
-    p = tr.nranks
-    view = _switch_view(tr, info, params)
-    tr = view.traffic
-    eff = np.array([params.efficiency(pr) for pr in protocols])
-    gamma = _gamma_per_rank(info, params)[:p]
-    overlap = params.value("reduce.overlap.gpu")
-    nch = max((int(ph.channel.max()) + 1 for ph in tr.phases if ph.channel is not None and ph.channel.size),
-              default=1)
-    clocks = Clocks(view.nentries, nch, rows=len(protocols))
-    for group in _traffic.merge_rounds(tr.phases, 1):
-        first = group[0]
-        elems, reduced, _, repeat = _traffic.merged(group)
-        src, dst = first.src, first.dst
-        red = None if reduced is None else reduced[:p] * itemsize * gamma[: min(p, reduced.size)] * 1e6
-        if src.size == 0:
-            if red is None:
-                continue
-            tx = arr = np.zeros((len(protocols), 0))
-        else:
-            bw, plat, kind, _ = view.classify(src, dst)
-            t = elems.astype(np.float64) * itemsize / (bw * 1e3)  # us at efficiency 1
-            sw = (src >= p) | (dst >= p)
-            if sw.any():  # what the switch reduces or copies moves at its NVLS efficiency
-                t = np.where(sw, t / view.efficiency, t)
-            port = (kind == _NET).astype(np.int64)
-            load_s = np.bincount(src * 2 + port, weights=t, minlength=2 * view.nentries)
-            load_r = np.bincount(dst * 2 + port, weights=t, minlength=2 * view.nentries)
-            # a rank's messages of the round on one port end together; a switch has a port per rank
-            d = np.maximum(np.where(src >= p, t, load_s[src * 2 + port]), np.where(dst >= p, t, load_r[dst * 2 + port]))
-            over = np.vstack([params.step_overhead_us(kind, plat, pr) for pr in protocols])
-            tx = over + d[None, :] / eff[:, None]
-            arr = tx + plat[None, :]
-        clocks.run(src, dst, first.channel, tx, arr, red, overlap, repeat, recv_elems=elems, wait=first.wait,
-                   after=first.after, gate=first.gate)
-    return np.array([clocks.makespan(i) for i in range(len(protocols))])
 
 
 def _finish(r: _Rounds, params: Params, protocol: str, algorithm: str, notes: tuple[str, ...] = ()) -> Estimate:
@@ -897,7 +882,7 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
     for algo in names:
         protos = protocols
         if algo in ("nvls", "nvls_tree"):  # in-switch steps: every GPU on an NVLS switch; Simple only
-            why = _nvls_unavailable(info, single=algo == "nvls")
+            why = _nvls_unavailable(info, params, single=algo == "nvls")
             if why:
                 if algorithm == algo:
                     raise ModelError(f"{algo} is not available here: {why}")
@@ -980,12 +965,12 @@ def _pref(algorithm: str) -> tuple[int, str]:
     return (PREFERENCE.index(algorithm) if algorithm in PREFERENCE else len(PREFERENCE), algorithm)
 
 
-def _nvls_unavailable(info: _TopoInfo, single: bool = True) -> str:
+def _nvls_unavailable(info: _TopoInfo, params: Params, single: bool = True) -> str:
     """Why the NVLS Schedules cannot run on this topology ("" when they can): every GPU must hang off an
     NVLS-capable switch, and for ``nvls`` (``single``) all off one (NVLSTree: one per host)."""
     if not info.gpu or info.n < 2:
         return "needs at least 2 GPUs"
-    if min(_params_nvls_eff(info)) <= 0:
+    if min((params.nvls_efficiency(nm) for nm in info.gpu_names), default=0.0) <= 0:
         return "the GPUs have no NVLink SHARP (Hopper and later)"
     sw = {info.topo.nvls_switch(r) for r in range(info.n)}
     if None in sw:
@@ -995,11 +980,6 @@ def _nvls_unavailable(info: _TopoInfo, single: bool = True) -> str:
     if not single and len(sw) != info.nhosts:
         return "an NVLink domain spans hosts (nvls_tree needs one NVLS switch per host)"
     return ""
-
-
-def _params_nvls_eff(info: _TopoInfo) -> list[float]:
-    prm = default_params()
-    return [prm.nvls_efficiency(nm) for nm in info.gpu_names] or [0.0]
 
 
 def _fast(collective: str, S: int, info: _TopoInfo, params: Params, allowed: bool, explicit: bool,

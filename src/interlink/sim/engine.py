@@ -17,7 +17,7 @@ The model
   (gamma: 1 / HBM bandwidth on GPUs, the host's reduce rate on CPUs, from
   :mod:`interlink.model.params`), of which the fraction ``reduce.overlap`` hides under the transfer:
   ``rank end = comm end + reduce - overlap x min(comm end, reduce)``.
-* **Dependencies, not barriers** (:mod:`interlink.sim.clocks`): each (rank, channel) has a clock; its
+* **Dependencies, not barriers** (:mod:`interlink.model.clocks`): each (rank, channel) has a clock; its
   round k starts when its round k - 1 is done; a message leaves when its sender starts the round (eager),
   holds the sender for the protocol's step overhead plus its transfer, and arrives its path latency later.
   ``barrier=True`` times rounds as global barriers instead (every rank starts round k + 1 when round k is
@@ -59,7 +59,7 @@ import numpy as np
 from ..algorithms.schedule import Schedule, busbw_factor
 from ..algorithms.traffic import Traffic, from_schedule, merge_rounds, merged
 from ..topology import PathTable, Topology, TopologyError, parse_topology, path_table
-from .clocks import Clocks
+from ..model.clocks import Clocks
 
 __all__ = [
     "SimError",
@@ -610,7 +610,7 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
     elif extrapolated or approximated:
         notes.append(f"dependency-driven: {evaluated} rounds evaluated, {extrapolated} extrapolated exactly from "
                      f"their periodic regime" + (f", {approximated} at the mean rate of the last rounds (no exact "
-                                                  f"period; see interlink.sim.clocks)" if approximated else ""))
+                                                  f"period; see interlink.model.clocks)" if approximated else ""))
     nmerged = len(tr.phases) - len(phases)
     if nmerged:
         notes.append(f"{nmerged + len(phases)} distinct round patterns simulated as {len(phases)} "

@@ -1,4 +1,4 @@
-"""Dependency-driven timing (interlink.sim.clocks): hand-computed cases, the periodic extrapolation against
+"""Dependency-driven timing (interlink.model.clocks): hand-computed cases, the periodic extrapolation against
 round-by-round evaluation, the approximate rate beyond ``settle``, and predict = simulate wherever nothing
 contends (one engine prices the steps for both)."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from interlink.algorithms.traffic import Phase, Traffic
 from interlink.sim import simulate, simulate_collective
-from interlink.sim.clocks import Clocks
+from interlink.model.clocks import Clocks
 from interlink.topology import TopologyBuilder
 
 G = 1 << 30
