@@ -1,15 +1,20 @@
-"""DDP training steps on backend="interlink" against gloo, in one run.
+"""DDP and FSDP2 training steps on backend="interlink" against gloo, in one run.
 
-    python benchmarks/torch_ddp.py --ranks 2 --params 20M --steps 10 --runs 3 [--json FILE]
+    python benchmarks/torch_ddp.py --ranks 2,4 --params 20M --batch 8 --steps 5 --runs 3 \
+        [--modes ddp,fsdp2] [--json FILE]
 
 Starts ``--ranks`` processes (spawn) that call ``init_process_group("interlink")`` and create a gloo group
-over the same ranks. Two copies of one MLP (``--params`` parameters, float32) are wrapped in DDP, one on
-each backend; the systems take turns, ``--steps`` training steps each, ``--runs`` times. Reported per
-backend (medians over runs, slowest rank):
-  step      -- one training step (forward, backward with DDP's bucketed all_reduce, optimizer)
-  compute   -- the same step without DDP (local model, no communication)
+over the same ranks. Copies of one MLP (``--params`` parameters, float32) are wrapped in DDP and in FSDP2
+(``fully_shard`` per layer and on the root, over a DeviceMesh of each group), one per backend; the
+systems take turns, ``--steps`` training steps each, ``--runs`` times. Reported per backend (medians over
+runs, slowest rank):
+  step      -- one training step (forward, backward with DDP's bucketed all_reduce or FSDP's all_gather /
+               reduce_scatter, optimizer)
+  compute   -- the same step without communication (local model)
   exposed   -- step - compute: the communication the step waits for
   allreduce -- one all_reduce of a buffer the size of all gradients (the collective alone)
+The interlink backend returns asynchronous Works for DDP's buckets and FSDP's prefetches, so its
+communication overlaps with the backward pass; gloo's does too (its own worker threads).
 """
 
 from __future__ import annotations
@@ -56,9 +61,24 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
     nparams = sum(p.numel() for p in base.parameters())
     import copy
 
-    models = {"interlink": DDP(copy.deepcopy(base)), "gloo": DDP(copy.deepcopy(base), process_group=gloo)}
+    models, opts = {}, {}
+    for mode in args["modes"]:
+        for name, g in (("interlink", None), ("gloo", gloo)):
+            m = copy.deepcopy(base)
+            if mode == "ddp":
+                m = DDP(m, process_group=g)
+            else:
+                from torch.distributed.device_mesh import DeviceMesh
+                from torch.distributed.fsdp import fully_shard
+
+                mesh = DeviceMesh.from_group(g if g is not None else dist.group.WORLD, "cpu")
+                for layer in m:
+                    if isinstance(layer, torch.nn.Linear):
+                        fully_shard(layer, mesh=mesh)
+                fully_shard(m, mesh=mesh)
+            models[f"{mode}_{name}"] = m
+            opts[f"{mode}_{name}"] = torch.optim.SGD(m.parameters(), lr=1e-4)
     local = copy.deepcopy(base)
-    opts = {k: torch.optim.SGD(m.parameters(), lr=1e-4) for k, m in models.items()}
     opt_local = torch.optim.SGD(local.parameters(), lr=1e-4)
     x = torch.randn(args["batch"], width)
     y = torch.randn(args["batch"], width)
@@ -78,7 +98,7 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
             opt.step()
         return slowest((time.perf_counter() - t0) / args["steps"])
 
-    res = {k: [] for k in ("interlink", "gloo", "compute", "ar_interlink", "ar_gloo")}
+    res = {k: [] for k in (*models, "compute", "ar_interlink", "ar_gloo")}
     buf = torch.ones(nparams)
     for name, m in models.items():  # warm-up: buckets built, buffers touched
         steps(m, opts[name])
@@ -104,6 +124,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--modes", default="ddp,fsdp2", help="ddp, fsdp2 or both")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     out = []
@@ -111,7 +132,8 @@ def main(argv=None) -> int:
         port = free_port()
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
-        args = {"params": _size(a.params), "batch": a.batch, "steps": a.steps, "runs": a.runs}
+        args = {"params": _size(a.params), "batch": a.batch, "steps": a.steps, "runs": a.runs,
+                "modes": a.modes.split(",")}
         procs = [ctx.Process(target=rank_main, args=(r, world, port, args, q)) for r in range(world)]
         for p in procs:
             p.start()
@@ -122,18 +144,19 @@ def main(argv=None) -> int:
         med = {k: statistics.median(v) for k, v in res.items()}
         row = {"ranks": world, "params": nparams, "grad_MB": nparams * 4 / 1e6, **{f"{k}_s": v for k, v in med.items()},
                "runs": res}
-        row["exposed_interlink_s"] = med["interlink"] - med["compute"]
-        row["exposed_gloo_s"] = med["gloo"] - med["compute"]
-        out.append(row)
         print(f"# {world} ranks, {nparams / 1e6:.1f}M parameters ({row['grad_MB']:.0f} MB of gradients), "
               f"batch {a.batch}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-        print(f"  step:      interlink {med['interlink'] * 1e3:8.1f} ms   gloo {med['gloo'] * 1e3:8.1f} ms   "
-              f"gloo/interlink {med['gloo'] / med['interlink']:.2f}x")
-        print(f"  compute:   {med['compute'] * 1e3:8.1f} ms (no DDP)")
-        print(f"  exposed:   interlink {row['exposed_interlink_s'] * 1e3:8.1f} ms   gloo "
-              f"{row['exposed_gloo_s'] * 1e3:8.1f} ms")
+        print(f"  compute:   {med['compute'] * 1e3:8.1f} ms (no communication)")
+        for mode in args["modes"]:
+            il, gl = med[f"{mode}_interlink"], med[f"{mode}_gloo"]
+            row[f"{mode}_exposed_interlink_s"] = il - med["compute"]
+            row[f"{mode}_exposed_gloo_s"] = gl - med["compute"]
+            print(f"  {mode:6s} step: interlink {il * 1e3:8.1f} ms   gloo {gl * 1e3:8.1f} ms   "
+                  f"gloo/interlink {gl / il:.2f}x   exposed: interlink {(il - med['compute']) * 1e3:7.1f} ms   "
+                  f"gloo {(gl - med['compute']) * 1e3:7.1f} ms")
         print(f"  allreduce: interlink {med['ar_interlink'] * 1e3:8.1f} ms   gloo {med['ar_gloo'] * 1e3:8.1f} ms   "
               f"gloo/interlink {med['ar_gloo'] / med['ar_interlink']:.2f}x")
+        out.append(row)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

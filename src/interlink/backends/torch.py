@@ -9,12 +9,14 @@ still finds it; ``import interlink.backends.torch`` registers it too.
   interlink groups over their global ranks (named after torch's group name, so every member agrees).
 * :class:`InterlinkProcessGroup` is a ``torch.distributed.ProcessGroup`` written in Python: each
   collective torch routes to a backend maps to the interlink call (CPU tensors over shared memory / TCP;
-  CUDA tensors over cuda-ipc or staged), and returns a Work backed by a completed torch Future.
-  The call itself runs before the Work is returned (interlink's own async runner is not wired in yet).
+  CUDA tensors over cuda-ipc or staged). A call torch marks async (``asyncOp``: DDP's buckets, FSDP's
+  prefetch, ``async_op=True``) goes to interlink's runner and returns at once; its Work's torch Future
+  completes on the runner thread as soon as the call is done, so communication overlaps with compute.
 * interlink's errors (a dead peer, a mismatched call, a timeout) surface as they are: PeerLostError,
   CollectiveMismatchError, CommTimeoutError (all RuntimeErrors, as torch's are), naming op and ranks.
 
-Not supported yet (a clear NotImplementedError): ReduceOp.PREMUL_SUM, recv from any source.
+ReduceOp.PREMUL_SUM (FSDP's gradient pre-division) is a SUM of inputs pre-multiplied by the factor.
+Not supported yet (a clear NotImplementedError): recv from any source.
 """
 
 from __future__ import annotations
@@ -122,7 +124,9 @@ def _named(pg: "InterlinkProcessGroup", opts: Any) -> "InterlinkProcessGroup":
     return pg
 
 
-def _op(opts: Any) -> str:
+def _op(opts: Any) -> tuple[str, Any]:
+    """The interlink op of torch's ReduceOp, and PREMUL_SUM's factor (a number or a one-element tensor;
+    None for the other ops): PREMUL_SUM is a SUM of the inputs each multiplied by the factor first."""
     import torch.distributed as dist
 
     op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
@@ -130,51 +134,29 @@ def _op(opts: Any) -> str:
                        ("min", dist.ReduceOp.MIN), ("max", dist.ReduceOp.MAX), ("band", dist.ReduceOp.BAND),
                        ("bor", dist.ReduceOp.BOR), ("bxor", dist.ReduceOp.BXOR)):
         if op == want:
-            return name
-    raise NotImplementedError(f"interlink backend: reduce op {op} (PREMUL_SUM) is not supported yet")
+            return name, None
+    if getattr(op, "op", None) == dist.ReduceOp.PREMUL_SUM:
+        factor = op.factor
+        if factor is None:
+            raise ValueError("interlink backend: PREMUL_SUM without a factor")
+        return "sum", factor
+    raise ValueError(f"interlink backend: unknown reduce op {op}")
 
 
-def _done(result: Any) -> Any:
-    from torch._C._distributed_c10d import _create_work_from_future
-    from torch.futures import Future
+def _scaled(t: Any, factor: Any) -> Any:
+    """t * factor as a new tensor of t's dtype (PREMUL_SUM's pre-multiplication; t is not written)."""
+    if factor is None:
+        return t
+    if not t.is_floating_point() and not t.is_complex():
+        raise TypeError(f"interlink backend: PREMUL_SUM needs a floating-point tensor, got {t.dtype}")
+    return t.mul(factor.to(t.device) if hasattr(factor, "to") else factor).to(t.dtype)
 
-    f: Future = Future()
-    f.set_result(result)
-    return _create_work_from_future(f)
 
-
-def _pending(works: list, result: Any) -> Any:
-    """A torch Work over interlink Works still in flight (point to point)."""
-    import torch.distributed as dist
-
-    class _Pending(dist._Work):  # type: ignore[misc, name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self._works = works
-
-        def wait(self, timeout: Any = None) -> bool:  # noqa: ARG002 - interlink's own timeout applies
-            for w in self._works:
-                w.wait()
-            return True
-
-        def is_completed(self) -> bool:
-            return all(w.is_completed() for w in self._works)
-
-        def is_success(self) -> bool:
-            return self.is_completed() and all(w.exception() is None for w in self._works)
-
-        def exception(self) -> Any:
-            return next((w.exception() for w in self._works if w.exception() is not None), None)
-
-        def get_future(self) -> Any:
-            from torch.futures import Future
-
-            self.wait()
-            f: Future = Future()
-            f.set_result(result)
-            return f
-
-    return _Pending()
+def _async(opts: Any) -> bool:
+    """Whether the caller may overlap this call: torch sets ``asyncOp`` from ``async_op`` (False: it waits
+    at once, so the call runs inline, no thread hop); C++ callers (DDP's reducer, functional
+    collectives) leave it True."""
+    return bool(getattr(opts, "asyncOp", True)) if opts is not None else True
 
 
 def _timeout(opts: Any) -> Optional[float]:
@@ -189,12 +171,98 @@ try:
     import torch.distributed as _dist
 
     _Base: Any = _dist.ProcessGroup
-except Exception:  # noqa: BLE001 - torch (or its distributed package) absent: the class is never made
-    _Base = object
+    _WorkBase: Any = _dist._Work  # type: ignore[attr-defined]
+except Exception:  # noqa: BLE001 - torch (or its distributed package) absent: the classes are never made
+    _Base = _WorkBase = object
+
+
+class _Work(_WorkBase):  # type: ignore[misc, valid-type]
+    """A torch Work over interlink Works in flight: its torch Future completes on interlink's runner thread
+    the moment the last of them is done (after ``after``, the copy-out of list forms), so DDP's and
+    FSDP's ``then`` callbacks run there, in call order; ``wait`` raises interlink's own error (the op,
+    the group, the sequence number and the ranks), as a torch Work's wait does. ``keep``: temporaries the
+    calls read, alive until they are done."""
+
+    def __init__(self, works: list, result: Any, after: Any = None, keep: Any = (), source: int = -1) -> None:
+        import threading
+
+        from torch.futures import Future
+
+        super().__init__()
+        self._works = [w for w in works if w is not None]
+        self._result = result
+        self._after = after
+        self._keep = keep
+        self._source = source
+        self._exc: Optional[BaseException] = None
+        self._fut: Future = Future()
+        self._left = len(self._works)
+        self._lock = threading.Lock()
+        if not self._works:
+            self._complete()
+        for w in list(self._works):
+            w.add_done_callback(self._one_done)
+
+    def _one_done(self, w: Any) -> None:
+        with self._lock:
+            if w.exception() is not None and self._exc is None:
+                self._exc = w.exception()
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._complete()
+
+    def _complete(self) -> None:
+        if self._exc is None and self._after is not None:
+            try:
+                self._after()
+            except BaseException as e:  # noqa: BLE001 - delivered to wait() and the future
+                self._exc = e
+        self._after, self._keep = None, ()
+        if self._exc is not None:
+            self._fut.set_exception(self._exc)
+        else:
+            self._fut.set_result(self._result)
+
+    def wait(self, timeout: Any = None) -> bool:  # noqa: ARG002 - interlink's own timeout applies
+        for w in self._works:
+            w.wait()
+        self._fut.wait()  # the copy-out and the future, completed on the runner thread just after
+        if self._exc is not None:
+            raise self._exc
+        return True
+
+    def is_completed(self) -> bool:
+        return self._fut.done()
+
+    def is_success(self) -> bool:
+        return self._fut.done() and self._exc is None
+
+    def exception(self) -> Any:
+        return self._exc
+
+    def result(self) -> Any:
+        self.wait()
+        return self._result
+
+    def get_future(self) -> Any:
+        return self._fut
+
+    def synchronize(self) -> None:
+        pass
+
+    def source_rank(self) -> int:
+        return self._source
+
+    _source_rank = source_rank
 
 
 class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
-    """A torch ProcessGroup whose collectives are interlink's (``group``: an interlink Group)."""
+    """A torch ProcessGroup whose collectives are interlink's (``group``: an interlink Group).
+
+    A call with ``asyncOp`` False (``async_op=False`` in torch's API) runs inline and returns a completed
+    Work; otherwise it goes to interlink's runner (one per process, in call order) and returns at once,
+    so DDP's backward and FSDP's prefetch overlap with communication."""
 
     def __init__(self, rank: int, size: int, group: Any) -> None:
         super().__init__(rank, size)
@@ -217,86 +285,122 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
     def name(self) -> str:  # type: ignore[override]
         return BACKEND
 
+    def _go(self, opts: Any, result: Any, calls: list, after: Any = None, keep: Any = ()) -> _Work:
+        """Issue ``calls`` (each: ``async_op -> interlink Work or None``) in order; inline when the caller
+        waits at once, else on the runner."""
+        if not _async(opts):
+            for c in calls:
+                c(False)
+            if after is not None:
+                after()
+            return _Work([], result)
+        return _Work([c(True) for c in calls], result, after, keep)
+
     # ---- reductions ---------------------------------------------------------------------------
     def allreduce(self, tensors: list, opts: Any = None) -> Any:
-        op = _op(opts)
-        for t in tensors:
-            self.g.all_reduce(t, op, timeout=_timeout(opts))
-        return _done(tensors)
+        op, factor = _op(opts)
+        to = _timeout(opts)
+        if factor is not None:
+            for t in tensors:  # the output overwrites it: pre-multiply in place
+                t.copy_(_scaled(t, factor))
+        return self._go(opts, tensors, [lambda a, t=t: self.g.all_reduce(t, op, a, timeout=to) for t in tensors])
 
     def allreduce_coalesced(self, tensors: list, opts: Any = None) -> Any:
-        return self.allreduce(tensors, opts)
+        """One all_reduce of the tensors packed together (as gloo does), unpacked when it is done."""
+        import torch
+
+        if len(tensors) < 2 or len({(t.dtype, t.device) for t in tensors}) > 1:
+            return self.allreduce(tensors, opts)
+        op, factor = _op(opts)
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        if factor is not None:
+            flat = _scaled(flat, factor)
+
+        def unpack() -> None:
+            off = 0
+            for t in tensors:
+                n = t.numel()
+                t.copy_(flat[off:off + n].view(t.shape))
+                off += n
+
+        return self._go(opts, tensors, [lambda a: self.g.all_reduce(flat, op, a, timeout=_timeout(opts))],
+                        unpack, (flat,))
 
     def reduce(self, tensors: list, opts: Any = None) -> Any:
-        for t in tensors:
-            self.g.reduce(t, int(opts.rootRank), _op(opts), timeout=_timeout(opts))
-        return _done(tensors)
+        op, factor = _op(opts)
+        root = int(opts.rootRank)
+        # the root's tensor is overwritten: pre-multiplied in place; the others reduce a scaled copy
+        srcs = [t if factor is None else (t.copy_(_scaled(t, factor)) if self.g.rank == root else _scaled(t, factor))
+                for t in tensors]
+        return self._go(opts, tensors, [lambda a, t=t: self.g.reduce(t, root, op, a, timeout=_timeout(opts))
+                                        for t in srcs], keep=srcs)
 
     def reduce_scatter(self, outputs: list, input_lists: list, opts: Any = None) -> Any:
         import torch
 
-        op = _op(opts)
-        for out, ins in zip(outputs, input_lists):
-            self.g.reduce_scatter_tensor(out, torch.cat([t.reshape(-1) for t in ins]), op, timeout=_timeout(opts))
-        return _done(outputs)
+        op, factor = _op(opts)
+        flats = [_scaled(torch.cat([t.reshape(-1) for t in ins]), factor) for ins in input_lists]
+        return self._go(opts, outputs, [lambda a, o=o, i=i: self.g.reduce_scatter_tensor(o, i, op, a,
+                                                                                          timeout=_timeout(opts))
+                                        for o, i in zip(outputs, flats)], keep=flats)
 
     def reduce_scatter_single(self, output: Any, input: Any, opts: Any = None) -> Any:
-        self.g.reduce_scatter_tensor(output, input, _op(opts), timeout=_timeout(opts))
-        return _done([output])
+        return self.reduce_scatter_single_coalesced([output], [input], opts)
 
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(self, outputs: list, inputs: list, opts: Any = None) -> Any:
-        op = _op(opts)
-        for o, i in zip(outputs, inputs):
-            self.g.reduce_scatter_tensor(o, i, op, timeout=_timeout(opts))
-        return _done(outputs)
+        op, factor = _op(opts)
+        ins = [_scaled(i, factor) for i in inputs]
+        return self._go(opts, outputs, [lambda a, o=o, i=i: self.g.reduce_scatter_tensor(o, i, op, a,
+                                                                                          timeout=_timeout(opts))
+                                        for o, i in zip(outputs, ins)], keep=ins)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     # ---- moves --------------------------------------------------------------------------------
     def broadcast(self, tensors: list, opts: Any = None) -> Any:
-        for t in tensors:
-            self.g.broadcast(t, int(opts.rootRank), timeout=_timeout(opts))
-        return _done(tensors)
+        root = int(opts.rootRank)
+        return self._go(opts, tensors, [lambda a, t=t: self.g.broadcast(t, root, a, timeout=_timeout(opts))
+                                        for t in tensors])
 
     def allgather(self, output_lists: list, inputs: list, opts: Any = None) -> Any:
-        for outs, t in zip(output_lists, inputs):
-            self.g.all_gather(outs, t, timeout=_timeout(opts))
-        return _done(output_lists)
+        return self._go(opts, output_lists, [lambda a, o=o, t=t: self.g.all_gather(o, t, a, timeout=_timeout(opts))
+                                             for o, t in zip(output_lists, inputs)])
 
     allgather_coalesced = allgather
 
     def all_gather_single(self, output: Any, input: Any, opts: Any = None) -> Any:
-        self.g.all_gather_into_tensor(output, input, timeout=_timeout(opts))
-        return _done([output])
+        return self.all_gather_single_coalesced([output], [input], opts)
 
     _allgather_base = all_gather_single
 
     def all_gather_single_coalesced(self, outputs: list, inputs: list, opts: Any = None) -> Any:
-        for o, i in zip(outputs, inputs):
-            self.g.all_gather_into_tensor(o, i, timeout=_timeout(opts))
-        return _done(outputs)
+        return self._go(opts, outputs, [lambda a, o=o, i=i: self.g.all_gather_into_tensor(o, i, a,
+                                                                                           timeout=_timeout(opts))
+                                        for o, i in zip(outputs, inputs)])
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def gather(self, output_lists: list, inputs: list, opts: Any = None) -> Any:
         root = int(opts.rootRank)
-        for i, t in enumerate(inputs):
-            self.g.gather(t, output_lists[i] if self.g.rank == root else None, root, timeout=_timeout(opts))
-        return _done(output_lists)
+        me = self.g.rank
+        return self._go(opts, output_lists, [
+            lambda a, i=i, t=t: self.g.gather(t, output_lists[i] if me == root else None, root, a,
+                                              timeout=_timeout(opts)) for i, t in enumerate(inputs)])
 
     def scatter(self, outputs: list, input_lists: list, opts: Any = None) -> Any:
         root = int(opts.rootRank)
-        for i, t in enumerate(outputs):
-            self.g.scatter(t, input_lists[i] if self.g.rank == root else None, root, timeout=_timeout(opts))
-        return _done(outputs)
+        me = self.g.rank
+        return self._go(opts, outputs, [
+            lambda a, i=i, t=t: self.g.scatter(t, input_lists[i] if me == root else None, root, a,
+                                               timeout=_timeout(opts)) for i, t in enumerate(outputs)])
 
     def all_to_all_single(self, output: Any, input: Any, output_split_sizes: list, input_split_sizes: list,
                           opts: Any = None) -> Any:
-        self.g.all_to_all_single(output, input, list(output_split_sizes) or None, list(input_split_sizes) or None,
-                                 timeout=_timeout(opts))
-        return _done([output])
+        osz, isz = list(output_split_sizes) or None, list(input_split_sizes) or None
+        return self._go(opts, [output], [lambda a: self.g.all_to_all_single(output, input, osz, isz, a,
+                                                                            timeout=_timeout(opts))])
 
     alltoall_base = all_to_all_single
 
@@ -307,25 +411,28 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
         splits_out = [t.numel() for t in outputs]
         inp = torch.cat([t.reshape(-1) for t in inputs])
         out = torch.empty(sum(splits_out), dtype=inp.dtype, device=inp.device)
-        self.g.all_to_all_single(out, inp, splits_out, splits_in, timeout=_timeout(opts))
-        off = 0
-        for t, n in zip(outputs, splits_out):
-            t.copy_(out[off:off + n].reshape(t.shape))
-            off += n
-        return _done(outputs)
+
+        def unpack() -> None:
+            off = 0
+            for t, n in zip(outputs, splits_out):
+                t.copy_(out[off:off + n].reshape(t.shape))
+                off += n
+
+        return self._go(opts, outputs, [lambda a: self.g.all_to_all_single(out, inp, splits_out, splits_in, a,
+                                                                           timeout=_timeout(opts))],
+                        unpack, (inp, out))
 
     def barrier(self, opts: Any = None) -> Any:
-        self.g.barrier(timeout=_timeout(opts))
-        return _done([])
+        return self._go(opts, [], [lambda a: self.g.barrier(a, timeout=_timeout(opts))])
 
     # ---- point to point -----------------------------------------------------------------------
     # (asynchronous: a send may wait for its receiver -- one copy, read in place -- so isend must return
     # before the peer posts its irecv, as batch_isend_irecv and ring exchanges need)
     def send(self, tensors: list, dst: int, tag: int = 0) -> Any:
-        return _pending([self.g.isend(t, int(dst), int(tag)) for t in tensors], tensors)
+        return _Work([self.g.isend(t, int(dst), int(tag)) for t in tensors], tensors)
 
     def recv(self, tensors: list, src: int, tag: int = 0) -> Any:
-        return _pending([self.g.irecv(t, int(src), int(tag)) for t in tensors], tensors)
+        return _Work([self.g.irecv(t, int(src), int(tag)) for t in tensors], tensors, source=int(src))
 
     def recv_anysource(self, tensors: list, tag: int = 0) -> Any:
         raise NotImplementedError("interlink backend: recv without a source (any-source) is not supported yet; "

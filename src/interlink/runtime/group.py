@@ -950,10 +950,20 @@ class _StagedWork(Work):
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         self._inner.wait(timeout)
+        self._upload()
+        return True
+
+    def _upload(self) -> None:
         st, self._st = self._st, None
         if st is not None:
             st.upload()
-        return True
+
+    def add_done_callback(self, fn: Callable[[Work], Any]) -> None:
+        def done(inner: Work) -> None:
+            if inner.exception() is None:
+                self._upload()
+            fn(self)
+        self._inner.add_done_callback(done)
 
     def result(self) -> Any:
         self.wait()

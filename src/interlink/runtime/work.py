@@ -4,15 +4,24 @@ Collectives must run in the same order on every rank, so one runner per process 
 submission order. A synchronous call runs inline on the caller's thread when nothing is queued (no
 thread hop on the latency path); otherwise it queues behind the pending async work and waits.
 Consecutive point-to-point operations are progressed together, so isend/irecv pairs cannot deadlock.
+
+A Work's done-callbacks (:meth:`Work.add_done_callback`: the torch backend completes torch Futures with
+them) run on the thread that finished it: the runner, right after the operation and before the next
+one. A collective called from such a callback runs inline there, so it takes the same place in the call
+order on every rank (as NCCL's inline-completed futures do); waiting there for work still queued would
+deadlock, and raises instead.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from typing import Any, Callable, Optional
 
 from ..errors import CommTimeoutError
+
+log = logging.getLogger("interlink")
 
 
 class Work:
@@ -23,11 +32,31 @@ class Work:
         self._done = threading.Event()
         self._exc: Optional[BaseException] = None
         self._result: Any = None
+        self._callbacks: Optional[list] = None
+        self._lock = threading.Lock()
 
     def _finish(self, result: Any = None, exc: Optional[BaseException] = None) -> None:
         self._result = result
         self._exc = exc
-        self._done.set()
+        with self._lock:
+            self._done.set()
+            cbs, self._callbacks = self._callbacks, None
+        for cb in cbs or ():
+            try:
+                cb(self)
+            except Exception:  # noqa: BLE001 - a callback's failure is its own; the work is done
+                log.exception("interlink: a done-callback of %s raised", self.desc)
+
+    def add_done_callback(self, fn: Callable[["Work"], Any]) -> None:
+        """Call ``fn(work)`` once the work is done (at once, on this thread, when it already is); else on
+        the thread that finishes it, in the order added."""
+        with self._lock:
+            if not self._done.is_set():
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(fn)
+                return
+        fn(self)
 
     def is_completed(self) -> bool:
         return self._done.is_set()
@@ -39,6 +68,9 @@ class Work:
         return self._exc
 
     def wait(self, timeout: Optional[float] = None) -> bool:
+        if not self._done.is_set() and _RUNNER_THREAD.get(threading.get_ident()) is not None:
+            raise RuntimeError(f"waiting for {self.desc} inside a completion callback on interlink's runner "
+                               "thread would deadlock (it runs after this callback returns)")
         if not self._done.wait(timeout):
             raise CommTimeoutError(f"{self.desc} did not complete within {timeout} s")
         if self._exc is not None:
@@ -65,6 +97,9 @@ class Work:
         return fut
 
 
+_RUNNER_THREAD: dict[int, "Runner"] = {}  # thread ident -> the Runner whose worker it is
+
+
 class _Job:
     __slots__ = ("fn", "work", "p2p")
 
@@ -86,7 +121,13 @@ class Runner:
         self._stop = False
         self._run_p2p_batch = run_p2p_batch
 
+    def on_runner(self) -> bool:
+        """True on this runner's worker thread (in a done-callback): calls run inline there."""
+        return _RUNNER_THREAD.get(threading.get_ident()) is self
+
     def run_sync(self, fn: Callable[[], Any], desc: str) -> Any:
+        if self.on_runner():
+            return fn()
         with self._cv:
             idle = self._pending == 0
         if idle:
@@ -105,6 +146,14 @@ class Runner:
 
     def submit(self, fn: Callable[[], Any], desc: str, p2p: Any = None) -> Work:
         w = Work(desc)
+        if p2p is None and self.on_runner():  # from a done-callback: in order, right here
+            try:
+                res = fn()
+            except BaseException as e:  # delivered to wait()
+                w._finish(exc=e)
+            else:
+                w._finish(res)
+            return w
         with self._cv:
             self._q.append(_Job(fn, w, p2p))
             self._pending += 1
@@ -128,6 +177,13 @@ class Runner:
             self._cv.notify_all()
 
     def _loop(self) -> None:
+        _RUNNER_THREAD[threading.get_ident()] = self
+        try:
+            self._serve()
+        finally:
+            _RUNNER_THREAD.pop(threading.get_ident(), None)
+
+    def _serve(self) -> None:
         while True:
             with self._cv:
                 while not self._q and not self._stop:
@@ -144,9 +200,12 @@ class Runner:
                         self._done(len(jobs))
                     continue
                 try:
-                    job.work._finish(job.fn())
-                except BaseException as e:  # delivered to wait()
-                    job.work._finish(exc=e)
+                    try:
+                        res = job.fn()
+                    except BaseException as e:  # delivered to wait()
+                        job.work._finish(exc=e)
+                    else:
+                        job.work._finish(res)
                 finally:
                     self._done(1)
 
