@@ -5,6 +5,11 @@
     chunk over every rank (SwitchReduce, NCCL's multimem.ld_reduce) and writes the result to every other
     rank through the switch (Multicast, multimem.st), pipelined in segments (the multicast of segment j
     with the reduction of segment j + 1).
+    all_reduce nvls_tree: NVLS inside each host, NCCL's double binary tree across hosts.
+    all_reduce collnet_direct, collnet_chain: NCCL's CollNet (SHARP on the InfiniBand switches): inside
+    each host a reduce-scatter over NVLink, across hosts an in-network all-reduce of each local rank's
+    shard through its own NIC, then an all-gather inside the host (Direct: direct sends to and from the
+    owner of a shard; Chain: along a chain of the host's ranks ending at the owner).
 
 Bytes per rank: up to the switch n (its part of every chunk, read by the switch) + n/p (its chunk,
 multicast); down n/p (its reduced chunk) + n (every chunk, multicast): n(1 + 1/p) each way, against
@@ -12,18 +17,23 @@ multicast); down n/p (its reduced chunk) + n (every chunk, multicast): n(1 + 1/p
 :class:`~interlink.algorithms.schedule.SwitchReduce` and :class:`~interlink.algorithms.schedule.Multicast`;
 the reference interpreter and the verifier run those steps, executors without such a switch run the
 point-to-point lowering (:func:`~interlink.algorithms.schedule.two_sided`), and the cost model and the
-simulator route the steps through the ranks' NVLS switch (``Topology.nvls_switch``).
+simulator route the steps through the ranks' NVLS switch (``Topology.nvls_switch``) or, for the CollNet
+Schedules (``meta["switch"] = "sharp"``), through each rank's NIC to the SHARP switch its group reaches
+(``Topology.sharp_switch``, ``interlink.topology.switch_plan(kind="sharp")``).
 """
 
 from __future__ import annotations
 
 from .registry import register
-from .schedule import Builder, Schedule, inp, out, split
+from .schedule import Builder, Schedule, inp, out, scr, split
 
 #: algorithms whose Schedules need a switch that reduces: the model and the simulator price them where the
 #: topology has one; interlink's own executors only run their point-to-point lowering (for checks), so the
 #: runtime's tuner does not offer them
-NEEDS_SWITCH = ("nvls", "nvls_tree")
+NEEDS_SWITCH = ("nvls", "nvls_tree", "collnet_direct", "collnet_chain")
+
+#: the algorithms whose in-switch steps run on SHARP InfiniBand switches (the others: NVLS on NVSwitch)
+SHARP = ("collnet_direct", "collnet_chain")
 
 
 def nvls_segments(chunk: int, segments: int | None) -> int:
@@ -89,6 +99,104 @@ def _nvls_tree(p: int, n: int, segments: int | None, L: int, name: str, root: in
                     for k in kids[h]:
                         b.transfer(down, r, k * L + j, x, x, False, 0)
                     b.multicast(down, r, tuple(q for q in host if q != r), x, x, channel=1)
+    return b.build()
+
+
+@register("all_reduce", "collnet_direct", params=("segments", "local_size"))
+def all_reduce_collnet_direct(nranks: int, count: int, root: int = 0, segments: int | None = None,
+                              local_size: int | None = None) -> Schedule:
+    """NCCL's CollNet Direct (SHARP): a direct reduce-scatter in each host, an in-network all-reduce of
+    each shard across hosts through its owner's NIC, a direct all-gather in each host; pipelined.
+
+    Hosts are blocks of ``local_size`` consecutive ranks (L of them per host, H hosts; default: one
+    host). Local rank j owns chunk j (1/L of the buffer), cut in S segments. Segment s: round s, the
+    owner copies its own part into scratch; round s + 1, every other rank of the host sends its part to
+    the owner, which reduces it there (channel 0, NVLink); round s + 2, the owners of chunk j on every
+    host (local rank j of each host: one NIC each) read the switch's all-reduce of their partial sums
+    (SwitchReduce over that group, channel 0: each partial goes up its NIC once, the result comes down
+    to each; ``meta["switch"] = "sharp"``; a copy on a single host); round s + 3, the owner sends the
+    result to the other ranks of its host (channel 1, handed over from channel 0). The stages of
+    successive segments overlap. Per rank: 2n(L - 1)/L each way over NVLink, n/L each way through its
+    NIC (against about 2n/L for NCCL's tree and 2n(H - 1)/(H L) for the rail rings); no reduction
+    across hosts on the GPU.
+    """
+    from .trees import host_blocks
+
+    p, n = nranks, count
+    L, H = host_blocks(p, local_size)
+    chunks = split(n, L)
+    m = max((c for _, c in chunks), default=0)
+    S = nvls_segments(m, segments)
+    b = Builder("all_reduce", "collnet_direct", p, n, root, scratch=m if L > 1 else 0)
+    b.meta["segments"] = S
+    b.meta["switch"] = "sharp"
+    for j, (o, c) in enumerate(chunks):
+        group = tuple(h * L + j for h in range(H))
+        for s, (so, sn) in enumerate(split(c, S)):
+            x = out(o + so, sn)
+            for h in range(H):
+                r = h * L + j
+                local = [h * L + i for i in range(L) if i != j]
+                t = inp(o + so, sn)
+                if L > 1:  # the host's partial sum of the segment, in the owner's scratch
+                    t = scr(so, sn)
+                    b.copy(s, r, inp(o + so, sn), t)
+                    for q in local:
+                        b.transfer(s + 1, q, r, inp(o + so, sn), t, True, 0)
+                if H > 1:
+                    b.switch_reduce(s + 2, r, group, t, x, channel=0)
+                else:
+                    b.copy(s + 2, r, t, x)
+                for q in local:
+                    b.transfer(s + 3, r, q, x, x, False, 1)
+    return b.build()
+
+
+@register("all_reduce", "collnet_chain", params=("segments", "local_size"))
+def all_reduce_collnet_chain(nranks: int, count: int, root: int = 0, segments: int | None = None,
+                             local_size: int | None = None) -> Schedule:
+    """NCCL's CollNet Chain (SHARP): in each host the ranks reduce each shard along a chain that ends at
+    the shard's owner, the owners all-reduce it across hosts in the network, and the result goes back
+    down the chain; pipelined.
+
+    Hosts and shards as :func:`all_reduce_collnet_direct` (local rank j owns chunk j, cut in S segments).
+    The chain of chunk j visits the host's ranks in the order j + 1, j + 2, ..., j (mod L): position 0
+    sends its part of segment s in round s + 1, position i (1 <= i < L) copies its own part into scratch
+    in round s + i - 1, receives and reduces the partial sum in round s + i and passes it on in round
+    s + i + 1 (channel 0). The owner (the last position) reads the switch's all-reduce of segment s over
+    the owners of chunk j on every host in round s + L (SwitchReduce, channel 0; a copy on a single host),
+    and the result runs back down the chain, one position per round from round s + L + 1 (channel 1,
+    handed over from channel 0). Per rank: 2n(L - 1)/L each way over NVLink, as Direct, with L hops of
+    pipeline fill each way inside the host instead of one; n/L each way through its NIC.
+    """
+    from .trees import host_blocks
+
+    p, n = nranks, count
+    L, H = host_blocks(p, local_size)
+    chunks = split(n, L)
+    m = max((c for _, c in chunks), default=0)
+    S = nvls_segments(m, segments)
+    b = Builder("all_reduce", "collnet_chain", p, n, root, scratch=n if L > 1 else 0)
+    b.meta["segments"] = S
+    b.meta["switch"] = "sharp"
+    for j, (o, c) in enumerate(chunks):
+        group = tuple(h * L + j for h in range(H))
+        order = [(j + 1 + i) % L for i in range(L)]  # the chain, ending at the owner j
+        for s, (so, sn) in enumerate(split(c, S)):
+            x, i_, t = out(o + so, sn), inp(o + so, sn), scr(o + so, sn)
+            for h in range(H):
+                chain = [h * L + q for q in order]
+                for pos in range(1, L):  # up the chain, reducing into each position's scratch
+                    b.copy(s + pos - 1, chain[pos], i_, t)
+                    b.transfer(s + pos, chain[pos - 1], chain[pos], i_ if pos == 1 else t, t, True, 0)
+                r = chain[-1]
+                part = t if L > 1 else i_
+                if H > 1:
+                    b.switch_reduce(s + L, r, group, part, x, channel=0)
+                else:
+                    b.copy(s + L, r, part, x)
+                for d in range(1, L):  # back down: position L - 1 - d gets it in round s + L + d
+                    b.transfer(s + L + d, chain[L - d], chain[L - 1 - d], x, x, False, 1)
     return b.build()
 
 

@@ -82,7 +82,9 @@ class Phase:
 @dataclass(frozen=True, eq=False)
 class Traffic:
     """The messages of a Schedule, round by round. Endpoints ``nranks`` and ``nranks + 1`` are the switch
-    of in-switch steps (its reductions and its multicasts; see :func:`from_schedule`)."""
+    of in-switch steps (its reductions and its multicasts; see :func:`from_schedule`); ``switch_kind``
+    says which switch that is (the Schedule's ``meta["switch"]``: ``nvls``, the ranks' NVSwitch, by
+    default; ``sharp``, the InfiniBand switch their NICs reach: ``interlink.topology.switch_plan``)."""
 
     collective: str
     algorithm: str
@@ -90,6 +92,7 @@ class Traffic:
     count: int
     phases: tuple[Phase, ...]
     switch_groups: tuple[tuple[int, ...], ...] = ()  # the groups of its in-switch steps (one switch each)
+    switch_kind: str = "nvls"
 
     def on_switches(self, switch_of: np.ndarray) -> "Traffic":
         """The same traffic with the switch endpoints (``nranks + stream``, stream 0: reductions, 1:
@@ -105,7 +108,8 @@ class Traffic:
                 dst = np.where(up, p + 2 * switch_of[np.minimum(src, p - 1)] + (dst - p) % 2, dst)
                 src = np.where(dn, p + 2 * switch_of[np.minimum(ph.dst, p - 1)] + (src - p) % 2, src)
             out.append(Phase(src, dst, ph.elems, ph.reduced, ph.repeat, ph.channel, ph.wait, ph.after, ph.gate))
-        return Traffic(self.collective, self.algorithm, p, self.count, tuple(out), self.switch_groups)
+        return Traffic(self.collective, self.algorithm, p, self.count, tuple(out), self.switch_groups,
+                       self.switch_kind)
 
     @property
     def uses_switch(self) -> bool:
@@ -134,6 +138,7 @@ class Traffic:
         a = [p for p in a if p.nmessages or p.reduced is not None]
         b = [p for p in b if p.nmessages or p.reduced is not None]
         return (len(a) == len(b) and self.switch_groups == other.switch_groups
+                and (not self.switch_groups or self.switch_kind == other.switch_kind)
                 and all(_canon(x).same_as(_canon(y)) for x, y in zip(a, b)))
 
 
@@ -169,13 +174,20 @@ def from_schedule(s: Schedule) -> Traffic:
     switch (with the round's other messages), then out of its multicast stream, then out of its
     reduction stream (each leaves once its stream has what it copies or reduces; the streams' outputs do
     not overlap in time, so they are phases of their own). The switch reduces: no rank's ``reduced``
-    counts it."""
+    counts it.
+
+    On a SHARP switch (``meta["switch"] == "sharp"``: NCCL's CollNet) the SwitchReduces of one round over
+    the same group, chunk and channel are one in-network all-reduce: each member's chunk goes up once and
+    the result comes down to every member that asked for it (an NVLS ``multimem.ld_reduce`` reads the
+    members again for every rank that issues it)."""
     phases: list[Phase] = []
     p = s.nranks
     sw, mc = p, p + 1  # the switch's reduction stream and its multicast stream
+    kind = str(s.meta.get("switch", "nvls"))
+    once = kind == "sharp"
     multi = s.channels > 1
     reads = writes = None
-    if multi or any(isinstance(st, Multicast) for prog in s.ranks for rnd in prog for st in rnd.steps):
+    if multi or once or any(isinstance(st, Multicast) for prog in s.ranks for rnd in prog for st in rnd.steps):
         reads, writes = _accesses(s)
 
     def handoff(x: int, k: int, c, ch: int) -> int:
@@ -184,6 +196,7 @@ def from_schedule(s: Schedule) -> Traffic:
     groups: set[tuple[int, ...]] = set()
     for k in range(s.nrounds):
         src, dst, elems, chan, aft = [], [], [], [], []
+        asked: set = set()  # (group, chunk, channel) of this round's SHARP reductions already sent up
         down_sr: tuple[list, list, list, list, list] = ([], [], [], [], [])
         down_mc: tuple[list, list, list, list, list] = ([], [], [], [], [])
         reduced = np.zeros(p, dtype=np.int64)
@@ -192,10 +205,13 @@ def from_schedule(s: Schedule) -> Traffic:
                 if isinstance(st, (SwitchReduce, Multicast)):
                     groups.add(tuple(sorted(set(st.group) | {r})))
                 if isinstance(st, SwitchReduce):
-                    for g in st.group:
+                    key = (frozenset(st.group), st.src, st.channel)
+                    for g in (() if once and key in asked else st.group):
                         src.append(g), dst.append(sw), elems.append(st.src.count), chan.append(st.channel)
                         aft.append(handoff(g, k, st.src, st.channel))
-                    nxt = _next_reader(reads, r, k, st.dst) if multi else st.channel
+                    if once:
+                        asked.add(key)
+                    nxt = _next_reader(reads, r, k, st.dst) if multi or once else st.channel
                     for lst, v in zip(down_sr, (sw, r, st.dst.count, st.channel, nxt)):
                         lst.append(v)
                     continue
@@ -253,7 +269,7 @@ def from_schedule(s: Schedule) -> Traffic:
                 phases[-1] = phases[-1].with_repeat(phases[-1].repeat + 1)
             else:
                 phases.append(ph)
-    return Traffic(s.collective, s.algorithm, p, s.count, tuple(phases), tuple(sorted(groups)))
+    return Traffic(s.collective, s.algorithm, p, s.count, tuple(phases), tuple(sorted(groups)), kind)
 
 
 def _close(a: np.ndarray | None, b: np.ndarray | None, tol: int) -> bool:

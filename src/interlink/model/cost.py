@@ -14,7 +14,8 @@ round is done; sends are eager):
   (NCCL's per-hop latency of the protocol for its hop kind, less the path's latency) plus its bytes at
   the path's bottleneck bandwidth x the protocol's efficiency (LL 50%, LL128 95%, Simple 100%), shared
   with the sender's other messages of the round on the same port (NVLink or NIC); it arrives the path's
-  latency later. Messages through an NVLS switch (in-switch steps) move at the GPU's NVLS efficiency;
+  latency later. Messages through an NVLS switch (in-switch steps) move at the GPU's NVLS efficiency,
+  those through a SHARP InfiniBand switch (CollNet: over the rank's NIC) at its SHARP efficiency;
 * **a reduction** takes gamma x bytes (1 / HBM bandwidth), overlapped with the round's communication by
   ``reduce.overlap.gpu``;
 * **a call** adds NCCL's base latency of the algorithm family and protocol.
@@ -490,9 +491,10 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
 
 @dataclass
 class _SwitchView:
-    """A Traffic with in-switch steps, placed on the ranks' NVLS switches: ``traffic`` has endpoints
-    p + 2 x switch + stream (:meth:`Traffic.on_switches`), ``classify`` takes those endpoints,
-    ``nentries`` counts ranks and switch streams, ``efficiency``: the switches' NVLS efficiency."""
+    """A Traffic with in-switch steps, placed on the switches that serve them (the ranks' NVLS switches,
+    or the SHARP switches their NICs reach): ``traffic`` has endpoints p + 2 x switch + stream
+    (:meth:`Traffic.on_switches`), ``classify`` takes those endpoints, ``nentries`` counts ranks and switch
+    streams, ``efficiency``: the switches' NVLS or SHARP efficiency."""
 
     traffic: Traffic
     classify: Any
@@ -507,7 +509,7 @@ def _switch_view(tr: Traffic, info: _TopoInfo, params: Params) -> _SwitchView:
     from ..topology import switch_plan
 
     try:
-        plan = switch_plan(info.topo, p, tr.switch_groups)
+        plan = switch_plan(info.topo, p, tr.switch_groups, kind=tr.switch_kind)
     except TopologyError as exc:
         raise ModelError(str(exc)) from None
     table = path_table(plan.topology)
@@ -515,7 +517,7 @@ def _switch_view(tr: Traffic, info: _TopoInfo, params: Params) -> _SwitchView:
     def classify(src: np.ndarray, dst: np.ndarray, tcp: bool = False):
         return table.classify(plan.path_ranks(src), plan.path_ranks(dst), tcp)
 
-    eff = min(params.nvls_efficiency(nm) for nm in info.gpu_names) if info.gpu_names else 0.0
+    eff = min(params.switch_efficiency(plan.kind, nm) for nm in info.gpu_names) if info.gpu_names else 0.0
     return _SwitchView(tr.on_switches(plan.switch_of), classify, plan.entries, eff or 1.0)
 
 
@@ -839,6 +841,8 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
     Every registered algorithm (or ``candidates``, or only ``algorithm``) is evaluated, on GPU topologies
     under each protocol (LL, LL128, Simple), plus ``nvls`` where the hardware has it and ``fast`` (the
     small-message path of an all-local CPU group; ``fast_path=False`` leaves it out); the fastest wins.
+    The CollNet Schedules (``collnet_direct``, ``collnet_chain``: SHARP) are priced only when named by
+    ``algorithm`` or ``candidates`` (and the fabric has SHARP), never in the default choice.
     ``topology``: a Topology, a spec for :func:`~interlink.topology.parse_topology`, or None for this
     machine. ``nranks``: the first nranks ranks of the topology (CPU hosts may take more ranks than
     cores). ``profile``: this host's calibrated profile is used by default for CPU hosts (False: none).
@@ -868,7 +872,14 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
     elif candidates is not None:
         names = list(candidates)
     else:
-        names = list(have) + list(PSEUDO)
+        # CollNet (SHARP) is priced when asked for (algorithm= or candidates=), not in the default choice:
+        # the published multi-node figures were measured without it, and with it the model's choice at
+        # 8 x DGX-H100 would be collnet_direct at 409 GB/s against 350 measured
+        names = [a for a in have if a not in SHARP_ALGORITHMS] + list(PSEUDO)
+        if gpu and info.nhosts > 1 and any(a in have for a in SHARP_ALGORITHMS) \
+                and not _sharp_unavailable(info, local_size):
+            notes.append("the fabric has SHARP: collnet_direct (in-network reduction, NCCL's CollNet) is priced "
+                         "when asked for (--algorithm collnet_direct), not in the default choice")
     for nm in names:
         if nm not in have and nm not in PSEUDO:
             raise ModelError(f"no algorithm {nm!r} for {collective}; available: {have + list(PSEUDO)}")
@@ -883,6 +894,13 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
         protos = protocols
         if algo in ("nvls", "nvls_tree"):  # in-switch steps: every GPU on an NVLS switch; Simple only
             why = _nvls_unavailable(info, params, single=algo == "nvls")
+            if why:
+                if algorithm == algo:
+                    raise ModelError(f"{algo} is not available here: {why}")
+                continue
+            protos = ("simple",)
+        if algo in SHARP_ALGORITHMS:  # in-network reduction on the InfiniBand switches; Simple only
+            why = _sharp_unavailable(info, local_size)
             if why:
                 if algorithm == algo:
                     raise ModelError(f"{algo} is not available here: {why}")
@@ -958,7 +976,8 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
 TIE_REL = 0.02
 
 PREFERENCE = ("nvls", "fast", "fast2", "fastd", "ring", "recursive_doubling", "rabenseifner", "binomial", "direct", "bruck",
-              "recursive_halving", "pairwise", "dissemination", "tree", "nccl_tree", "nvls_tree", "hierarchical")
+              "recursive_halving", "pairwise", "dissemination", "tree", "nccl_tree", "nvls_tree", "collnet_direct",
+              "collnet_chain", "hierarchical")
 
 
 def _pref(algorithm: str) -> tuple[int, str]:
@@ -979,6 +998,32 @@ def _nvls_unavailable(info: _TopoInfo, params: Params, single: bool = True) -> s
         return "the ranks span several NVLink domains (nvls_tree runs NVLS in each and a tree across)"
     if not single and len(sw) != info.nhosts:
         return "an NVLink domain spans hosts (nvls_tree needs one NVLS switch per host)"
+    return ""
+
+
+#: the CollNet Schedules (SHARP on the InfiniBand switches: :data:`interlink.algorithms.switch.SHARP`)
+SHARP_ALGORITHMS = ("collnet_direct", "collnet_chain")
+
+
+def _sharp_unavailable(info: _TopoInfo, local_size: int) -> str:
+    """Why the CollNet Schedules cannot run on this topology ("" when they can): GPUs on at least two
+    hosts of equal size in blocks of consecutive ranks, every rank's NIC cabled to a SHARP-capable
+    InfiniBand switch, and the group of each local rank (one rank per host) under one SHARP switch."""
+    from ..topology import switch_plan
+
+    if not info.gpu or info.n < 2:
+        return "needs at least 2 GPUs"
+    if info.nhosts < 2:
+        return "CollNet reduces across hosts in the InfiniBand switches: one host has nothing for SHARP to do"
+    L = int(local_size)
+    if info.n % L or int(info.ranks_on_host.min()) != L or not bool(
+            (info.host.reshape(-1, L) == info.host[::L][:, None]).all()):
+        return "the hosts must hold equal blocks of consecutive ranks"
+    groups = [tuple(range(j, info.n, L)) for j in range(L)]
+    try:
+        switch_plan(info.topo, info.n, groups, kind="sharp")
+    except TopologyError as exc:
+        return str(exc)
     return ""
 
 

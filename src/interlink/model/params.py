@@ -14,6 +14,7 @@ GPU topologies (NCCL's tuning model, ``src/graph/tuning.cc`` of NCCL 2.30, as su
     protocol.efficiency.{ll,ll128,simple}                   fraction of the link bandwidth a protocol reaches
     nvls.efficiency.{hopper,blackwell}                      NVLink SHARP (in-switch reduction) efficiency
     nvls.latency_us                                         NVLS all_reduce latency
+    sharp.efficiency.{ampere,hopper,blackwell,default}      InfiniBand SHARP (CollNet) efficiency
     gpu.hbm_gbps.{a100,a800,h100,h800,h200,b200,default}    GPU memory bandwidth (the gamma of a reduction)
     gpu.reduce_passes                                       memory passes per reduced byte
     reduce.overlap.{gpu,cpu}                                how much of the reduction hides under the transfer
@@ -113,6 +114,14 @@ def _defaults() -> list[Param]:
         _p("protocol.efficiency.simple", 1.0, "fraction", "NCCL Simple: full bandwidth (docs/reference.md s4)"),
         _p("nvls.efficiency.hopper", 0.85, "fraction", "NCCL src/tuning nvlsEfficiency: Hopper 0.85"),
         _p("nvls.efficiency.blackwell", 0.74, "fraction", "NCCL src/tuning nvlsEfficiency: Blackwell 0.74"),
+        _p("sharp.efficiency.ampere", 1.0, "fraction",
+           f"{_TUNING}: CollNet Direct busBw has no compute-capability factor before Hopper (the GPU:NIC "
+           f"factor is 1 with a NIC per GPU)"),
+        _p("sharp.efficiency.hopper", 0.85, "fraction",
+           f"{_TUNING}: CollNet Direct busBw x .85 when minCompCap >= 90"),
+        _p("sharp.efficiency.blackwell", 0.85, "fraction",
+           f"{_TUNING}: CollNet Direct busBw x .85 when minCompCap >= 90"),
+        _p("sharp.efficiency.default", 1.0, "fraction", "estimate for a GPU of unknown architecture"),
         _p("nvls.latency_us", 25.0, "us", f"{_TUNING}: NVLS latency on NVLink (a check: the NVLS Schedule's "
            f"call latency + steps give it; tests/test_model_cost.py)"),
         _p("gpu.hbm_gbps.a100", 2039.0, "GB/s", "A100-SXM4-80GB datasheet: HBM2e 2,039 GB/s"),
@@ -296,6 +305,16 @@ class Params:
         arch = gpu_arch(gpu_name)
         name = f"nvls.efficiency.{arch}"
         return self.value(name) if name in self else 0.0
+
+    def sharp_efficiency(self, gpu_name: str) -> float:
+        """Fraction of the NIC bandwidth that SHARP's in-network reduction (NCCL's CollNet) reaches."""
+        name = f"sharp.efficiency.{gpu_arch(gpu_name)}"
+        return self.value(name if name in self else "sharp.efficiency.default")
+
+    def switch_efficiency(self, kind: str, gpu_name: str) -> float:
+        """What an in-switch step of a switch of ``kind`` (``nvls`` or ``sharp``:
+        :data:`interlink.topology.paths.SWITCH_KINDS`) reaches of its path's bandwidth (0: no such switch)."""
+        return self.sharp_efficiency(gpu_name) if kind == "sharp" else self.nvls_efficiency(gpu_name)
 
 
 def gpu_family(name: str) -> str:

@@ -455,7 +455,7 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
         from ..topology import switch_plan
 
         try:
-            plan = switch_plan(topo, p, tr.switch_groups)
+            plan = switch_plan(topo, p, tr.switch_groups, kind=tr.switch_kind)
         except TopologyError as exc:
             raise SimError(str(exc)) from None
         tr = tr.on_switches(plan.switch_of)
@@ -463,8 +463,10 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
         p_all = plan.entries  # clock entries: the ranks, each switch's reduction and multicast streams
         from ..model.params import default_params
 
-        via_eff = min((params or default_params()).nvls_efficiency(topo.device(r).name) for r in range(p)) or 1.0
-        notes.append(f"in-switch steps through {', '.join(plan.switches)} (NVLS efficiency {via_eff:g})")
+        via_eff = min((params or default_params()).switch_efficiency(plan.kind, topo.device(r).name)
+                      for r in range(p)) or 1.0
+        notes.append(f"in-switch steps through {', '.join(plan.switches)} ({plan.kind.upper()} efficiency "
+                     f"{via_eff:g})")
     table = _table(sim_topo)
     host = None if _all_gpu(topo, p) else _host_terms(tr, topo, params, int(itemsize), transport)
     if host is not None:

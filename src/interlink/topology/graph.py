@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
-from .links import CATALOG, NETWORK_KINDS, LinkSpec, TopologyError, link as _link_spec
+from .links import CATALOG, NETWORK_KINDS, SWITCHES, LinkSpec, TopologyError, link as _link_spec
 
 __all__ = [
     "DEVICE_KINDS",
@@ -409,6 +409,22 @@ class Topology:
                 return d.id
         return None
 
+    def sharp_switch(self, ref: str | int) -> str | None:
+        """The SHARP-capable InfiniBand switch a rank's compute NIC is cabled to (NCCL CollNet: the first
+        switch of its aggregation tree), or None: no NIC (:meth:`nic_for`), a NIC on no switch, an Ethernet
+        or RoCE fabric, or an IB switch without SHARP. A switch device is SHARP-capable when its ``sharp``
+        attribute says so or, without one, when its ``spec`` (a :data:`~interlink.topology.links.SWITCHES`
+        name) is."""
+        nic = self.nic_for(ref)
+        if nic is None:
+            return None
+        r = self._routing()
+        for lid, v in r.adj[self._idx[nic]]:
+            d = self.devices[v]
+            if self.links[lid].spec.kind == "infiniband" and is_sharp_switch(d):
+                return d.id
+        return None
+
     def nvlink_domain(self, ref: str | int) -> int:
         """Index of the NVLink domain (devices joined by NVLink, through NVSwitches) of a rank/device.
 
@@ -465,6 +481,17 @@ class Topology:
         from .io import save_topology
 
         save_topology(self, path)
+
+
+def is_sharp_switch(d: "Device") -> bool:
+    """Whether a device is an InfiniBand switch that reduces in the network (SHARP): a fabric ``net_switch``
+    whose ``sharp`` attribute is true or, without one, whose ``spec`` names a SHARP-capable switch."""
+    if d.kind != "net_switch" or d.host is not None:
+        return False
+    if "sharp" in d.attrs:
+        return bool(d.attrs["sharp"])
+    spec = SWITCHES.get(str(d.attrs.get("spec", "")))
+    return bool(spec is not None and spec.sharp)
 
 
 class TopologyBuilder:

@@ -565,15 +565,23 @@ def rail_plan(topo: Topology) -> RailPlan:
     return per_topology(_RAILS, topo, _rail_plan)
 
 
+#: Kinds of switch that reduce in the network: NVLink SHARP on an NVSwitch (NCCL's NVLS), SHARP on the
+#: InfiniBand switches the NICs are cabled to (NCCL's CollNet).
+SWITCH_KINDS = ("nvls", "sharp")
+
+
 @dataclass(frozen=True)
 class SwitchPlan:
     """Where the in-switch steps of a Schedule go on a topology: ``topology`` is the given one with the
-    NVLS switches appended as ranks p, p + 1, ... (so paths to them are ordinary rank paths),
-    ``switch_of[r]`` the index (0-based, rank p + index) of rank r's switch."""
+    switches that serve them appended as ranks p, p + 1, ... (so paths to them are ordinary rank paths),
+    ``switch_of[r]`` the index (0-based, rank p + index) of rank r's switch, ``kind`` what they are
+    (:data:`SWITCH_KINDS`: ``nvls``, an NVSwitch reached over NVLink; ``sharp``, an InfiniBand switch
+    reached through the rank's NIC)."""
 
     topology: Topology
     switch_of: "np.ndarray"
     switches: tuple[str, ...]
+    kind: str = "nvls"
 
     @property
     def nranks(self) -> int:
@@ -591,12 +599,27 @@ class SwitchPlan:
         return np.where(ids >= p, p + (ids - p) // 2, ids)
 
 
-def switch_plan(topo: Topology, nranks: int | None = None, groups: Any = ()) -> SwitchPlan:
-    """The NVLS switch of each of the first ``nranks`` ranks (:meth:`Topology.nvls_switch`): raises
-    TopologyError naming the first rank without one (no NVLink SHARP: a GPU before Hopper, a PCIe
-    server, a CPU), or the first of ``groups`` (the groups of in-switch steps) whose ranks hang off
-    different switches (a switch reduces only what its own ports bring in)."""
+def switch_plan(topo: Topology, nranks: int | None = None, groups: Any = (), kind: str = "nvls") -> SwitchPlan:
+    """The switch that serves the in-switch steps of each of the first ``nranks`` ranks.
+
+    ``kind="nvls"``: each rank's NVLS switch (:meth:`Topology.nvls_switch`); raises TopologyError naming
+    the first rank without one (no NVLink SHARP: a GPU before Hopper, a PCIe server, a CPU), or the first
+    of ``groups`` (the groups of in-switch steps) whose ranks hang off different switches (a switch reduces
+    only what its own ports bring in).
+
+    ``kind="sharp"``: the SHARP-capable InfiniBand switch of each group (:meth:`Topology.sharp_switch`:
+    the switch the members' NICs are cabled to; when they are cabled to different ones, a SHARP switch
+    every one of those is linked to, e.g. the spine above the leaves: the root of SHARP's aggregation
+    tree), and for each rank the switch of its groups (its own leaf when it is in none); raises
+    TopologyError naming the first rank whose NIC reaches no SHARP switch (no NIC, one host, an Ethernet
+    or RoCE fabric), a group whose switches have no common SHARP switch above them, or a rank whose
+    groups are served by different switches (its switched traffic goes to one switch).
+    """
+    if kind not in SWITCH_KINDS:
+        raise TopologyError(f"unknown switch kind {kind!r}; expected one of {', '.join(SWITCH_KINDS)}")
     p = topo.nranks if nranks is None else int(nranks)
+    if kind == "sharp":
+        return _sharp_plan(topo, p, groups)
     devs: list[str] = []
     of = np.zeros(p, dtype=np.int64)
     for r in range(p):
@@ -610,7 +633,60 @@ def switch_plan(topo: Topology, nranks: int | None = None, groups: Any = ()) -> 
     for g in groups:
         sws = {devs[int(of[r])] for r in g}
         if len(sws) > 1:
-            raise TopologyError(f"an in-switch step's group {tuple(g)[:8]}{'...' if len(g) > 8 else ''} spans "
+            raise TopologyError(f"an in-switch step's group {_show(g)} spans "
                                 f"{len(sws)} switches ({', '.join(sorted(sws)[:4])}): one switch reduces only "
                                 f"the ranks on its own ports")
-    return SwitchPlan(topo.with_ranks(list(topo.ranks[:p]) + devs), of, tuple(devs))
+    return SwitchPlan(topo.with_ranks(list(topo.ranks[:p]) + devs), of, tuple(devs), "nvls")
+
+
+def _show(g: Any) -> str:
+    g = tuple(g)
+    return f"{g[:8]}{'...' if len(g) > 8 else ''}"
+
+
+def _sharp_plan(topo: Topology, p: int, groups: Any) -> SwitchPlan:
+    from .graph import is_sharp_switch
+
+    leaf: list[str] = []
+    for r in range(p):
+        sw = topo.sharp_switch(r)
+        if sw is None:
+            nic = topo.nic_for(r)
+            why = ("it has no NIC" if nic is None else
+                   f"its NIC {nic} is not cabled to a SHARP-capable InfiniBand switch")
+            raise TopologyError(f"rank {r} ({topo.ranks[r]}) reaches no SHARP switch ({why}): in-network "
+                                f"reduction (SHARP, NCCL's CollNet) cannot run on {topo.name!r}")
+        leaf.append(sw)
+    up: dict[str, set[str]] = {}  # SHARP switches one InfiniBand link above a leaf
+
+    def above(sw: str) -> set[str]:
+        if sw not in up:
+            up[sw] = {ln.other(sw) for ln in topo.links_of(sw)
+                      if ln.spec.kind == "infiniband" and is_sharp_switch(topo.device(ln.other(sw)))}
+        return up[sw]
+
+    of_rank: dict[int, str] = {}
+    for g in groups:
+        ls = sorted({leaf[r] for r in g})
+        if len(ls) == 1:
+            sw = ls[0]
+        else:
+            common = set.intersection(*(above(x) for x in ls))
+            if not common:
+                raise TopologyError(f"an in-switch step's group {_show(g)} reaches {len(ls)} SHARP switches "
+                                    f"({', '.join(ls[:4])}) with no SHARP switch above all of them: no "
+                                    f"aggregation tree spans the group")
+            sw = sorted(common)[0]
+        for r in g:
+            old = of_rank.setdefault(int(r), sw)
+            if old != sw:
+                raise TopologyError(f"rank {r} takes part in in-switch steps on two SHARP switches ({old}, "
+                                    f"{sw}): a rank's switched traffic goes to one switch")
+    devs: list[str] = []
+    of = np.zeros(p, dtype=np.int64)
+    for r in range(p):
+        sw = of_rank.get(r, leaf[r])
+        if sw not in devs:
+            devs.append(sw)
+        of[r] = devs.index(sw)
+    return SwitchPlan(topo.with_ranks(list(topo.ranks[:p]) + devs), of, tuple(devs), "sharp")

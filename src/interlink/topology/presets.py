@@ -20,7 +20,9 @@ rail-optimized two-level fat tree of the preset's network (HDR for A100 systems 
 H100/H200/GB200, 25 GbE TCP for cpu-host). NIC r of every host connects to a leaf of rail r; each leaf
 takes half its switch's ports as hosts (HDR 20, NDR 32, XDR 72, Ethernet 32); all leaves connect to one
 aggregated spine (the spine layer, and the core layer of a three-tier tree, as one non-blocking device)
-with as many uplinks as the leaf has hosts, derated by the ``oversubscription`` ratio.
+with as many uplinks as the leaf has hosts, derated by the ``oversubscription`` ratio. Leaves and spine
+carry their switch's ``spec`` and ``sharp`` flag: the InfiniBand switches of the catalog reduce in the
+network (SHARP, NCCL's CollNet: :meth:`Topology.sharp_switch`), Ethernet/RoCE switches do not.
 
 Spec grammar::
 
@@ -260,13 +262,14 @@ def cluster(name: str, copies: int, *, oversubscription: float = 1.0, network: s
     if nleaves > 1:
         total_up = sum(len(v) for v in rails.values())
         spine = b.device("net/spine", "net_switch", None, f"{sw.name} spine (aggregated)", tier="spine",
-                         aggregated=True, uplinks=total_up, oversubscription=float(oversubscription))
+                         aggregated=True, uplinks=total_up, oversubscription=float(oversubscription),
+                         spec=sw.name, sharp=sw.sharp)
     for r in sorted(rails):
         nics = sorted(rails[r])
         for k in range(0, len(nics), per_leaf):
             group = nics[k:k + per_leaf]
             leaf = b.device(f"net/leaf{r}.{k // per_leaf}", "net_switch", None, sw.name, tier="leaf", rail=r,
-                            spec=sw.name, ports=sw.ports)
+                            spec=sw.name, ports=sw.ports, sharp=sw.sharp)
             for _, nic in group:
                 b.link(nic, leaf, net)
             if spine is not None:
