@@ -363,3 +363,25 @@ def test_torch_api(nranks: int, transport: str) -> None:
     fails = [f for _, fl in res for f in fl]
     assert not fails, f"{len(fails)} failed checks:\n" + "\n".join(fails[:25])
     assert all(checks > 300 for checks, _ in res), [c for c, _ in res]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "bool", "bfloat16", "complex64", "uint8"])
+def test_views_leave_the_storage_resizable(dtype: str) -> None:
+    """interlink reads and writes a tensor through a numpy view that neither copies nor pins it: FSDP
+    frees an all-gathered parameter by resizing its storage to 0 (Tensor.numpy() would forbid that;
+    FSDP1 training failed on it)."""
+    from interlink import arrays
+
+    if dtype == "bfloat16" and not _has_bf16():
+        pytest.skip("ml_dtypes absent")
+    t = torch.arange(11).to(getattr(torch, dtype))
+    v = arrays.as_flat(t, "t", reducing=dtype not in ("bool",))
+    assert v.size == 11 and v.ctypes.data == t.data_ptr()
+    v[3] = v[5]  # written through the view, seen by the tensor
+    assert t[3].item() == t[5].item()
+    view = arrays.as_flat(t[2:7], "t")  # a contiguous slice: its own offset
+    assert view.ctypes.data == t[2:7].data_ptr() and view.size == 5
+    assert arrays.as_flat(torch.empty(0, dtype=t.dtype), "e").size == 0
+    del v, view
+    t.untyped_storage().resize_(0)  # FSDP's _free_storage
+    assert t.untyped_storage().nbytes() == 0

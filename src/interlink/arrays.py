@@ -73,17 +73,18 @@ def as_flat(x: Any, name: str = "tensor", writable: bool = True, reducing: bool 
         t = x.detach()
         if t.dtype == torch.bfloat16:
             bf = _bfloat16_np()
-            raw = t.view(torch.int16).numpy()
+            raw = _torch_view(t.view(torch.int16), np.dtype(np.int16))
             if bf is None and reducing:
                 raise TypeError(f"{name} is bfloat16: reductions on bfloat16 need ml_dtypes "
                                 f"(pip install ml_dtypes); moving it (broadcast, gather, ...) works without")
-            return (raw.view(bf) if bf is not None else raw.view(np.uint16)).reshape(-1)
-        if t.dtype == torch.bool:
-            return t.numpy().reshape(-1)
-        try:
-            return t.numpy().reshape(-1)
-        except (TypeError, RuntimeError) as e:
-            raise TypeError(f"{name} has dtype {t.dtype}, which interlink cannot communicate: {e}") from None
+            return raw.view(bf) if bf is not None else raw.view(np.uint16)
+        dt = _TORCH_NP.get(t.dtype)
+        if dt is None:
+            try:
+                dt = _TORCH_NP[t.dtype] = torch.empty(0, dtype=t.dtype).numpy().dtype
+            except (TypeError, RuntimeError) as e:
+                raise TypeError(f"{name} has dtype {t.dtype}, which interlink cannot communicate: {e}") from None
+        return _torch_view(t, dt)
     try:
         mv = memoryview(x)
     except TypeError:
@@ -95,6 +96,28 @@ def as_flat(x: Any, name: str = "tensor", writable: bool = True, reducing: bool 
         raise ValueError(f"{name} is read-only (e.g. bytes); use a bytearray or numpy array")
     arr = np.frombuffer(mv, dtype=np.dtype(mv.format) if mv.format not in ("B", "c") else np.uint8)
     return arr.reshape(-1)
+
+
+_TORCH_NP: dict = {}  # torch dtype -> numpy dtype
+
+
+class _TorchMem:
+    """A contiguous CPU tensor's memory for numpy (the view's base holds the tensor). Not
+    ``Tensor.numpy()``: that marks the tensor's storage not resizable for good, and FSDP frees its
+    gathered parameters by resizing their storage to 0 after the all_gather wrote them."""
+
+    __slots__ = ("__array_interface__", "t")
+
+    def __init__(self, t: Any, dt: np.dtype) -> None:
+        self.t = t
+        self.__array_interface__ = {"data": (t.data_ptr(), False), "shape": (t.numel(),), "typestr": dt.str,
+                                    "version": 3}
+
+
+def _torch_view(t: Any, dt: np.dtype) -> np.ndarray:
+    if t.numel() == 0:
+        return np.empty(0, dtype=dt)
+    return np.asarray(_TorchMem(t, dt))
 
 
 def dtype_name(x: Any) -> str:
