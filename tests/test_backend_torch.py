@@ -42,8 +42,11 @@ def _calls(rank: int, world: int) -> dict:
             if not torch.equal(x, y):
                 fails.append(f"rank {rank}: {what}: interlink {x.flatten()[:6].tolist()} gloo {y.flatten()[:6].tolist()}")
 
+    def data_of(r, n, dtype=torch.float32, salt=0):
+        return (torch.arange(n, dtype=torch.int64) * (r + 2) % 7 + salt + r).to(dtype)
+
     def data(n, dtype=torch.float32, salt=0):
-        return (torch.arange(n, dtype=torch.int64) * (rank + 2) % 7 + salt + rank).to(dtype)
+        return data_of(rank, n, dtype, salt)
 
     for n in (0, 1, 13, 1000, 70001):
         for dtype in (torch.float32, torch.float64, torch.int32, torch.int64):
@@ -123,6 +126,119 @@ def _calls(rank: int, world: int) -> dict:
         dist.broadcast_object_list(lst, src=0, group=g)
         return [torch.tensor([len(str(got)), len(lst[0])])]
     same("object collectives", objs)
+    def more_objs(g):
+        got = [None] * world if rank == 0 else None
+        dist.gather_object({"r": rank}, got, dst=0, group=g)
+        out = [None]
+        dist.scatter_object_list(out, [f"to {r}" * (r + 1) for r in range(world)] if rank == 0 else None, src=0,
+                                 group=g)
+        res = [torch.tensor([len(str(got)), len(out[0])])]
+        if world > 1:
+            lst = [None, None]
+            if rank == 0:
+                dist.send_object_list([{"k": 1}, "two"], dst=1, group=g)
+            elif rank == 1:
+                dist.recv_object_list(lst, src=0, group=g)
+                res.append(torch.tensor([len(str(lst))]))
+        return res
+    same("more object collectives", more_objs)
+
+    # asynchronous calls: several in flight at once, a synchronous one behind them, waited in reverse order
+    def in_flight(g):
+        a, b, c, d, e = data(1001, torch.float64), data(37), torch.zeros(13 * world), torch.zeros(5), data(7)
+        ws = [dist.all_reduce(a, group=g, async_op=True),
+              dist.broadcast(b, src=world - 1, group=g, async_op=True),
+              dist.all_gather_into_tensor(c, data(13), group=g, async_op=True),
+              dist.reduce_scatter_tensor(d, data(5 * world), group=g, async_op=True)]
+        dist.all_reduce(e, op=dist.ReduceOp.MAX, group=g)
+        for w in reversed(ws):
+            w.wait()
+        f = data(70001, torch.float64)
+        fut = dist.all_reduce(f, group=g, async_op=True).get_future()
+        return [a, b, c, d, e, fut.wait()[0], f]
+    same("async calls in flight", in_flight)
+
+    # a future's then-callback that issues another collective and waits for it (PowerSGD's pattern)
+    def chain(g):
+        a, b = data(100, torch.float64), data(50, torch.float64)
+
+        def cb(f):
+            dist.all_reduce(b, group=g, async_op=True).get_future().wait()
+            return f.value()[0] * 2
+        out = dist.all_reduce(a, group=g, async_op=True).get_future().then(cb).wait()
+        c = data(9)
+        dist.all_reduce(c, group=g)  # after the chain, in the same place on every rank
+        return [out, b, c]
+    same("future callbacks", chain)
+
+    # torch's coalescing manager: one packed all_reduce / all_gather for the list
+    def coalesced(g):
+        ts = [data(5), data(70001), data(1)]
+        with dist._coalescing_manager(group=g):
+            for t in ts:
+                dist.all_reduce(t, group=g)
+        outs = [torch.zeros(3 * world), torch.zeros(11 * world)]
+        with dist._coalescing_manager(group=g, async_ops=True) as cm:
+            dist.all_gather_into_tensor(outs[0], data(3), group=g)
+            dist.all_gather_into_tensor(outs[1], data(11), group=g)
+        cm.wait()
+        rs = [torch.zeros(4), torch.zeros(6)]
+        with dist._coalescing_manager(group=g):
+            dist.reduce_scatter_tensor(rs[0], data(4 * world), group=g)
+            dist.reduce_scatter_tensor(rs[1], data(6 * world, salt=1), group=g)
+        return ts + outs + rs
+    same("coalescing manager", coalesced)
+
+    # PREMUL_SUM (FSDP's gradient pre-division; gloo has none): against the inputs summed here
+    for factor in (2.5, torch.tensor([0.25], dtype=torch.float64)):
+        f = float(factor) if not torch.is_tensor(factor) else float(factor.item())
+        n = 1001
+        want = sum(data_of(r, n, torch.float64) for r in range(world)) * f
+        for asy in (False, True):
+            t = data(n, torch.float64)
+            w = dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor), async_op=asy)
+            if asy:
+                w.wait()
+            checks += 1
+            if not torch.allclose(t, want, rtol=1e-15, atol=0):
+                fails.append(f"rank {rank}: premul_sum all_reduce factor {f} async {asy}")
+        inp = data(n * world, torch.float64)
+        out = torch.zeros(n, dtype=torch.float64)
+        dist.reduce_scatter_tensor(out, inp, op=dist._make_nccl_premul_sum(factor))
+        full = sum(data_of(r, n * world, torch.float64) for r in range(world)) * f
+        checks += 2
+        if not torch.allclose(out, full[rank * n:(rank + 1) * n], rtol=1e-15, atol=0):
+            fails.append(f"rank {rank}: premul_sum reduce_scatter factor {f}")
+        if not torch.equal(inp, data(n * world, torch.float64)):
+            fails.append(f"rank {rank}: premul_sum reduce_scatter wrote its input")
+        t = data(n, torch.float64)
+        dist.reduce(t, dst=world - 1, op=dist._make_nccl_premul_sum(factor))
+        checks += 1
+        if rank == world - 1 and not torch.allclose(t, want, rtol=1e-15, atol=0):
+            fails.append(f"rank {rank}: premul_sum reduce factor {f}")
+        if rank != world - 1 and not torch.equal(t, data(n, torch.float64)):
+            fails.append(f"rank {rank}: premul_sum reduce wrote a non-root's input")
+    try:
+        dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0))
+        fails.append(f"rank {rank}: premul_sum on int32 did not raise")
+    except TypeError as e:
+        checks += 1
+        if "floating-point" not in str(e):
+            fails.append(f"rank {rank}: premul_sum on int32: {e}")
+
+    # a 2-D DeviceMesh: its sub-groups are interlink groups
+    from torch.distributed.device_mesh import init_device_mesh
+
+    shape = (2, world // 2) if world % 2 == 0 else (world, 1)
+    mesh = init_device_mesh("cpu", shape, mesh_dim_names=("dp", "tp"))
+    for dim in ("dp", "tp"):
+        sub_pg = mesh[dim].get_group()
+        members = dist.get_process_group_ranks(sub_pg)
+        t = torch.full((3,), float(rank + 1))
+        dist.all_reduce(t, group=sub_pg)
+        checks += 1
+        if t.tolist() != [float(sum(r + 1 for r in members))] * 3 or dist.get_backend(sub_pg) != "interlink":
+            fails.append(f"rank {rank}: mesh {dim} {members}: {t.tolist()} {dist.get_backend(sub_pg)}")
     dist.barrier()
     # a subgroup of interlink
     sub = dist.new_group([r for r in range(world) if r % 2 == 0])
