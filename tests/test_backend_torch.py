@@ -369,3 +369,155 @@ def test_device_map_sends_cpu_tensors_through_interlink() -> None:
     res = run_ranks(2, _device_map, timeout=120)
     for out in res:
         assert out["t"] == [3.0] * 4 and out["calls"] >= 1, out
+
+
+# ---- failures surface in every rank, as torch users expect ------------------------------------------
+
+def _dead_peer(rank: int, world: int, asy: bool) -> dict:
+    import datetime
+    import os
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("interlink", timeout=datetime.timedelta(seconds=60))
+    t = torch.ones(1000)
+    dist.all_reduce(t)
+    if rank == world - 1:
+        os._exit(3)  # dies without a word
+    t0 = time.monotonic()
+    try:
+        w = dist.all_reduce(t, async_op=asy)
+        if asy:
+            w.wait()
+        return {"raised": None}
+    except Exception as e:  # noqa: BLE001
+        return {"raised": type(e).__name__, "msg": str(e), "secs": time.monotonic() - t0,
+                "runtime_error": isinstance(e, RuntimeError)}
+
+
+@pytest.mark.parametrize("asy", [False, True])
+def test_a_dead_rank_raises_in_every_survivor_naming_it(asy: bool) -> None:
+    if not _entry_point_installed():
+        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    res = run_ranks(3, _dead_peer, asy, timeout=120, expect_dead=(2,))
+    for r in (0, 1):
+        out = res[r]
+        assert out["raised"] is not None and out["runtime_error"], out
+        assert out["secs"] < 15, out
+        assert "op=all_reduce" in out["msg"] and "group=world" in out["msg"] and "seq=2" in out["msg"], out["msg"]
+        assert "ranks=[2]" in out["msg"], out["msg"]
+
+
+def _mismatch(rank: int, world: int) -> dict:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("interlink", timeout=datetime.timedelta(seconds=30))
+    try:
+        dist.all_reduce(torch.ones(10 + rank))  # ranks disagree on the size
+        return {"raised": None}
+    except Exception as e:  # noqa: BLE001
+        return {"raised": type(e).__name__, "msg": str(e)}
+
+
+def test_a_mismatched_call_raises_in_every_rank() -> None:
+    if not _entry_point_installed():
+        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    res = run_ranks(2, _mismatch, timeout=120)
+    for out in res:
+        assert out["raised"] == "CollectiveMismatchError", out
+        assert "op=all_reduce" in out["msg"] and "seq=1" in out["msg"] and "n=10" in out["msg"], out["msg"]
+
+
+def _late(rank: int, world: int) -> dict:
+    import datetime
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("interlink", timeout=datetime.timedelta(seconds=3))
+    if rank == 1:
+        time.sleep(8)  # never joins the all_reduce in time
+        return {"raised": None}
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(5))
+        return {"raised": None}
+    except Exception as e:  # noqa: BLE001
+        return {"raised": type(e).__name__, "msg": str(e), "secs": time.monotonic() - t0}
+
+
+def test_the_process_group_timeout_applies() -> None:
+    if not _entry_point_installed():
+        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    res = run_ranks(2, _late, timeout=120)
+    assert res[0]["raised"] == "CommTimeoutError" and res[0]["secs"] < 7, res[0]
+    assert "op=all_reduce" in res[0]["msg"] and "ranks=[1]" in res[0]["msg"], res[0]["msg"]
+
+
+# ---- under torchrun, as users launch it ---------------------------------------------------------------
+
+_TORCHRUN_SCRIPT = '''
+import json, os, sys
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("interlink")  # this script never imports interlink
+rank, world = dist.get_rank(), dist.get_world_size()
+gloo = dist.new_group(backend="gloo")
+out = {"autoloaded": "interlink" in sys.modules, "backend": dist.get_backend(), "world": world}
+t = torch.arange(10, dtype=torch.float64) * (rank + 1)
+dist.all_reduce(t)
+out["all_reduce"] = t.tolist()
+params = {}
+for name, pg in (("interlink", None), ("gloo", gloo)):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2)).double()
+    ddp = DDP(model, process_group=pg, bucket_cap_mb=0.001)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(4):
+        opt.zero_grad()
+        x = torch.randn(4, 8, generator=gen, dtype=torch.float64)
+        ddp(x).pow(2).mean().backward()
+        opt.step()
+    params[name] = [p.detach().clone().reshape(-1).tolist() for p in model.parameters()]
+    del ddp, opt
+out["params"] = params
+with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
+    json.dump(out, f)
+del gloo
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_torchrun_runs_unmodified_ddp_on_interlink(nranks: int, tmp_path) -> None:
+    """``torchrun --standalone --nproc-per-node N script.py``: the script's init_process_group("interlink")
+    finds the backend by autoload, rendezvous goes through torchrun's store, DDP trains as on gloo."""
+    if not _entry_point_installed():
+        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(_TORCHRUN_SCRIPT)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc-per-node={nranks}", str(script), str(tmp_path)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nranks)]
+    total = [float(i * sum(r + 1 for r in range(nranks))) for i in range(10)]
+    for out in outs:
+        assert out["autoloaded"] and out["backend"] == "interlink" and out["world"] == nranks, out
+        assert out["all_reduce"] == total
+        for a, b in zip(out["params"]["interlink"], out["params"]["gloo"]):
+            assert np.allclose(a, b, rtol=0, atol=1e-9)
+        assert out["params"]["interlink"] == outs[0]["params"]["interlink"]  # replicas agree
