@@ -226,6 +226,27 @@ def _calls(rank: int, world: int) -> dict:
         if "floating-point" not in str(e):
             fails.append(f"rank {rank}: premul_sum on int32: {e}")
 
+    # recv without src: rank 0 takes every other rank's message in whatever order they come
+    if world > 1:
+        if rank == 0:
+            got = {}
+            for _ in range(world - 1):
+                buf = torch.zeros(70001 if world == 2 else 13, dtype=torch.float64)
+                src = dist.recv(buf, tag=5)
+                got[src] = buf[0].item()
+            checks += 1
+            if got != {r: float(r) for r in range(1, world)}:
+                fails.append(f"rank 0: recv from any source got {got}")
+            w = dist.irecv(buf, tag=6)
+            w.wait()
+            checks += 1
+            if w._source_rank() != world - 1 or buf[0].item() != 6.0:
+                fails.append(f"rank 0: irecv from any source: {w._source_rank()} {buf[0].item()}")
+        else:
+            dist.send(torch.full((70001 if world == 2 else 13,), float(rank), dtype=torch.float64), dst=0, tag=5)
+            if rank == world - 1:
+                dist.send(torch.full((70001 if world == 2 else 13,), 6.0, dtype=torch.float64), dst=0, tag=6)
+
     # a 2-D DeviceMesh: its sub-groups are interlink groups
     from torch.distributed.device_mesh import init_device_mesh
 

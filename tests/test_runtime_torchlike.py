@@ -124,3 +124,46 @@ def test_dir_lists_the_api_before_first_use() -> None:
                          capture_output=True, text=True, check=True).stdout.split()
     for name in ("init", "all_reduce", "batch_isend_irecv", "all_gather_object", "empty", "ReduceOp"):
         assert name in out, out
+
+
+def _any_source(rank: int, world: int) -> dict:
+    import numpy as np
+
+    import interlink as dist
+
+    dist.init()
+    got: dict = {}
+    if rank == 0:
+        for _ in range(2 * (world - 1)):
+            buf = np.zeros(4099, dtype=np.float32)
+            src = dist.recv(buf, tag=3)  # any source
+            assert np.all(buf == buf[0]), buf[:4]
+            got.setdefault(src, []).append(float(buf[0]))
+        w = dist.irecv(np.zeros(5, dtype=np.int64), tag=4)
+        w.wait()
+        got["irecv_source"] = w.result()
+        dist.send(np.zeros(1), dst=1, tag=9)  # now rank 1 sends its odd one
+        try:  # rank 1's last message has 8 elements, not 7: a mismatch naming it, not a wait or a wrong result
+            dist.recv(np.zeros(7, dtype=np.float32), tag=3)
+            got["mismatch"] = "none"
+        except dist.CollectiveMismatchError as e:
+            got["mismatch"] = str(e)
+        return got
+    dist.send(np.full(4099, 10.0 * rank, dtype=np.float32), dst=0, tag=3)
+    dist.send(np.full(4099, 10.0 * rank + 1, dtype=np.float32), dst=0, tag=3)
+    if rank == world - 1:
+        dist.send(np.arange(5), dst=0, tag=4)
+    if rank == 1:
+        dist.recv(np.zeros(1), src=0, tag=9)
+        dist.send(np.zeros(8, dtype=np.float32), dst=0, tag=3)
+    return got
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_recv_from_any_source(transport: str) -> None:
+    """recv(src=None): every sender's messages arrive, each sender's in its order; a message that does not
+    fit (another size) is a mismatch naming both ranks, not a wrong result."""
+    res = run_ranks(3, _any_source, env={"INTERLINK_TRANSPORT": transport}, timeout=120, expect_dead=(1,))
+    got = res[0]
+    assert got[1] == [10.0, 11.0] and got[2] == [20.0, 21.0] and got["irecv_source"] == 2, got
+    assert "op=recv" in got["mismatch"] and "ranks=[0, 1]" in got["mismatch"] and "n=8" in got["mismatch"], got

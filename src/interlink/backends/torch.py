@@ -15,8 +15,8 @@ still finds it; ``import interlink.backends.torch`` registers it too.
 * interlink's errors (a dead peer, a mismatched call, a timeout) surface as they are: PeerLostError,
   CollectiveMismatchError, CommTimeoutError (all RuntimeErrors, as torch's are), naming op and ranks.
 
-ReduceOp.PREMUL_SUM (FSDP's gradient pre-division) is a SUM of inputs pre-multiplied by the factor.
-Not supported yet (a clear NotImplementedError): recv from any source.
+ReduceOp.PREMUL_SUM (FSDP's gradient pre-division) is a SUM of inputs pre-multiplied by the factor. A
+recv without ``src`` takes the first matching message from any rank (Group.irecv_any).
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ class _Work(_WorkBase):  # type: ignore[misc, valid-type]
     the group, the sequence number and the ranks), as a torch Work's wait does. ``keep``: temporaries the
     calls read, alive until they are done."""
 
-    def __init__(self, works: list, result: Any, after: Any = None, keep: Any = (), source: int = -1) -> None:
+    def __init__(self, works: list, result: Any, after: Any = None, keep: Any = (), source: Any = -1) -> None:
         import threading
 
         from torch.futures import Future
@@ -252,7 +252,11 @@ class _Work(_WorkBase):  # type: ignore[misc, valid-type]
         pass
 
     def source_rank(self) -> int:
-        return self._source
+        """The sender's group rank (a receive; from any source: known once it is done)."""
+        if isinstance(self._source, int):
+            return self._source
+        self.wait()
+        return int(self._source.result())
 
     _source_rank = source_rank
 
@@ -435,5 +439,9 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
         return _Work([self.g.irecv(t, int(src), int(tag)) for t in tensors], tensors, source=int(src))
 
     def recv_anysource(self, tensors: list, tag: int = 0) -> Any:
-        raise NotImplementedError("interlink backend: recv without a source (any-source) is not supported yet; "
-                                  "pass src=")
+        """``dist.recv(t)`` / ``irecv(t)`` without ``src``: from whichever rank sends first; the Work's
+        source rank says which."""
+        if len(tensors) != 1:
+            raise ValueError(f"interlink backend: recv from any source takes one tensor, got {len(tensors)}")
+        w = self.g.irecv_any(tensors[0], int(tag))
+        return _Work([w], tensors, source=w)

@@ -282,15 +282,23 @@ def send(tensor, dst, group=None, tag=0):
     return _group(group).send(tensor, _local(group, dst, 'dst'), tag)
 
 
-def recv(tensor, src, group=None, tag=0):
-    return _group(group).ranks[_group(group).recv(tensor, _local(group, src, 'src'), tag)]
+def recv(tensor, src=None, group=None, tag=0):
+    """Receive into ``tensor``; returns the sender's global rank. ``src=None``: from whichever rank of the
+    group sends a matching message (dtype, size, tag) first, as torch's recv without src."""
+    g = _group(group)
+    if src is None:
+        return g.ranks[g.irecv_any(tensor, tag).result()]
+    return g.ranks[g.recv(tensor, _local(group, src, 'src'), tag)]
 
 
 def isend(tensor, dst, group=None, tag=0):
     return _group(group).isend(tensor, _local(group, dst, 'dst'), tag)
 
 
-def irecv(tensor, src, group=None, tag=0):
+def irecv(tensor, src=None, group=None, tag=0):
+    """A receive in flight; ``src=None``: from any rank (the Work's result() is the sender's group rank)."""
+    if src is None:
+        return _group(group).irecv_any(tensor, tag)
     return _group(group).irecv(tensor, _local(group, src, 'src'), tag)
 
 

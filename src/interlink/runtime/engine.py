@@ -24,7 +24,7 @@ from ..errors import (
     InterlinkError,
     PeerLostError,
 )
-from ..transport.base import Channel, HeaderMismatch, Op, PeerClosed
+from ..transport.base import Channel, HeaderMismatch, MsgHeader, Op, PeerClosed
 
 log = logging.getLogger("interlink")
 
@@ -204,6 +204,28 @@ class Engine:
             except PeerClosed:
                 pass
             raise
+
+    def wait_any(self, peers: list[int], match: Callable[[MsgHeader], bool], deadline: float) -> int:
+        """The first of ``peers`` whose next incoming message ``match``es (a receive from any source),
+        without taking it. Raises as run() does: PeerClosed / Aborted, or TimeoutError(peers) at the
+        deadline."""
+        sleep = 2e-5
+        while True:
+            for g in peers:
+                peek = getattr(self.channels[g], "peek_header", None)
+                if peek is None:
+                    raise NotImplementedError(f"the {self.channels[g].name} channel to rank {g} cannot receive "
+                                              "from any source")
+                h = peek()
+                if h is not None and match(h):
+                    return g
+            now = time.monotonic()
+            if now > deadline:
+                raise TimeoutError(list(peers))
+            if self.departed and all(g in self.departed for g in peers):
+                self.check_departed(peers)
+            self.poll_controls(min(sleep, max(0.0, deadline - now)))
+            sleep = min(sleep * 2, 1e-3)
 
     def drain_control(self, peer: int, timeout: float) -> None:
         """Read ``peer``'s control stream until its ABORT (raised as Aborted) or its EOF, for at most

@@ -844,6 +844,44 @@ class Group:
         work = self.ctx.runner.submit(None, f"recv from {src}", p2p=(self, op, "recv"))  # type: ignore[arg-type]
         return work if not st.keep else _StagedWork(work, st)
 
+    def irecv_any(self, tensor: Any, tag: int = 0) -> Work:
+        """Receive from whichever rank of the group sends this rank a point-to-point message with this tag
+        first (one of another dtype or size is a CollectiveMismatchError): torch's recv without ``src``. The Work's result is the sender's group rank.
+        It runs as one job in call order (the jobs behind it wait until a sender comes)."""
+        self._check_usable("recv")
+        if self.size < 2:
+            raise ValueError(f"recv from any source in {self.name}: the group has no other rank")
+        st = _Staging()
+        a = st.flat(tensor, "tensor", writable=True, download=False)
+        sigb = encode_sig(f"p2p {a.dtype} n={a.size} {self.name}")
+        peers = [g for g in self.ranks if g != self.ctx.rank]
+        ctx = self.ctx
+        tag = int(tag)
+        suffix = f" {self.name}"
+
+        def fn() -> int:
+            g = -1
+            try:
+                if ctx.broken is not None:
+                    raise ctx.broken
+                deadline = time.monotonic() + ctx.timeout
+                # a point-to-point message of this group with this tag, whatever its size: one that does
+                # not fit this receive is then a mismatch naming both, not a wait for another sender
+                g = ctx.engine.wait_any(peers, lambda h: h.tag == tag and h.sig.startswith("p2p ")
+                                        and h.sig.endswith(suffix), deadline)
+                ctx.p2p_recv[g] += 1
+                ctx.engine.run([Op("recv", g, a.view(np.uint8), ctx.p2p_recv[g], int(tag), sigb, None, False)],
+                               deadline)
+            except BaseException as e:
+                if isinstance(e, InterlinkError):
+                    raise
+                seq = e.expected.seq if isinstance(e, HeaderMismatch) else (ctx.p2p_recv[g] if g >= 0 else 0)
+                raise self._fail(e, "recv", seq) from None
+            return self.ranks.index(g)
+
+        work = ctx.runner.submit(st.wrap(fn) if st.keep else fn, f"recv from any rank of {self.name}")
+        return work
+
     def send(self, tensor: Any, dst: int, tag: int = 0) -> None:
         self.isend(tensor, dst, tag).wait()
 
@@ -920,14 +958,15 @@ class _Staging:
         for staged in self.back:
             staged.upload()
 
-    def wrap(self, fn: Callable[[], None]) -> Callable[[], None]:
+    def wrap(self, fn: Callable[[], Any]) -> Callable[[], Any]:
         if not self.keep:
             return fn
 
-        def run() -> None:  # holds self, so the host copies stay ours until the call has run
-            fn()
+        def run() -> Any:  # holds self, so the host copies stay ours until the call has run
+            res = fn()
             self.upload()
             self.keep.clear()
+            return res
         return run
 
 

@@ -122,4 +122,9 @@ class Channel(Protocol):
     def wait_fds(self, send: bool, recv: bool) -> list[tuple[int, int]]:
         """(fd, poll events) worth sleeping on while ops are pending, or [] (busy-poll transports)."""
 
+    def peek_header(self) -> Optional[MsgHeader]:
+        """The header of the next incoming message once it has arrived, without taking it (a receive
+        from any source picks its peer by it); None before. Only while no receive of this channel is
+        in progress."""
+
     def close(self) -> None: ...

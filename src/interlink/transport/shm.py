@@ -24,7 +24,7 @@ import struct
 
 import numpy as np
 
-from .base import HEADER, Op
+from .base import HEADER, MsgHeader, Op
 
 CTRL = 128
 META = 128
@@ -224,6 +224,13 @@ class ShmChannel:
             from .base import PeerClosed
 
             raise PeerClosed(self.peer, f"(reading its memory failed: {e})") from None
+
+    def peek_header(self) -> "MsgHeader | None":
+        ring = self.rx
+        r = int(ring.rc[0])
+        if r == int(ring.wc[0]):
+            return None
+        return MsgHeader.unpack_from(self.mm, ring.meta_base + (r % ring.n) * META + 8)
 
     def progress_recv(self, op: Op) -> bool:
         ring = self.rx

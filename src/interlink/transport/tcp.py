@@ -12,7 +12,7 @@ import socket
 
 import numpy as np
 
-from .base import HEADER_SIZE, Op, PeerClosed, pack_header
+from .base import HEADER_SIZE, MsgHeader, Op, PeerClosed, pack_header
 
 SMALL = 64 * 1024
 
@@ -71,6 +71,17 @@ class TcpChannel:
             return False
         except (BrokenPipeError, ConnectionResetError) as e:
             raise PeerClosed(self.peer, str(e)) from None
+
+    def peek_header(self) -> "MsgHeader | None":
+        try:
+            got = self.sock.recv(HEADER_SIZE, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except ConnectionResetError as e:
+            raise PeerClosed(self.peer, str(e)) from None
+        if not got:
+            raise PeerClosed(self.peer)
+        return MsgHeader.unpack_from(got) if len(got) == HEADER_SIZE else None
 
     def progress_recv(self, op: Op) -> bool:
         if op.done:
