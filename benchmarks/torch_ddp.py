@@ -63,10 +63,11 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
 
     models, opts = {}, {}
     for mode in args["modes"]:
-        for name, g in (("interlink", None), ("gloo", gloo)):
+        backends = (("interlink", None), ("gloo", gloo)) + ((("interlink_inline", None),) if args["inline"] else ())
+        for name, g in backends:
             m = copy.deepcopy(base)
             if mode == "ddp":
-                m = DDP(m, process_group=g)
+                m = DDP(m, process_group=g, gradient_as_bucket_view=args["bucket_view"])
             else:
                 from torch.distributed.device_mesh import DeviceMesh
                 from torch.distributed.fsdp import fully_shard
@@ -89,14 +90,19 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t[0])
 
-    def steps(model, opt) -> float:
+    def steps(model, opt, inline: bool = False) -> float:
+        import interlink.backends.torch as backend
+
         dist.barrier()
+        backend._ASYNC = not inline  # interlink_inline: every call runs inline (no overlap), for comparison
         t0 = time.perf_counter()
         for _ in range(args["steps"]):
             opt.zero_grad()
             torch.nn.functional.mse_loss(model(x), y).backward()
             opt.step()
-        return slowest((time.perf_counter() - t0) / args["steps"])
+        took = (time.perf_counter() - t0) / args["steps"]
+        backend._ASYNC = True
+        return slowest(took)
 
     res = {k: [] for k in (*models, "compute", "ar_interlink", "ar_gloo")}
     buf = torch.ones(nparams)
@@ -104,7 +110,7 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
         steps(m, opts[name])
     for _ in range(args["runs"]):
         for name, m in models.items():
-            res[name].append(steps(m, opts[name]))
+            res[name].append(steps(m, opts[name], name.endswith("_inline")))
         res["compute"].append(steps(local, opt_local))
         for name, g in (("ar_interlink", None), ("ar_gloo", gloo)):
             dist.all_reduce(buf, group=g)
@@ -125,6 +131,10 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--modes", default="ddp,fsdp2", help="ddp, fsdp2 or both")
+    ap.add_argument("--bucket-view", action="store_true",
+                    help="DDP(gradient_as_bucket_view=True): gradients live in the buckets (no copies)")
+    ap.add_argument("--inline", action="store_true",
+                    help="also time interlink with every call inline (INTERLINK_TORCH_ASYNC=0): no overlap")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     out = []
@@ -133,7 +143,8 @@ def main(argv=None) -> int:
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
         args = {"params": _size(a.params), "batch": a.batch, "steps": a.steps, "runs": a.runs,
-                "modes": a.modes.split(",")}
+                "modes": a.modes.split(","),
+                "inline": a.inline, "bucket_view": a.bucket_view}
         procs = [ctx.Process(target=rank_main, args=(r, world, port, args, q)) for r in range(world)]
         for p in procs:
             p.start()
@@ -154,6 +165,10 @@ def main(argv=None) -> int:
             print(f"  {mode:6s} step: interlink {il * 1e3:8.1f} ms   gloo {gl * 1e3:8.1f} ms   "
                   f"gloo/interlink {gl / il:.2f}x   exposed: interlink {(il - med['compute']) * 1e3:7.1f} ms   "
                   f"gloo {(gl - med['compute']) * 1e3:7.1f} ms")
+            if f"{mode}_interlink_inline" in med:
+                il2 = med[f"{mode}_interlink_inline"]
+                print(f"  {mode:6s} inline (no overlap): {il2 * 1e3:8.1f} ms   gloo/inline {gl / il2:.2f}x   "
+                      f"exposed {(il2 - med['compute']) * 1e3:7.1f} ms")
         print(f"  allreduce: interlink {med['ar_interlink'] * 1e3:8.1f} ms   gloo {med['ar_gloo'] * 1e3:8.1f} ms   "
               f"gloo/interlink {med['ar_gloo'] / med['ar_interlink']:.2f}x")
         out.append(row)

@@ -22,6 +22,7 @@ recv without ``src`` takes the first matching message from any rank (Group.irecv
 from __future__ import annotations
 
 import datetime
+import os
 from typing import Any, Optional
 
 __all__ = ["InterlinkProcessGroup", "register", "BACKEND"]
@@ -155,8 +156,13 @@ def _scaled(t: Any, factor: Any) -> Any:
 def _async(opts: Any) -> bool:
     """Whether the caller may overlap this call: torch sets ``asyncOp`` from ``async_op`` (False: it waits
     at once, so the call runs inline, no thread hop); C++ callers (DDP's reducer, functional
-    collectives) leave it True."""
+    collectives) leave it True. ``INTERLINK_TORCH_ASYNC=0`` runs every call inline."""
+    if not _ASYNC:
+        return False
     return bool(getattr(opts, "asyncOp", True)) if opts is not None else True
+
+
+_ASYNC = os.environ.get("INTERLINK_TORCH_ASYNC", "1") != "0"
 
 
 def _timeout(opts: Any) -> Optional[float]:
