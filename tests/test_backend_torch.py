@@ -262,8 +262,11 @@ def _calls(rank: int, world: int) -> dict:
             fails.append(f"rank {rank}: mesh {dim} {members}: {t.tolist()} {dist.get_backend(sub_pg)}")
     dist.barrier()
     # a subgroup of interlink
-    sub = dist.new_group([r for r in range(world) if r % 2 == 0])
+    sub = dist.new_group([r for r in range(world) if r % 2 == 0], group_desc="evens")
     if rank % 2 == 0:
+        checks += 1
+        if sub.group_desc != "evens" or not sub.group_name or dist.group.WORLD.group_desc != "default_pg":
+            fails.append(f"rank {rank}: group description {sub.group_desc!r} name {sub.group_name!r}")
         t = torch.full((5,), float(rank))
         dist.all_reduce(t, group=sub)
         checks += 1
