@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.worker:
         worker(sizes, algos, a.out)
         return 0
-    from interlink.cli.netns import parse_rate
+    from interlink.launch.netns import parse_rate
 
     parse_rate(a.rate)  # a bad --rate fails here, before anything runs
     one = run_case(["-n", "4"], sizes, algos)

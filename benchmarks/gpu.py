@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from interlink.cli.bench import parse_size
-from interlink.runtime.launcher import free_port
+from interlink.launch.local import free_port
 
 
 

@@ -57,7 +57,7 @@ from typing import Any, Optional
 import numpy as np
 
 from interlink.bench.peers import machine
-from interlink.runtime.launcher import free_port
+from interlink.launch.local import free_port
 
 # ---- the call mix ------------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 
-from interlink.runtime.launcher import free_port
+from interlink.launch.local import free_port
 
 
 def _size(s: str) -> int:

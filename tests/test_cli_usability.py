@@ -157,7 +157,7 @@ def _fake_launch(monkeypatch, rows: list[dict], after_row: Callable[[int], None]
         emit({"event": "end"})
         return 0
 
-    monkeypatch.setattr("interlink.runtime.launcher.launch", launch)
+    monkeypatch.setattr("interlink.launch.local.launch", launch)
 
 
 def _data(text: str) -> list[list[str]]:

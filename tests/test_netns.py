@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from interlink.cli import netns
-from interlink.cli.netns import EmulationError, parse_delay, parse_rate, tbf_params
+from interlink.launch import netns
+from interlink.launch.netns import EmulationError, parse_delay, parse_rate, tbf_params
 
 JOB = str(Path(__file__).with_name("netns_job.py"))
 MiB = 1 << 20

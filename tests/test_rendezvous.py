@@ -14,15 +14,9 @@ import time
 import pytest
 
 from interlink.errors import AuthenticationError, CommTimeoutError, PeerLostError
-from interlink.runtime.rendezvous import (
-    DEFAULT_MASTER_ADDR,
-    DEFAULT_MASTER_PORT,
-    StoreClient,
-    StoreServer,
-    detect_env,
-    rendezvous,
-    store_barrier,
-)
+from interlink.launch.env import DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, detect_env
+from interlink.runtime.rendezvous import rendezvous, store_barrier
+from interlink.runtime.store import StoreClient, StoreServer
 from interlink.transport.wire import authenticate_client, send_frame
 
 SECRET = b"test-job-secret"

@@ -232,7 +232,7 @@ def test_bad_arguments_fail_before_any_byte_moves() -> None:
 def intruder(rank: int, world: int) -> dict:
     import interlink as dist
     from interlink.errors import AuthenticationError
-    from interlink.runtime.rendezvous import StoreClient
+    from interlink.runtime.store import StoreClient
 
     dist.init(timeout=30)
     refused = None
@@ -273,7 +273,7 @@ def mesh_stranger(rank: int, world: int, silent: bool) -> dict:
 
     import interlink as dist
     from interlink.errors import AuthenticationError
-    from interlink.runtime.rendezvous import StoreClient
+    from interlink.runtime.store import StoreClient
     from interlink.transport.wire import MAGIC, authenticate_client, secret_from_env
 
     refused: list[str] = []

@@ -66,7 +66,7 @@ def test_a_wrong_secret_is_named_by_the_side_that_refuses(caplog) -> None:
     import pytest
 
     from interlink.errors import AuthenticationError
-    from interlink.runtime.rendezvous import StoreClient, StoreServer
+    from interlink.runtime.store import StoreClient, StoreServer
 
     server = StoreServer("127.0.0.1", 0, b"right secret 0123456789")
     try:

@@ -136,7 +136,7 @@ def run_points(nranks: int, transport: str, cases: Sequence[tuple[str, Optional[
                on_point: Optional[Callable[[dict], None]] = None,
                on_message: Optional[Callable[[str], None]] = None) -> list[dict]:
     """Start ``nranks`` local ranks over ``transport`` and measure ``cases`` (rank 0's points)."""
-    from ..runtime.launcher import launch
+    from ..launch.local import launch
 
     env = dict(os.environ)
     env["INTERLINK_TRANSPORT"] = transport

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 from ..algorithms.schedule import busbw_factor  # nccl-tests' factors, defined once
-from ..runtime.launcher import free_port
+from ..launch.local import free_port
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 

@@ -338,7 +338,7 @@ def _emulated_topology(hosts: int, per_host: int, rate: Any, delay: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from .. import __version__
-    from ..runtime.launcher import LaunchError, launch
+    from ..launch.local import LaunchError, launch
 
     if getattr(args, "calibrate", False):
         return calibrate(args)
@@ -421,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
         cmd = ["-m", "interlink.bench.sweep", json.dumps(cfg.to_dict())]
         try:
             if hosts is not None:
-                from .netns import EmulationError, launch_emulated
+                from ..launch.netns import EmulationError, launch_emulated
 
                 try:
                     rc = launch_emulated(cmd, hosts, per_host, rate=args.link_rate, delay=args.link_delay, env=env,

@@ -5,7 +5,7 @@
     interlink run -n 8 --nnodes 2 --node-rank 0 --master node0:29500 train.py   # INTERLINK_SECRET set
     interlink run --emulate-hosts 2 --nproc-per-host 2 --link-rate 1gbit train.py  # root: netns hosts
 
-See :mod:`interlink.runtime.launcher` for the environment every rank gets.
+See :mod:`interlink.launch.local` for the environment every rank gets.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..runtime.launcher import DEFAULT_GRACE, LaunchError, launch
+from ..launch.local import DEFAULT_GRACE, LaunchError, launch
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         if args.nnodes != 1 or args.node_rank != 0 or args.master is not None:
             return usage_error("--emulate-hosts makes its own nodes: do not combine it with --nnodes, "
                                "--node-rank or --master")
-        from .netns import EmulationError, launch_emulated
+        from ..launch.netns import EmulationError, launch_emulated
 
         try:
             return launch_emulated(cmd, emulate, args.nproc, rate=args.link_rate, delay=args.link_delay,

@@ -13,7 +13,8 @@ from ..transport.wire import secret_from_env
 from .fastpath import FastPath
 from .group import Group, _Ctx, run_p2p_batch
 from .mesh import build_mesh
-from .rendezvous import detect_env, rendezvous, store_barrier
+from ..launch.env import detect_env
+from .rendezvous import rendezvous, store_barrier
 from .work import Runner
 
 log = logging.getLogger("interlink")
@@ -63,7 +64,7 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, timeout: 
 def init_from_store(store: Any, rank: int, world_size: int, timeout: float = 300.0,
                     master_addr: Optional[str] = None, master_port: Optional[int] = None) -> Group:
     """Join the job through a store someone else runs (the torch.distributed backend: torch's own store;
-    no second port). ``store`` offers set/get/wait/missing/add as :class:`~.rendezvous.StoreClient` does.
+    no second port). ``store`` offers set/get/wait/missing/add as :class:`~.store.StoreClient` does.
     The mesh's job secret is made by rank 0 and shared through the store."""
     if _CTX is not None:
         raise RuntimeError("interlink is already initialized; call interlink.destroy() first")
