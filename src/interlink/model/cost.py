@@ -73,6 +73,9 @@ __all__ = [
     "cpu_topology",
     "this_host_topology",
     "resolve_topology",
+    "fit_ranks",
+    "HostTerms",
+    "host_terms",
     "count_for",
     "itemsize_of",
     "SCHEDULE_RANKS_LIMIT",
@@ -490,6 +493,32 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
 
 
 @dataclass
+class HostTerms:
+    """The cost model's contention-free CPU-host terms of each phase of a Traffic (what the simulator
+    scales by each round's flow-level slowdown): ``index`` maps id(phase) to its row; ``lat_first`` /
+    ``lat_steady`` (us), ``beta_s`` and ``gamma_s`` (s) per row; ``call_us`` per call; ``overlap`` of
+    reduction with transfer."""
+
+    index: dict
+    lat_first: np.ndarray
+    lat_steady: np.ndarray
+    beta_s: np.ndarray
+    gamma_s: np.ndarray
+    call_us: float
+    overlap: float
+
+
+def host_terms(tr: Traffic, topo: Topology, params: Params | None = None, itemsize: int = 4,
+               transport: str | None = None) -> HostTerms:
+    """Per phase of ``tr`` on the CPU hosts of ``topo``: the model's latency, transfer and reduction
+    terms (calibrated host parameters, ``params`` or this host's profile)."""
+    prm = _params(params)
+    r = _rounds(tr, _info(topo), prm, itemsize, transport)
+    return HostTerms({id(ph): i for i, ph in enumerate(tr.phases)}, r.lat_first, r.lat_steady, r.beta_s,
+                     r.gamma_s, float(prm.value("host.call_us")), float(prm.value("reduce.overlap.cpu")))
+
+
+@dataclass
 class _SwitchView:
     """A Traffic with in-switch steps, placed on the switches that serve them (the ranks' NVLS switches,
     or the SHARP switches their NICs reach): ``traffic`` has endpoints p + 2 x switch + stream
@@ -750,7 +779,10 @@ def _parse_cached(spec: str) -> Topology:
     return parse_topology(spec)
 
 
-def _fit_ranks(topo: Topology, nranks: int, notes: list[str]) -> Topology:
+def fit_ranks(topo: Topology, nranks: int, notes: list[str] | None = None) -> Topology:
+    """The first ``nranks`` ranks of ``topo``; CPU hosts take more ranks than cores (they share them, a
+    note says so). GPU topologies refuse more ranks than GPUs."""
+    notes = [] if notes is None else notes
     if nranks < 1:
         raise ModelError(f"nranks must be >= 1, got {nranks}")
     if nranks == topo.nranks:
@@ -853,7 +885,7 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
         raise ModelError(f"size must be >= 0 bytes, got {nbytes}")
     notes: list[str] = []
     topo = resolve_topology(topology, nranks)
-    topo = _fit_ranks(topo, topo.nranks if nranks is None else int(nranks), notes)
+    topo = fit_ranks(topo, topo.nranks if nranks is None else int(nranks), notes)
     info = _info(topo)
     p = topo.nranks
     itemsize = itemsize_of(dtype)

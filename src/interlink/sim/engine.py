@@ -52,7 +52,7 @@ import hashlib
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -369,27 +369,10 @@ def _all_gpu(topo: Topology, p: int) -> bool:
     return p > 0 and all(topo.device(r).kind == "gpu" for r in range(p))
 
 
-@dataclass
-class _HostTerms:
-    """Per Traffic phase, the cost model's contention-free CPU-host terms (seconds / microseconds)."""
-    index: dict
-    lat_first: np.ndarray
-    lat_steady: np.ndarray
-    beta_s: np.ndarray
-    gamma_s: np.ndarray
-    call_us: float
-    overlap: float
+def _host_terms(tr: Traffic, topo: Topology, params: Any, itemsize: int, transport: str | None) -> Any:
+    from ..model.cost import host_terms  # the model's public host terms (calibrated CPU parameters)
 
-
-def _host_terms(tr: Traffic, topo: Topology, params: Any, itemsize: int, transport: str | None) -> "_HostTerms | None":
-    try:
-        from ..model import cost as _cost
-    except ImportError:  # pragma: no cover - the model is part of the package
-        return None
-    prm = _cost._params(params)
-    r = _cost._rounds(tr, _cost._info(topo), prm, itemsize, transport)
-    return _HostTerms({id(ph): i for i, ph in enumerate(tr.phases)}, r.lat_first, r.lat_steady, r.beta_s,
-                      r.gamma_s, float(prm.value("host.call_us")), float(prm.value("reduce.overlap.cpu")))
+    return host_terms(tr, topo, params, itemsize, transport)
 
 
 # ---- the simulation ----------------------------------------------------------------------------------
@@ -674,9 +657,9 @@ def simulate_collective(collective: str, nbytes: int, topology: Topology | str, 
     p = topo.nranks if nranks is None else int(nranks)
     if p > topo.nranks >= 1 and not _all_gpu(topo, topo.nranks):
         # CPU hosts take more ranks than cores (they share them), as the cost model does
-        from ..model.cost import _fit_ranks
+        from ..model.cost import fit_ranks
 
-        topo = _fit_ranks(topo, p, [])
+        topo = fit_ranks(topo, p)
     if p < 1 or p > topo.nranks:
         raise SimError(f"nranks must be in 1..{topo.nranks} for topology {topo.name!r}, got {p}")
     if nbytes < 0:
