@@ -67,7 +67,7 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
         for name, g in backends:
             m = copy.deepcopy(base)
             if mode == "ddp":
-                m = DDP(m, process_group=g, gradient_as_bucket_view=args["bucket_view"])
+                m = DDP(m, process_group=g, gradient_as_bucket_view=args["bucket_view"], bucket_cap_mb=args["bucket_mb"])
             else:
                 from torch.distributed.device_mesh import DeviceMesh
                 from torch.distributed.fsdp import fully_shard
@@ -133,6 +133,7 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="ddp,fsdp2", help="ddp, fsdp2 or both")
     ap.add_argument("--bucket-view", action="store_true",
                     help="DDP(gradient_as_bucket_view=True): gradients live in the buckets (no copies)")
+    ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb (torch's default: 25)")
     ap.add_argument("--inline", action="store_true",
                     help="also time interlink with every call inline (INTERLINK_TORCH_ASYNC=0): no overlap")
     ap.add_argument("--json", default=None)
@@ -144,7 +145,8 @@ def main(argv=None) -> int:
         q = ctx.Queue()
         args = {"params": _size(a.params), "batch": a.batch, "steps": a.steps, "runs": a.runs,
                 "modes": a.modes.split(","),
-                "inline": a.inline, "bucket_view": a.bucket_view}
+                "inline": a.inline, "bucket_view": a.bucket_view,
+                "bucket_mb": a.bucket_mb}
         procs = [ctx.Process(target=rank_main, args=(r, world, port, args, q)) for r in range(world)]
         for p in procs:
             p.start()
