@@ -191,6 +191,47 @@ def test_emulated_hosts_context_manager() -> None:
 
 @pytest.mark.netns
 @pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+@pytest.mark.parametrize("nhosts", [2, 3])
+def test_several_nics_per_host_one_rail_each(nhosts: int) -> None:
+    """--nics K: every host gets K shaped NICs; NIC r of every host is on rail r (its own subnet), and a
+    connection to a host's rail-r address leaves through the sender's rail-r NIC."""
+    with netns.EmulatedHosts(nhosts, rate="1gbit", nics=2) as hosts:
+        prefix = hosts[0].netns[:-2]
+        subnets = [{ip.rsplit(".", 1)[0] for _, ip in (h.nics[r] for h in hosts)} for r in range(2)]
+        assert all(len(sn) == 1 for sn in subnets) and subnets[0] != subnets[1], subnets
+        for h in hosts:
+            assert len(h.nics) == 2 and h.nics[0] == (h.ifname, h.ip) and h.ifnames == ",".join(n for n, _ in h.nics)
+            for ifname, ip in h.nics:
+                addr = subprocess.run(["ip", "-n", h.netns, "-o", "-4", "addr", "show", "dev", ifname],
+                                      capture_output=True, text=True, check=True).stdout
+                assert f"{ip}/24" in addr
+                qd = subprocess.run(["tc", "-n", h.netns, "qdisc", "show", "dev", ifname],
+                                    capture_output=True, text=True, check=True).stdout
+                assert "tbf" in qd and "rate 1Gbit" in qd, qd
+
+        def tx(host, ifname):
+            out = subprocess.run(["ip", "netns", "exec", host.netns, "cat", f"/sys/class/net/{ifname}/statistics/tx_bytes"],
+                                 capture_output=True, text=True, check=True).stdout
+            return int(out)
+
+        src, dst = hosts[0], hosts[-1]
+        for r in range(2):
+            before = [tx(src, n) for n, _ in src.nics]
+            send = subprocess.run(src.command([sys.executable, "-c", (
+                "import socket\nfor _ in range(20):\n    try:\n        socket.create_connection(('%s', 1), timeout=5)\n"
+                "    except ConnectionRefusedError:\n        pass" % dst.nics[r][1])]), capture_output=True, text=True)
+            assert send.returncode == 0, send.stderr
+            grew = [tx(src, n) - b for (n, _), b in zip(src.nics, before)]
+            assert grew[r] > 0 and grew[1 - r] < grew[r], (r, grew)  # the SYNs left on rail r
+        assert len(netns.leftovers(prefix)) == nhosts + (1 if nhosts > 2 else 0)
+    assert netns.leftovers(prefix) == []
+    with pytest.raises(EmulationError, match="--nics"):
+        with netns.EmulatedHosts(2, nics=0):
+            pass
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 @pytest.mark.parametrize("part", ["reduce", "move"])
 def test_collective_suite_across_two_hosts(part: str) -> None:
     proc = _start(["--emulate-hosts", "2", "--nproc-per-host", "2", JOB, "suite", part], INTERLINK_DEBUG="INFO")

@@ -107,6 +107,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-host", type=int, default=None, metavar="P", help="ranks per emulated host (default 2)")
     p.add_argument("--link-rate", default=None, metavar="RATE", help="emulated link rate, e.g. 1gbit (tc tbf)")
     p.add_argument("--link-delay", default=None, metavar="DELAY", help="emulated link delay, e.g. 1ms (needs netem)")
+    p.add_argument("--nics", type=int, default=1, metavar="K",
+                   help="NICs per emulated host, each shaped to --link-rate (NIC k of every host on rail k)")
     p.add_argument("--calibrate", action="store_true",
                    help="measure this host's transports (shm, tcp; 2 and --ranks ranks, default 2 and 4), fit the "
                         "cost model's host parameters and write the profile (INTERLINK_PROFILE or "
@@ -424,7 +426,8 @@ def run(args: argparse.Namespace) -> int:
                 from ..launch.netns import EmulationError, launch_emulated
 
                 try:
-                    rc = launch_emulated(cmd, hosts, per_host, rate=args.link_rate, delay=args.link_delay, env=env,
+                    rc = launch_emulated(cmd, hosts, per_host, rate=args.link_rate, delay=args.link_delay,
+                                         nics=getattr(args, "nics", 1), env=env,
                                          stdout=_LineSink(on_stdout), stderr=_LineSink(on_stderr))  # type: ignore[arg-type]
                 except EmulationError as exc:
                     print(f"interlink bench: {exc}", file=sys.stderr)

@@ -47,6 +47,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                      help="emulate H hosts (2..253) on this machine, -n/--nproc-per-host ranks on each")
     emu.add_argument("--link-rate", metavar="RATE",
                      help="shape every host's link to RATE in each direction (tc units: 1gbit, 100mbit, 10gbit)")
+    emu.add_argument("--nics", type=int, default=1, metavar="K",
+                     help="NICs per emulated host, each shaped to --link-rate; NIC k of every host on rail k "
+                          "(default 1)")
     emu.add_argument("--link-delay", metavar="TIME",
                      help="one-way delay between hosts (1ms, 200us); needs the netem qdisc, refused without it")
     p.add_argument("-m", "--module", action="store_true",
@@ -72,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
     cmd = (["-m", args.target] if args.module else [args.target]) + list(args.args)
     emulate = getattr(args, "emulate_hosts", None)
     if emulate is None:
-        if getattr(args, "link_rate", None) is not None or getattr(args, "link_delay", None) is not None:
-            return usage_error("--link-rate and --link-delay need --emulate-hosts")
+        if getattr(args, "link_rate", None) is not None or getattr(args, "link_delay", None) is not None \
+                or getattr(args, "nics", 1) != 1:
+            return usage_error("--link-rate, --link-delay and --nics need --emulate-hosts")
     else:
         if args.nnodes != 1 or args.node_rank != 0 or args.master is not None:
             return usage_error("--emulate-hosts makes its own nodes: do not combine it with --nnodes, "
@@ -82,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             return launch_emulated(cmd, emulate, args.nproc, rate=args.link_rate, delay=args.link_delay,
-                                   grace=args.grace)
+                                   nics=args.nics, grace=args.grace)
         except EmulationError as exc:
             print(f"interlink run: {exc}", file=sys.stderr)
             return 2

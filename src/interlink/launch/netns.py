@@ -74,7 +74,8 @@ MAX_HOSTS = 253
 _IFNAMSIZ = 15
 # our names: the run prefix (il<pid>, or il<pid>n<seq>), then the object: h<k> host namespace and its
 # interface, sw switch namespace, br bridge, p<k> switch port, pr scratch namespace of the netem probe
-_NAME_RE = re.compile(r"^(il(\d+)(?:n\d+)?)(?:h\d+|sw|pr|p\d+|br)$")
+_NAME_RE = re.compile(r"^(il(\d+)(?:n\d+)?)(?:h\d+(?:r\d+)?|sw|pr|p\d+(?:r\d+)?|br\d*)$")
+MAX_NICS = 8
 _POLL = 0.05
 
 
@@ -84,12 +85,20 @@ class EmulationError(RuntimeError):
 
 @dataclass(frozen=True)
 class EmulatedHost:
-    """One emulated host: its namespace, the interface its peers reach it on, and that address."""
+    """One emulated host: its namespace, the interface its peers reach it on, and that address.
+    ``nics``: (interface, address) of each of its NICs, rail by rail (the first is ``ifname``/``ip``);
+    NIC r of every host is on rail r (its own link or bridge, its own subnet)."""
 
     index: int
     netns: str
     ifname: str
     ip: str
+    nics: tuple = ()
+
+    @property
+    def ifnames(self) -> str:
+        """INTERLINK_IFNAME for this host: its interfaces, comma-separated."""
+        return ",".join(n for n, _ in self.nics) if self.nics else self.ifname
 
     def command(self, argv: Sequence[str]) -> list[str]:
         """``argv`` run inside this host's network namespace."""
@@ -314,17 +323,21 @@ def _shape(ns: str, dev: str, rate_bits: int | None, delay_s: float | None) -> N
 
 
 @contextmanager
-def EmulatedHosts(h: int, rate: str | int | None = None, delay: str | float | None = None
+def EmulatedHosts(h: int, rate: str | int | None = None, delay: str | float | None = None, nics: int = 1
                   ) -> Iterator[list[EmulatedHost]]:
     """Make ``h`` emulated hosts (network namespaces linked by veths, shaped); yield them; tear down.
 
     ``rate`` is a tc rate (``"1gbit"``) or bit/s; ``delay`` a tc time (``"1ms"``) or seconds, the
-    one-way delay between two hosts. Raises :class:`EmulationError` when this machine cannot do it
+    one-way delay between two hosts. ``nics``: NICs per host, each shaped at ``rate``: NIC r of every
+    host joins rail r (a veth pair for 2 hosts, a bridge of its own otherwise; a subnet of its own), as
+    rail-optimised GPU fabrics are wired. Raises :class:`EmulationError` when this machine cannot do it
     (not root, no iproute2, no netem for ``delay``) before anything is made. Everything made is
     removed on exit, whatever the exit (processes still inside the namespaces are killed).
     """
     if not isinstance(h, int) or not 2 <= h <= MAX_HOSTS:
         raise EmulationError(f"--emulate-hosts must be 2..{MAX_HOSTS}, got {h}")
+    if not isinstance(nics, int) or not 1 <= nics <= MAX_NICS:
+        raise EmulationError(f"--nics must be 1..{MAX_NICS}, got {nics}")
     rate_bits = None if rate in (None, "", 0) else (int(rate) if isinstance(rate, int) else parse_rate(rate))
     delay_s = None if delay in (None, "", 0) else (float(delay) if isinstance(delay, (int, float))
                                                    else parse_delay(delay))
@@ -336,7 +349,7 @@ def EmulatedHosts(h: int, rate: str | int | None = None, delay: str | float | No
         prefix = run_prefix(seq=seq)
         _active.add(prefix)
     try:
-        if len(f"{prefix}p{h - 1}") > _IFNAMSIZ:
+        if len(f"{prefix}p{h - 1}" + (f"r{nics - 1}" if nics > 1 else "")) > _IFNAMSIZ:
             raise EmulationError(f"interface names under prefix {prefix!r} would exceed {_IFNAMSIZ} characters")
         # a crashed run of a process that had our pid left these: nobody else can own them
         cleanup_stale(prefix, include_live=True)
@@ -347,8 +360,12 @@ def EmulatedHosts(h: int, rate: str | int | None = None, delay: str | float | No
                     f"--link-delay needs the netem qdisc (kernel module sch_netem), which this kernel lacks "
                     f"(tc: {why or 'netem unavailable'}). Load it (modprobe sch_netem) or run without "
                     f"--link-delay; the delay is never silently ignored.")
-        subnet = f"{SUBNET}.{os.getpid() % 254 + 1}"
-        hosts = [EmulatedHost(k, f"{prefix}h{k}", f"{prefix}h{k}", f"{subnet}.{k + 1}") for k in range(h)]
+        base = os.getpid() % 254
+        subnets = [f"{SUBNET}.{(base + r) % 254 + 1}" for r in range(nics)]  # one per rail
+        hosts = []
+        for k in range(h):
+            ports = tuple((f"{prefix}h{k}" + (f"r{r}" if r else ""), f"{subnets[r]}.{k + 1}") for r in range(nics))
+            hosts.append(EmulatedHost(k, f"{prefix}h{k}", ports[0][0], ports[0][1], ports))
         try:
             yield _build(prefix, hosts, rate_bits, delay_s)
         finally:
@@ -367,35 +384,42 @@ def _build(prefix: str, hosts: list[EmulatedHost], rate_bits: int | None, delay_
                                  f"{(made.stderr or made.stdout).strip()} (`ip netns add` must work: root with "
                                  f"CAP_SYS_ADMIN and a writable /run/netns)")
         _run(["ip", "-n", host.netns, "link", "set", "lo", "up"])
-    if len(hosts) == 2:
-        a, b = hosts
-        _run(["ip", "link", "add", "name", a.ifname, "netns", a.netns, "type", "veth", "peer", "name", b.ifname,
-              "netns", b.netns])
-        shaped = [(a.netns, a.ifname), (b.netns, b.ifname)]
-    else:
-        sw, br = f"{prefix}sw", f"{prefix}br"
+    nics = len(hosts[0].nics) or 1
+    shaped = []
+    sw = f"{prefix}sw"
+    if len(hosts) > 2:
         made = _run(["ip", "netns", "add", sw], check=False)
         if made.returncode != 0:
             raise EmulationError(f"cannot create network namespace {sw}: {(made.stderr or made.stdout).strip()}")
         _run(["ip", "-n", sw, "link", "set", "lo", "up"])
+    for r in range(nics):
+        sfx = f"r{r}" if r else ""
+        ifs = [host.nics[r][0] if host.nics else host.ifname for host in hosts]
+        if len(hosts) == 2:
+            (a, b), (ia, ib) = hosts, ifs
+            _run(["ip", "link", "add", "name", ia, "netns", a.netns, "type", "veth", "peer", "name", ib,
+                  "netns", b.netns])
+            shaped += [(a.netns, ia), (b.netns, ib)]
+            continue
+        br = f"{prefix}br" + (str(r) if r else "")
         _run(["ip", "-n", sw, "link", "add", "name", br, "type", "bridge"])
         # no STP, no forwarding delay: the ports forward at once
         _run(["ip", "-n", sw, "link", "set", br, "type", "bridge", "stp_state", "0", "forward_delay", "0"],
              check=False)
         _run(["ip", "-n", sw, "link", "set", br, "up"])
-        shaped = []
-        for host in hosts:
-            port = f"{prefix}p{host.index}"
-            _run(["ip", "link", "add", "name", host.ifname, "netns", host.netns, "type", "veth", "peer", "name", port,
+        for host, ifname in zip(hosts, ifs):
+            port = f"{prefix}p{host.index}{sfx}"
+            _run(["ip", "link", "add", "name", ifname, "netns", host.netns, "type", "veth", "peer", "name", port,
                   "netns", sw])
             _run(["ip", "-n", sw, "link", "set", port, "master", br])
             _run(["ip", "-n", sw, "link", "set", port, "up"])
-            shaped.append((host.netns, host.ifname))
+            shaped.append((host.netns, ifname))
             if rate_bits:  # the port's egress is the host's ingress: a full-duplex NIC
                 _shape(sw, port, rate_bits, None)
     for host in hosts:
-        _run(["ip", "-n", host.netns, "addr", "add", f"{host.ip}/24", "dev", host.ifname])
-        _run(["ip", "-n", host.netns, "link", "set", host.ifname, "up"])
+        for ifname, ip in (host.nics or ((host.ifname, host.ip),)):
+            _run(["ip", "-n", host.netns, "addr", "add", f"{ip}/24", "dev", ifname])
+            _run(["ip", "-n", host.netns, "link", "set", ifname, "up"])
     for ns, dev in shaped:
         _shape(ns, dev, rate_bits, delay_s)
     return hosts
@@ -445,6 +469,7 @@ def launch_emulated(
     *,
     rate: str | None = None,
     delay: str | None = None,
+    nics: int = 1,
     grace: float = DEFAULT_GRACE,
     env: Mapping[str, str] | None = None,
     stdout: BinaryIO | None = None,
@@ -454,7 +479,8 @@ def launch_emulated(
     emulated hosts; returns the exit status like :func:`interlink.launch.local.launch`.
 
     Host k runs ``ip netns exec NS python -m interlink run -n P --nnodes H --node-rank k --master
-    <host 0>:29500 cmd`` with one job secret for all and INTERLINK_IFNAME set to its interface; its
+    <host 0>:29500 cmd`` with one job secret for all and INTERLINK_IFNAME set to its interfaces (``nics``
+    of them, comma-separated, the first one reaching host 0's store); its
     output lines get a ``[host k] `` prefix. When a host's launcher fails the others are stopped and
     the host is named; SIGINT/SIGTERM/SIGHUP are forwarded; the emulation is torn down in every case.
     Raises :class:`EmulationError` when the emulation cannot be made.
@@ -486,12 +512,12 @@ def launch_emulated(
             check_requirements(need_tc=bool(rate or delay))
             for item in cleanup_stale("il"):  # leftovers of emulated runs that were SIGKILLed
                 write(err, f"interlink run: removed {item} left by an earlier emulated run that was killed\n")
-            with EmulatedHosts(hosts, rate=rate, delay=delay) as hlist:
+            with EmulatedHosts(hosts, rate=rate, delay=delay, nics=nics) as hlist:
                 master = f"{hlist[0].ip}:{MASTER_PORT}"
                 preexec = death_signal_preexec()
                 try:
                     for host in hlist:
-                        henv = dict(base_env, INTERLINK_IFNAME=host.ifname)
+                        henv = dict(base_env, INTERLINK_IFNAME=host.ifnames)
                         argv = host.command([sys.executable, "-m", "interlink", "run", "-n", str(nproc_per_host),
                                              "--nnodes", str(hosts), "--node-rank", str(host.index),
                                              "--master", master, "--grace", str(grace), *cmd])
