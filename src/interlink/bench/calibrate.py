@@ -100,18 +100,12 @@ def _worker(spec: Mapping[str, Any]) -> None:
 
 def shm_limits() -> tuple[int, int, int]:
     """(largest one-shot shared-page payload, largest two-phase shared-memory all_reduce, size above which
-    all_reduce reads the ranks' own buffers) of the runtime here: the fit records them with the profile
-    (the model itself never imports the runtime or its transports)."""
-    try:
-        from ..transport import shm
-    except ImportError:
-        return 8192, 0, 1 << 62
-    small = getattr(shm, "fast_small_bytes", None)
-    big = getattr(shm, "fast_max_bytes", None)
-    s = int(small()) if small else (int(big()) if big else 8192)
-    b = int(big()) if (small and big) else s
-    direct = getattr(shm, "ar_direct_min_bytes", None)
-    return s, max(b, s), int(direct()) if direct else 1 << 62
+    all_reduce reads the ranks' own buffers) of the runtime here (its policy): the fit records them with
+    the profile (the model itself never imports the runtime)."""
+    from ..runtime import policy
+
+    small, big = int(policy.fast_small_bytes()), int(policy.fast_max_bytes())
+    return small, max(big, small), int(policy.ar_direct_min_bytes())
 
 
 

@@ -85,9 +85,8 @@ def init_from_store(store: Any, rank: int, world_size: int, timeout: float = 300
 def _start(r: int, w: int, store: Any, server: Any, secret: bytes, master_addr: str, master_port: int,
            timeout: float, itimeout: float) -> Group:
     global _CTX, _WORLD
-    force_tcp = os.environ.get("INTERLINK_TRANSPORT", "").lower() == "tcp"
     try:
-        engine = build_mesh(r, w, store, secret, master_addr, int(master_port), itimeout, force_tcp)
+        engine = build_mesh(r, w, store, secret, master_addr, int(master_port), itimeout)
         store_barrier(store, "init", r, w, itimeout)
     except BaseException:
         store.close()

@@ -69,11 +69,13 @@ class Engine:
         self.rank = rank
         self.bell = bell  # this rank's doorbell on the host page (shared-memory waits), or None
         self.hosts: list[str] = []  # host identity of every global rank
+        self.transports: dict[int, str] = {}  # peer -> the name of the transport that connected it
         try:
             ncpu = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):  # pragma: no cover
             ncpu = os.cpu_count() or 1
-        nlocal = 1 + sum(1 for ch in channels.values() if getattr(ch, "name", "") == "shm")
+        # the ranks that share this host's page (and its cores): they busy-wait on one another
+        nlocal = len(bell.members) if bell is not None and bell.members else 1
         # oversubscribed (more local ranks than cores): spinning steals the core the peer needs
         self.ncpu, self.nlocal = ncpu, nlocal
         self.oversub = nlocal > ncpu

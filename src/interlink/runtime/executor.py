@@ -24,8 +24,8 @@ from ..algorithms.schedule import Chunk, Copy, Recv, Reduce, Schedule, Send
 from ..errors import ScheduleError
 from ..ops import ReduceOp, finish_avg, ufunc
 from ..transport.base import Op, encode_sig
-from ..transport.shm import cma_threshold
 from .engine import Engine
+from .policy import cma_threshold
 
 IN, OUT, SCR = 0, 1, 2
 _BUF = {"input": IN, "output": OUT, "scratch": SCR}

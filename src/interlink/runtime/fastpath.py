@@ -34,7 +34,7 @@ from ..errors import CollectiveMismatchError
 from ..ops import ReduceOp, finish_avg, ufunc
 from ..transport import shmalloc
 from ..transport.base import MsgHeader
-from ..transport.shm import BELL, _env_int, ar_direct_min_bytes, fast_small_bytes
+from . import policy
 from .engine import BELL_TIMEOUT, Engine
 
 # slot header, u64 words: fast seq (published last), phase-2 seq, group seq, crc, nbytes, (one reserved);
@@ -107,7 +107,7 @@ class FastPath:
         self.page = bell.page
         self.me = bell.index
         self.n = self.page.nlocal
-        self.max = min(self.page.fast_max, fast_small_bytes())  # one-shot all_reduce
+        self.max = min(self.page.fast_max, policy.fast_small_bytes())  # one-shot all_reduce
         # two-phase all_reduce (reduce-scatter + all-gather in place) up to the slot size; with 2 ranks
         # the pipelined ring over the channels measured faster (both cores copy at once), so not there
         self.direct_max = self.page.fast_max if self.n >= 3 else self.max
@@ -116,30 +116,28 @@ class FastPath:
         # KiB (1 MiB: all_gather, each rank pushing its block into the peer's output, 80 -> 61 us;
         # broadcast, root and receiver each moving half, 72.7 -> 34.6 us; reduce_scatter 93 -> 86 us)
         self.move_max = min(self.page.fast_max, 256 * 1024) if self.n == 2 else self.page.fast_max
-        self.chunk = max(4096, _env_int("INTERLINK_FAST_CHUNK_BYTES", 128 * 1024))
+        self.chunk = policy.fast_chunk_bytes()
         self.f = 0  # fast-path calls so far (the same on every rank)
         self.headers = [[self.page.slot_header(i, q) for q in (0, 1)] for i in range(self.n)]
         self.peers = [i for i in range(self.n) if i != self.me]
-        # byte offsets of this rank's (group seq, crc, nbytes) header words, per parity
-        self.hoff = [self.page.data_base + (2 * self.me + q) * self.page.slot_stride + 16 for q in (0, 1)]
-        self.goff = [[self.page.data_base + (2 * i + q) * self.page.slot_stride + 16 for q in (0, 1)]
-                     for i in range(self.n)]
+        # byte offsets of every rank's (group seq, crc, nbytes) header words, per parity
+        page = self.page
+        self.goff = [[page.slot_offset(i, q) + 8 * GSEQ for q in (0, 1)] for i in range(self.n)]
+        self.hoff = self.goff[self.me]
         self.bells = [self.page.bell(i) for i in self.peers]
         self.members = bell.members
         self.spin = engine.spin
         self.safe = 0  # every peer is known to have finished reading calls <= safe
         # the hot path reads and writes the page's control words as Python ints through memoryviews
         # (20 ns a word, against 70 ns through numpy scalars)
-        mm = self.page.mm
-        self.W = memoryview(mm).cast("Q")
-        self.B = memoryview(mm).cast("I")
-        stride8, base8 = self.page.slot_stride // 8, self.page.data_base // 8
-        slot_w = [[base8 + (2 * i + q) * stride8 for q in (0, 1)] for i in range(self.n)]
+        self.W = page.words64()
+        self.B = page.words32()
+        slot_w = [[page.slot_word(i, q) for q in (0, 1)] for i in range(self.n)]
         self.my_w = slot_w[self.me]
         self.slot_w = slot_w
         self.peer_w = [[slot_w[i][q] for i in self.peers] for q in (0, 1)]
-        self.done_w = self.me * BELL // 8 + 1
-        self.wake = [(i * BELL // 4 + 1, b) for i, b in zip(self.peers, self.bells)]  # (sleeping flag, bell)
+        self.done_w = page.done_word(self.me)
+        self.wake = [(page.sleeping_word(i), b) for i, b in zip(self.peers, self.bells)]  # (sleeping flag, bell)
         self.shapes: dict = {}  # call shape -> Small, or False when the call is not for the hot path
         # larger than that: one copy, every reader takes its part straight from the writer's own buffer
         # by cross-memory attach (process_vm_readv), when every pair of local ranks allows it
@@ -152,8 +150,7 @@ class FastPath:
         self.once = once == "1" or (once != "0" and engine.nlocal > 2 * engine.ncpu)
         agreed = self._agree(int(self.cma) | 2 * int(self.once))
         self.cma, self.once = bool(agreed & 1), bool(agreed & 2)
-        res_w = base8 + 2 * self.n * stride8
-        self.ready_w = [res_w, res_w + stride8]  # [parity] -> the result slot's ready word (call f)
+        self.ready_w = [page.slot_word(self.n, q) for q in (0, 1)]  # [parity] -> the result slot's ready word
         self.pids = [0] * self.n
         for i, c in zip(self.peers, chans):
             self.pids[i] = getattr(c, "peer_pid", 0)
@@ -162,14 +159,14 @@ class FastPath:
         self.arenas = shmalloc.PeerArenas()
         # all_reduce from the ranks' own buffers (each rank reduces its 1/p slice reading every rank's
         # buffer, then copies the other slices): above this size
-        self.ar_direct_min = ar_direct_min_bytes()
+        self.ar_direct_min = policy.ar_direct_min_bytes()
 
     def _agree(self, flags: int, timeout: float = 60.0) -> int:
         """All local ranks AND a few flag bits through the host page (every rank builds its FastPath at
         init): each writes 1 + flags into its doorbell block and waits for everyone's. Paths must be
         chosen the same on every rank, and whether CMA works is known per pair."""
         W = self.W
-        word = lambda i: i * BELL // 8 + 2  # noqa: E731  (bytes 16..24 of rank i's doorbell block)
+        word = self.page.agree_word
         W[word(self.me)] = 1 + flags
         deadline = time.monotonic() + timeout
         while any(W[word(i)] == 0 for i in range(self.n)):
@@ -246,11 +243,9 @@ class FastPath:
         for i in self.peers:
             g = self.members[i]
             ch = self.engine.channels.get(g)
-            rx = getattr(ch, "rx", None)
-            if rx is None or int(rx.rc[0]) == int(rx.wc[0]):
+            got = ch.peek_header() if ch is not None else None
+            if got is None:
                 continue
-            slot = int(rx.rc[0]) % rx.n
-            got = MsgHeader.unpack_from(ch.mm, rx.meta_base + slot * 128 + 8)
             # only a world collective of this or an earlier call is a mismatch: a peer that finished
             # this call may already send for the next one (seq > ours), and point-to-point messages
             # and other groups' collectives share the channel
@@ -267,7 +262,7 @@ class FastPath:
         h = self.headers[i][q]
         if int(h[GSEQ]) != seq or int(h[CRC]) != crc:
             g = self.members[i]
-            off = self.page.data_base + (2 * i + q) * self.page.slot_stride + SIG_OFF
+            off = self.page.slot_offset(i, q) + SIG_OFF
             theirs = bytes(self.page.mm[off:off + SIG_BYTES]).rstrip(b"\0").decode(errors="replace")
             mine = sig.decode(errors="replace")
             raise CollectiveMismatchError(

@@ -316,7 +316,7 @@ class Group:
         ring slot size) and the algorithm choice's switch points per collective (where the default
         algorithm changes, found by scanning the policy itself). A new threshold in any of them shows up
         here without the callers (the differential tests, the soak) being edited."""
-        from ..transport.shm import cma_threshold, ring_params
+        from .policy import cma_threshold, ring_params
 
         out: dict[str, int] = {}
         if self._fast is not None:

@@ -1,11 +1,14 @@
-"""Connecting every pair of ranks: locality by exchanged host identity, then shm or TCP channels.
+"""Connecting every pair of ranks over the transport table (transport/registry.py).
 
-Each rank publishes (host identity, TCP address, Unix socket name) in the store. For each pair the
-higher rank connects to the lower one:
-  * same host (identical boot id, network namespace and hostname) -> one Unix socket (abstract
-    namespace) that is the pair's control channel and carries the memfd of the shared-memory rings;
-  * different hosts, or INTERLINK_TRANSPORT=tcp -> two TCP connections: control and data.
-Every connection proves it belongs to the job (HMAC challenge with the job secret) before it is used.
+Each rank listens on a TCP address and a Unix socket (abstract namespace) and publishes, in the store,
+its host identity (identical boot id, network namespace and hostname: ranks that can share memory),
+both addresses, its INTERLINK_TRANSPORT and what its transports publish. For each pair both ranks pick
+the same transport (registry.select: the first of the table that can connect the pair; by default shm
+between ranks of one host, TCP otherwise) and the higher rank dials the connections that transport
+names (shm: one Unix socket, the pair's control channel, which carries the memfd of the rings; tcp: a
+control and a data connection), which the transport then turns into the pair's channel. Every
+connection proves it belongs to the job (HMAC challenge with the job secret) before it is used. The
+ranks a host-page transport (shm) connects share one HostPage: its lowest rank makes it and passes it on.
 """
 
 from __future__ import annotations
@@ -15,15 +18,16 @@ import json
 import logging
 import os
 import socket
-import struct
 import threading
 import time
-from typing import Any
+from typing import Any, Optional
 
 from ..errors import AuthenticationError, CommTimeoutError
-from ..transport.shm import HostPage, ShmChannel
-from ..transport.tcp import TcpChannel
+from ..transport import registry
+from ..transport.base import PairSetup
+from ..transport.shm import HostPage
 from ..transport.wire import authenticate_client, authenticate_server
+from . import policy
 from .engine import Engine
 
 log = logging.getLogger("interlink")
@@ -107,12 +111,19 @@ def bind_address(master_addr: str, master_port: int) -> str:
 
 
 def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: str, master_port: int,
-               timeout: float, force_tcp: bool = False) -> Engine:
-    """Connect this rank to every other rank; returns the Engine holding the channels."""
+               timeout: float, transport: Optional[str] = None) -> Engine:
+    """Connect this rank to every other rank; returns the Engine holding the channels. ``transport``:
+    the transport this rank asks for (a name in the table; None: INTERLINK_TRANSPORT, '' for none)."""
     if world == 1:
         eng = Engine(rank, {}, {})
         eng.hosts = [host_identity()]
+        eng.transports = {}
         return eng
+    table = registry.transports()
+    wants = (os.environ.get("INTERLINK_TRANSPORT", "") if transport is None else transport).strip().lower()
+    if wants and wants not in registry.names():
+        raise ValueError(f"INTERLINK_TRANSPORT={wants}: no such transport (the table has "
+                         f"{', '.join(registry.names())})")
     jobtag = hashlib.sha256(secret + str(master_port).encode()).hexdigest()[:16]
     host = host_identity()
     ip = bind_address(master_addr, master_port)
@@ -124,54 +135,80 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
     unix_l = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     unix_l.bind(unix_name)
     unix_l.listen(max(16, world))
-    me = {"host": host, "tcp": [ip, tcp_l.getsockname()[1]], "unix": unix_name[1:]}
+    me = {"rank": rank, "host": host, "tcp": [ip, tcp_l.getsockname()[1]], "unix": unix_name[1:],
+          "transport": wants, "transports": [t.name for t in table]}
+    for t in table:
+        extra = t.publish()
+        if extra is not None:
+            me.setdefault("info", {})[t.name] = extra
     store.set(f"mesh/{rank}", json.dumps(me).encode())
     wait_for_ranks(store, "mesh", rank, world, timeout)
     infos = [json.loads(store.get(f"mesh/{r}", timeout=timeout)) if r != rank else me for r in range(world)]
-    local = {r for r in range(world) if r != rank and infos[r]["host"] == host and not force_tcp}
+    for r, info in enumerate(infos):
+        info.setdefault("rank", r)
+    try:
+        # the transport of every pair this rank is in: both ranks of a pair choose it from the same two records
+        chosen = {j: registry.select(infos[min(rank, j)], infos[max(rank, j)], table)
+                  for j in range(world) if j != rank}
+        members = _page_members(rank, infos, table)
+    except BaseException:
+        tcp_l.close()
+        unix_l.close()
+        raise
+    params = policy.transport_params()
 
     channels: dict[int, Any] = {}
     controls: dict[int, socket.socket] = {}
-    expected: dict[tuple[int, str], bool] = {}
+    got: dict[int, dict[str, socket.socket]] = {}
+    expected: dict[tuple[int, str], Any] = {}
     for j in range(rank + 1, world):
-        if j in local:
-            expected[(j, "shm")] = False
-        else:
-            expected[(j, "ctrl")] = False
-            expected[(j, "data")] = False
+        for purpose, _endpoint in chosen[j].connections:
+            expected[(j, f"{chosen[j].name}.{purpose}")] = False
     lock = threading.Lock()
     errors: list[BaseException] = []
     deadline = time.monotonic() + timeout
 
     def attach(j: int, purpose: str, sock: socket.socket, i_am_low: bool) -> None:
-        """An authenticated connection to rank j becomes its channel and/or control socket."""
-        if purpose == "shm":
-            channels[j] = ShmChannel.create(j, sock, i_am_low=i_am_low)
-            controls[j] = sock
-        elif purpose == "ctrl":
-            controls[j] = sock
-        sock.settimeout(None)  # blocking until the Engine takes over
-        if purpose == "data":
-            channels[j] = TcpChannel(j, sock)  # non-blocking from here on
+        """An authenticated connection to rank j; once all of the pair's are there, its transport makes
+        the channel and names the control socket."""
+        t = chosen[j]
+        with lock:
+            socks = got.setdefault(j, {})
+            socks[purpose] = sock
+            complete = all(p in socks for p, _e in t.connections)
+            socks = dict(socks)
+        if not complete:
+            return
+        try:
+            ch, ctrl = t.connect(PairSetup(rank, j, i_am_low, socks, infos[rank], infos[j],
+                                           infos[j]["host"] == host, params))
+        except BaseException:
+            with lock:
+                got[j].pop(purpose, None)
+            raise
+        ctrl.settimeout(None)  # blocking until the Engine takes over
+        with lock:
+            channels[j] = ch
+            controls[j] = ctrl
 
     def admit(conn: socket.socket, left: float) -> None:
         conn.settimeout(max(1.0, min(30.0, left)))
         try:
             hello = json.loads(authenticate_server(conn, secret, timeout=min(10.0, max(1.0, left)),
                                                    hello=str(rank).encode()))
-            j, purpose = int(hello["rank"]), str(hello["purpose"])
+            j, key = int(hello["rank"]), str(hello["purpose"])
             with lock:
-                if (j, purpose) not in expected or expected[(j, purpose)] is not False:
+                if (j, key) not in expected or expected[(j, key)] is not False:
                     raise AuthenticationError(f"unexpected connection {hello}")
-                expected[(j, purpose)] = None  # claimed: a second claim is refused
+                expected[(j, key)] = None  # claimed: a second claim is refused
             try:
-                attach(j, purpose, conn, True)
+                attach(j, key.partition(".")[2], conn, True)
             except BaseException:
                 with lock:
-                    expected[(j, purpose)] = False
+                    expected[(j, key)] = False
                 raise
             with lock:
-                expected[(j, purpose)] = True
+                expected[(j, key)] = True
         except (AuthenticationError, ValueError, KeyError, OSError) as e:
             log.warning("interlink: rank %d refused a connection: %s", rank, e)
             conn.close()
@@ -206,11 +243,10 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
     t.start()
     try:
         for j in range(rank):
-            info = infos[j]
-            purposes = ["shm"] if j in local else ["ctrl", "data"]
-            for purpose in purposes:
-                hello = json.dumps({"rank": rank, "purpose": purpose}).encode()
-                sock = _connect(info, purpose == "shm", deadline, j)
+            tr = chosen[j]
+            for purpose, endpoint in tr.connections:
+                hello = json.dumps({"rank": rank, "purpose": f"{tr.name}.{purpose}"}).encode()
+                sock = _connect(infos[j], endpoint == "unix", deadline, j)
                 authenticate_client(sock, secret, timeout=max(1.0, deadline - time.monotonic()), hello=hello)
                 attach(j, purpose, sock, False)
         t.join(max(0.0, deadline - time.monotonic()))
@@ -223,41 +259,74 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
     if missing:
         raise CommTimeoutError(f"rank {rank}: ranks {missing} never connected during init",
                                op="init", group="world", seq=0, ranks=missing)
-    log.info("interlink: rank %d connected: shm %s, tcp %s", rank, sorted(local),
-             sorted(set(range(world)) - local - {rank}))
-    bell = _host_page(rank, local, channels, controls, timeout) if local else None
+    by_name: dict[str, list[int]] = {}
+    for j in sorted(chosen):
+        by_name.setdefault(chosen[j].name, []).append(j)
+    log.info("interlink: rank %d connected: %s", rank,
+             ", ".join(f"{t.name} {by_name.get(t.name, [])}" for t in table if t.name in by_name or
+                       t.name in ("shm", "tcp")))
+    bell = _host_page(rank, members, channels, controls, timeout) if len(members) > 1 else None
     eng = Engine(rank, channels, controls, bell=bell)
     # which ranks share a host (what algorithms need to know); with INTERLINK_TRANSPORT=tcp every
     # rank talks TCP, but the hosts are still the hosts
     eng.hosts = [infos[r]["host"] for r in range(world)]
+    eng.transports = {j: chosen[j].name for j in sorted(chosen)}  # peer -> the transport that connected it
     return eng
 
 
-def _host_page(rank: int, local: set, channels: dict, controls: dict, timeout: float):
-    """The lowest local rank makes the host's doorbell page and passes it to every local peer."""
-    members = sorted(local | {rank})
+def _page_members(rank: int, infos: list[dict], table: tuple) -> list[int]:
+    """The ranks that share this rank's host page (itself included, sorted): those connected to it, directly
+    or through each other, by a host-page transport (shm). They must all be connected to each other by
+    one; every rank of the host computes the same from the same records, so a mix that breaks this (ranks
+    of one host asking for different transports) fails on all of them alike."""
+    host = infos[rank]["host"]
+    same = [r for r in range(len(infos)) if infos[r]["host"] == host]
+    paged: dict[int, set[int]] = {r: set() for r in same}
+    for x, i in enumerate(same):
+        for j in same[x + 1:]:
+            if registry.select(infos[i], infos[j], table).host_page:
+                paged[i].add(j)
+                paged[j].add(i)
+    for i in range(len(infos)):  # a host-page transport across hosts would be a broken entry
+        if i != rank and infos[i]["host"] != host:
+            t = registry.select(infos[min(i, rank)], infos[max(i, rank)], table)
+            if t.host_page:
+                raise ValueError(f"transport {t.name} shares a host page but connects ranks {rank} and {i}, "
+                                 "which are on different hosts")
+    seen: set[int] = set()
+    for r in same:  # every component of the host's host-page graph must be complete
+        if r in seen:
+            continue
+        comp, todo = {r}, [r]
+        while todo:
+            for j in paged[todo.pop()]:
+                if j not in comp:
+                    comp.add(j)
+                    todo.append(j)
+        seen |= comp
+        apart = [(i, j) for i in sorted(comp) for j in sorted(comp) if i < j and j not in paged[i]]
+        if apart:
+            i, j = apart[0]
+            raise ValueError(f"ranks {sorted(comp)} of one host would share a host page, but ranks {i} and {j} "
+                             "are not connected by a host-page transport (does INTERLINK_TRANSPORT, or what "
+                             "a transport publishes, differ between ranks of this host?)")
+    return sorted({rank} | paged[rank])
+
+
+def _host_page(rank: int, members: list[int], channels: dict, controls: dict, timeout: float):
+    """The lowest rank of the page makes the host's doorbell page and passes it to every other member."""
     leader = members[0]
     if rank == leader:
-        page, fd = HostPage.create(len(members))
-        try:
-            for j in sorted(local):
-                socket.send_fds(controls[j], [struct.pack("<QQ", len(members), page.fast_max)], [fd])
-        finally:
-            os.close(fd)
+        page = HostPage.share(len(members), policy.fast_max_bytes(), [controls[j] for j in members[1:]])
     else:
-        sock = controls[leader]
-        sock.settimeout(timeout)
-        msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 1)
-        sock.settimeout(None)
-        if len(msg) != 16 or len(fds) != 1:
-            raise CommTimeoutError(f"rank {rank}: the host page from rank {leader} did not arrive",
-                                   op="init", group="world", seq=0, ranks=[leader])
         try:
-            page = HostPage.attach(fds[0], *struct.unpack("<QQ", msg))
-        finally:
-            os.close(fds[0])
-    for j in local:
-        channels[j].peer_bell = page.bell(members.index(j))
+            page = HostPage.receive(controls[leader], timeout)
+        except (ConnectionError, OSError) as e:
+            raise CommTimeoutError(f"rank {rank}: the host page from rank {leader} did not arrive ({e})",
+                                   op="init", group="world", seq=0, ranks=[leader]) from None
+    for j in members:
+        if j != rank:
+            channels[j].peer_bell = page.bell(members.index(j))
     bell = page.bell(members.index(rank))
     bell.members = members  # global ranks of this host, in page-index order
     return bell

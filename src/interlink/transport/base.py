@@ -11,9 +11,10 @@ shared-memory transport reduce straight from the peer's memory with no extra cop
 
 from __future__ import annotations
 
+import socket
 import struct
-from dataclasses import dataclass
-from typing import Callable, Optional, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Protocol
 
 import numpy as np
 
@@ -109,8 +110,9 @@ class PeerClosed(Exception):
 class Channel(Protocol):
     """Both directions to one peer."""
 
-    name: str
+    name: str  # the transport's name (logs, `interlink bench`'s transport column); never used to choose a path
     peer: int
+    local: bool  # the peer runs on this rank's host (shares its memory and cores)
 
     def progress_send(self, op: Op) -> bool:
         """Move as much of a send as possible without blocking; True when the op is complete
@@ -128,3 +130,61 @@ class Channel(Protocol):
         in progress."""
 
     def close(self) -> None: ...
+
+
+# ---- transports: the entries of the transport table (transport/registry.py) ------------------------
+
+@dataclass
+class PairSetup:
+    """What a transport gets to build the channel of one pair of ranks (Transport.connect)."""
+
+    rank: int  # this rank
+    peer: int  # the other rank
+    i_am_low: bool  # this rank is the lower of the two (it accepted the connections; the higher one dialled)
+    socks: dict[str, socket.socket]  # the pair's authenticated connections, by purpose (Transport.connections)
+    me: dict  # what this rank published at init (Transport.can_connect describes the keys)
+    them: dict  # what the peer published
+    local: bool  # the two ranks run on the same host
+    params: Mapping[str, Any] = field(default_factory=dict)  # the runtime's settings for transports
+    # (runtime/policy.py transport_params: "shm.slot_bytes", "shm.slots")
+
+
+class Transport:
+    """One entry of the transport table: whether it can connect a pair of ranks, and how.
+
+    The mesh (runtime/mesh.py) opens two listeners per rank, TCP and Unix (abstract namespace, same host
+    only), and authenticates every connection with the job secret; a transport names the connections a
+    pair opens for it (``connections``: (purpose, endpoint) pairs, endpoint "tcp" or "unix"; the higher
+    rank dials them in this order) and turns them into a channel and a control socket (``connect``). The
+    first transport of the table that ``can_connect`` a pair connects it.
+    """
+
+    name: str = ""
+    connections: tuple[tuple[str, str], ...] = ()
+    # the pair's ranks share the host's HostPage (doorbells, the shared-page fast paths): such a transport
+    # connects ranks of one host only, its control socket is a Unix socket (the page's descriptor travels
+    # over it) and its channels take the peer's doorbell as ``peer_bell`` and ring it when they publish
+    host_page: bool = False
+
+    def publish(self) -> Optional[dict]:
+        """What this rank tells every other rank at init for this transport (JSON), stored under
+        ``info[name]``; None: nothing."""
+        return None
+
+    def can_connect(self, a: dict, b: dict) -> bool:
+        """Whether this transport can connect the ranks that published ``a`` (the lower rank) and ``b``.
+        Keys: ``rank``, ``host`` (host identity: equal for ranks that can share memory), ``tcp`` ([address,
+        port]), ``unix`` (abstract socket name), ``transport`` (INTERLINK_TRANSPORT of that rank, lower
+        case, '' when unset), ``transports`` (the names in that rank's table, in order) and, per
+        transport that published something, ``info[name]``. Both ranks evaluate it on the same two
+        dicts, so they choose alike."""
+        raise NotImplementedError
+
+    def connect(self, pair: PairSetup) -> "tuple[Channel, socket.socket]":
+        """The channel to ``pair.peer`` and the pair's control socket (the engine watches it for a dead
+        peer and ABORT frames), from the connections in ``pair.socks``. Called on both ranks once all
+        of the pair's connections are there; may talk over them (both sides run it at the same time)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<transport {self.name}>"

@@ -24,7 +24,7 @@ import struct
 
 import numpy as np
 
-from .base import HEADER, MsgHeader, Op
+from .base import HEADER, MsgHeader, Op, PairSetup, Transport
 
 CTRL = 128
 META = 128
@@ -36,27 +36,9 @@ _DESC = struct.Struct("<QQ")  # pid, address of a CMA message
 CMA_PIECE = 1 << 20  # reducing CMA receives read and reduce this much at a time (stays in cache)
 
 
-def cma_threshold(collective: str = "") -> int:
-    """Messages a receiver stores go by cross-memory attach (one copy) from this many bytes. all_gather
-    from 256 KiB (INTERLINK_CMA_ALLGATHER_MIN_BYTES): there the one copy wins from 256 KiB on two cores
-    (1 MiB on 2 ranks: 121 -> 100 us out of place, 91 -> 49 us in place); everything else from 2 MiB
-    (INTERLINK_CMA_MIN_BYTES): below it, the pipelined two-copy ring uses both cores and wins
-    (all_reduce 1 MiB: 152 us with it, 229 us with CMA from 256 KiB; benchmarks/RESULTS.md)."""
-    if collective == "all_gather":
-        return _env_int("INTERLINK_CMA_ALLGATHER_MIN_BYTES", 256 * 1024)
-    return _env_int("INTERLINK_CMA_MIN_BYTES", 2 * 1024 * 1024)
-
-
-def _env_int(name: str, default: int) -> int:
-    v = os.environ.get(name)
-    return int(v) if v else default
-
-
-def ring_params() -> tuple[int, int]:
-    slot = _env_int("INTERLINK_SHM_SLOT_BYTES", 256 * 1024)
-    nslots = _env_int("INTERLINK_SHM_SLOTS", 16)
-    slot = max(4096, (slot // 4096) * 4096)
-    return slot, max(2, nslots)
+# ring geometry when the runtime passes none (runtime/policy.py ring_params is the setting)
+SLOT_BYTES = 256 * 1024
+SLOTS = 16
 
 
 class _Ring:
@@ -81,6 +63,7 @@ class ShmChannel:
     """Both directions to one peer on the same host."""
 
     name = "shm"
+    local = True
 
     def __init__(self, peer: int, mm: mmap.mmap, i_am_low: bool, slot: int, nslots: int) -> None:
         self.peer = peer
@@ -97,9 +80,12 @@ class ShmChannel:
 
     # -- creation: the lower rank makes the memfd and passes it over the Unix socket ------------
     @classmethod
-    def create(cls, peer: int, sock: socket.socket, i_am_low: bool) -> "ShmChannel":
+    def create(cls, peer: int, sock: socket.socket, i_am_low: bool, slot: int = SLOT_BYTES,
+               nslots: int = SLOTS) -> "ShmChannel":
+        """The lower rank makes the rings (slot bytes x nslots per direction; the higher one takes the
+        geometry it is sent) and both probe cross-memory attach."""
         if i_am_low:
-            slot, nslots = ring_params()
+            slot, nslots = max(4096, (int(slot) // 4096) * 4096), max(2, int(nslots))
             size = 2 * _Ring.size(slot, nslots)
             fd = os.memfd_create(f"interlink-{os.getpid()}-{peer}", os.MFD_CLOEXEC)
             try:
@@ -291,6 +277,28 @@ class ShmChannel:
 assert HEADER.size <= META - 8
 
 
+class ShmTransport(Transport):
+    """Ranks of one host: one Unix socket per pair (the control connection; the rings' memfd travels over
+    it), two shared-memory rings, cross-memory attach for large stored messages, the host page."""
+
+    name = "shm"
+    connections = (("ctrl", "unix"),)
+    host_page = True
+
+    def can_connect(self, a: dict, b: dict) -> bool:
+        return a.get("host") is not None and a.get("host") == b.get("host") and bool(a.get("unix")) \
+            and bool(b.get("unix"))
+
+    def connect(self, pair: PairSetup) -> "tuple[ShmChannel, socket.socket]":
+        sock = pair.socks["ctrl"]
+        ch = ShmChannel.create(pair.peer, sock, pair.i_am_low, int(pair.params.get("shm.slot_bytes", SLOT_BYTES)),
+                               int(pair.params.get("shm.slots", SLOTS)))
+        return ch, sock
+
+
+TRANSPORT = ShmTransport()
+
+
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
     buf = b""
     while len(buf) < n:
@@ -301,36 +309,15 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return buf
 
 
-# ---- doorbells: how a rank sleeps until a peer on the same host has news for it -------------------
+# ---- the host page: doorbells (how a rank sleeps until a peer on the same host has news for it) and
+# the slots of the shared-page paths. Code outside this module addresses it through HostPage's methods.
 
-BELL = 64  # bytes per rank on the host page: [0:4) doorbell counter (futex word), [4:8) sleeping flag
-
-
-FAST_SLOT_HDR = 192  # control words, signature, buffer descriptors: the layout is runtime.fastpath's
-
-
-def fast_small_bytes() -> int:
-    """Largest payload of the one-shot shared-page path (INTERLINK_FAST_MAX_BYTES): 64 KiB, where it beats
-    the rings on 2 ranks (all_reduce 64 KiB in place 24 -> 19 us, all_gather 28 -> 13 us, reduce_scatter
-    27 -> 16 us; from 128 KiB the pipelined ring wins all_reduce)."""
-    return _env_int("INTERLINK_FAST_MAX_BYTES", 65536)
+BELL = 64  # bytes per rank on the host page: [0:4) doorbell counter (futex word), [4:8) sleeping flag,
+# [8:16) done word, [16:24) agreement word (see HostPage)
 
 
-def fast_max_bytes() -> int:
-    """Slot size on the host page: the largest all_reduce done in place in shared memory
-    (INTERLINK_SHM_DIRECT_MAX_BYTES; 0 disables the shared-page paths)."""
-    small = fast_small_bytes()
-    if small <= 0:
-        return 0
-    return max(small, _env_int("INTERLINK_SHM_DIRECT_MAX_BYTES", 4 * 1024 * 1024))
-
-
-def ar_direct_min_bytes() -> int:
-    """all_reduce of an all-local group reads the ranks' own buffers above this size
-    (INTERLINK_SHM_AR_DIRECT_MIN_BYTES; 2 ranks with plain numpy buffers: 1 MiB 155 us by the ring vs
-    277 us, 4 MiB 605 vs 480 us; 4 ranks 16 MiB 7.9 vs 5.3 ms; in interlink.empty buffers it wins from
-    256 KiB)."""
-    return _env_int("INTERLINK_SHM_AR_DIRECT_MIN_BYTES", 2 << 20)
+FAST_SLOT_HDR = 192  # bytes at the start of each slot for its user's header (runtime.fastpath lays out its words)
+_PAGE_HELLO = struct.Struct("<QQ")  # nlocal, slot payload bytes: sent with the page's descriptor
 
 
 class HostPage:
@@ -339,13 +326,16 @@ class HostPage:
     Doorbells: a rank with nothing to do sets its sleeping flag, re-checks its work, and futex-waits
     on its doorbell; a peer that publishes data to it (or frees ring space it waits for) bumps the
     doorbell and wakes it when the flag is set. The wait has a timeout, so the control plane is still
-    polled regularly.
+    polled regularly. Next to each rank's doorbell: its *done* word (the last shared-page call it has
+    finished reading: ``done_word``, ``done``) and its *agreement* word (``agree_word``: flags the local
+    ranks AND together once, at init).
 
-    Slots (the small-message fast path): rank i's slot for parity q starts at
-    data_base + (2 i + q) * slot_stride: a FAST_SLOT_HDR-byte header (its words are laid out by
-    runtime.fastpath), then the payload. A strided view over the same parity of every rank gives the
-    ranks' contributions as one 2-D array. After the ranks' slots, one more pair (same layout, index
-    nlocal): the result of an all_reduce that one rank reduces for everyone (oversubscribed hosts).
+    Slots (the small-message fast path): two per rank (parity 0 and 1), then one more pair, index nlocal:
+    the result of an all_reduce that one rank reduces for everyone (oversubscribed hosts). Each slot is
+    a FAST_SLOT_HDR-byte header whose words its user lays out (runtime.fastpath), then up to ``fast_max``
+    bytes of payload. A strided view over the same parity of every rank gives the ranks' contributions as
+    one 2-D array (``stacked``). Where each of these is: ``slot_offset``/``slot_word``, ``done_word``,
+    ``agree_word``, ``sleeping_word``; ``words64``/``words32`` view the whole page as u64/u32 words.
     """
 
     def __init__(self, mm: mmap.mmap, nlocal: int, fast_max: int) -> None:
@@ -367,8 +357,9 @@ class HostPage:
         return ((nlocal * BELL + 4095) // 4096) * 4096 + 2 * (nlocal + 1) * stride
 
     @classmethod
-    def create(cls, nlocal: int) -> tuple["HostPage", int]:
-        fast_max = fast_max_bytes()
+    def create(cls, nlocal: int, fast_max: int) -> tuple["HostPage", int]:
+        """A new page for nlocal ranks whose slots carry up to fast_max bytes (0: doorbells only), and
+        its descriptor (the caller closes it)."""
         size = cls.size(nlocal, fast_max)
         fd = os.memfd_create("interlink-host", os.MFD_CLOEXEC)
         os.ftruncate(fd, size)
@@ -380,21 +371,79 @@ class HostPage:
         mm = mmap.mmap(fd, cls.size(nlocal, fast_max))
         return cls(mm, nlocal, fast_max)
 
+    @classmethod
+    def share(cls, nlocal: int, fast_max: int, socks: "list[socket.socket]") -> "HostPage":
+        """Create the page (the host's lowest rank) and send it over each Unix socket in socks."""
+        page, fd = cls.create(nlocal, fast_max)
+        try:
+            for sock in socks:
+                socket.send_fds(sock, [_PAGE_HELLO.pack(nlocal, fast_max)], [fd])
+        finally:
+            os.close(fd)
+        return page
+
+    @classmethod
+    def receive(cls, sock: socket.socket, timeout: float) -> "HostPage":
+        """The page a peer shares over the Unix socket sock; ConnectionError when it does not arrive."""
+        sock.settimeout(timeout)
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(sock, _PAGE_HELLO.size, 1)
+        finally:
+            sock.settimeout(None)
+        if len(msg) != _PAGE_HELLO.size or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise ConnectionError("the host page did not arrive")
+        try:
+            return cls.attach(fds[0], *_PAGE_HELLO.unpack(msg))
+        finally:
+            os.close(fds[0])
+
     def bell(self, index: int) -> "Bell":
         return Bell(self, index)
 
-    def slot_header(self, index: int, parity: int) -> np.ndarray:
-        off = self.data_base + (2 * index + parity) * self.slot_stride
-        return np.frombuffer(self.mm, dtype=np.uint64, count=5, offset=off)
+    # ---- where things are ----------------------------------------------------------------------
+    def words64(self) -> memoryview:
+        """The whole page as u64 words (what the *_word indices below index)."""
+        return memoryview(self.mm).cast("Q")
+
+    def words32(self) -> memoryview:
+        """The whole page as u32 words (what ``sleeping_word`` indexes)."""
+        return memoryview(self.mm).cast("I")
+
+    def slot_offset(self, index: int, parity: int) -> int:
+        """Byte offset of slot (index, parity)'s header; index nlocal: the shared result slot. Its payload
+        follows FAST_SLOT_HDR bytes later."""
+        return self.data_base + (2 * index + parity) * self.slot_stride
+
+    def slot_word(self, index: int, parity: int) -> int:
+        """u64 word index of slot (index, parity)'s header."""
+        return self.slot_offset(index, parity) // 8
+
+    def done_word(self, index: int) -> int:
+        """u64 word index of local rank index's done word (``done[index]``)."""
+        return index * BELL // 8 + 1
+
+    def agree_word(self, index: int) -> int:
+        """u64 word index of local rank index's agreement word (zero until it writes it)."""
+        return index * BELL // 8 + 2
+
+    def sleeping_word(self, index: int) -> int:
+        """u32 word index of local rank index's sleeping flag (non-zero: ring its bell to wake it)."""
+        return index * BELL // 4 + 1
+
+    def slot_header(self, index: int, parity: int, words: int = 5) -> np.ndarray:
+        """The first ``words`` u64 words of slot (index, parity)'s header."""
+        return np.frombuffer(self.mm, dtype=np.uint64, count=words, offset=self.slot_offset(index, parity))
 
     def result(self, parity: int, dtype: np.dtype, count: int) -> np.ndarray:
         """The shared result slot of this parity (after the ranks' slots) as count elements."""
-        off = self.data_base + (2 * self.nlocal + parity) * self.slot_stride + FAST_SLOT_HDR
+        off = self.slot_offset(self.nlocal, parity) + FAST_SLOT_HDR
         return np.ndarray((count,), dtype=dtype, buffer=self.mm, offset=off)
 
     def stacked(self, parity: int, dtype: np.dtype, count: int) -> np.ndarray:
         """[nlocal, count] view of every rank's payload of this parity."""
-        off = self.data_base + parity * self.slot_stride + FAST_SLOT_HDR
+        off = self.slot_offset(0, parity) + FAST_SLOT_HDR
         return np.ndarray((self.nlocal, count), dtype=dtype, buffer=self.mm, offset=off,
                           strides=(2 * self.slot_stride, dtype.itemsize))
 

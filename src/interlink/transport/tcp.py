@@ -12,7 +12,7 @@ import socket
 
 import numpy as np
 
-from .base import HEADER_SIZE, MsgHeader, Op, PeerClosed, pack_header
+from .base import HEADER_SIZE, MsgHeader, Op, PairSetup, PeerClosed, Transport, pack_header
 
 SMALL = 64 * 1024
 
@@ -32,9 +32,10 @@ def tune_socket(sock: socket.socket) -> None:
 class TcpChannel:
     name = "tcp"
 
-    def __init__(self, peer: int, sock: socket.socket) -> None:
+    def __init__(self, peer: int, sock: socket.socket, local: bool = False) -> None:
         self.peer = peer
         self.sock = sock
+        self.local = local  # the peer is on this host (INTERLINK_TRANSPORT=tcp between local ranks)
         tune_socket(sock)
         sock.setblocking(False)
         self._hdr = bytearray(HEADER_SIZE)
@@ -128,3 +129,21 @@ class TcpChannel:
             self.sock.close()
         except OSError:
             pass
+
+
+class TcpTransport(Transport):
+    """Any pair: a control connection (dead peer, ABORT frames) and a data connection, both TCP."""
+
+    name = "tcp"
+    connections = (("ctrl", "tcp"), ("data", "tcp"))
+
+    def can_connect(self, a: dict, b: dict) -> bool:
+        return bool(a.get("tcp")) and bool(b.get("tcp"))
+
+    def connect(self, pair: PairSetup) -> "tuple[TcpChannel, socket.socket]":
+        data = pair.socks["data"]
+        data.settimeout(None)
+        return TcpChannel(pair.peer, data, local=pair.local), pair.socks["ctrl"]
+
+
+TRANSPORT = TcpTransport()

@@ -1,0 +1,76 @@
+"""The runtime's policy: the sizes at which a call changes how it moves its bytes, and the settings it
+hands the transports. Transports move bytes and know no thresholds; what is worth doing at which size
+is decided here (each figure with the measurement behind it, benchmarks/RESULTS.md), read by the
+executor (one-copy transfers), the shared-page fast paths, the mesh (ring geometry, page slot size) and
+``Group.path_thresholds``. Every value can be overridden by its environment variable.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def env_int(name: str, default: int) -> int:
+    v = os.environ.get(name)
+    return int(v) if v else default
+
+
+# ---- the channels' transfers ----------------------------------------------------------------------
+
+def cma_threshold(collective: str = "") -> int:
+    """Messages a receiver stores go by cross-memory attach (one copy) from this many bytes, where the
+    channel can (shm with CMA allowed: ``Op.bulk``). all_gather from 256 KiB
+    (INTERLINK_CMA_ALLGATHER_MIN_BYTES): there the one copy wins from 256 KiB on two cores (1 MiB on 2
+    ranks: 121 -> 100 us out of place, 91 -> 49 us in place); everything else from 2 MiB
+    (INTERLINK_CMA_MIN_BYTES): below it, the pipelined two-copy ring uses both cores and wins
+    (all_reduce 1 MiB: 152 us with it, 229 us with CMA from 256 KiB; benchmarks/RESULTS.md)."""
+    if collective == "all_gather":
+        return env_int("INTERLINK_CMA_ALLGATHER_MIN_BYTES", 256 * 1024)
+    return env_int("INTERLINK_CMA_MIN_BYTES", 2 * 1024 * 1024)
+
+
+def ring_params() -> tuple[int, int]:
+    """(slot bytes, slots) of each shared-memory ring direction (INTERLINK_SHM_SLOT_BYTES, whole pages,
+    at least one; INTERLINK_SHM_SLOTS, at least 2): 16 x 256 KiB."""
+    slot = env_int("INTERLINK_SHM_SLOT_BYTES", 256 * 1024)
+    nslots = env_int("INTERLINK_SHM_SLOTS", 16)
+    slot = max(4096, (slot // 4096) * 4096)
+    return slot, max(2, nslots)
+
+
+def transport_params() -> dict[str, int]:
+    """What the mesh hands every transport's connect (PairSetup.params)."""
+    slot, nslots = ring_params()
+    return {"shm.slot_bytes": slot, "shm.slots": nslots}
+
+
+# ---- the shared-page paths of an all-local group (runtime/fastpath.py) ----------------------------
+
+def fast_small_bytes() -> int:
+    """Largest payload of the one-shot shared-page path (INTERLINK_FAST_MAX_BYTES): 64 KiB, where it beats
+    the rings on 2 ranks (all_reduce 64 KiB in place 24 -> 19 us, all_gather 28 -> 13 us, reduce_scatter
+    27 -> 16 us; from 128 KiB the pipelined ring wins all_reduce)."""
+    return env_int("INTERLINK_FAST_MAX_BYTES", 65536)
+
+
+def fast_max_bytes() -> int:
+    """Slot size on the host page: the largest all_reduce done in place in shared memory
+    (INTERLINK_SHM_DIRECT_MAX_BYTES; 0 disables the shared-page paths)."""
+    small = fast_small_bytes()
+    if small <= 0:
+        return 0
+    return max(small, env_int("INTERLINK_SHM_DIRECT_MAX_BYTES", 4 * 1024 * 1024))
+
+
+def ar_direct_min_bytes() -> int:
+    """all_reduce of an all-local group reads the ranks' own buffers above this size
+    (INTERLINK_SHM_AR_DIRECT_MIN_BYTES; 2 ranks with plain numpy buffers: 1 MiB 155 us by the ring vs
+    277 us, 4 MiB 605 vs 480 us; 4 ranks 16 MiB 7.9 vs 5.3 ms; in interlink.empty buffers it wins from
+    256 KiB)."""
+    return env_int("INTERLINK_SHM_AR_DIRECT_MIN_BYTES", 2 << 20)
+
+
+def fast_chunk_bytes() -> int:
+    """Bytes per reduction chunk of the streamed shared-page paths (INTERLINK_FAST_CHUNK_BYTES, at least
+    4 KiB): 128 KiB; the own-buffer paths read twice that per piece (64 times by cross-memory attach)."""
+    return max(4096, env_int("INTERLINK_FAST_CHUNK_BYTES", 128 * 1024))
