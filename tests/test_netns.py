@@ -274,6 +274,21 @@ def test_1gbit_link_limits_throughput() -> None:
 
 @pytest.mark.netns
 @pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+def test_a_job_runs_on_hosts_with_two_nics() -> None:
+    """interlink run --nics 2: every rank sees both interfaces in INTERLINK_IFNAME and the job runs (the
+    runtime connects over the first)."""
+    proc = _start(["--emulate-hosts", "2", "--nproc-per-host", "2", "--nics", "2", "--link-rate", "10gbit", JOB,
+                   "probe", str(MiB)])
+    rc, out, err = _finish(proc)
+    assert rc == 0, f"{out[-3000:]}\n{err[-3000:]}"
+    res = _results(out)
+    _check_locality(res, 2, 2)
+    assert all(d["ok"] and len(d["ifname"].split(",")) == 2 for d in res.values()), res
+    _assert_clean(proc.pid)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 def test_three_hosts_on_a_bridge() -> None:
     proc = _start(["--emulate-hosts", "3", "--nproc-per-host", "1", "--link-rate", "10gbit", JOB, "probe",
                    str(MiB)])

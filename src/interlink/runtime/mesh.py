@@ -93,9 +93,10 @@ def _iface_addr(ifname: str) -> str:
 
 
 def bind_address(master_addr: str, master_port: int) -> str:
-    """The address other ranks reach this one at: INTERLINK_IFNAME's address, else the local
-    address of the route toward the master (no packet is sent)."""
-    ifname = os.environ.get("INTERLINK_IFNAME")
+    """The address other ranks reach this one at: INTERLINK_IFNAME's address (of the first interface
+    where it lists several, comma-separated: the others are not used yet), else the local address of the
+    route toward the master (no packet is sent)."""
+    ifname = os.environ.get("INTERLINK_IFNAME", "").split(",")[0].strip()
     if ifname:
         return _iface_addr(ifname)
     try:
