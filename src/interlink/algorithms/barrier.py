@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from .registry import register
 from .schedule import Builder, Schedule, inp, out
+from .traffic import Phase, Traffic, register_traffic
 
 
 @register("barrier", "dissemination")
@@ -22,3 +25,18 @@ def barrier_dissemination(nranks: int, count: int = 0, root: int = 0) -> Schedul
             b.recv(k, r, (r - d) % p, out(0, 0))
         k += 1
     return b.build()
+
+
+@register_traffic("barrier", "dissemination")
+def barrier_dissemination_traffic(nranks: int, count: int = 0, root: int = 0) -> Traffic:
+    """Traffic of :func:`barrier_dissemination`: in round k every rank sends a zero-length message to the
+    rank 2^k above it (count is always 0)."""
+    p = nranks
+    r = np.arange(p, dtype=np.int64)
+    zero = np.zeros(p, dtype=np.int64)
+    phases = []
+    d = 1
+    while d < p:
+        phases.append(Phase(r, (r + d) % p, zero, None))
+        d *= 2
+    return Traffic("barrier", "dissemination", p, 0, tuple(phases))

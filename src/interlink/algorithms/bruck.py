@@ -15,8 +15,12 @@ sends to the rank 2^k below it and receives from the rank 2^k above it (mod p).
 
 from __future__ import annotations
 
+import numpy as np
+
 from .registry import register
+from .ring import _Phases
 from .schedule import Builder, Chunk, Schedule, inp, out, scr
+from .traffic import Traffic, register_traffic
 
 
 def ceil_log2(p: int) -> int:
@@ -109,3 +113,38 @@ def all_to_all_bruck(nranks: int, count: int, root: int = 0) -> Schedule:
                         b.copy(rnd, r, where(r, i, bin(i & low).count("1")), send_slot(k + 1, i))
     b.meta["rounds"] = nrounds
     return b.build()
+
+
+# ---- vectorised traffic for large rank counts ---------------------------------------------------------
+
+
+@register_traffic("all_gather", "bruck")
+def all_gather_bruck_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`all_gather_bruck`: in round k every rank sends min(2^k, p - 2^k) blocks to the rank
+    2^k below it."""
+    p, n = nranks, count
+    out_ = _Phases(p)
+    if n > 0:
+        r = np.arange(p, dtype=np.int64)
+        d = 1
+        while d < p:
+            out_.add(r, (r - d) % p, np.full(p, min(d, p - d) * n, dtype=np.int64), None)
+            d *= 2
+    return out_.traffic("all_gather", "bruck", n)
+
+
+@register_traffic("all_to_all", "bruck")
+def all_to_all_bruck_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`all_to_all_bruck`: in round k every rank sends the blocks whose rotated index
+    (1..p-1) has bit k set, packed into one message, to the rank 2^k above it."""
+    p, n = nranks, count
+    out_ = _Phases(p)
+    if n > 0:
+        r = np.arange(p, dtype=np.int64)
+        for k in range(ceil_log2(p)):
+            # indices i in [1, p) with bit k set: full periods of 2^(k+1) plus the tail
+            period, d = 1 << (k + 1), 1 << k
+            moved = (p // period) * d + max(0, p % period - d)
+            if moved:
+                out_.add(r, (r + d) % p, np.full(p, moved * n, dtype=np.int64), None)
+    return out_.traffic("all_to_all", "bruck", n)

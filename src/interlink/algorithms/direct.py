@@ -8,8 +8,12 @@ floating-point results are identical bit for bit across ranks.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .registry import register
+from .ring import _Phases, split_sizes
 from .schedule import Builder, Chunk, Schedule, inp, out, scr, split
+from .traffic import Traffic, register_traffic
 
 
 def _slot(j: int, me: int) -> int:
@@ -147,3 +151,125 @@ def scatter_direct(nranks: int, count: int, root: int = 0) -> Schedule:
         if j != root:
             b.transfer(0, root, j, inp(j * n, n), out(0, n))
     return b.build()
+
+
+# ---- vectorised traffic for large rank counts ---------------------------------------------------------
+# One round each (two for twoshot): every pair (r, j), r != j, as numpy arrays. Direct algorithms send
+# p(p - 1) messages per round, so their traffic grows with the square of the rank count (the model leaves
+# them out where that is too many messages to price: ``messages`` below).
+
+
+def _pairs(p: int) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) of every ordered pair of distinct ranks, source-major."""
+    r = np.repeat(np.arange(p, dtype=np.int64), p - 1)
+    k = np.tile(np.arange(1, p, dtype=np.int64), p)
+    return r, (r + k) % p
+
+
+def _to_root(p: int, root: int) -> np.ndarray:
+    """The ranks other than root."""
+    j = np.arange(p, dtype=np.int64)
+    return j[j != root]
+
+
+def _quadratic(p: int, **_: object) -> int:
+    return p * max(p - 1, 0)
+
+
+def _linear(p: int, **_: object) -> int:
+    return max(p - 1, 0)
+
+
+@register_traffic("all_reduce", "direct", messages=_quadratic)
+def all_reduce_direct_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`all_reduce_direct`: every pair sends n; every rank reduces (p - 1)n."""
+    p, n = nranks, count
+    out = _Phases(p)
+    if n > 0 and p > 1:
+        src, dst = _pairs(p)
+        out.add(src, dst, np.full(src.size, n, dtype=np.int64), np.full(p, (p - 1) * n, dtype=np.int64))
+    return out.traffic("all_reduce", "direct", n)
+
+
+@register_traffic("all_reduce", "twoshot", messages=lambda p, **_: 2 * _quadratic(p))
+def all_reduce_twoshot_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`all_reduce_twoshot`: round 0, r sends block j to j (reduced there); round 1, r
+    sends its reduced block r to every other rank."""
+    p, n = nranks, count
+    out = _Phases(p)
+    if n > 0 and p > 1:
+        blk = split_sizes(n, p)
+        src, dst = _pairs(p)
+        keep = blk[dst] > 0
+        out.add(src[keep], dst[keep], blk[dst][keep], (p - 1) * blk)
+        keep = blk[src] > 0
+        out.add(src[keep], dst[keep], blk[src][keep], None)
+    return out.traffic("all_reduce", "twoshot", n)
+
+
+@register_traffic("broadcast", "direct", messages=_linear)
+def broadcast_direct_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`broadcast_direct`: the root sends n to every other rank."""
+    p, n = nranks, count
+    out = _Phases(p)
+    if n > 0 and p > 1:
+        dst = _to_root(p, root)
+        out.add(np.full(dst.size, root, dtype=np.int64), dst, np.full(dst.size, n, dtype=np.int64), None)
+    return out.traffic("broadcast", "direct", n)
+
+
+@register_traffic("reduce", "direct", messages=_linear)
+def reduce_direct_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`reduce_direct`: every other rank sends n to the root, which reduces (p - 1)n."""
+    p, n = nranks, count
+    out = _Phases(p)
+    if n > 0 and p > 1:
+        src = _to_root(p, root)
+        red = np.zeros(p, dtype=np.int64)
+        red[root] = (p - 1) * n
+        out.add(src, np.full(src.size, root, dtype=np.int64), np.full(src.size, n, dtype=np.int64), red)
+    return out.traffic("reduce", "direct", n)
+
+
+@register_traffic("all_gather", "direct", messages=_quadratic)
+def all_gather_direct_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`all_gather_direct`: every pair sends one block of n."""
+    p, n = nranks, count
+    out = _Phases(p)
+    if n > 0 and p > 1:
+        src, dst = _pairs(p)
+        out.add(src, dst, np.full(src.size, n, dtype=np.int64), None)
+    return out.traffic("all_gather", "direct", n)
+
+
+@register_traffic("reduce_scatter", "direct", messages=_quadratic)
+def reduce_scatter_direct_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`reduce_scatter_direct`: every pair sends one block of n; each rank reduces (p - 1)n."""
+    p, n = nranks, count
+    out = _Phases(p)
+    if n > 0 and p > 1:
+        src, dst = _pairs(p)
+        out.add(src, dst, np.full(src.size, n, dtype=np.int64), np.full(p, (p - 1) * n, dtype=np.int64))
+    return out.traffic("reduce_scatter", "direct", n)
+
+
+@register_traffic("gather", "direct", messages=_linear)
+def gather_direct_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`gather_direct`: every other rank sends its block of n to the root."""
+    p, n = nranks, count
+    out = _Phases(p)
+    if n > 0 and p > 1:
+        src = _to_root(p, root)
+        out.add(src, np.full(src.size, root, dtype=np.int64), np.full(src.size, n, dtype=np.int64), None)
+    return out.traffic("gather", "direct", n)
+
+
+@register_traffic("scatter", "direct", messages=_linear)
+def scatter_direct_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`scatter_direct`: the root sends block j (n) to rank j."""
+    p, n = nranks, count
+    out = _Phases(p)
+    if n > 0 and p > 1:
+        dst = _to_root(p, root)
+        out.add(np.full(dst.size, root, dtype=np.int64), dst, np.full(dst.size, n, dtype=np.int64), None)
+    return out.traffic("scatter", "direct", n)

@@ -305,3 +305,119 @@ def all_reduce_hierarchical_traffic(nranks: int, count: int, root: int = 0,
         rings.phases(0, False, out)  # all-gather along each lane
     _intra_stage(p, L, H, psz, 0, False, out)
     return out.traffic("all_reduce", "hierarchical", n)
+
+
+def _lane_owners(p: int, L: int, H: int) -> np.ndarray:
+    """(L, H) array: the rank that owns lane l in host h (every host full but possibly the last)."""
+    m_last = p - (H - 1) * L
+    lanes = np.arange(L, dtype=np.int64)
+    owners = lanes[:, None] + L * np.arange(H, dtype=np.int64)[None, :]
+    owners[:, H - 1] = (H - 1) * L + lanes * m_last // L
+    return owners
+
+
+@register_traffic("all_gather", "hierarchical")
+def all_gather_hierarchical_traffic(nranks: int, count: int, root: int = 0,
+                                    local_size: int | None = None) -> Traffic:
+    """Traffic of :func:`all_gather_hierarchical`: H - 1 rounds of the lane rings across hosts (member h of
+    lane l's ring sends the block of host h - t; a short last host holds a block only in the first lane of
+    each of its ranks), then L - 1 rounds of the rings inside every host (local rank c sends the blocks of
+    its lanes from every host; a short host stops after m - 1 rounds)."""
+    p, n = nranks, count
+    L = resolve_local_size(p, local_size)
+    H = -(-p // L)
+    out_ = _Phases(p)
+    if p == 1 or n == 0:
+        return out_.traffic("all_gather", "hierarchical", n)
+    m_last = p - (H - 1) * L
+    lanes = np.arange(L, dtype=np.int64)
+    # lane l holds a block in the last host iff it is the first lane of its owner there
+    c_last = lanes * m_last // L
+    first_last = -(-c_last * L // m_last) == lanes
+    has = np.ones((L, H), dtype=bool)
+    has[:, H - 1] = first_last
+    if H > 1:
+        owners = _lane_owners(p, L, H)
+        src = owners.reshape(-1)
+        dst = np.roll(owners, -1, axis=1).reshape(-1)
+        hcol = np.arange(H, dtype=np.int64)
+        for t in range(H - 1):
+            el = np.where(has[:, (hcol - t) % H], n, 0).reshape(-1)
+            ok = el > 0
+            out_.add(src[ok], dst[ok], el[ok], None)
+    if L > 1:
+        # blocks inside a host: local rank c of a host of m ranks holds lanes [first, end) from every host
+        per_lane = has.sum(axis=1) * n
+        cs = np.concatenate([[0], np.cumsum(per_lane)])
+
+        def ring(m: int, base: int):
+            c = np.arange(m, dtype=np.int64)
+            first, end = -(-c * L // m), -(-(c + 1) * L // m)
+            return base + c, base + (c + 1) % m, cs[end] - cs[first]
+
+        full = H if m_last == L else H - 1
+        rings = [ring(L, h * L) for h in range(full)] if full else []
+        short = ring(m_last, (H - 1) * L) if m_last < L and m_last > 1 else None
+        if rings:
+            fsrc = np.concatenate([r[0] for r in rings])
+            fdst = np.concatenate([r[1] for r in rings])
+            fblk = rings[0][2]
+        for t in range(L - 1):
+            srcs, dsts, els = [], [], []
+            if rings:
+                i = np.arange(L, dtype=np.int64)
+                srcs.append(fsrc), dsts.append(fdst), els.append(np.tile(fblk[(i - t) % L], full))
+            if short is not None and t < m_last - 1:
+                i = np.arange(m_last, dtype=np.int64)
+                srcs.append(short[0]), dsts.append(short[1]), els.append(short[2][(i - t) % m_last])
+            if srcs:
+                el = np.concatenate(els)
+                ok = el > 0
+                out_.add(np.concatenate(srcs)[ok], np.concatenate(dsts)[ok], el[ok], None)
+    return out_.traffic("all_gather", "hierarchical", n)
+
+
+def _binomial_pairs(m: int, root_index: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sender, receiver) member indices of the binomial broadcast's round with distance d among m."""
+    v = np.arange(max(0, min(d, m - d)), dtype=np.int64)
+    return (root_index + v) % m, (root_index + v + d) % m
+
+
+@register_traffic("broadcast", "hierarchical")
+def broadcast_hierarchical_traffic(nranks: int, count: int, root: int = 0,
+                                   local_size: int | None = None) -> Traffic:
+    """Traffic of :func:`broadcast_hierarchical`: ceil(lg H) rounds of the binomial tree over the host
+    leaders, then ceil(lg L) rounds of the binomial trees of every host at once (a short host's tree
+    finishes earlier)."""
+    p, n = nranks, count
+    L = resolve_local_size(p, local_size)
+    H = -(-p // L)
+    out_ = _Phases(p)
+    if p == 1 or n == 0:
+        return out_.traffic("broadcast", "hierarchical", n)
+    m_last = p - (H - 1) * L
+    root_host, root_local = root // L, root % L
+    lead_local = np.full(H, root_local, dtype=np.int64)
+    lead_local[H - 1] = min(root_local, m_last - 1)
+    leaders = np.arange(H, dtype=np.int64) * L + lead_local
+    d = 1
+    while d < H:
+        a, b = _binomial_pairs(H, root_host, d)
+        out_.add(leaders[a], leaders[b], np.full(a.size, n, dtype=np.int64), None)
+        d *= 2
+    full = H if m_last == L else H - 1
+    base = np.arange(full, dtype=np.int64)[:, None] * L
+    d = 1
+    while d < L:
+        srcs, dsts = [], []
+        a, b = _binomial_pairs(L, root_local, d)
+        if full and a.size:
+            srcs.append((base + a[None, :]).reshape(-1)), dsts.append((base + b[None, :]).reshape(-1))
+        if m_last < L:
+            a, b = _binomial_pairs(m_last, int(lead_local[H - 1]), d)
+            srcs.append((H - 1) * L + a), dsts.append((H - 1) * L + b)
+        src = np.concatenate(srcs)
+        if src.size:
+            out_.add(src, np.concatenate(dsts), np.full(src.size, n, dtype=np.int64), None)
+        d *= 2
+    return out_.traffic("broadcast", "hierarchical", n)

@@ -6,8 +6,11 @@ Bandwidth-optimal for all-to-all (each block crosses the network once); latency 
 
 from __future__ import annotations
 
+import numpy as np
+
 from .registry import register
 from .schedule import Builder, Schedule, inp, out
+from .traffic import Phase, Traffic, register_traffic
 
 
 @register("all_to_all", "pairwise")
@@ -24,3 +27,16 @@ def all_to_all_pairwise(nranks: int, count: int, root: int = 0) -> Schedule:
             to = (r + k) % p
             b.transfer(k - 1, r, to, inp(to * n, n), out(r * n, n))
     return b.build()
+
+
+@register_traffic("all_to_all", "pairwise", messages=lambda p, **_: p * max(p - 1, 0))
+def all_to_all_pairwise_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`all_to_all_pairwise`: in round k - 1 (k = 1..p-1) every rank sends one block to the
+    rank k above it. The p - 1 rounds have different pairs: p(p - 1) messages are stored."""
+    p, n = nranks, count
+    phases = []
+    if n > 0 and p > 1:
+        r = np.arange(p, dtype=np.int64)
+        el = np.full(p, n, dtype=np.int64)
+        phases = [Phase(r, (r + k) % p, el, None) for k in range(1, p)]
+    return Traffic("all_to_all", "pairwise", p, n, tuple(phases))

@@ -10,8 +10,12 @@ costs 2 rounds; an all-reduce pays the whole buffer on each of them.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .registry import register
+from .ring import _Phases, split_sizes
 from .schedule import Builder, Schedule, inp, out, scr, split
+from .traffic import Traffic, register_traffic
 
 
 # ---- the MPICH fold ---------------------------------------------------------------------------
@@ -232,6 +236,143 @@ def reduce_scatter_recursive_halving(nranks: int, count: int, root: int = 0) -> 
     for i in range(extra):  # unfold: the odd rank also reduced its partner's block
         b.transfer(rnd, 2 * i + 1, 2 * i, scr(2 * i * n, n), out(0, n))
     return b.build()
+
+
+# ---- vectorised traffic for large rank counts ---------------------------------------------------------
+# lg p' core rounds of p' pairs each (+ the fold's rounds of r pairs), as numpy arrays.
+
+
+def _core(p: int) -> tuple[int, int, np.ndarray]:
+    """(p', r, the real rank of every core rank)."""
+    pp, extra = fold(p)
+    j = np.arange(pp, dtype=np.int64)
+    return pp, extra, np.where(j < extra, 2 * j + 1, j + extra)
+
+
+def _fold_pairs(extra: int) -> tuple[np.ndarray, np.ndarray]:
+    """(even, odd) ranks of the folded pairs."""
+    even = 2 * np.arange(extra, dtype=np.int64)
+    return even, even + 1
+
+
+@register_traffic("all_reduce", "recursive_doubling")
+def all_reduce_recursive_doubling_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`all_reduce_recursive_doubling`: the fold (n from each even rank of a pair, reduced
+    by the odd one), lg p' rounds where every core rank exchanges n with its partner and reduces it, the
+    unfold (n back to each even rank)."""
+    p, n = nranks, count
+    out_ = _Phases(p)
+    if n > 0 and p > 1:
+        pp, extra, real = _core(p)
+        even, odd = _fold_pairs(extra)
+        full = np.full(max(pp, extra), n, dtype=np.int64)
+        red = np.zeros(p, dtype=np.int64)
+        red[odd] = n
+        out_.add(even, odd, full[:extra], red)
+        red = np.zeros(p, dtype=np.int64)
+        red[real] = n
+        j = np.arange(pp, dtype=np.int64)
+        mask = 1
+        while mask < pp:
+            out_.add(real, real[j ^ mask], full[:pp], red)
+            mask <<= 1
+        out_.add(odd, even, full[:extra], None)
+    return out_.traffic("all_reduce", "recursive_doubling", n)
+
+
+@register_traffic("all_reduce", "rabenseifner")
+def all_reduce_rabenseifner_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`all_reduce_rabenseifner`: the fold, lg p' recursive-halving rounds (each core rank
+    sends the half of its window it gives away and reduces the half it keeps), lg p' recursive-doubling
+    rounds retracing them, the unfold."""
+    p, n = nranks, count
+    out_ = _Phases(p)
+    if n > 0 and p > 1:
+        pp, extra, real = _core(p)
+        even, odd = _fold_pairs(extra)
+        full = np.full(extra, n, dtype=np.int64)
+        red = np.zeros(p, dtype=np.int64)
+        red[odd] = n
+        out_.add(even, odd, full, red)
+        cs = np.concatenate([[0], np.cumsum(split_sizes(n, pp))])
+        j = np.arange(pp, dtype=np.int64)
+        lo, hi = np.zeros(pp, dtype=np.int64), np.full(pp, pp, dtype=np.int64)
+        history = []
+        mask = 1
+        while mask < pp:
+            history.append((lo, hi))
+            mid = (lo + hi) // 2
+            up = (j & mask) != 0
+            klo, khi = np.where(up, mid, lo), np.where(up, hi, mid)
+            glo, ghi = np.where(up, lo, mid), np.where(up, mid, hi)
+            give, keep = cs[ghi] - cs[glo], cs[khi] - cs[klo]
+            ok = give > 0
+            red = np.zeros(p, dtype=np.int64)
+            red[real] = keep
+            out_.add(real[ok], real[j ^ mask][ok], give[ok], red)
+            lo, hi = klo, khi
+            mask <<= 1
+        for step in range(len(history) - 1, -1, -1):
+            mask = 1 << step
+            mine = cs[hi] - cs[lo]
+            ok = mine > 0
+            out_.add(real[ok], real[j ^ mask][ok], mine[ok], None)
+            lo, hi = history[step]
+        out_.add(odd, even, full, None)
+    return out_.traffic("all_reduce", "rabenseifner", n)
+
+
+@register_traffic("all_gather", "recursive_doubling")
+def all_gather_recursive_doubling_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`all_gather_recursive_doubling`: the fold (one block to each odd rank of a pair),
+    lg p' rounds where core rank j sends the blocks of its aligned window of 2^k core ranks, the unfold
+    (every block but its own to each even rank)."""
+    p, n = nranks, count
+    out_ = _Phases(p)
+    if n > 0 and p > 1:
+        pp, extra, real = _core(p)
+        even, odd = _fold_pairs(extra)
+        start = np.concatenate([np.where(np.arange(pp) < extra, 2 * np.arange(pp), np.arange(pp) + extra),
+                                [pp + extra]]).astype(np.int64)
+        out_.add(even, odd, np.full(extra, n, dtype=np.int64), None)
+        j = np.arange(pp, dtype=np.int64)
+        mask = 1
+        while mask < pp:
+            mine = (j // mask) * mask
+            out_.add(real, real[j ^ mask], (start[mine + mask] - start[mine]) * n, None)
+            mask <<= 1
+        out_.add(odd, even, np.full(extra, (p - 1) * n, dtype=np.int64), None)
+    return out_.traffic("all_gather", "recursive_doubling", n)
+
+
+@register_traffic("reduce_scatter", "recursive_halving")
+def reduce_scatter_recursive_halving_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`reduce_scatter_recursive_halving`: the fold (a whole input, pn, to each odd rank of
+    a pair, reduced there), lg p' distance-halving rounds (core rank j sends the half of its window of
+    blocks it gives away and reduces the half it keeps), the unfold (its block to each even rank)."""
+    p, n = nranks, count
+    out_ = _Phases(p)
+    if n > 0 and p > 1:
+        pp, extra, real = _core(p)
+        even, odd = _fold_pairs(extra)
+        start = np.concatenate([np.where(np.arange(pp) < extra, 2 * np.arange(pp), np.arange(pp) + extra),
+                                [pp + extra]]).astype(np.int64)
+        red = np.zeros(p, dtype=np.int64)
+        red[odd] = n * p
+        out_.add(even, odd, np.full(extra, n * p, dtype=np.int64), red)
+        j = np.arange(pp, dtype=np.int64)
+        mask = pp // 2
+        while mask >= 1:
+            lo = (j // (2 * mask)) * 2 * mask
+            up = (j & mask) != 0
+            a = np.where(up, lo + mask, lo)  # the half j keeps
+            g = np.where(up, lo, lo + mask)  # the half it gives
+            red = np.zeros(p, dtype=np.int64)
+            red[real] = (start[a + mask] - start[a]) * n
+            out_.add(real, real[j ^ mask], (start[g + mask] - start[g]) * n, red)
+            mask //= 2
+        out_.add(odd, even, np.full(extra, n, dtype=np.int64), None)
+    return out_.traffic("reduce_scatter", "recursive_halving", n)
 
 
 __all__ = [

@@ -297,6 +297,111 @@ def _nvls_tree_traffic(p: int, n: int, segments: int | None, L: int, algorithm: 
     return Traffic("all_reduce", algorithm, p, n, tuple(phases), groups)
 
 
+def _collnet_traffic(p: int, n: int, segments: int | None, local_size: int | None, algorithm: str) -> "Traffic":
+    """Traffic of :func:`all_reduce_collnet_direct` / :func:`all_reduce_collnet_chain`, as
+    :func:`~interlink.algorithms.traffic.from_schedule` gives it, one numpy pass per round over the chunks
+    and hosts: the round's messages (NVLink sends, each member's partial sum up to the SHARP switch
+    once per group, the results' hand-offs from channel 0 to channel 1), then the switch's results down to
+    their readers (gated by the channel that reads them next: 1, or none on one rank per host)."""
+    import numpy as np
+
+    from .ring import split_sizes
+    from .traffic import Phase, Traffic
+    from .trees import host_blocks
+
+    L, H = host_blocks(p, local_size)
+    sizes = split_sizes(n, L)
+    S = nvls_segments(int(sizes.max(initial=0)), segments)
+    seg = np.stack([split_sizes(int(c), S) for c in sizes.tolist()])  # (L, S)
+    SW = p
+    chain = algorithm == "collnet_chain"
+    last = S - 1 + (2 * L - 1 if chain else 3)
+    hosts = np.arange(H, dtype=np.int64)[:, None] * L  # (H, 1)
+    lanes = np.arange(L, dtype=np.int64)
+    gate_ch = 1 if L > 1 else -1
+    phases: list = []
+
+    def add(ph) -> None:
+        if phases and phases[-1].same_as(ph):
+            phases[-1] = phases[-1].with_repeat(phases[-1].repeat + 1)
+        else:
+            phases.append(ph)
+
+    for k in range(last + 1):
+        parts = []  # (src, dst, elems, channel, after, key j)
+        red = np.zeros(p, dtype=np.int64)
+
+        def emit(src, dst, el, ch, aft, j, reduce=False):
+            src, dst, el, j = (np.broadcast_to(x, np.broadcast(src, dst, el, j).shape).reshape(-1)
+                               for x in (src, dst, el, j))
+            ok = el > 0
+            src, dst, el, j = src[ok], dst[ok], el[ok], j[ok]
+            parts.append((src, dst, el, np.full(src.size, ch, np.int64), np.full(src.size, aft, np.int64), j))
+            if reduce:
+                np.add.at(red, dst, el)
+
+        def seg_at(s):
+            """(chunks j, their size of segment s[j]) where s is in range."""
+            s = np.broadcast_to(s, (L,))
+            ok = (s >= 0) & (s < S)
+            return lanes[ok], seg[lanes[ok], s[ok]]
+
+        if not chain:
+            if L > 1:  # the host's parts to the owner (reduced there), then the result back (channel 1)
+                q = lanes[None, :]
+                for s_, up in ((k - 1, True), (k - 3, False)):
+                    j, el = seg_at(np.full(L, s_))
+                    if j.size:
+                        jj, qq = np.broadcast_arrays(j[:, None], q)
+                        keep = jj != qq
+                        jj, qq = jj[keep], qq[keep]
+                        e = np.broadcast_to(el[:, None], keep.shape)[keep]
+                        own, oth = hosts + jj[None, :], hosts + qq[None, :]
+                        if up:
+                            emit(oth, own, e[None, :], 0, -1, jj[None, :], reduce=True)
+                        else:
+                            emit(own, oth, e[None, :], 1, 0, jj[None, :])
+            sw = k - 2
+        else:
+            if L > 1:  # up the chains (position pos of chunk j's chain: local rank (j + 1 + pos) % L)
+                pos = np.arange(1, L, dtype=np.int64)
+                for pp in pos.tolist():
+                    j, el = seg_at(np.full(L, k - pp))
+                    if j.size:
+                        emit(hosts + (j + pp) % L, hosts + (j + pp + 1) % L, el[None, :], 0, -1, j[None, :],
+                             reduce=True)
+                for d in range(1, L):  # back down (channel 1; the first hop hands over from channel 0)
+                    j, el = seg_at(np.full(L, k - L - d))
+                    if j.size:
+                        emit(hosts + (j + 1 - d) % L, hosts + (j - d) % L, el[None, :], 1, 0 if d == 1 else -1,
+                             j[None, :])
+            sw = k - L
+        down = None
+        if H > 1:
+            j, el = seg_at(np.full(L, sw))
+            if j.size:
+                g = hosts + j[None, :]
+                emit(g, np.full(g.shape, SW, np.int64), el[None, :], 0, -1, j[None, :])
+                ok = el > 0
+                down = ((hosts + j[ok][None, :]).reshape(-1), np.broadcast_to(el[ok][None, :], (H, int(ok.sum()))
+                                                                               ).reshape(-1))
+        if parts:
+            src, dst, el, ch, af, key = (np.concatenate([x[i] for x in parts]) for i in range(6))
+            o = np.argsort(key, kind="stable")  # the builder's order (chunk by chunk): merged pairs keep the first
+            src, dst, el, ch, af = src[o], dst[o], el[o], ch[o], af[o]
+        else:
+            src = dst = el = ch = af = np.zeros(0, dtype=np.int64)
+        if src.size or red.any():
+            add(Phase(src, dst, el, red if red.any() else None, 1, ch if ch.any() else None, True,
+                      af if (af >= 0).any() else None))
+        if down is not None and down[0].size:
+            d, e = down
+            gate = None if gate_ch == 0 else np.full(d.size, gate_ch, np.int64)
+            add(Phase(np.full(d.size, SW, np.int64), d, e.astype(np.int64), None, 1, None, True, None, gate))
+    groups = tuple(tuple(range(j, p, L)) for j in range(L) if sizes[j] > 0) if H > 1 else ()
+    return Traffic("all_reduce", algorithm, p, n, tuple(phases), groups, "sharp")
+
+
 def _register_traffic() -> None:
     from .traffic import register_traffic
 
@@ -308,6 +413,16 @@ def _register_traffic() -> None:
     def nvls_tree_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None,
                           local_size: int | None = None):
         return _nvls_tree_traffic(nranks, count, segments, int(local_size or nranks), "nvls_tree")
+
+    @register_traffic("all_reduce", "collnet_direct")
+    def collnet_direct_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None,
+                               local_size: int | None = None):
+        return _collnet_traffic(nranks, count, segments, local_size, "collnet_direct")
+
+    @register_traffic("all_reduce", "collnet_chain")
+    def collnet_chain_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None,
+                              local_size: int | None = None):
+        return _collnet_traffic(nranks, count, segments, local_size, "collnet_chain")
 
 
 _register_traffic()

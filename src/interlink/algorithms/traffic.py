@@ -367,17 +367,42 @@ def _handoff(writes: dict, x: int, k: int, c, ch: int) -> int:
 
 TrafficFn = Callable[..., Traffic]
 _FAST: dict[tuple[str, str], TrafficFn] = {}
+_MESSAGES: dict[tuple[str, str], Callable[..., int]] = {}
 
 
-def register_traffic(collective: str, algorithm: str) -> Callable[[TrafficFn], TrafficFn]:
+def register_traffic(collective: str, algorithm: str, messages: Callable[..., int] | None = None
+                     ) -> Callable[[TrafficFn], TrafficFn]:
     """Register a vectorised generator ``fn(nranks, count, root=0, **params) -> Traffic`` that must
-    equal :func:`from_schedule` of the registered builder (tests check it)."""
+    equal :func:`from_schedule` of the registered builder (tests check it).
+
+    ``messages(nranks, **params) -> int``: for generators whose traffic grows faster than about
+    p log p messages (direct algorithms, pairwise exchange: p(p - 1)), the number of messages its stored
+    phases hold (a run of identical rounds counts once), so that a caller can tell beforehand that a rank
+    count is too large to price (:func:`stored_messages`)."""
 
     def deco(fn: TrafficFn) -> TrafficFn:
         _FAST[(collective, algorithm)] = fn
+        if messages is not None:
+            _MESSAGES[(collective, algorithm)] = messages
         return fn
 
     return deco
+
+
+def has_generator(collective: str, algorithm: str) -> bool:
+    """Whether (collective, algorithm) has a registered vectorised traffic generator."""
+    from . import registry
+
+    registry.get_entry(collective, algorithm)  # loads the families
+    return (collective, algorithm) in _FAST
+
+
+def stored_messages(collective: str, algorithm: str, nranks: int, **params) -> int | None:
+    """The messages the generator's traffic holds at ``nranks`` when it declared them (quadratic
+    algorithms), else None (about p log p or fewer per round: no concern)."""
+    has_generator(collective, algorithm)
+    fn = _MESSAGES.get((collective, algorithm))
+    return None if fn is None else int(fn(nranks, **params))
 
 
 # above this many (rank x round) cells, a Schedule of objects is too slow to build

@@ -475,6 +475,51 @@ def broadcast_binomial_traffic(nranks: int, count: int, root: int = 0) -> Traffi
     return out.traffic("broadcast", "binomial", n)
 
 
+@register_traffic("reduce", "binomial")
+def reduce_binomial_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`reduce_binomial`: in round k relative ranks w = 2^k mod 2^(k+1) send the buffer
+    to w - 2^k, which reduces it."""
+    p, n = nranks, count
+    out_ = _Phases(p)
+    if n > 0:
+        for k in range(ceil_log2(p)):
+            step = 1 << k
+            w = np.arange(step, p, 2 * step, dtype=np.int64)
+            dst = (w - step + root) % p
+            red = np.zeros(p, dtype=np.int64)
+            red[dst] = n
+            out_.add((w + root) % p, dst, np.full(w.size, n, dtype=np.int64), red)
+    return out_.traffic("reduce", "binomial", n)
+
+
+@register_traffic("gather", "binomial")
+def gather_binomial_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`gather_binomial`: in round k relative rank v = 2^k mod 2^(k+1) sends its subtree's
+    min(2^k, p - v) blocks to v - 2^k."""
+    p, n = nranks, count
+    out_ = _Phases(p)
+    if n > 0:
+        for k in range(ceil_log2(p)):
+            step = 1 << k
+            v = np.arange(step, p, 2 * step, dtype=np.int64)
+            out_.add((v + root) % p, (v - step + root) % p, np.minimum(step, p - v) * n, None)
+    return out_.traffic("gather", "binomial", n)
+
+
+@register_traffic("scatter", "binomial")
+def scatter_binomial_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    """Traffic of :func:`scatter_binomial`: for k from ceil(lg p) - 1 down to 0, relative rank v (a multiple
+    of 2^(k+1)) sends the min(2^k, p - w) blocks of the subtree of w = v + 2^k to w."""
+    p, n = nranks, count
+    out_ = _Phases(p)
+    if n > 0:
+        for k in range(ceil_log2(p) - 1, -1, -1):
+            step = 1 << k
+            w = np.arange(step, p, 2 * step, dtype=np.int64)
+            out_.add((w - step + root) % p, (w + root) % p, np.minimum(step, p - w) * n, None)
+    return out_.traffic("scatter", "binomial", n)
+
+
 @register_traffic("all_reduce", "nccl_tree")
 def all_reduce_nccl_tree_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None,
                                  channels: int = 2, local_size: int | None = None,
