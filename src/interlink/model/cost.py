@@ -37,10 +37,12 @@ factor (up to ``host.dram_factor`` once the host's working set, 2 x S per rank, 
 up. The shared-memory paths of an all-local group (``fast``, ``fast2``, ``fastd``) are still closed forms
 here (:func:`_fast`): they are not Schedules yet.
 
-Large rank counts: traffic comes from :func:`interlink.algorithms.traffic.traffic` (a vectorised
-generator where the algorithm family registers one: ring, hierarchical, tree, nccl_tree, nvls, nvls_tree,
-binomial broadcast); without one, Schedules are built up to :data:`SCHEDULE_RANKS_LIMIT` ranks, and beyond that the
-closed-form costs of ``docs/reference.md`` section 3 are used (the row's ``method`` says which). Path
+Every algorithm is priced from its Schedule's traffic at any rank count: every registered algorithm has a
+vectorised generator (:func:`interlink.algorithms.traffic.register_traffic`, equal to
+:func:`~interlink.algorithms.traffic.from_schedule` of the builder: tests/test_traffic_generators.py), so no
+Schedule of objects is built and no closed form is used (the closed forms of ``docs/reference.md`` section 3
+are test oracles only: :mod:`interlink.model.closed_form`). Algorithms whose traffic grows as p(p - 1)
+messages (direct, pairwise) are left out, with a note, beyond :data:`MESSAGES_LIMIT` messages. Path
 lookups are vectorised: :meth:`interlink.topology.PathTable.classify` maps every message to a *path class*
 and looks up one path per class (cached per topology, shared with the simulator).
 """
@@ -78,12 +80,13 @@ __all__ = [
     "host_terms",
     "count_for",
     "itemsize_of",
-    "SCHEDULE_RANKS_LIMIT",
+    "MESSAGES_LIMIT",
     "PER_RANK_SPLIT",
 ]
 
-#: Without a vectorised traffic generator, Schedules are built up to this many ranks (beyond: closed form).
-SCHEDULE_RANKS_LIMIT = 256
+#: Algorithms whose traffic holds more messages than this (direct algorithms and pairwise exchange: p(p - 1),
+#: 4M at 2,048 ranks) are left out of a prediction, with a note: pricing them would take minutes.
+MESSAGES_LIMIT = 4_500_000
 
 #: Collectives whose nccl-tests size S is count x itemsize x nranks (count is one rank's block).
 PER_RANK_SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
@@ -129,7 +132,7 @@ class Candidate:
     time_us: float
     algbw_gbps: float
     busbw_gbps: float
-    method: str = "schedule"  # schedule | traffic | closed-form | nvls | fast
+    method: str = "traffic"  # traffic (the Schedule's, from its generator) | shared memory (fast paths)
     channels: int = 1
     note: str = ""
 
@@ -639,95 +642,6 @@ def cpu_terms(traffic: Traffic, topology: Topology, *, itemsize: int = 4, transp
     return out
 
 
-# ---- closed forms (docs/reference.md section 3) for rank counts beyond a Schedule --------------------
-
-
-def _closed_form(collective: str, algorithm: str, p: int, count: int, itemsize: int, info: _TopoInfo,
-                 params: Params, protocol: str, channels: int, local_size: int,
-                 transport: str | None) -> Estimate | None:
-    lg = max(1, math.ceil(math.log2(p))) if p > 1 else 0
-    H = info.nhosts
-    L = max(1, local_size)
-    gpu = info.gpu
-    if p == 1:
-        return Estimate(0.0, 0.0, 0.0, 0.0, 0, protocol, 1, "gpu" if gpu else "cpu", ("closed form",))
-    r0 = 0
-    intra_peer = 1 if info.ranks_on_host[info.host[0]] > 1 else None
-    inter_peer = int(np.flatnonzero(info.host != info.host[0])[0]) if H > 1 else None
-
-    def link(peer: int | None, ch: int) -> tuple[float, float]:
-        """(alpha us, beta s/B) of the path from rank 0 to peer."""
-        if peer is None:
-            return 0.0, 0.0
-        bw, lat, kind, cross = info.classify(np.array([r0]), np.array([peer]),
-                                             tcp=transport == "tcp" and not gpu)
-        if gpu:
-            a = params.hop_latency_us(_HOP_KINDS[int(kind[0])], protocol)
-            b = 1.0 / (bw[0] * 1e9 * params.efficiency(protocol))
-        else:
-            t = "tcp" if (cross[0] or transport == "tcp") else "shm"
-            a, _, hb, op = _host_rates(params, t)
-            a += 2 * op
-            a += float(lat[0]) if cross[0] else 0.0
-            wire = 1.0 / (bw[0] * 1e9)
-            b = wire if hb is None else (max(hb, wire) if cross[0] else hb)
-            b *= float(info.oversub[0])
-        return a, (b / ch if cross[0] else b)
-
-    ring_like = algorithm.startswith("ring")
-    a_i, b_i = link(intra_peer, 1)
-    a_x, b_x = link(inter_peer, channels if ring_like else 1)
-    a, b = (a_x, b_x) if H > 1 else (a_i, b_i)
-    g = float(_gamma_per_rank(info, params)[0])
-    n = count * itemsize  # the vector (all_reduce, broadcast, reduce) or one rank's block
-    N = n * p  # the whole buffer of per-rank collectives
-    q = (p - 1) / p
-    Hh = max(1, math.ceil(p / L))
-    forms: dict[tuple[str, str], tuple[float, float, float]] = {
-        ("all_reduce", "ring"): (2 * (p - 1) * a, 2 * q * n * b, q * n * g),
-        ("all_reduce", "recursive_doubling"): (lg * a, lg * n * b, lg * n * g),
-        ("all_reduce", "rabenseifner"): (2 * lg * a, 2 * q * n * b, q * n * g),
-        ("all_reduce", "tree"): (2 * lg * a, 2 * n * b, n * g),
-        ("all_reduce", "direct"): (a, (p - 1) * n * b, (p - 1) * n * g),
-        ("all_reduce", "hierarchical"): (2 * (L - 1) * a_i + 2 * (Hh - 1) * a_x,
-                                         2 * (L - 1) / L * n * b_i + 2 * (Hh - 1) / Hh * n / L * b_x,
-                                         ((L - 1) / L * n + (Hh - 1) / Hh * n / L) * g),
-        ("broadcast", "binomial"): (lg * a, lg * n * b, 0.0),
-        ("broadcast", "direct"): (a, (p - 1) * n * b, 0.0),
-        ("broadcast", "ring"): ((8 + p - 2) * a, (8 + p - 2) * n / 8 * b, 0.0),
-        ("broadcast", "hierarchical"): (math.ceil(math.log2(Hh)) * a_x + math.ceil(math.log2(L)) * a_i,
-                                        math.ceil(math.log2(Hh)) * n * b_x + math.ceil(math.log2(L)) * n * b_i,
-                                        0.0),
-        ("reduce", "binomial"): (lg * a, lg * n * b, lg * n * g),
-        ("reduce", "direct"): (a, (p - 1) * n * b, (p - 1) * n * g),
-        ("all_gather", "ring"): ((p - 1) * a, q * N * b, 0.0),
-        ("all_gather", "recursive_doubling"): (lg * a, q * N * b, 0.0),
-        ("all_gather", "bruck"): (lg * a, q * N * b, 0.0),
-        ("all_gather", "direct"): (a, q * N * b, 0.0),
-        ("all_gather", "hierarchical"): ((Hh - 1) * a_x + (L - 1) * a_i,
-                                         (Hh - 1) * n * b_x + (L - 1) * Hh * n * b_i, 0.0),
-        ("reduce_scatter", "ring"): ((p - 1) * a, q * N * b, q * N * g),
-        ("reduce_scatter", "recursive_halving"): (lg * a, q * N * b, q * N * g),
-        ("reduce_scatter", "direct"): (a, q * N * b, q * N * g),
-        ("gather", "binomial"): (lg * a, q * N * b, 0.0),
-        ("gather", "direct"): (a, q * N * b, 0.0),
-        ("scatter", "binomial"): (lg * a, q * N * b, 0.0),
-        ("scatter", "direct"): (a, q * N * b, 0.0),
-        ("all_to_all", "pairwise"): ((p - 1) * a, q * N * b, 0.0),
-        ("all_to_all", "bruck"): (lg * a, N / 2 * lg * b, 0.0),
-        ("barrier", "dissemination"): (lg * a, 0.0, 0.0),
-    }
-    f = forms.get((collective, algorithm))
-    if f is None:
-        return None
-    lat_rounds, tb, tg = f
-    base = params.call_latency_us(algorithm, protocol) if gpu else params.value("host.call_us")
-    lat = base + lat_rounds
-    return Estimate(lat + (tb + tg) * 1e6, lat, tb * 1e6, tg * 1e6, 0, protocol,
-                    channels if ring_like else 1, "gpu" if gpu else "cpu",
-                    ("closed form (docs/reference.md section 3)",))
-
-
 # ---- topologies for CPU hosts --------------------------------------------------------------------------
 
 
@@ -841,10 +755,6 @@ def _traffic_cached(collective: str, algorithm: str, p: int, count: int, root: i
     return _traffic.traffic(collective, algorithm, p, count, root, prefer_fast=True, **dict(bparams))
 
 
-def _has_fast_generator(collective: str, algorithm: str) -> bool:
-    return (collective, algorithm) in getattr(_traffic, "_FAST", {})
-
-
 def builder_params(collective: str, algorithm: str, topo: Topology, local_size: int | None = None) -> tuple:
     """The builder keyword arguments (sorted (name, value) pairs) that fit ``algorithm`` to ``topo``:
     ``local_size`` (ranks per host) for the algorithms that take one, and for the rings the topology's
@@ -946,27 +856,20 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
             continue
         bparams = builder_params(collective, algo, topo, local_size)
         ch = int(dict(bparams).get("channels", 1))
-        tr = None
-        method = "schedule"
-        if _has_fast_generator(collective, algo) or p <= SCHEDULE_RANKS_LIMIT:
-            try:
-                tr = _traffic_cached(collective, algo, p, count, root, bparams)
-                method = "traffic" if _has_fast_generator(collective, algo) else "schedule"
-            except ValueError as exc:
-                notes.append(f"{algo}: {exc}")
-        if tr is not None:
-            r = _rounds(tr, info, params, itemsize, transport)
-            for proto in protos:
-                e = _finish(r, params, proto, algo)
-                table.append(cand(algo, proto, e.time_us, method, ch))
-        else:
-            for proto in protocols:
-                e = _closed_form(collective, algo, p, count, itemsize, info, params, proto, ch, local_size, transport)
-                if e is None:
-                    notes.append(f"{algo}: no Schedule at {p} ranks and no closed form; left out")
-                    break
-                table.append(cand(algo, proto, e.time_us, "closed-form", e.channels,
-                                  f"closed form: no Schedule at {p} ranks"))
+        big = _traffic.stored_messages(collective, algo, p, **dict(bparams))
+        if big is not None and big > MESSAGES_LIMIT:
+            notes.append(f"{algo}: left out at {p} ranks: its traffic holds {big:,} messages (it grows as p "
+                         f"squared), more than the model prices ({MESSAGES_LIMIT:,})")
+            continue
+        try:
+            tr = _traffic_cached(collective, algo, p, count, root, bparams)
+        except ValueError as exc:
+            notes.append(f"{algo}: {exc}")
+            continue
+        r = _rounds(tr, info, params, itemsize, transport)
+        for proto in protos:
+            e = _finish(r, params, proto, algo)
+            table.append(cand(algo, proto, e.time_us, "traffic", ch))
     if not table:
         raise ModelError(f"no algorithm could be evaluated for {collective} on {topo.name!r} at {p} ranks"
                          + (f" ({'; '.join(notes)})" if notes else ""))
