@@ -88,11 +88,17 @@ def test_generator_equals_the_schedule(coll: str, algo: str) -> None:
 
 
 def test_quadratic_generators_declare_their_messages() -> None:
-    """Direct algorithms and pairwise exchange send p(p - 1) messages: they say so, and it is exact."""
+    """Direct algorithms and pairwise exchange send p(p - 1) messages: they say so, and it is exact; CollNet
+    declares an upper bound."""
     for coll, algo, p in [("all_reduce", "direct", 9), ("all_to_all", "pairwise", 7), ("all_gather", "direct", 5)]:
         t = tr._FAST[(coll, algo)](p, 3)
-        assert tr.stored_messages(coll, algo, p) == sum(ph.nmessages for ph in t.phases)
-    assert tr.stored_messages("all_reduce", "ring", 1 << 17) is None
+        assert tr.stored_messages(coll, algo, p, 3) == sum(ph.nmessages for ph in t.phases)
+    assert tr.stored_messages("all_reduce", "ring", 1 << 17, 1 << 20) is None
+    for algo in ("collnet_direct", "collnet_chain"):
+        for p, n, kw in [(16, 1000, {"local_size": 4}), (24, 97, {"local_size": 8, "segments": 3}), (8, 5, {})]:
+            t = tr._FAST[("all_reduce", algo)](p, n, **kw)
+            held = sum(ph.nmessages for ph in t.phases)
+            assert held <= tr.stored_messages("all_reduce", algo, p, n, **kw) <= 2 * held + 2 * p, (algo, p, n, kw)
 
 
 def test_generators_scale() -> None:

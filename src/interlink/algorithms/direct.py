@@ -172,11 +172,11 @@ def _to_root(p: int, root: int) -> np.ndarray:
     return j[j != root]
 
 
-def _quadratic(p: int, **_: object) -> int:
+def _quadratic(p: int, n: int = 0, **_: object) -> int:
     return p * max(p - 1, 0)
 
 
-def _linear(p: int, **_: object) -> int:
+def _linear(p: int, n: int = 0, **_: object) -> int:
     return max(p - 1, 0)
 
 
@@ -191,7 +191,7 @@ def all_reduce_direct_traffic(nranks: int, count: int, root: int = 0) -> Traffic
     return out.traffic("all_reduce", "direct", n)
 
 
-@register_traffic("all_reduce", "twoshot", messages=lambda p, **_: 2 * _quadratic(p))
+@register_traffic("all_reduce", "twoshot", messages=lambda p, n=0, **_: 2 * _quadratic(p))
 def all_reduce_twoshot_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     """Traffic of :func:`all_reduce_twoshot`: round 0, r sends block j to j (reduced there); round 1, r
     sends its reduced block r to every other rank."""

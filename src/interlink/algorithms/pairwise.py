@@ -29,7 +29,7 @@ def all_to_all_pairwise(nranks: int, count: int, root: int = 0) -> Schedule:
     return b.build()
 
 
-@register_traffic("all_to_all", "pairwise", messages=lambda p, **_: p * max(p - 1, 0))
+@register_traffic("all_to_all", "pairwise", messages=lambda p, n=0, **_: p * max(p - 1, 0))
 def all_to_all_pairwise_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     """Traffic of :func:`all_to_all_pairwise`: in round k - 1 (k = 1..p-1) every rank sends one block to the
     rank k above it. The p - 1 rounds have different pairs: p(p - 1) messages are stored."""

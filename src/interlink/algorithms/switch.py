@@ -402,6 +402,15 @@ def _collnet_traffic(p: int, n: int, segments: int | None, local_size: int | Non
     return Traffic("all_reduce", algorithm, p, n, tuple(phases), groups, "sharp")
 
 
+def _collnet_messages(p: int, n: int, segments: int | None = None, local_size: int | None = None, **_) -> int:
+    """An upper bound of the messages of :func:`_collnet_traffic`: per segment, at most 2p(L - 1) NVLink
+    messages and 2p to and from the switch."""
+    from .trees import host_blocks
+
+    L, _H = host_blocks(p, local_size)
+    return 2 * p * L * nvls_segments(-(-n // max(L, 1)), segments)
+
+
 def _register_traffic() -> None:
     from .traffic import register_traffic
 
@@ -414,12 +423,12 @@ def _register_traffic() -> None:
                           local_size: int | None = None):
         return _nvls_tree_traffic(nranks, count, segments, int(local_size or nranks), "nvls_tree")
 
-    @register_traffic("all_reduce", "collnet_direct")
+    @register_traffic("all_reduce", "collnet_direct", messages=_collnet_messages)
     def collnet_direct_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None,
                                local_size: int | None = None):
         return _collnet_traffic(nranks, count, segments, local_size, "collnet_direct")
 
-    @register_traffic("all_reduce", "collnet_chain")
+    @register_traffic("all_reduce", "collnet_chain", messages=_collnet_messages)
     def collnet_chain_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None,
                               local_size: int | None = None):
         return _collnet_traffic(nranks, count, segments, local_size, "collnet_chain")

@@ -375,10 +375,11 @@ def register_traffic(collective: str, algorithm: str, messages: Callable[..., in
     """Register a vectorised generator ``fn(nranks, count, root=0, **params) -> Traffic`` that must
     equal :func:`from_schedule` of the registered builder (tests check it).
 
-    ``messages(nranks, **params) -> int``: for generators whose traffic grows faster than about
-    p log p messages (direct algorithms, pairwise exchange: p(p - 1)), the number of messages its stored
-    phases hold (a run of identical rounds counts once), so that a caller can tell beforehand that a rank
-    count is too large to price (:func:`stored_messages`)."""
+    ``messages(nranks, count, **params) -> int``: for generators whose traffic grows faster than about
+    p log p messages (direct algorithms, pairwise exchange: p(p - 1); CollNet: about 2pL per pipeline
+    segment), the number of messages its stored phases hold (a run of identical rounds counts once; an upper
+    bound is fine), so that a caller can tell beforehand that a case is too large to price
+    (:func:`stored_messages`)."""
 
     def deco(fn: TrafficFn) -> TrafficFn:
         _FAST[(collective, algorithm)] = fn
@@ -397,12 +398,12 @@ def has_generator(collective: str, algorithm: str) -> bool:
     return (collective, algorithm) in _FAST
 
 
-def stored_messages(collective: str, algorithm: str, nranks: int, **params) -> int | None:
-    """The messages the generator's traffic holds at ``nranks`` when it declared them (quadratic
-    algorithms), else None (about p log p or fewer per round: no concern)."""
+def stored_messages(collective: str, algorithm: str, nranks: int, count: int, **params) -> int | None:
+    """The messages the generator's traffic holds for ``nranks`` and ``count`` when it declared them
+    (quadratic and pipelined algorithms), else None (about p log p or fewer: no concern)."""
     has_generator(collective, algorithm)
     fn = _MESSAGES.get((collective, algorithm))
-    return None if fn is None else int(fn(nranks, **params))
+    return None if fn is None else int(fn(nranks, count, **params))
 
 
 # above this many (rank x round) cells, a Schedule of objects is too slow to build

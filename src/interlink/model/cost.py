@@ -41,8 +41,9 @@ Every algorithm is priced from its Schedule's traffic at any rank count: every r
 vectorised generator (:func:`interlink.algorithms.traffic.register_traffic`, equal to
 :func:`~interlink.algorithms.traffic.from_schedule` of the builder: tests/test_traffic_generators.py), so no
 Schedule of objects is built and no closed form is used (the closed forms of ``docs/reference.md`` section 3
-are test oracles only: :mod:`interlink.model.closed_form`). Algorithms whose traffic grows as p(p - 1)
-messages (direct, pairwise) are left out, with a note, beyond :data:`MESSAGES_LIMIT` messages. Path
+are test oracles only: :mod:`interlink.model.closed_form`). Algorithms whose traffic grows faster (direct,
+pairwise: p(p - 1) messages; CollNet: 2pL per segment) are left out, with a note, beyond
+:data:`MESSAGES_LIMIT` messages. Path
 lookups are vectorised: :meth:`interlink.topology.PathTable.classify` maps every message to a *path class*
 and looks up one path per class (cached per topology, shared with the simulator).
 """
@@ -85,7 +86,8 @@ __all__ = [
 ]
 
 #: Algorithms whose traffic holds more messages than this (direct algorithms and pairwise exchange: p(p - 1),
-#: 4M at 2,048 ranks) are left out of a prediction, with a note: pricing them would take minutes.
+#: 4M at 2,048 ranks; CollNet: about 2pL per pipeline segment) are left out of a prediction, with a note:
+#: pricing them would take minutes (and, for CollNet at 8,192 ranks, more than 16 GB).
 MESSAGES_LIMIT = 4_500_000
 
 #: Collectives whose nccl-tests size S is count x itemsize x nranks (count is one rank's block).
@@ -856,10 +858,10 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
             continue
         bparams = builder_params(collective, algo, topo, local_size)
         ch = int(dict(bparams).get("channels", 1))
-        big = _traffic.stored_messages(collective, algo, p, **dict(bparams))
+        big = _traffic.stored_messages(collective, algo, p, count, **dict(bparams))
         if big is not None and big > MESSAGES_LIMIT:
-            notes.append(f"{algo}: left out at {p} ranks: its traffic holds {big:,} messages (it grows as p "
-                         f"squared), more than the model prices ({MESSAGES_LIMIT:,})")
+            notes.append(f"{algo}: left out at {p} ranks: its traffic holds {big:,} messages, more than the "
+                         f"model prices ({MESSAGES_LIMIT:,})")
             continue
         try:
             tr = _traffic_cached(collective, algo, p, count, root, bparams)
