@@ -145,7 +145,7 @@ def rank_main(rank: int, world: int, env: dict, args: dict, q) -> None:
 def model_time(coll: str, p: int, size: int, copy_bw: float, alpha: float) -> float:
     """The device executor's Schedule on one shared GPU, priced from its steps (see the module doc)."""
     from interlink.algorithms import get_schedule
-    from interlink.runtime.group import DEVICE_ALGO
+    from interlink.runtime.policy import DEVICE_ALGO
 
     elt = 4
     n = size // elt
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     print(hdr)
     alpha = 0.0
     from interlink.algorithms import get_schedule
-    from interlink.runtime.group import DEVICE_ALGO
+    from interlink.runtime.policy import DEVICE_ALGO
 
     s0 = get_schedule(first["collective"], DEVICE_ALGO[first["collective"]], p,
                       (first["bytes"] // 4) // (p if first["collective"] in ("all_gather", "reduce_scatter") else 1))

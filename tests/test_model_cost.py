@@ -312,16 +312,15 @@ def test_tuner_caches_and_is_consistent() -> None:
 
 def test_runtime_default_algorithm_uses_the_tuner(monkeypatch: pytest.MonkeyPatch) -> None:
     from interlink.algorithms import registry
-    from interlink.runtime import group
 
     have = set(registry.algorithms_for("all_reduce"))
-    assert group.default_algorithm("all_reduce", 64 << 20, 4) in have
-    assert group.default_algorithm("all_reduce", 1 << 20, 8, (2, 4)) in have
+    assert tuner.default_algorithm("all_reduce", 64 << 20, 4) in have
+    assert tuner.default_algorithm("all_reduce", 1 << 20, 8, (2, 4)) in have
     monkeypatch.setenv("INTERLINK_TUNER", "table")
-    assert group.default_algorithm("all_reduce", 1 << 20, 8, (2, 4)) == "hierarchical"
+    assert tuner.default_algorithm("all_reduce", 1 << 20, 8, (2, 4)) == "hierarchical"
     monkeypatch.delenv("INTERLINK_TUNER")
     monkeypatch.setattr(tuner, "choose_for_group", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("x")))
-    assert group.default_algorithm("all_reduce", 1 << 20, 8, (2, 4)) == "hierarchical"  # the table fallback
+    assert tuner.default_algorithm("all_reduce", 1 << 20, 8, (2, 4)) == "hierarchical"  # the table fallback
 
 
 # ---- calibration fit -----------------------------------------------------------------------------------
@@ -439,7 +438,7 @@ def test_emulated_hosts_prediction_within_25_percent(algo: str, size: int, measu
 
 def test_tuner_picks_hierarchical_across_a_slow_network(monkeypatch: pytest.MonkeyPatch) -> None:
     from interlink.model import tuner
-    from interlink.runtime.group import default_algorithm
+    from interlink.model.tuner import default_algorithm
 
     monkeypatch.setenv("INTERLINK_NET", "1gbit")
     tuner._GROUP.clear()

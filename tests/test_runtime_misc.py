@@ -186,7 +186,7 @@ def bad_algo_env(rank: int, world: int) -> str:
 @pytest.mark.parametrize("spec,word", [("bogus", "no collective has"), ("allreduce:ring", "unknown collective"),
                                        ("all_reduce:bogus", "available")])
 def test_algo_env_typos_are_errors(spec: str, word: str) -> None:
-    from interlink.runtime.group import parse_algo_env
+    from interlink.model.tuner import parse_algo_env
 
     with pytest.raises(ValueError, match=word):
         parse_algo_env(spec)
@@ -238,7 +238,7 @@ def test_ring_channels_run_on_real_processes(transport: str) -> None:
 
 
 def test_bad_channels_env_is_an_error_at_init() -> None:
-    from interlink.runtime.group import env_channels, ring_channels
+    from interlink.model.tuner import env_channels, ring_channels
 
     import os
 

@@ -31,6 +31,8 @@ from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 
+from . import arrays
+
 __all__ = ["Staged", "Adapter", "is_device_array", "stage", "register_adapter", "unregister_adapter"]
 
 
@@ -249,3 +251,42 @@ class _CupyAdapter:
 
 register_adapter(_TorchAdapter(), first=False)
 register_adapter(_CupyAdapter(), first=False)
+
+
+class Staging:
+    """The device arrays of one call (GPU tensors, CuPy arrays: :mod:`interlink.devices`): the call runs
+    on host copies; the ones it writes go back to the device when it completes (the staged path)."""
+
+    __slots__ = ("back", "keep")
+
+    def __init__(self) -> None:
+        self.back: list = []
+        # every Staged of the call, read-only inputs too, lives until the call is done: a dropped one gives
+        # its host buffer back to the pool, where the next argument of the same shape would take it (a
+        # scatter list of two same-shaped tensors then sent the last one twice: seen on a real GPU)
+        self.keep: list = []
+
+    def flat(self, x: Any, name: str, writable: bool = True, reducing: bool = False, download: bool = True,
+             upload: bool = True) -> np.ndarray:
+        if type(x) is np.ndarray or not is_device_array(x):
+            return arrays.as_flat(x, name, writable, reducing)
+        staged = stage(x, name, writable, download=download)
+        self.keep.append(staged)
+        if writable and upload:
+            self.back.append(staged)
+        return arrays.as_flat(staged.host, name, writable, reducing)
+
+    def upload(self) -> None:
+        for staged in self.back:
+            staged.upload()
+
+    def wrap(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        if not self.keep:
+            return fn
+
+        def run() -> Any:  # holds self, so the host copies stay ours until the call has run
+            res = fn()
+            self.upload()
+            self.keep.clear()
+            return res
+        return run

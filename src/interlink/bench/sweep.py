@@ -196,10 +196,10 @@ def algorithm_for(collective: str, count: int, itemsize: int, nranks: int, user:
         return "p2p"
     if user:
         return user
-    from ..runtime.group import _env_algorithm, default_algorithm
+    from ..model.tuner import default_algorithm, env_algorithm
 
     nbytes = count * itemsize * (nranks if collective in PER_RANK_SPLIT else 1)
-    return _env_algorithm(collective) or default_algorithm(collective, nbytes, nranks, layout)
+    return env_algorithm(collective) or default_algorithm(collective, nbytes, nranks, layout)
 
 
 # ---- deterministic data and the reference ---------------------------------------------------------

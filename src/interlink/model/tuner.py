@@ -16,9 +16,10 @@ group on one host (whose ranks read the same profile file) uses this host's cali
 
 from __future__ import annotations
 
-import os
-
+import functools
+import logging
 import math
+import os
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from ..algorithms import registry
@@ -26,7 +27,11 @@ from ..topology import Topology
 from .cost import cpu_topology, predict
 from .params import Params, Profile, default_params, host_profile, with_profile
 
-__all__ = ["choose", "choose_for_group", "size_bucket", "group_topology", "clear_cache"]
+__all__ = ["choose", "choose_for_group", "size_bucket", "group_topology", "clear_cache", "default_algorithm",
+           "table_algorithm", "switch_points", "env_algorithm", "parse_algo_env", "env_channels", "ring_channels",
+           "ALGORITHM_TABLE", "HIERARCHICAL", "SMALL_BYTES"]
+
+log = logging.getLogger("interlink")
 
 _CACHE: dict[tuple, str] = {}
 _TOPOS: dict[tuple, Topology] = {}
@@ -152,3 +157,154 @@ def choose_for_group(collective: str, nbytes: int, nranks: int, layout: tuple[in
             _GROUP.clear()
         _GROUP[key] = algo
     return algo
+
+
+# ---- what a runtime call runs: INTERLINK_ALGO, the model's choice, or the built-in table ------------------
+
+#: The built-in table (INTERLINK_TUNER=table, or when the model fails): per collective, the preferred
+#: algorithms for small (<= SMALL_BYTES) and large calls.
+SMALL_BYTES = 64 * 1024
+ALGORITHM_TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "all_reduce": (("recursive_doubling", "direct", "ring"), ("ring",)),
+    "broadcast": (("binomial", "direct", "ring"), ("ring", "binomial")),
+    "reduce": (("binomial", "direct"), ("direct", "binomial")),
+    "all_gather": (("recursive_doubling", "bruck", "ring"), ("ring",)),
+    "reduce_scatter": (("recursive_halving", "direct", "ring"), ("ring",)),
+    "gather": (("direct", "binomial"), ("direct", "binomial")),
+    "scatter": (("direct", "binomial"), ("direct", "binomial")),
+    "all_to_all": (("pairwise", "bruck"), ("pairwise",)),
+    "barrier": (("dissemination",), ("dissemination",)),
+}
+
+
+# collectives with a hierarchical algorithm the default picks when the group spans hosts
+HIERARCHICAL = {"all_reduce": "hierarchical", "all_gather": "hierarchical", "broadcast": "hierarchical"}
+
+
+def default_algorithm(collective: str, nbytes: int, nranks: int, layout: Optional[tuple[int, int]] = None) -> str:
+    """The algorithm a call runs when neither the call nor INTERLINK_ALGO names one: the cost model's
+    choice for a group of ``nranks`` laid out as ``layout`` (hosts, ranks per host; default one host),
+    or :func:`table_algorithm` when the model fails or INTERLINK_TUNER=table."""
+    layout = layout or (1, nranks)
+    if os.environ.get("INTERLINK_TUNER", "").lower() != "table":
+        try:
+            transport = "tcp" if os.environ.get("INTERLINK_TRANSPORT", "").lower() == "tcp" else None
+            return choose_for_group(collective, nbytes, nranks, layout, transport)
+        except Exception as exc:  # noqa: BLE001 - the table is the fallback
+            log.debug("interlink: tuner failed for %s (%d bytes, %d ranks): %s; using the table",
+                      collective, nbytes, nranks, exc)
+    return table_algorithm(collective, nbytes, nranks, layout)
+
+
+def table_algorithm(collective: str, nbytes: int, nranks: int, layout: tuple[int, int] = (1, 1)) -> str:
+    """The built-in table: small/large preference lists, hierarchical when the group spans hosts."""
+    algo = preferred_algorithm(collective, nbytes <= SMALL_BYTES, nranks, len(registry.entries()))
+    nhosts, local_size = layout
+    if nhosts > 1 and local_size > 1 and nbytes > SMALL_BYTES and \
+            collective in HIERARCHICAL and HIERARCHICAL[collective] in registry.algorithms_for(collective):
+        algo = HIERARCHICAL[collective]  # the group spans hosts: cross each link once
+    return algo
+
+
+@functools.lru_cache(maxsize=256)
+def preferred_algorithm(collective: str, is_small: bool, nranks: int, _nentries: int) -> str:
+    small, large = ALGORITHM_TABLE[collective]
+    prefs = small if is_small else large
+    have = set(registry.algorithms_for(collective))
+    for name in prefs + small + large:
+        if name in have:
+            return name
+    return sorted(have)[0]
+
+
+@functools.lru_cache(maxsize=64)
+def switch_points(collective: str, nranks: int, layout: tuple[int, int], top: int = 1 << 28) -> tuple[int, ...]:
+    """The byte sizes where default_algorithm's choice for this collective changes (first size of the
+    new choice), scanning powers of two up to top and bisecting each change to the byte."""
+    pick = lambda b: default_algorithm(collective, b, nranks, layout)  # noqa: E731
+    points = []
+    lo, a = 1, pick(1)
+    b = 2
+    while b <= top:
+        cur = pick(b)
+        if cur != a:
+            x, y = lo, b  # pick(x) == a, pick(y) != a
+            while y - x > 1:
+                mid = (x + y) // 2
+                if pick(mid) == a:
+                    x = mid
+                else:
+                    y = mid
+            points.append(y)
+            a = pick(y)
+            lo = y
+            if a != cur:  # several switches inside one power of two: keep scanning from y
+                continue
+        lo, b = b, b * 2
+    return tuple(points)
+
+
+def env_channels() -> int:
+    """INTERLINK_CHANNELS: how many parallel rings (channels) the ring Schedules run (default 1)."""
+    v = os.environ.get("INTERLINK_CHANNELS", "").strip()
+    if not v:
+        return 1
+    try:
+        c = int(v)
+    except ValueError:
+        c = 0
+    if c < 1:
+        raise ValueError(f"INTERLINK_CHANNELS={v!r}: expected a whole number >= 1")
+    return c
+
+
+def ring_channels(channels: int, nhosts: int, local_size: int) -> dict[str, Any]:
+    """The ring builders' channel arguments for a group: ``channels`` rings, each over its slice of the
+    data; across hosts (ranks in host blocks of ``local_size``) rail-aligned, channel c crossing hosts
+    through local rank c or c + 1 (:func:`interlink.algorithms.ring.ring_orders`)."""
+    if channels <= 1:
+        return {}
+    out: dict[str, Any] = {"channels": channels}
+    if nhosts > 1 and 1 < local_size and channels <= local_size:
+        out.update(local_size=local_size, exits=tuple(range(channels)))
+    return out
+
+
+def env_algorithm(collective: str) -> Optional[str]:
+    """INTERLINK_ALGO=ring, or per collective: INTERLINK_ALGO=all_reduce:ring,broadcast:binomial."""
+    return parse_algo_env(os.environ.get("INTERLINK_ALGO", "")).get(collective)
+
+
+@functools.lru_cache(maxsize=64)
+def parse_algo_env(spec: str) -> dict[str, str]:
+    """INTERLINK_ALGO as {collective: algorithm}. A bare name (``ring``) applies to every collective that
+    has it; ``collective:algorithm`` pairs (``=`` works too) to that collective. An unknown collective or
+    algorithm, or a bare name no collective has, raises ValueError naming what is available (a typo
+    must not silently change nothing)."""
+    spec = spec.strip()
+    if not spec:
+        return {}
+    colls = [c for c in ALGORITHM_TABLE if c != "barrier"] + ["barrier"]
+    if ":" not in spec and "=" not in spec:
+        if "," in spec:
+            raise ValueError(f"INTERLINK_ALGO={spec!r}: a list needs collective:algorithm pairs, "
+                             f"e.g. all_reduce:ring,broadcast:binomial")
+        got = {c: spec for c in colls if spec in registry.algorithms_for(c)}
+        if not got:
+            names = sorted({a for c in colls for a in registry.algorithms_for(c)})
+            raise ValueError(f"INTERLINK_ALGO={spec!r}: no collective has an algorithm of that name; "
+                             f"known: {', '.join(names)} (or collective:algorithm pairs)")
+        return got
+    out: dict[str, str] = {}
+    for part in spec.split(","):
+        k, sep, v = part.replace("=", ":").partition(":")
+        k, v = k.strip(), v.strip()
+        if not sep or not k or not v:
+            raise ValueError(f"INTERLINK_ALGO={spec!r}: {part!r} is not collective:algorithm")
+        if k not in colls:
+            raise ValueError(f"INTERLINK_ALGO={spec!r}: unknown collective {k!r}; one of {', '.join(colls)}")
+        have = registry.algorithms_for(k)
+        if v not in have:
+            raise ValueError(f"INTERLINK_ALGO={spec!r}: {k} has no algorithm {v!r}; available: {', '.join(have)}")
+        out[k] = v
+    return out

@@ -22,15 +22,19 @@ import numpy as np
 
 from .. import arrays, devices
 from ..algorithms import registry
-from ..algorithms.schedule import Builder, Chunk, Schedule, two_sided
+from ..algorithms.alltoallv import alltoallv_schedule
+from ..algorithms.schedule import Schedule, two_sided
 from ..errors import CommTimeoutError, InterlinkError
 from ..ops import ReduceOp, check_op_dtype
 from ..transport import cuda_ipc
 from ..transport.base import HeaderMismatch, Op, encode_sig
 from . import device_exec
 from .engine import Aborted, Engine, translate
+from ..model.tuner import (ALGORITHM_TABLE, SMALL_BYTES, default_algorithm, env_algorithm, env_channels,
+                           parse_algo_env, ring_channels, switch_points)
 from .executor import Plan, alias_delta, execute
 from .fastpath import AG, AR, BAR, BC, NAMES, RS
+from .policy import DEVICE_ALGO, cuda_ipc_min_bytes
 from .work import Runner, Work
 
 log = logging.getLogger("interlink")
@@ -40,180 +44,9 @@ RECORDER_SIZE = int(os.environ.get("INTERLINK_RECORDER", "32"))
 # Default algorithm choice: the model's tuner (interlink.model.tuner) for the group's layout; this table
 # when the model fails or INTERLINK_TUNER=table: preference lists per collective, small messages first.
 # The first registered algorithm wins.
-SMALL_BYTES = 64 * 1024
-_TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "all_reduce": (("recursive_doubling", "direct", "ring"), ("ring",)),
-    "broadcast": (("binomial", "direct", "ring"), ("ring", "binomial")),
-    "reduce": (("binomial", "direct"), ("direct", "binomial")),
-    "all_gather": (("recursive_doubling", "bruck", "ring"), ("ring",)),
-    "reduce_scatter": (("recursive_halving", "direct", "ring"), ("ring",)),
-    "gather": (("direct", "binomial"), ("direct", "binomial")),
-    "scatter": (("direct", "binomial"), ("direct", "binomial")),
-    "all_to_all": (("pairwise", "bruck"), ("pairwise",)),
-    "barrier": (("dissemination",), ("dissemination",)),
-}
-
-
-# collectives with a hierarchical algorithm the default picks when the group spans hosts
-HIERARCHICAL = {"all_reduce": "hierarchical", "all_gather": "hierarchical", "broadcast": "hierarchical"}
-
 _CALL = {AG: "all_gather_into_tensor", RS: "reduce_scatter_tensor"}  # the API names of the hot calls with an output
 
 _PER_RANK_BLOCK = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
-
-# The device path (cuda-ipc): GPU buffers of ranks that share a host are read in place by their peers
-# (runtime.device_exec runs these Schedules as pulls). Each collective's Schedule there: the fewest
-# rounds (every round costs a signal and a stream synchronisation), each byte copied once.
-DEVICE_ALGO = {"all_reduce": "twoshot", "broadcast": "direct", "reduce": "direct", "all_gather": "direct",
-               "reduce_scatter": "direct", "gather": "direct", "scatter": "direct", "all_to_all": "pairwise"}
-
-
-def cuda_ipc_min_bytes() -> int:
-    """Below this many bytes (the call's largest buffer) device arrays take the staged path, whose
-    per-call cost is lower: INTERLINK_CUDA_IPC_MIN_BYTES, else the crossover measured on an H100 with 4
-    ranks on one GPU (benchmarks/RESULTS.md): 8 MiB when the processes are time-sliced (no MPS: ~2-3 ms
-    a call on cuda-ipc against ~0.5 ms/MiB staged), 1 MiB under MPS (~0.4-0.6 ms a call). The same on
-    every rank of a host (the MPS daemon is the host's), so every rank takes the same path."""
-    env = os.environ.get("INTERLINK_CUDA_IPC_MIN_BYTES")
-    if env is not None:
-        return int(env)
-    return CUDA_IPC_MIN_BYTES_MPS if cuda_ipc.mps_active() else CUDA_IPC_MIN_BYTES
-
-
-CUDA_IPC_MIN_BYTES = 8 << 20
-CUDA_IPC_MIN_BYTES_MPS = 1 << 20
-
-
-def default_algorithm(collective: str, nbytes: int, nranks: int, layout: Optional[tuple[int, int]] = None) -> str:
-    """The algorithm a call runs when neither the call nor INTERLINK_ALGO names one: the cost model's
-    choice for a group of ``nranks`` laid out as ``layout`` (hosts, ranks per host; default one host),
-    or :func:`table_algorithm` when the model fails or INTERLINK_TUNER=table."""
-    layout = layout or (1, nranks)
-    if os.environ.get("INTERLINK_TUNER", "").lower() != "table":
-        try:
-            from ..model import tuner
-
-            transport = "tcp" if os.environ.get("INTERLINK_TRANSPORT", "").lower() == "tcp" else None
-            return tuner.choose_for_group(collective, nbytes, nranks, layout, transport)
-        except Exception as exc:  # noqa: BLE001 - the table is the fallback
-            log.debug("interlink: tuner failed for %s (%d bytes, %d ranks): %s; using the table",
-                      collective, nbytes, nranks, exc)
-    return table_algorithm(collective, nbytes, nranks, layout)
-
-
-def table_algorithm(collective: str, nbytes: int, nranks: int, layout: tuple[int, int] = (1, 1)) -> str:
-    """The built-in table: small/large preference lists, hierarchical when the group spans hosts."""
-    algo = _default_algorithm(collective, nbytes <= SMALL_BYTES, nranks, len(registry.entries()))
-    nhosts, local_size = layout
-    if nhosts > 1 and local_size > 1 and nbytes > SMALL_BYTES and \
-            collective in HIERARCHICAL and HIERARCHICAL[collective] in registry.algorithms_for(collective):
-        algo = HIERARCHICAL[collective]  # the group spans hosts: cross each link once
-    return algo
-
-
-@functools.lru_cache(maxsize=256)
-def _default_algorithm(collective: str, is_small: bool, nranks: int, _nentries: int) -> str:
-    small, large = _TABLE[collective]
-    prefs = small if is_small else large
-    have = set(registry.algorithms_for(collective))
-    for name in prefs + small + large:
-        if name in have:
-            return name
-    return sorted(have)[0]
-
-
-@functools.lru_cache(maxsize=64)
-def _switch_points(collective: str, nranks: int, layout: tuple[int, int], top: int = 1 << 28) -> tuple[int, ...]:
-    """The byte sizes where default_algorithm's choice for this collective changes (first size of the
-    new choice), scanning powers of two up to top and bisecting each change to the byte."""
-    pick = lambda b: default_algorithm(collective, b, nranks, layout)  # noqa: E731
-    points = []
-    lo, a = 1, pick(1)
-    b = 2
-    while b <= top:
-        cur = pick(b)
-        if cur != a:
-            x, y = lo, b  # pick(x) == a, pick(y) != a
-            while y - x > 1:
-                mid = (x + y) // 2
-                if pick(mid) == a:
-                    x = mid
-                else:
-                    y = mid
-            points.append(y)
-            a = pick(y)
-            lo = y
-            if a != cur:  # several switches inside one power of two: keep scanning from y
-                continue
-        lo, b = b, b * 2
-    return tuple(points)
-
-
-def env_channels() -> int:
-    """INTERLINK_CHANNELS: how many parallel rings (channels) the ring Schedules run (default 1)."""
-    v = os.environ.get("INTERLINK_CHANNELS", "").strip()
-    if not v:
-        return 1
-    try:
-        c = int(v)
-    except ValueError:
-        c = 0
-    if c < 1:
-        raise ValueError(f"INTERLINK_CHANNELS={v!r}: expected a whole number >= 1")
-    return c
-
-
-def ring_channels(channels: int, nhosts: int, local_size: int) -> dict[str, Any]:
-    """The ring builders' channel arguments for a group: ``channels`` rings, each over its slice of the
-    data; across hosts (ranks in host blocks of ``local_size``) rail-aligned, channel c crossing hosts
-    through local rank c or c + 1 (:func:`interlink.algorithms.ring.ring_orders`)."""
-    if channels <= 1:
-        return {}
-    out: dict[str, Any] = {"channels": channels}
-    if nhosts > 1 and 1 < local_size and channels <= local_size:
-        out.update(local_size=local_size, exits=tuple(range(channels)))
-    return out
-
-
-def _env_algorithm(collective: str) -> Optional[str]:
-    """INTERLINK_ALGO=ring, or per collective: INTERLINK_ALGO=all_reduce:ring,broadcast:binomial."""
-    return parse_algo_env(os.environ.get("INTERLINK_ALGO", "")).get(collective)
-
-
-@functools.lru_cache(maxsize=64)
-def parse_algo_env(spec: str) -> dict[str, str]:
-    """INTERLINK_ALGO as {collective: algorithm}. A bare name (``ring``) applies to every collective that
-    has it; ``collective:algorithm`` pairs (``=`` works too) to that collective. An unknown collective or
-    algorithm, or a bare name no collective has, raises ValueError naming what is available (a typo
-    must not silently change nothing)."""
-    spec = spec.strip()
-    if not spec:
-        return {}
-    colls = [c for c in _TABLE if c != "barrier"] + ["barrier"]
-    if ":" not in spec and "=" not in spec:
-        if "," in spec:
-            raise ValueError(f"INTERLINK_ALGO={spec!r}: a list needs collective:algorithm pairs, "
-                             f"e.g. all_reduce:ring,broadcast:binomial")
-        got = {c: spec for c in colls if spec in registry.algorithms_for(c)}
-        if not got:
-            names = sorted({a for c in colls for a in registry.algorithms_for(c)})
-            raise ValueError(f"INTERLINK_ALGO={spec!r}: no collective has an algorithm of that name; "
-                             f"known: {', '.join(names)} (or collective:algorithm pairs)")
-        return got
-    out: dict[str, str] = {}
-    for part in spec.split(","):
-        k, sep, v = part.replace("=", ":").partition(":")
-        k, v = k.strip(), v.strip()
-        if not sep or not k or not v:
-            raise ValueError(f"INTERLINK_ALGO={spec!r}: {part!r} is not collective:algorithm")
-        if k not in colls:
-            raise ValueError(f"INTERLINK_ALGO={spec!r}: unknown collective {k!r}; one of {', '.join(colls)}")
-        have = registry.algorithms_for(k)
-        if v not in have:
-            raise ValueError(f"INTERLINK_ALGO={spec!r}: {k} has no algorithm {v!r}; available: {', '.join(have)}")
-        out[k] = v
-    return out
-
 
 _EMPTY = np.empty(0, dtype=np.uint8)  # the barrier's (absent) payload
 
@@ -327,10 +160,10 @@ class Group:
         out["small"] = SMALL_BYTES
         out["cuda_ipc.min"] = cuda_ipc_min_bytes()  # device arrays: staged below, cuda-ipc from here
         layout = self.host_layout()
-        for c in _TABLE:
+        for c in ALGORITHM_TABLE:
             if c != "barrier":
                 out[f"cma.{c}"] = cma_threshold(c)
-            for i, b in enumerate(_switch_points(c, self.size, layout)):
+            for i, b in enumerate(switch_points(c, self.size, layout)):
                 out[f"algo.{c}.{i}"] = b
         return out
 
@@ -377,7 +210,7 @@ class Group:
         if schedule is None:
             nbytes = count * dtype.itemsize * (self.size if collective in _PER_RANK_BLOCK else 1)
             nhosts, local_size = self.host_layout()
-            algo = algorithm or _env_algorithm(collective)
+            algo = algorithm or env_algorithm(collective)
             if algo is None and device:
                 algo = DEVICE_ALGO[collective]
             if algo is None:
@@ -593,7 +426,7 @@ class Group:
         if type(tensor) is np.ndarray:
             a, st = arrays.as_flat(tensor, "tensor", reducing=True), None
         else:
-            st = _Staging()
+            st = devices.Staging()
             a = st.flat(tensor, "tensor", reducing=True)
         rop = self._reduce_op(op, a.dtype)
         if algorithm is None and self._fk[AR] is not None and self._fast.takes(AR, a.nbytes):
@@ -620,7 +453,7 @@ class Group:
             d = dv[0]
             _dtype_ok(d.dtype)
             return self._run_dev("broadcast", d.size, root, ReduceOp.SUM, d, d, algorithm, timeout, async_op)
-        st = _Staging()
+        st = devices.Staging()
         # only the root's data matters: other ranks' device arrays are not downloaded
         a = st.flat(tensor, "tensor", download=(self.rank == root))
         _dtype_ok(a.dtype)
@@ -642,7 +475,7 @@ class Group:
             o = d if self.rank == root else cuda_ipc.backend(d.kind).empty_like(d)  # non-root: untouched
             o.stream = d.stream
             return self._run_dev("reduce", d.size, root, rop, d, o, algorithm, timeout, async_op)
-        st = _Staging()
+        st = devices.Staging()
         a = st.flat(tensor, "tensor", reducing=True, upload=(self.rank == root))
         rop = self._reduce_op(op, a.dtype)
         out = a if self.rank == root else np.empty_like(a)  # non-root tensors stay untouched
@@ -664,7 +497,7 @@ class Group:
             arrays.check_overlap_at("all_gather_into_tensor", "all_gather", i.ptr, i.size, o.ptr, o.size,
                                     i.dtype.itemsize, self.rank)
             return self._run_dev("all_gather", i.size, 0, ReduceOp.SUM, i, o, algorithm, timeout, async_op)
-        st = _Staging()
+        st = devices.Staging()
         out = st.flat(output_tensor, "output_tensor", download=False)
         inp = st.flat(input_tensor, "input_tensor", writable=False)
         _same_dtype(out, inp, "all_gather_into_tensor")
@@ -681,7 +514,7 @@ class Group:
                    algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         """torch's list form: tensor_list[i] receives rank i's tensor."""
         self._check_usable("all_gather")
-        st = _Staging()
+        st = devices.Staging()
         inp = st.flat(tensor, "tensor", writable=False)
         outs = _check_list(tensor_list, self.size, inp, "tensor_list", staging=st)
         buf = np.empty(inp.size * self.size, dtype=inp.dtype)
@@ -709,7 +542,7 @@ class Group:
             arrays.check_overlap_at("reduce_scatter_tensor", "reduce_scatter", i.ptr, i.size, o.ptr, o.size,
                                     i.dtype.itemsize, self.rank)
             return self._run_dev("reduce_scatter", o.size, 0, rop, i, o, algorithm, timeout, async_op)
-        st = _Staging()
+        st = devices.Staging()
         out = st.flat(output, "output", reducing=True, download=False)
         inp = st.flat(input, "input", writable=False, reducing=True)
         _same_dtype(out, inp, "reduce_scatter_tensor")
@@ -727,7 +560,7 @@ class Group:
                algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("gather")
         root = self._rank_arg(dst, "dst")
-        st = _Staging()
+        st = devices.Staging()
         inp = st.flat(tensor, "tensor", writable=False)
         _dtype_ok(inp.dtype)
         outs = _check_list(gather_list, self.size, inp, "gather_list", staging=st) if self.rank == root else None
@@ -749,7 +582,7 @@ class Group:
                 algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
         self._check_usable("scatter")
         root = self._rank_arg(src, "src")
-        st = _Staging()
+        st = devices.Staging()
         out = st.flat(tensor, "tensor", download=False)
         _dtype_ok(out.dtype)
         if self.rank == root:
@@ -777,7 +610,7 @@ class Group:
                                     i.dtype.itemsize, self.rank)
             return self._run_dev("all_to_all", i.size // self.size, 0, ReduceOp.SUM, i, o, algorithm, timeout,
                                  async_op)
-        st = _Staging()
+        st = devices.Staging()
         out = st.flat(output, "output", download=(output_split_sizes is not None or input_split_sizes is not None))
         inp = st.flat(input, "input", writable=False)
         _same_dtype(out, inp, "all_to_all_single")
@@ -795,7 +628,7 @@ class Group:
             return self._submit(st.wrap(fn), "all_to_all", async_op)
         isplit = _splits(input_split_sizes, shape0, p, "input_split_sizes")
         osplit = _splits(output_split_sizes, oshape0, p, "output_split_sizes")
-        sched = _alltoallv_schedule(p, self.rank, [s * row for s in isplit], [s * orow for s in osplit],
+        sched = alltoallv_schedule(p, self.rank, [s * row for s in isplit], [s * orow for s in osplit],
                                     inp.size, out.size)
         fn = lambda: self._execute("all_to_all", " v", 0, 0, inp.dtype, ReduceOp.SUM,
                                    {"input": inp, "output": out}, None, timeout, schedule=sched)
@@ -815,7 +648,7 @@ class Group:
 
     # ---- point to point ----------------------------------------------------------------------
     def _p2p_op(self, kind: str, tensor: Any, peer: int, tag: int,
-                st: Optional["_Staging"] = None) -> tuple[Op, int]:
+                st: Optional["devices.Staging"] = None) -> tuple[Op, int]:
         peer = self._rank_arg(peer, "dst" if kind == "send" else "src")
         if peer == self.rank:
             raise ValueError(f"{kind} to itself (rank {self.rank}) is not supported")
@@ -832,14 +665,14 @@ class Group:
 
     def isend(self, tensor: Any, dst: int, tag: int = 0) -> Work:
         self._check_usable("send")
-        st = _Staging()
+        st = devices.Staging()
         op, _ = self._p2p_op("send", tensor, dst, tag, st)  # a device array is staged (copied) right here
         work = self.ctx.runner.submit(None, f"send to {dst}", p2p=(self, op, "send"))  # type: ignore[arg-type]
         return work if not st.keep else _StagedWork(work, st)  # the host copy stays ours until the send is done
 
     def irecv(self, tensor: Any, src: int, tag: int = 0) -> Work:
         self._check_usable("recv")
-        st = _Staging()
+        st = devices.Staging()
         op, _ = self._p2p_op("recv", tensor, src, tag, st)
         work = self.ctx.runner.submit(None, f"recv from {src}", p2p=(self, op, "recv"))  # type: ignore[arg-type]
         return work if not st.keep else _StagedWork(work, st)
@@ -851,7 +684,7 @@ class Group:
         self._check_usable("recv")
         if self.size < 2:
             raise ValueError(f"recv from any source in {self.name}: the group has no other rank")
-        st = _Staging()
+        st = devices.Staging()
         a = st.flat(tensor, "tensor", writable=True, download=False)
         sigb = encode_sig(f"p2p {a.dtype} n={a.size} {self.name}")
         peers = [g for g in self.ranks if g != self.ctx.rank]
@@ -931,52 +764,13 @@ def _dtype_ok(dt: np.dtype) -> None:
         raise TypeError(f"dtype {dt} cannot be communicated")
 
 
-class _Staging:
-    """The device arrays of one call (GPU tensors, CuPy arrays: :mod:`interlink.devices`): the call runs
-    on host copies; the ones it writes go back to the device when it completes (the staged path)."""
-
-    __slots__ = ("back", "keep")
-
-    def __init__(self) -> None:
-        self.back: list = []
-        # every Staged of the call, read-only inputs too, lives until the call is done: a dropped one gives
-        # its host buffer back to the pool, where the next argument of the same shape would take it (a
-        # scatter list of two same-shaped tensors then sent the last one twice: seen on a real GPU)
-        self.keep: list = []
-
-    def flat(self, x: Any, name: str, writable: bool = True, reducing: bool = False, download: bool = True,
-             upload: bool = True) -> np.ndarray:
-        if type(x) is np.ndarray or not devices.is_device_array(x):
-            return arrays.as_flat(x, name, writable, reducing)
-        staged = devices.stage(x, name, writable, download=download)
-        self.keep.append(staged)
-        if writable and upload:
-            self.back.append(staged)
-        return arrays.as_flat(staged.host, name, writable, reducing)
-
-    def upload(self) -> None:
-        for staged in self.back:
-            staged.upload()
-
-    def wrap(self, fn: Callable[[], Any]) -> Callable[[], Any]:
-        if not self.keep:
-            return fn
-
-        def run() -> Any:  # holds self, so the host copies stay ours until the call has run
-            res = fn()
-            self.upload()
-            self.keep.clear()
-            return res
-        return run
-
-
 class _StagedWork(Work):
     """A receive into a device array: the data goes to the device when the wait completes."""
 
-    def __init__(self, inner: Work, st: _Staging) -> None:
+    def __init__(self, inner: Work, st: devices.Staging) -> None:
         super().__init__(inner.desc)
         self._inner = inner
-        self._st: Optional[_Staging] = st
+        self._st: Optional[devices.Staging] = st
 
     def is_completed(self) -> bool:
         return self._inner.is_completed()
@@ -1039,7 +833,7 @@ def _same_dtype(a: np.ndarray, b: np.ndarray, what: str) -> None:
 
 
 def _check_list(lst: Optional[list], p: int, like: np.ndarray, what: str, writable: bool = True,
-                staging: Optional["_Staging"] = None) -> list[np.ndarray]:
+                staging: Optional["devices.Staging"] = None) -> list[np.ndarray]:
     if lst is None or len(lst) != p:
         raise ValueError(f"{what} must hold {p} tensors (one per rank), got "
                          f"{'None' if lst is None else len(lst)}")
@@ -1071,20 +865,3 @@ def _splits(s: Optional[Sequence[int]], dim0: int, p: int, what: str) -> list[in
     if len(s) != p or any(v < 0 for v in s) or sum(s) != dim0:
         raise ValueError(f"{what}={s} must be {p} non-negative sizes summing to dim 0 = {dim0}")
     return s
-
-
-def _alltoallv_schedule(p: int, rank: int, isizes: list[int], osizes: list[int], isize: int, osize: int) -> Schedule:
-    """Pairwise exchange with per-peer sizes (this rank's program only; the header of every message
-    carries its size, so disagreeing split sizes raise CollectiveMismatchError)."""
-    ioff = np.concatenate([[0], np.cumsum(isizes)]).astype(int)
-    ooff = np.concatenate([[0], np.cumsum(osizes)]).astype(int)
-    b = Builder("all_to_all", "pairwise_v", p, 0, 0, keep_empty=True)
-    b.buffers.update({"input": isize, "output": osize})
-    b.copy(0, rank, Chunk("input", int(ioff[rank]), isizes[rank]), Chunk("output", int(ooff[rank]), osizes[rank]))
-    for k in range(1, p):
-        to, frm = (rank + k) % p, (rank - k) % p
-        b.send(k, rank, to, Chunk("input", int(ioff[to]), isizes[to]))
-        b.recv(k, rank, frm, Chunk("output", int(ooff[frm]), osizes[frm]))
-    # keep empty rounds so every rank has p rounds
-    sched = b.build()
-    return sched

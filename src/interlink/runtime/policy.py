@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from ..transport import cuda_ipc
+
 
 def env_int(name: str, default: int) -> int:
     v = os.environ.get(name)
@@ -74,3 +76,26 @@ def fast_chunk_bytes() -> int:
     """Bytes per reduction chunk of the streamed shared-page paths (INTERLINK_FAST_CHUNK_BYTES, at least
     4 KiB): 128 KiB; the own-buffer paths read twice that per piece (64 times by cross-memory attach)."""
     return max(4096, env_int("INTERLINK_FAST_CHUNK_BYTES", 128 * 1024))
+
+
+# The device path (cuda-ipc): GPU buffers of ranks that share a host are read in place by their peers
+# (runtime.device_exec runs these Schedules as pulls). Each collective's Schedule there: the fewest
+# rounds (every round costs a signal and a stream synchronisation), each byte copied once.
+DEVICE_ALGO = {"all_reduce": "twoshot", "broadcast": "direct", "reduce": "direct", "all_gather": "direct",
+               "reduce_scatter": "direct", "gather": "direct", "scatter": "direct", "all_to_all": "pairwise"}
+
+
+def cuda_ipc_min_bytes() -> int:
+    """Below this many bytes (the call's largest buffer) device arrays take the staged path, whose
+    per-call cost is lower: INTERLINK_CUDA_IPC_MIN_BYTES, else the crossover measured on an H100 with 4
+    ranks on one GPU (benchmarks/RESULTS.md): 8 MiB when the processes are time-sliced (no MPS: ~2-3 ms
+    a call on cuda-ipc against ~0.5 ms/MiB staged), 1 MiB under MPS (~0.4-0.6 ms a call). The same on
+    every rank of a host (the MPS daemon is the host's), so every rank takes the same path."""
+    env = os.environ.get("INTERLINK_CUDA_IPC_MIN_BYTES")
+    if env is not None:
+        return int(env)
+    return CUDA_IPC_MIN_BYTES_MPS if cuda_ipc.mps_active() else CUDA_IPC_MIN_BYTES
+
+
+CUDA_IPC_MIN_BYTES = 8 << 20
+CUDA_IPC_MIN_BYTES_MPS = 1 << 20
