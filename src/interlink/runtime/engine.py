@@ -212,20 +212,29 @@ class Engine:
         without taking it. Raises as run() does: PeerClosed / Aborted, or TimeoutError(peers) at the
         deadline."""
         sleep = 2e-5
+        live = list(peers)
         while True:
-            for g in peers:
+            for g in list(live):
                 peek = getattr(self.channels[g], "peek_header", None)
                 if peek is None:
                     raise NotImplementedError(f"the {self.channels[g].name} channel to rank {g} cannot receive "
                                               "from any source")
-                h = peek()
+                try:
+                    h = peek()
+                except PeerClosed:
+                    # that peer has closed its side (it finished and left): nothing more comes from it, the
+                    # others may still send; only when none is left is this receive lost
+                    live.remove(g)
+                    if not live:
+                        raise
+                    continue
                 if h is not None and match(h):
                     return g
             now = time.monotonic()
             if now > deadline:
                 raise TimeoutError(list(peers))
-            if self.departed and all(g in self.departed for g in peers):
-                self.check_departed(peers)
+            if self.departed and all(g in self.departed for g in live):
+                self.check_departed(live)
             self.poll_controls(min(sleep, max(0.0, deadline - now)))
             sleep = min(sleep * 2, 1e-3)
 
