@@ -249,6 +249,13 @@ def _core(p: int) -> tuple[int, int, np.ndarray]:
     return pp, extra, np.where(j < extra, 2 * j + 1, j + extra)
 
 
+def _core_starts(pp: int, extra: int) -> np.ndarray:
+    """The first real rank whose block core rank j holds (a folded pair's two blocks start at its even
+    rank), and p at the end: core rank j's blocks are [start[j], start[j + 1])."""
+    j = np.arange(pp)
+    return np.concatenate([np.where(j < extra, 2 * j, j + extra), [pp + extra]]).astype(np.int64)
+
+
 def _fold_pairs(extra: int) -> tuple[np.ndarray, np.ndarray]:
     """(even, odd) ranks of the folded pairs."""
     even = 2 * np.arange(extra, dtype=np.int64)
@@ -332,8 +339,7 @@ def all_gather_recursive_doubling_traffic(nranks: int, count: int, root: int = 0
     if n > 0 and p > 1:
         pp, extra, real = _core(p)
         even, odd = _fold_pairs(extra)
-        start = np.concatenate([np.where(np.arange(pp) < extra, 2 * np.arange(pp), np.arange(pp) + extra),
-                                [pp + extra]]).astype(np.int64)
+        start = _core_starts(pp, extra)
         out_.add(even, odd, np.full(extra, n, dtype=np.int64), None)
         j = np.arange(pp, dtype=np.int64)
         mask = 1
@@ -355,8 +361,7 @@ def reduce_scatter_recursive_halving_traffic(nranks: int, count: int, root: int 
     if n > 0 and p > 1:
         pp, extra, real = _core(p)
         even, odd = _fold_pairs(extra)
-        start = np.concatenate([np.where(np.arange(pp) < extra, 2 * np.arange(pp), np.arange(pp) + extra),
-                                [pp + extra]]).astype(np.int64)
+        start = _core_starts(pp, extra)
         red = np.zeros(p, dtype=np.int64)
         red[odd] = n * p
         out_.add(even, odd, np.full(extra, n * p, dtype=np.int64), red)
