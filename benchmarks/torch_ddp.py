@@ -1,7 +1,7 @@
 """DDP and FSDP2 training steps on backend="interlink" against gloo, in one run.
 
     python benchmarks/torch_ddp.py --ranks 2,4 --params 20M --batch 8 --steps 5 --runs 3 \
-        [--modes ddp,fsdp2] [--json FILE]
+        [--modes ddp,fsdp2] [--device cpu|cuda] [--json FILE]
 
 Starts ``--ranks`` processes (spawn) that call ``init_process_group("interlink")`` and create a gloo group
 over the same ranks. Copies of one MLP (``--params`` parameters, float32) are wrapped in DDP and in FSDP2
@@ -15,6 +15,10 @@ runs, slowest rank):
   allreduce -- one all_reduce of a buffer the size of all gradients (the collective alone)
 The interlink backend returns asynchronous Works for DDP's buckets and FSDP's prefetches, so its
 communication overlaps with the backward pass; gloo's does too (its own worker threads).
+
+``--device cuda`` puts the model, the data and the gradients on GPU 0 (every rank shares it, as on the
+device machine): DDP's buckets go through interlink's device paths (cuda-ipc from 8 MiB, staged below)
+and through gloo's CUDA all_reduce. DDP only: gloo has no CUDA reduce_scatter for FSDP2.
 """
 
 from __future__ import annotations
@@ -54,10 +58,15 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(1)
+    cuda = args["device"] == "cuda"
+    dev = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(0)
     dist.init_process_group("interlink")
     gloo = dist.new_group(backend="gloo")
     torch.manual_seed(0)
     base, width = _model(args["params"])
+    base = base.to(dev)
     nparams = sum(p.numel() for p in base.parameters())
     import copy
 
@@ -67,7 +76,7 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
         for name, g in backends:
             m = copy.deepcopy(base)
             if mode == "ddp":
-                m = DDP(m, process_group=g, gradient_as_bucket_view=args["bucket_view"], bucket_cap_mb=args["bucket_mb"])
+                m = DDP(m, process_group=g, device_ids=[0] if cuda else None, gradient_as_bucket_view=args["bucket_view"], bucket_cap_mb=args["bucket_mb"])
             else:
                 from torch.distributed.device_mesh import DeviceMesh
                 from torch.distributed.fsdp import fully_shard
@@ -81,8 +90,12 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
             opts[f"{mode}_{name}"] = torch.optim.SGD(m.parameters(), lr=1e-4)
     local = copy.deepcopy(base)
     opt_local = torch.optim.SGD(local.parameters(), lr=1e-4)
-    x = torch.randn(args["batch"], width)
-    y = torch.randn(args["batch"], width)
+    x = torch.randn(args["batch"], width, device=dev)
+    y = torch.randn(args["batch"], width, device=dev)
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
     t = torch.zeros(1, dtype=torch.float64)
 
     def slowest(v: float) -> float:
@@ -100,12 +113,13 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
             opt.zero_grad()
             torch.nn.functional.mse_loss(model(x), y).backward()
             opt.step()
+        sync()
         took = (time.perf_counter() - t0) / args["steps"]
         backend._ASYNC = True
         return slowest(took)
 
     res = {k: [] for k in (*models, "compute", "ar_interlink", "ar_gloo")}
-    buf = torch.ones(nparams)
+    buf = torch.ones(nparams, device=dev)
     for name, m in models.items():  # warm-up: buckets built, buffers touched
         steps(m, opts[name])
     for _ in range(args["runs"]):
@@ -118,6 +132,7 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
             t0 = time.perf_counter()
             for _ in range(3):
                 dist.all_reduce(buf, group=g)
+            sync()
             res[name].append(slowest((time.perf_counter() - t0) / 3))
     dist.destroy_process_group()
     q.put((rank, nparams, res))
@@ -136,6 +151,8 @@ def main(argv=None) -> int:
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb (torch's default: 25)")
     ap.add_argument("--inline", action="store_true",
                     help="also time interlink with every call inline (INTERLINK_TORCH_ASYNC=0): no overlap")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: model and gradients on GPU 0, shared by every rank (DDP only)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     out = []
@@ -146,7 +163,9 @@ def main(argv=None) -> int:
         args = {"params": _size(a.params), "batch": a.batch, "steps": a.steps, "runs": a.runs,
                 "modes": a.modes.split(","),
                 "inline": a.inline, "bucket_view": a.bucket_view,
-                "bucket_mb": a.bucket_mb}
+                "bucket_mb": a.bucket_mb, "device": a.device}
+        if a.device == "cuda" and "fsdp2" in args["modes"]:
+            ap.error("--device cuda runs DDP only (gloo has no CUDA reduce_scatter for FSDP2): --modes ddp")
         procs = [ctx.Process(target=rank_main, args=(r, world, port, args, q)) for r in range(world)]
         for p in procs:
             p.start()
@@ -158,7 +177,7 @@ def main(argv=None) -> int:
         row = {"ranks": world, "params": nparams, "grad_MB": nparams * 4 / 1e6, **{f"{k}_s": v for k, v in med.items()},
                "runs": res}
         print(f"# {world} ranks, {nparams / 1e6:.1f}M parameters ({row['grad_MB']:.0f} MB of gradients), "
-              f"batch {a.batch}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+              f"batch {a.batch}, {a.device}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
         print(f"  compute:   {med['compute'] * 1e3:8.1f} ms (no communication)")
         for mode in args["modes"]:
             il, gl = med[f"{mode}_interlink"], med[f"{mode}_gloo"]

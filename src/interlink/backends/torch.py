@@ -137,6 +137,11 @@ def _op(opts: Any) -> tuple[str, Any]:
         if op == want:
             return name, None
     if getattr(op, "op", None) == dist.ReduceOp.PREMUL_SUM:
+        if not hasattr(op, "factor"):  # torch before 2.13 keeps the factor in C++ only
+            import torch
+
+            raise NotImplementedError(f"interlink backend: PREMUL_SUM needs torch 2.13 or later, whose ReduceOp "
+                                      f"shows its factor to Python (this is torch {torch.__version__})")
         factor = op.factor
         if factor is None:
             raise ValueError("interlink backend: PREMUL_SUM without a factor")
