@@ -225,3 +225,98 @@ def test_streamed_and_direct_paths_against_numpy(nranks: int, path: str) -> None
     mapped = [m for _, _, m in res]
     if mapped[0] >= 0:  # -1: this machine forbids cross-memory attach, so nothing is read in place
         assert (all(m > 0 for r, m in enumerate(mapped) if r != 0) if shared else not any(mapped)), mapped
+
+
+# ---- the host paths are the Schedules of algorithms/hostpage.py ------------------------------------------
+
+def _uneven_split_suite(rank: int, world: int, sizes: tuple) -> dict:
+    """fast2 and fastd all_reduce, and the fastd broadcast, with their builders swapped for variants that
+    split the buffer otherwise (rank 0's slice twice the others'; the broadcast's root pushing nothing):
+    the executor must take the split from the Schedule and still compute the right sums."""
+    import interlink as dist
+    from interlink.algorithms import hostpage, registry
+    from interlink.algorithms.schedule import Builder, inp, out, scr
+
+    def split0(n: int, p: int) -> list:
+        w = [2] + [1] * (p - 1)
+        edges = [n * sum(w[:i]) // sum(w) for i in range(p + 1)]
+        return [(edges[i], edges[i + 1] - edges[i]) for i in range(p)]
+
+    def fast2(nranks, count, root=0):
+        p, n = nranks, count
+        blocks = split0(n, p)
+        b = Builder("all_reduce", "fast2", p, n, root, scratch=n)
+        for r in range(p):
+            ro, rn = blocks[r]
+            b.copy(0, r, inp(0, n), scr(0, n))
+            b.copy(0, r, inp(ro, rn), out(ro, rn))
+            for j in range(p):
+                if j != r:
+                    b.get(1, r, j, scr(ro, rn), out(ro, rn), reduce=True)
+            b.copy(1, r, out(ro, rn), scr(ro, rn))
+            for i in range(p):
+                if i != r:
+                    b.get(2, r, i, scr(*blocks[i]), out(*blocks[i]))
+        return b.build()
+
+    def fastd(nranks, count, root=0):
+        p, n = nranks, count
+        blocks = split0(n, p)
+        b = Builder("all_reduce", "fastd", p, n, root)
+        for r in range(p):
+            ro, rn = blocks[r]
+            b.copy(0, r, inp(ro, rn), out(ro, rn))
+            for j in range(p):
+                if j != r:
+                    b.get(1, r, j, inp(ro, rn), out(ro, rn), reduce=True)
+                    b.get(2, r, j, out(*blocks[j]), out(*blocks[j]))
+        return b.build()
+
+    def bc_pull_all(nranks, count, root=0):
+        b = Builder("broadcast", "fastd", nranks, count, root)
+        b.copy(0, root, inp(0, count), out(0, count))
+        for r in range(nranks):
+            if r != root:
+                b.get(0, r, root, inp(0, count), out(0, count))
+        return b.build()
+
+    for (coll, algo), fn in ((("all_reduce", "fast2"), fast2), (("all_reduce", "fastd"), fastd),
+                             (("broadcast", "fastd"), bc_pull_all)):
+        e = registry.get_entry(coll, algo)
+        registry._REGISTRY[(coll, algo)] = registry.Entry(coll, algo, fn, e.summary, e.params)
+    registry._cached.cache_clear()
+    g = dist.init(timeout=60)
+    fails, splits = [], {}
+    for n in sizes:
+        xs = [np.arange(n, dtype=np.float64) * (r + 1) + r for r in range(world)]
+        a = xs[rank].copy()
+        dist.all_reduce(a)
+        if not np.array_equal(a, sum(xs)):
+            fails.append(f"rank {rank}: all_reduce n={n}: {np.flatnonzero(a != sum(xs))[:5]}")
+        b = xs[rank].copy()
+        dist.broadcast(b, src=world - 1)
+        if not np.array_equal(b, xs[-1]):
+            fails.append(f"rank {rank}: broadcast n={n}")
+    for key, sc in g._fast.shapes.items():
+        if sc and sc.schedule is not None:
+            splits[sc.sigb.decode().split()[0] + f" n={sc.count}"] = (sc.split, sc.cut)
+    dist.destroy()
+    return {"fails": fails, "splits": splits, "hostpage": hostpage.HOST_PAGE}
+
+
+@pytest.mark.parametrize("nranks", [3, 4])
+def test_host_paths_follow_their_schedules(nranks: int) -> None:
+    """The runtime's host-page executor takes its plan from the registered Schedule: builders that split
+    the buffer otherwise change what it does (and it stays right)."""
+    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_SHM_DIRECT_MAX_BYTES": "65536",
+           "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": "65536"}
+    sizes = (1001, 30011)  # 8 KB: fast2 in the slots; 240 KB: fastd from the ranks' own buffers
+    res = run_ranks(nranks, _uneven_split_suite, sizes, env=env, timeout=300)
+    for out in res:
+        assert out["fails"] == [], out["fails"][:5]
+    sp = res[0]["splits"]
+    want = lambda n: [n * sum(([2] + [1] * (nranks - 1))[:i]) // (nranks + 1) for i in range(nranks)] + [n]  # noqa: E731
+    assert sp["all_reduce:fast2 n=1001"][0] == want(1001), sp
+    if "all_reduce:fastd n=30011" in sp:  # fastd needs cross-memory attach between the ranks
+        assert sp["all_reduce:fastd n=30011"][0] == want(30011), sp
+        assert sp["broadcast:fastd n=30011"][1] == 30011, sp  # the variant's receivers pull everything

@@ -50,7 +50,7 @@ def _load() -> None:
     if _LOADED[0]:
         return
     _LOADED[0] = True
-    from . import barrier, bruck, direct, hierarchical, pairwise, recursive, ring, switch, trees  # noqa: F401
+    from . import barrier, bruck, direct, hierarchical, hostpage, pairwise, recursive, ring, switch, trees  # noqa: F401
 
 
 _SORTED: list = [None, []]  # (registry size when sorted, entries)

@@ -313,17 +313,18 @@ class Schedule:
         acc: dict[tuple[int, int], int] = {}
         for r in range(self.nranks):
             for s in self.ranks[r][k].steps:
-                if isinstance(s, Send):
+                if isinstance(s, (Send, Put)):
                     acc[(r, s.peer)] = acc.get((r, s.peer), 0) + s.src.count
                 elif isinstance(s, Get):  # the bytes flow from the peer to the reader
                     acc[(s.peer, r)] = acc.get((s.peer, r), 0) + s.src.count
         return [(a, b, n) for (a, b), n in sorted(acc.items())]
 
     def messages(self) -> Iterator[tuple[int, int, int, int]]:
-        """(round, src, dst, elements) of every Send and every Get (from the peer read), in order."""
+        """(round, src, dst, elements) of every Send, Put (to the peer written) and Get (from the peer
+        read), in order."""
         for r in range(self.nranks):
             for k, s in self.steps(r):
-                if isinstance(s, Send):
+                if isinstance(s, (Send, Put)):
                     yield k, r, s.peer, s.src.count
                 elif isinstance(s, Get):
                     yield k, s.peer, r, s.src.count
@@ -697,17 +698,24 @@ def has_gets(s: "Schedule") -> bool:
 
 def _puts_as_gets(s: "Schedule") -> "Schedule":
     """Every Put as a Get of the peer (it reads the putter's chunk as at the start of the round, as the put
-    does); Signals and Waits dropped (a reading executor's Get carries its own synchronisation)."""
+    does); Signals and Waits dropped (a reading executor's Get carries its own synchronisation), except a
+    Wait on a rank that puts nothing to the waiter in that round: it becomes an empty Get of the signaller."""
     if not any(isinstance(st, ONE_SIDED_WRITES) for prog in s.ranks for rnd in prog for st in rnd.steps):
         return s
     p = s.nranks
     progs = [[[st for st in rnd.steps if not isinstance(st, ONE_SIDED_WRITES)] for rnd in s.ranks[r]]
              for r in range(p)]
+    putters = [[{st.peer for st in rnd.steps if isinstance(st, Put)} for rnd in s.ranks[r]] for r in range(p)]
+    none = Chunk("output", 0, 0)
     for r in range(p):
         for k, rnd in enumerate(s.ranks[r]):
             for st in rnd.steps:
                 if isinstance(st, Put):
                     progs[st.peer][k].append(Get(r, st.src, st.dst, False, st.channel))
+                elif isinstance(st, Wait) and r not in putters[st.peer][k]:
+                    # a signal that no put of this round carries (a barrier's): an empty read of the
+                    # signaller keeps what it says (the waiter goes on only after the signaller got here)
+                    progs[r][k].append(Get(st.peer, Chunk("input", 0, 0), none, False, st.channel))
     ranks = tuple(tuple(Round(tuple(sorted((x for x in steps if isinstance(x, COMM_STEPS)), key=_channel_of))
                               + tuple(x for x in steps if isinstance(x, LOCAL_STEPS))) for steps in prog)
                   for prog in progs)
@@ -880,6 +888,15 @@ class Builder:
             raise AssertionError(f"transfer of {src_chunk.count} into {dst_chunk.count} elements")
         self.send(rnd, src, dst, src_chunk, channel)
         self.recv(rnd, dst, src, dst_chunk, reduce, channel)
+
+    def get(self, rnd: int, rank: int, peer: int, src: Chunk, dst: Chunk, reduce: bool = False,
+            channel: int = 0) -> None:
+        """``rank`` reads src of ``peer`` into its dst, stored or reduced (:class:`Get`; registered memory)."""
+        if src.count != dst.count:
+            raise AssertionError(f"get of {src.count} into {dst.count} elements")
+        if src.count == 0 and not self.keep_empty:
+            return
+        self._slot(rank, rnd).append(Get(peer, src, dst, reduce, channel))
 
     def put(self, rnd: int, rank: int, peer: int, src: Chunk, dst: Chunk, channel: int = 0) -> None:
         """``rank`` writes its src into dst of ``peer`` (:class:`Put`); see :meth:`signal`."""

@@ -107,10 +107,13 @@ def terms(sample: Sample, cores: Optional[int] = None, oversub_byte_factor: floa
 def fast_features(nranks: int, nbytes: int, cores: Optional[int] = None, kind: str = "fast",
                   llc: float = 32.0 * 2**20, dram: float = 1.0, k: float = 1.0) -> tuple[float, float]:
     """(core-sharing excess f - 1, bytes one rank processes x f x cache factor) of a shared-memory
-    all_reduce: 'fast' reads every rank's payload (p x n), 'fast2' processes the vector once (n)."""
+    all_reduce of float32: the bytes its Schedule moves into the busiest rank's result
+    (algorithms.hostpage.work_elements: 'fast' p x n, 'fast2' and 'fastd' (2p - 1)/p x n), as the cost model."""
+    from ..algorithms.hostpage import work_elements
+
     cores = cores or (os.cpu_count() or 1)
     f = max(1.0, nranks / cores)
-    work = nbytes * nranks if kind == "fast" else nbytes
+    work = 4 * work_elements("all_reduce", kind, nranks, nbytes // 4)
     wset = 2.0 * nbytes * min(nranks, cores)  # ranks that run at once (cost.working_set)
     cf = 1.0 + (dram - 1.0) * max(0.0, 1.0 - llc / wset) if wset > 0 else 1.0
     return f - 1.0, float(work) * (1.0 + k * (f - 1.0)) * cf

@@ -34,8 +34,9 @@ receives, ``alpha_oversub`` when more ranks take part than the host has cores, p
 paths between hosts; bytes weighed by the core-sharing factor (ranks / cores, at least 1) and a cache
 factor (up to ``host.dram_factor`` once the host's working set, 2 x S per rank, leaves
 ``host.llc_bytes``); a repeated ring pays the largest mean latency around a cycle per round; rounds add
-up. The shared-memory paths of an all-local group (``fast``, ``fast2``, ``fastd``) are still closed forms
-here (:func:`_fast`): they are not Schedules yet.
+up. The shared-memory paths of an all-local group (``fast``, ``fast2``, ``fastd``) are Schedules
+(:mod:`interlink.algorithms.hostpage`) priced by :func:`_fast`: the bytes from the Schedule's steps
+(:func:`~interlink.algorithms.hostpage.work_elements`), a per-call alpha fitted per path.
 
 Every algorithm is priced from its Schedule's traffic at any rank count: every registered algorithm has a
 vectorised generator (:func:`interlink.algorithms.traffic.register_traffic`, equal to
@@ -60,6 +61,7 @@ import numpy as np
 
 from ..algorithms import registry
 from ..algorithms import traffic as _traffic
+from ..algorithms.hostpage import work_elements as host_page_work
 from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
 from ..algorithms.traffic import Traffic, from_schedule
 from ..topology import HOP_KINDS, Topology, TopologyError, parse_topology, path_table, rail_plan
@@ -94,7 +96,7 @@ MESSAGES_LIMIT = 4_500_000
 PER_RANK_SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 
 #: Pseudo-algorithms: NVLink SHARP, and the shared-memory paths of an all-local CPU group.
-PSEUDO = ("fast", "fast2", "fastd")
+PSEUDO = ("fast", "fast2", "fastd")  # the host page's Schedules (algorithms/hostpage.py), priced by _fast
 
 #: Collectives the small-message fast path of an all-local group serves.
 FAST_COLLECTIVES = frozenset({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"})
@@ -134,7 +136,7 @@ class Candidate:
     time_us: float
     algbw_gbps: float
     busbw_gbps: float
-    method: str = "traffic"  # traffic (the Schedule's, from its generator) | shared memory (fast paths)
+    method: str = "traffic"  # traffic (the Schedule's, from its generator) | host page (the fast paths' Schedules, _fast)
     channels: int = 1
     note: str = ""
 
@@ -819,7 +821,7 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
         # CollNet (SHARP) is priced when asked for (algorithm= or candidates=), not in the default choice:
         # the published multi-node figures were measured without it, and with it the model's choice at
         # 8 x DGX-H100 would be collnet_direct at 409 GB/s against 350 measured
-        names = [a for a in have if a not in SHARP_ALGORITHMS] + list(PSEUDO)
+        names = [a for a in have if a not in SHARP_ALGORITHMS and a not in PSEUDO] + list(PSEUDO)
         if gpu and info.nhosts > 1 and any(a in have for a in SHARP_ALGORITHMS) \
                 and not _sharp_unavailable(info, local_size):
             notes.append("the fabric has SHARP: collnet_direct (in-network reduction, NCCL's CollNet) is priced "
@@ -852,9 +854,9 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
             protos = ("simple",)
         if algo in ("fast", "fast2", "fastd"):
             c = _fast(collective, S, info, params, (fast_path or algorithm == algo) and transport != "tcp",
-                      explicit=algorithm == algo, kind=algo)
+                      explicit=algorithm == algo, kind=algo, itemsize=itemsize, root=root)
             if c is not None:
-                table.append(cand(algo, "simple", c, "shared memory"))
+                table.append(cand(algo, "simple", c, "host page"))
             continue
         bparams = builder_params(collective, algo, topo, local_size)
         ch = int(dict(bparams).get("channels", 1))
@@ -965,7 +967,7 @@ def _sharp_unavailable(info: _TopoInfo, local_size: int) -> str:
 
 
 def _fast(collective: str, S: int, info: _TopoInfo, params: Params, allowed: bool, explicit: bool,
-          kind: str = "fast") -> float | None:
+          kind: str = "fast", itemsize: int = 4, root: int = 0) -> float | None:
     """A shared-memory path of an all-local CPU group (the world group of a one-host job), time us, or
     None where the runtime would not take it. ``fast``: one shared write per rank, every rank reads all
     payloads; ``fast2`` (all_reduce): every rank reduces its 1/p slice from every slot, then copies the
@@ -981,16 +983,14 @@ def _fast(collective: str, S: int, info: _TopoInfo, params: Params, allowed: boo
     elif not allowed:
         why = "disabled (or TCP forced: the fast paths live in shared memory)"
     else:
-        # payload: what one rank writes (checked against the slot size); work: bytes one rank processes
+        # payload: what one rank writes (checked against the slot size, as FastPath.takes does); work: bytes
+        # the busiest rank moves into its result, read off the path's Schedule (algorithms/hostpage.py)
+        payload = S // p if collective == "all_gather" else 0 if collective == "barrier" else S
         if kind == "fast":
-            payload, work = {"all_reduce": (S, S * p), "broadcast": (S, S), "all_gather": (S // p, S),
-                             "reduce_scatter": (S, S), "barrier": (0, 0)}[collective]
             lo = 0.0
         elif kind == "fast2":
-            payload, work = S, S
             lo = params.value("host.fast.max_bytes")
         else:  # fastd: above the two-phase path (from 3 ranks) or the one-shot path, and its own minimum
-            payload, work = S, S
             lo = max(params.value("host.fastd.min_bytes"), params.value(
                 "host.fast2.max_bytes" if p >= params.value("host.fast2.min_ranks") else "host.fast.max_bytes"))
         top = params.value(f"host.{kind}.max_bytes") if kind != "fastd" else float("inf")
@@ -1003,6 +1003,7 @@ def _fast(collective: str, S: int, info: _TopoInfo, params: Params, allowed: boo
         elif kind == "fast2" and p < params.value("host.fast2.min_ranks"):
             why = f"the two-phase path needs {params.value('host.fast2.min_ranks'):g}+ ranks"
         else:
+            work = itemsize * host_page_work(collective, kind, p, count_for(collective, S, itemsize, p)[0], root)
             f = float(info.oversub.max())
             kf = params.get(f"host.{kind}.oversub_byte_factor")
             fb = (1.0 + kf * (f - 1.0)) if kf is not None else float(byte_oversub(info, params).max())

@@ -177,17 +177,18 @@ def _defaults() -> list[Param]:
         _p("host.fast.max_bytes", 65536.0, "B", "interlink.runtime.policy.fast_small_bytes() default"),
         _p("host.fast2.alpha_us", 25.0, "us", "estimate: a call and two exchanges on the host page (publish, slice)"),
         _p("host.fast2.alpha_oversub_us", 100.0, "us", "estimate: as host.fast.alpha_oversub_us, two exchanges"),
-        _p("host.fast2.ns_per_byte", 0.4, "ns/B",
-           "estimate: per byte of the vector, a rank copies it in, reduces its slice from every slot and "
-           "copies the other slices out (~3 passes at ~8 GB/s)"),
+        _p("host.fast2.ns_per_byte", 0.25, "ns/B",
+           "estimate: per byte its Schedule moves into a rank's result ((2p - 1)/p of the vector: its slice "
+           "reduced from every slot, the other slices copied out), with the copy into the slot (was 0.4 per "
+           "byte of the vector, about 1.6 x this at 2-4 ranks)"),
         _p("host.fast2.min_ranks", 3.0, "ranks", "interlink.runtime.fastpath: two-phase all_reduce from 3 ranks"),
         _p("host.fast2.max_bytes", 4.0 * 2**20, "B",
            "interlink.runtime.policy.fast_max_bytes() default: all_reduce in shared memory up to this size"),
         _p("host.fastd.alpha_us", 35.0, "us", "estimate: a call and three exchanges (publish, slice, done)"),
         _p("host.fastd.alpha_oversub_us", 100.0, "us", "estimate: as host.fast2.alpha_oversub_us"),
-        _p("host.fastd.ns_per_byte", 0.3, "ns/B",
-           "estimate: per byte of the vector, a rank reduces its slice reading every rank's buffer and copies "
-           "the other slices out (~2 passes)"),
+        _p("host.fastd.ns_per_byte", 0.19, "ns/B",
+           "estimate: per byte its Schedule moves into a rank's result ((2p - 1)/p of the vector: its slice "
+           "reduced reading every rank's buffer, the other slices copied out; was 0.3 per byte of the vector)"),
         _p("host.fastd.oversub_byte_factor", None, "x", "as host.fast.oversub_byte_factor, for the direct path"),
         _p("host.fastd.min_bytes", 2.0 * 2**20, "B",
            "interlink.runtime.fastpath (INTERLINK_SHM_AR_DIRECT_MIN_BYTES): all_reduce from the ranks' own "

@@ -84,11 +84,13 @@ def group_topology(layout: tuple[int, int], nranks: int, cores: Optional[int] = 
 
 
 def _candidates(collective: str, candidates: Optional[Iterable[str]]) -> tuple[str, ...]:
+    from ..algorithms.hostpage import HOST_PAGE
     from ..algorithms.switch import NEEDS_SWITCH
 
     have = registry.algorithms_for(collective)
-    if candidates is None:  # what interlink's executors run (not the in-switch Schedules: no switch reduces)
-        return tuple(a for a in have if a not in NEEDS_SWITCH)
+    if candidates is None:  # what interlink's executors run (not the in-switch Schedules: no switch reduces;
+        # not the host page's: the runtime's FastPath takes those where a group shares one host page)
+        return tuple(a for a in have if a not in NEEDS_SWITCH and a not in HOST_PAGE)
     out = tuple(c for c in candidates if c in have)
     if not out:
         raise ValueError(f"no registered candidate among {list(candidates)} for {collective}")

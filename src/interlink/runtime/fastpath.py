@@ -30,6 +30,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..algorithms import registry
+from ..algorithms.hostpage import host_plan
 from ..errors import CollectiveMismatchError
 from ..ops import ReduceOp, finish_avg, ufunc
 from ..transport import shmalloc
@@ -59,12 +61,6 @@ def _crc(sig: bytes) -> int:
     return c
 
 
-def _slices(count: int, n: int) -> list[int]:
-    """Where each of n ranks' slice of count elements starts (and, last, count): as even as can be."""
-    base, extra = divmod(count, n)
-    return [i * base + min(i, extra) for i in range(n + 1)]
-
-
 # the calls of the hot path
 AR, BC, AG, RS, BAR = range(5)
 NAMES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
@@ -75,7 +71,7 @@ class Small:
     the typed views of the slots it reads and writes, made once so that a call does no lookups."""
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
-                 "avg", "stream", "count", "block", "root", "direct", "split", "res")
+                 "avg", "stream", "count", "block", "root", "direct", "split", "res", "cut", "schedule")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -97,6 +93,8 @@ class Small:
         self.direct = False  # too large for a slot: peers read this rank's own buffer (fastd)
         self.split: Optional[list] = None  # the two-phase all_reduce: where each rank's slice starts
         self.res: Optional[list] = None  # [parity] -> the shared result slot (all_reduce reduced once)
+        self.cut = 0  # a fastd broadcast: receivers pull [0, cut), the root pushes [cut, count)
+        self.schedule: Any = None  # the Schedule this call shape runs (algorithms/hostpage.py)
 
 
 class FastPath:
@@ -288,11 +286,18 @@ class FastPath:
         two_phase = big and kind == AR and a.nbytes <= self.direct_max
         direct = big and not two_phase and (
             kind == AR or a.nbytes > self.move_max)
-        # the flight recorder and `interlink bench` name the path
+        # the flight recorder and `interlink bench` name the path: the registered Schedule it runs
         path = "fastd" if direct else "fast2" if two_phase else "fast"
         sigb = f"{NAMES[kind]}:{path} {dt} n={count} {op.name.lower()} root={root} {group}".encode()
         sc = Small(kind, sigb, a.nbytes if sends else 0, sends)
         sc.count, sc.root = count, root
+        # the call shape's plan comes from its Schedule (checked to be of the form this executor runs)
+        sc.schedule = registry.get_schedule(NAMES[kind], path, self.n,
+                                            count // self.n if kind == RS else 0 if kind == BAR else count, root)
+        hp = host_plan(sc.schedule, me)
+        if "slices" in hp:
+            sc.split = [off for off, _ in hp["slices"]] + [count]
+        sc.cut = hp.get("cut", 0)
         if kind in (AR, RS):
             sc.fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op)
             sc.avg = op is ReduceOp.AVG
@@ -306,7 +311,6 @@ class FastPath:
         shaped = not sc.stream  # the one-shot path works on the caller's shape, the others on flat views
         sc.mine = [r[me].reshape(a.shape) if shaped else r[me] for r in rows]
         if two_phase:
-            sc.split = _slices(count, self.n)
             sc.stack = rows
         elif kind == AR:
             sc.parts = [[row.reshape(a.shape) for row in r] for r in rows]
@@ -601,7 +605,7 @@ class FastPath:
         if kind == AR:
             return self._direct_all_reduce(sc, flat, f, q, seq, timeout, mapped, read)
         if kind == BC:
-            cut = sc.count - sc.count // n  # receivers pull [0, cut), the root pushes [cut, count)
+            cut = sc.cut  # receivers pull [0, cut), the root pushes [cut, count): the Schedule's split
             if sc.sends:
                 for k in range(1, n):
                     push((me + k) % n, cut, flat[cut:])
@@ -694,7 +698,7 @@ class FastPath:
         reduced by one rank, so every rank ends with the same bits. A rank returns when every peer has
         finished reading its buffer."""
         me, n, isz = self.me, self.n, a.dtype.itemsize
-        lo_of = _slices(a.size, n)
+        lo_of = sc.split  # each rank's slice: the Schedule's
         lo, hi = lo_of[me], lo_of[me + 1]
         fn = sc.fn
         step = max(1, 2 * self.chunk // isz)  # 256 KiB pieces: read and reduced while in cache

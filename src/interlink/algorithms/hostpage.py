@@ -1,0 +1,442 @@
+"""The shared-memory paths of an all-local group, as one-sided Schedules over registered memory.
+
+The runtime's latency and one-host bandwidth paths (runtime/fastpath.py) are these Schedules, compiled
+into per-shape plans there (:func:`interlink.runtime.fastpath.compile_hostpage`); the reference
+interpreter verifies them, the cost model prices them from their steps, the simulator runs them.
+A rank's ``scratch`` buffer here is its *slot* on the host page (shared memory every local rank maps:
+registered memory), so a peer's Get of ``scratch`` reads that slot in place; a Get of ``input`` or
+``output`` reads the rank's own buffer (mapped in place when it lives in an ``interlink.empty`` arena,
+else by cross-memory attach), and a Put writes into the peer's buffer the same way.
+
+* ``fast`` (all_reduce, broadcast, all_gather, reduce_scatter, barrier): every writer copies its payload
+  once into its slot (round 0), then every reader takes what it needs from every slot (round 1):
+  all_reduce and reduce_scatter reduce the slots in rank order (identical bits on every rank), broadcast
+  and all_gather copy. A reduce_scatter's writer copies every block but its own (its own it reduces
+  straight from its input). The barrier is signals only.
+* ``fast2`` (all_reduce, 3+ ranks, up to the slot size): two phases in the slots: each rank reduces its
+  1/p slice from every slot into its output and writes it back into its own slot (round 1); then every
+  rank copies the other ranks' final slices out of their slots (round 2). DeepSpeed's / vLLM's
+  shared-memory all_reduce.
+* ``fastd`` (all_reduce, broadcast, all_gather, reduce_scatter; too large for a slot): one copy, from
+  and into the ranks' own buffers, no slot. all_reduce: each rank reduces its slice reading that slice of
+  every peer's input, then copies the other slices from their owners' outputs (``twoshot``, one-sided,
+  without scratch). broadcast: the receivers pull the first p-1/p of the payload from the root while the
+  root pushes the last 1/p into every receiver (on 2 ranks each moves half). all_gather: every rank
+  pushes its block into every peer's output. reduce_scatter: every rank reduces its block reading it
+  from every peer's input.
+
+Where they are used (sizes, flags) is the runtime's policy (runtime/policy.py, FastPath.takes); the
+tuner never picks them for a group that is not all on one host's shared page (:data:`HOST_PAGE`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import register
+from .ring import _Phases, split_sizes
+from .schedule import Builder, Schedule, inp, out, scr, split
+from .traffic import Traffic, register_traffic
+
+#: the algorithms of this module: they need every rank of the group on one host page
+HOST_PAGE = frozenset({"fast", "fast2", "fastd"})
+
+
+def _others(p: int, me: int) -> range:
+    """The peers of ``me`` in rank order."""
+    return [j for j in range(p) if j != me]
+
+
+# ---- fast: one write into the slot, every reader reads every slot --------------------------------------
+
+@register("all_reduce", "fast")
+def all_reduce_fast(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 exchange on the host page: each rank writes its input into its slot once, then reduces every slot (rank order)."""
+    p, n = nranks, count
+    b = Builder("all_reduce", "fast", p, n, root, scratch=n)
+    for r in range(p):
+        if p > 1:
+            b.copy(0, r, inp(0, n), scr(0, n))
+        b.copy(0, r, inp(0, n), out(0, n))
+        for j in _others(p, r):
+            b.get(1, r, j, scr(0, n), out(0, n), reduce=True)
+    return b.build()
+
+
+@register("broadcast", "fast")
+def broadcast_fast(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 exchange on the host page: the root writes its payload into its slot once; every receiver copies it out."""
+    p, n = nranks, count
+    b = Builder("broadcast", "fast", p, n, root, scratch=n)
+    if p > 1:
+        b.copy(0, root, inp(0, n), scr(0, n))
+    b.copy(0, root, inp(0, n), out(0, n))
+    for r in _others(p, root):
+        b.get(1, r, root, scr(0, n), out(0, n))
+    return b.build()
+
+
+@register("all_gather", "fast")
+def all_gather_fast(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 exchange on the host page: each rank writes its block into its slot once; every rank copies every slot out."""
+    p, n = nranks, count
+    b = Builder("all_gather", "fast", p, n, root, scratch=n)
+    for r in range(p):
+        if p > 1:
+            b.copy(0, r, inp(0, n), scr(0, n))
+        b.copy(0, r, inp(0, n), out(r * n, n))
+        for j in _others(p, r):
+            b.get(1, r, j, scr(0, n), out(j * n, n))
+    return b.build()
+
+
+@register("reduce_scatter", "fast")
+def reduce_scatter_fast(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 exchange on the host page: each rank writes the blocks of its peers into its slot; each reduces its block from every slot."""
+    p, m = nranks, count
+    b = Builder("reduce_scatter", "fast", p, m, root, scratch=m * p)
+    for r in range(p):
+        for j in _others(p, r):
+            b.copy(0, r, inp(j * m, m), scr(j * m, m))
+        b.copy(0, r, inp(r * m, m), out(0, m))
+        for j in _others(p, r):
+            b.get(1, r, j, scr(r * m, m), out(0, m), reduce=True)
+    return b.build()
+
+
+@register("barrier", "fast")
+def barrier_fast(nranks: int, count: int = 0, root: int = 0) -> Schedule:
+    """1 exchange on the host page: every rank signals every other (its slot's published word)."""
+    p = nranks
+    b = Builder("barrier", "fast", p, 0, root)
+    for r in range(p):
+        for j in _others(p, r):
+            b.signal(0, r, j)
+    return b.build()
+
+
+# ---- fast2: the two-phase all_reduce in the slots ------------------------------------------------------
+
+@register("all_reduce", "fast2")
+def all_reduce_fast2(nranks: int, count: int, root: int = 0) -> Schedule:
+    """2 exchanges on the host page: slots written once; each rank reduces its 1/p slice from every slot into its own slot; every rank copies the other slices out."""
+    p, n = nranks, count
+    blocks = split(n, p)
+    b = Builder("all_reduce", "fast2", p, n, root, scratch=n)
+    for r in range(p):
+        ro, rn = blocks[r]
+        if p > 1:
+            b.copy(0, r, inp(0, n), scr(0, n))
+        b.copy(0, r, inp(ro, rn), out(ro, rn))
+        for j in _others(p, r):
+            b.get(1, r, j, scr(ro, rn), out(ro, rn), reduce=True)
+        if p > 1:
+            b.copy(1, r, out(ro, rn), scr(ro, rn))
+        for i in _others(p, r):
+            io, il = blocks[i]
+            b.get(2, r, i, scr(io, il), out(io, il))
+    return b.build()
+
+
+# ---- fastd: one copy from and into the ranks' own buffers ----------------------------------------------
+
+@register("all_reduce", "fastd")
+def all_reduce_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
+    """2 exchanges from the ranks' own buffers: each rank reduces its 1/p slice reading every peer's input, then copies the other slices from their owners."""
+    p, n = nranks, count
+    blocks = split(n, p)
+    b = Builder("all_reduce", "fastd", p, n, root)
+    for r in range(p):
+        ro, rn = blocks[r]
+        b.copy(0, r, inp(ro, rn), out(ro, rn))
+        for j in _others(p, r):
+            b.get(1, r, j, inp(ro, rn), out(ro, rn), reduce=True)
+        for i in _others(p, r):
+            io, il = blocks[i]
+            b.get(2, r, i, out(io, il), out(io, il))
+    return b.build()
+
+
+def broadcast_cut(nranks: int, count: int) -> int:
+    """Where the receivers' pull of a ``fastd`` broadcast ends and the root's push begins."""
+    return count - count // nranks
+
+
+@register("broadcast", "fastd")
+def broadcast_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 exchange from the root's own buffer: the receivers pull the first (p-1)/p, the root pushes the last 1/p into each."""
+    p, n = nranks, count
+    cut = broadcast_cut(p, n)
+    b = Builder("broadcast", "fastd", p, n, root)
+    b.copy(0, root, inp(0, n), out(0, n))
+    for r in _others(p, root):
+        b.get(0, r, root, inp(0, cut), out(0, cut))
+        if n - cut > 0:  # a signal says the put has landed: none without one
+            b.put(0, root, r, inp(cut, n - cut), out(cut, n - cut))
+            b.signal(0, root, r)
+    return b.build()
+
+
+@register("all_gather", "fastd")
+def all_gather_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 exchange into the ranks' own buffers: every rank pushes its block into every peer's output."""
+    p, n = nranks, count
+    b = Builder("all_gather", "fastd", p, n, root)
+    for r in range(p):
+        b.copy(0, r, inp(0, n), out(r * n, n))
+        for j in _others(p, r) if n > 0 else ():
+            b.put(0, r, j, inp(0, n), out(r * n, n))
+            b.signal(0, r, j)
+    return b.build()
+
+
+@register("reduce_scatter", "fastd")
+def reduce_scatter_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 exchange from the ranks' own buffers: every rank reduces its block reading it from every peer's input."""
+    p, m = nranks, count
+    b = Builder("reduce_scatter", "fastd", p, m, root)
+    for r in range(p):
+        b.copy(0, r, inp(r * m, m), out(0, m))
+        for j in _others(p, r):
+            b.get(1, r, j, inp(r * m, m), out(0, m), reduce=True)
+    return b.build()
+
+
+# ---- what the host-page executor reads of a Schedule --------------------------------------------------
+
+def host_plan(s: Schedule, rank: int) -> dict:
+    """What the runtime's host-page executor (runtime/fastpath.py) takes from this rank's program of a
+    Schedule of this module: ``slices`` (the (offset, count) of every rank's slice, rank order: fast2 and
+    fastd all_reduce), ``cut`` (fastd broadcast), ``slot`` (the input ranges written into the slot).
+    Checks that the program has the form that executor runs (a slot write, then reads of every peer's
+    slot or buffer; the two-phase write-back; pushes with their signals) and raises ScheduleError
+    naming the step where it does not: the executor never runs a Schedule it does not match."""
+    from ..errors import ScheduleError
+    from .schedule import Copy, Get, Put, Signal, Wait
+
+    coll, algo, p, n = s.collective, s.algorithm, s.nranks, s.count
+    where = f"{coll}/{algo}"
+    if algo not in HOST_PAGE:
+        raise ScheduleError(f"{where}: not a host-page Schedule ({', '.join(sorted(HOST_PAGE))})", op=where)
+    prog = [list(rnd.steps) for rnd in s.ranks[rank]]
+    peers = [j for j in range(p) if j != rank]
+
+    def bad(why: str) -> ScheduleError:
+        return ScheduleError(f"{where}: rank {rank}: the host-page executor cannot run this Schedule: {why}",
+                             op=where, ranks=[rank])
+
+    def steps(kind: type, k: int) -> list:
+        return [st for st in (prog[k] if k < len(prog) else []) if isinstance(st, kind)]
+
+    out: dict = {"slot": [(st.src.offset, st.src.count) for rnd in prog for st in rnd
+                          if isinstance(st, Copy) and st.dst.buffer == "scratch" and st.src.buffer == "input"]}
+    known = (Copy, Get, Put, Signal, Wait)
+    for k, rnd in enumerate(prog):
+        for st in rnd:
+            if not isinstance(st, known):
+                raise bad(f"round {k} has a {type(st).__name__} step")
+    if algo in ("fast2", "fastd") and coll == "all_reduce":
+        # round 1: my slice, reduced from every peer (slot or input); round 2: every other slice from its owner
+        r1 = steps(Get, 1) if p > 1 else []
+        mine = {(st.dst.offset, st.dst.count) for st in r1}
+        if p > 1 and (len(mine) != 1 or sorted(st.peer for st in r1) != peers or not all(st.reduce for st in r1)):
+            if any(c for _, c in mine) or r1:
+                raise bad("round 1 must reduce one slice from every peer")
+        sl: dict[int, tuple[int, int]] = {}
+        for st in steps(Get, 2):
+            if st.reduce or st.src.offset != st.dst.offset:
+                raise bad("round 2 must copy each peer's slice to the same place")
+            sl[st.peer] = (st.src.offset, st.src.count)
+        own = [st for st in steps(Copy, 0) if st.dst.buffer == "output"]
+        sl[rank] = (own[0].dst.offset, own[0].dst.count) if own else next(iter(mine), (0, 0))
+        slices, at = [], 0
+        for r in range(p):
+            off, cnt = sl.get(r, (at, 0))
+            if cnt and off != at:
+                raise bad(f"the slices must tile the buffer in rank order (rank {r}'s starts at {off}, not {at})")
+            slices.append((at, cnt))
+            at += cnt
+        if at != n:
+            raise bad(f"the slices cover {at} of {n} elements")
+        out["slices"] = slices
+    elif coll == "broadcast" and algo == "fastd":
+        gets = [st for rnd in prog for st in rnd if isinstance(st, Get)]
+        puts = [st for rnd in prog for st in rnd if isinstance(st, Put)]
+        cut = gets[0].src.count if gets else (puts[0].src.offset if puts else n)
+        if any(g.src.offset != 0 or g.src.count != cut for g in gets) or \
+                any(u.src.offset != cut or u.src.count != n - cut for u in puts):
+            raise bad("the receivers must pull [0, cut) and the root push [cut, n)")
+        out["cut"] = cut
+    else:
+        # fast (and fastd all_gather / reduce_scatter): the reads of the last round cover each peer once
+        reads = [st for rnd in prog for st in rnd if isinstance(st, (Get, Put))]
+        if coll != "barrier" and n and p > 1:
+            if coll == "broadcast":
+                want = [] if rank == s.root else [s.root]
+            else:
+                want = peers
+            got = sorted(st.peer for st in reads)
+            if got != want:
+                raise bad(f"it reads or writes ranks {got}, the executor one step with each of {want}")
+    return out
+
+
+def work_elements(collective: str, algorithm: str, nranks: int, count: int, root: int = 0) -> int:
+    """Elements the busiest rank moves into its result in a host-page Schedule: what its Gets read (from
+    slots or peers' buffers) plus its own contribution copied from input to output (the byte term the
+    cost model prices these paths by; the slot writes are part of the per-call cost). One shot: p x n
+    for all_reduce, n for broadcast, the whole output for all_gather, the whole input for reduce_scatter;
+    the two-phase paths: (2p - 1)/p x n."""
+    from .registry import get_schedule
+    from .schedule import Copy, Get
+
+    s = get_schedule(collective, algorithm, nranks, count, root)
+    best = 0
+    for r in range(nranks):
+        n = 0
+        for rnd in s.ranks[r]:
+            for st in rnd.steps:
+                if isinstance(st, Get):
+                    n += st.src.count
+                elif isinstance(st, Copy) and st.src.buffer == "input" and st.dst.buffer == "output":
+                    n += st.src.count
+        best = max(best, n)
+    return best
+
+
+# ---- traffic (what from_schedule gives, vectorised) ----------------------------------------------------
+
+def _pairs(p: int) -> tuple[np.ndarray, np.ndarray]:
+    """(reader, writer) of every ordered pair of distinct ranks, reader-major, writers in rank order."""
+    r = np.repeat(np.arange(p, dtype=np.int64), max(p - 1, 0))
+    k = np.tile(np.arange(p - 1, dtype=np.int64), p)
+    w = k + (k >= r)
+    return r, w
+
+
+def _quadratic(p: int, n: int = 0, **_: object) -> int:
+    return p * max(p - 1, 0)
+
+
+def _gets(ph: _Phases, p: int, sizes: np.ndarray, reduced: np.ndarray | None) -> None:
+    """One round of Gets: every reader reads ``sizes[reader]`` elements from every writer."""
+    rd, wr = _pairs(p)
+    keep = sizes[rd] > 0
+    ph.add(wr[keep], rd[keep], sizes[rd][keep], reduced)
+
+
+def _pushes(ph: _Phases, p: int, sizes: np.ndarray, pushers: np.ndarray) -> None:
+    """One round of Puts (each followed by a Signal): pusher -> every other rank."""
+    src, dst, el = [], [], []
+    for r in pushers:
+        for j in range(p):
+            if j != r:
+                if sizes[r] > 0:
+                    src.append(r), dst.append(j), el.append(sizes[r])
+                    src.append(r), dst.append(j), el.append(0)
+    ph.add(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(el, dtype=np.int64), None)
+
+
+@register_traffic("all_reduce", "fast", messages=_quadratic)
+def all_reduce_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    p, n = nranks, count
+    ph = _Phases(p)
+    if n > 0 and p > 1:
+        _gets(ph, p, np.full(p, n, dtype=np.int64), np.full(p, (p - 1) * n, dtype=np.int64))
+    return ph.traffic("all_reduce", "fast", n)
+
+
+@register_traffic("broadcast", "fast", messages=lambda p, n=0, **_: max(p - 1, 0))
+def broadcast_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    p, n = nranks, count
+    ph = _Phases(p)
+    if n > 0 and p > 1:
+        rd = np.array(_others(p, root), dtype=np.int64)
+        ph.add(np.full(rd.size, root, dtype=np.int64), rd, np.full(rd.size, n, dtype=np.int64), None)
+    return ph.traffic("broadcast", "fast", n)
+
+
+@register_traffic("all_gather", "fast", messages=_quadratic)
+def all_gather_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    p, n = nranks, count
+    ph = _Phases(p)
+    if n > 0 and p > 1:
+        _gets(ph, p, np.full(p, n, dtype=np.int64), None)
+    return ph.traffic("all_gather", "fast", n)
+
+
+@register_traffic("reduce_scatter", "fast", messages=_quadratic)
+def reduce_scatter_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    p, m = nranks, count
+    ph = _Phases(p)
+    if m > 0 and p > 1:
+        _gets(ph, p, np.full(p, m, dtype=np.int64), np.full(p, (p - 1) * m, dtype=np.int64))
+    return ph.traffic("reduce_scatter", "fast", m)
+
+
+@register_traffic("barrier", "fast", messages=_quadratic)
+def barrier_fast_traffic(nranks: int, count: int = 0, root: int = 0) -> Traffic:
+    p = nranks
+    ph = _Phases(p)
+    if p > 1:
+        src, dst = _pairs(p)
+        ph.add(src, dst, np.zeros(src.size, dtype=np.int64), None)
+    return ph.traffic("barrier", "fast", 0)
+
+
+@register_traffic("all_reduce", "fast2", messages=lambda p, n=0, **_: 2 * _quadratic(p))
+def all_reduce_fast2_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    return _twophase("fast2", nranks, count)
+
+
+@register_traffic("all_reduce", "fastd", messages=lambda p, n=0, **_: 2 * _quadratic(p))
+def all_reduce_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    return _twophase("fastd", nranks, count)
+
+
+def _twophase(algo: str, p: int, n: int) -> Traffic:
+    ph = _Phases(p)
+    if n > 0 and p > 1:
+        blk = split_sizes(n, p)
+        _gets(ph, p, blk, (p - 1) * blk)
+        rd, wr = _pairs(p)
+        keep = blk[wr] > 0
+        ph.add(wr[keep], rd[keep], blk[wr][keep], None)
+    return ph.traffic("all_reduce", algo, n)
+
+
+@register_traffic("broadcast", "fastd", messages=lambda p, n=0, **_: 3 * max(p - 1, 0))
+def broadcast_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    p, n = nranks, count
+    ph = _Phases(p)
+    if p > 1:
+        cut = broadcast_cut(p, n)
+        src, dst, el = [], [], []
+        for r in range(p):  # from_schedule's order: rank by rank, each rank's steps as built
+            if r == root:
+                for j in _others(p, root):
+                    if n - cut > 0:
+                        src.append(root), dst.append(j), el.append(n - cut)
+                        src.append(root), dst.append(j), el.append(0)
+            elif cut > 0:
+                src.append(root), dst.append(r), el.append(cut)
+        ph.add(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(el, dtype=np.int64), None)
+    return ph.traffic("broadcast", "fastd", n)
+
+
+@register_traffic("all_gather", "fastd", messages=lambda p, n=0, **_: 2 * _quadratic(p))
+def all_gather_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    p, n = nranks, count
+    ph = _Phases(p)
+    if p > 1:
+        _pushes(ph, p, np.full(p, n, dtype=np.int64), np.arange(p))
+    return ph.traffic("all_gather", "fastd", n)
+
+
+@register_traffic("reduce_scatter", "fastd", messages=_quadratic)
+def reduce_scatter_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    p, m = nranks, count
+    ph = _Phases(p)
+    if m > 0 and p > 1:
+        _gets(ph, p, np.full(p, m, dtype=np.int64), np.full(p, (p - 1) * m, dtype=np.int64))
+    return ph.traffic("reduce_scatter", "fastd", m)

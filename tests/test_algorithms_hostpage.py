@@ -1,0 +1,68 @@
+"""The runtime's shared-memory paths as Schedules (algorithms/hostpage.py): fast, fast2 and fastd verify
+over ranks and counts, in one-sided and two-sided form; a mutated one fails verification; the host-page
+executor's reading of a Schedule (host_plan) takes the split the Schedule says and refuses a Schedule it
+cannot run, before any byte moves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from interlink.algorithms import get_schedule, one_sided, two_sided, verify_schedule
+from interlink.algorithms.hostpage import HOST_PAGE, host_plan
+from interlink.algorithms.schedule import Get, Round, Schedule
+from interlink.errors import ScheduleError, VerificationError
+
+CASES = [("all_reduce", "fast"), ("broadcast", "fast"), ("all_gather", "fast"), ("reduce_scatter", "fast"),
+         ("barrier", "fast"), ("all_reduce", "fast2"), ("all_reduce", "fastd"), ("broadcast", "fastd"),
+         ("all_gather", "fastd"), ("reduce_scatter", "fastd")]
+
+
+@pytest.mark.parametrize("coll,algo", CASES)
+def test_host_page_schedules_verify(coll: str, algo: str) -> None:
+    for p in (1, 2, 3, 4, 5, 8):
+        for n in ([0] if coll == "barrier" else [0, 1, 7, 13, 2 * p + 1]):
+            for root in sorted({0, p - 1}):
+                s = get_schedule(coll, algo, p, n, root)
+                verify_schedule(s, dtypes=(np.float32, np.int32))
+                verify_schedule(one_sided(s), dtypes=(np.float64,))
+                verify_schedule(two_sided(s), dtypes=(np.int64,))
+                for r in range(p):
+                    host_plan(s, r)
+    assert {a for _, a in CASES} == set(HOST_PAGE)
+
+
+def _mutate(s: Schedule, r: int, k: int, fn) -> Schedule:
+    ranks = [list(prog) for prog in s.ranks]
+    ranks[r][k] = Round(tuple(fn(list(ranks[r][k].steps))))
+    return Schedule(s.collective, s.algorithm, s.nranks, s.count, s.root, dict(s.buffers),
+                    tuple(tuple(prog) for prog in ranks), dict(s.meta))
+
+
+def test_a_dropped_read_fails_verification() -> None:
+    s = get_schedule("all_reduce", "fast2", 3, 10)
+    bad = _mutate(s, 1, 1, lambda st: [x for x in st if not (isinstance(x, Get) and x.peer == 2)])
+    with pytest.raises(VerificationError):
+        verify_schedule(bad)
+    s = get_schedule("all_gather", "fastd", 3, 5)
+    bad = _mutate(s, 0, 0, lambda st: st[:-2])  # rank 0's last push and its signal
+    with pytest.raises((VerificationError, ScheduleError)):
+        verify_schedule(bad)
+
+
+def test_host_plan_reads_the_split_and_refuses_what_it_cannot_run() -> None:
+    s = get_schedule("all_reduce", "fast2", 3, 10)
+    assert host_plan(s, 1)["slices"] == [(0, 4), (4, 3), (7, 3)]
+    assert host_plan(get_schedule("broadcast", "fastd", 4, 10, 2), 0)["cut"] == 8
+    # a round-2 read of a peer's slice into another place: not the executor's form
+    moved = _mutate(s, 1, 2, lambda st: [Get(x.peer, type(x.src)("scratch", x.src.offset + 1, x.src.count - 1),
+                                             type(x.dst)("output", x.dst.offset, x.dst.count - 1)) for x in st])
+    with pytest.raises(ScheduleError, match="host-page executor cannot run"):
+        host_plan(moved, 1)
+    with pytest.raises(ScheduleError, match="not a host-page Schedule"):
+        host_plan(get_schedule("all_reduce", "ring", 3, 10), 0)
+    # a fast all_reduce that reads one peer twice and another not at all
+    f = get_schedule("all_reduce", "fast", 3, 4)
+    twice = _mutate(f, 0, 1, lambda st: [Get(1, x.src, x.dst, x.reduce) for x in st])
+    with pytest.raises(ScheduleError, match="host-page executor cannot run"):
+        host_plan(twice, 0)
