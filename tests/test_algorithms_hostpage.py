@@ -14,7 +14,7 @@ from interlink.algorithms.schedule import Get, Round, Schedule
 from interlink.errors import ScheduleError, VerificationError
 
 CASES = [("all_reduce", "fast"), ("broadcast", "fast"), ("all_gather", "fast"), ("reduce_scatter", "fast"),
-         ("barrier", "fast"), ("all_reduce", "fast2"), ("all_reduce", "fastd"), ("broadcast", "fastd"),
+         ("barrier", "fast"), ("all_reduce", "fast_once"), ("all_reduce", "fast2"), ("all_reduce", "fastd"), ("broadcast", "fastd"),
          ("all_gather", "fastd"), ("reduce_scatter", "fastd")]
 
 
@@ -22,7 +22,8 @@ CASES = [("all_reduce", "fast"), ("broadcast", "fast"), ("all_gather", "fast"), 
 def test_host_page_schedules_verify(coll: str, algo: str) -> None:
     for p in (1, 2, 3, 4, 5, 8):
         for n in ([0] if coll == "barrier" else [0, 1, 7, 13, 2 * p + 1]):
-            for root in sorted({0, p - 1}):
+            # fast_once: every rank as the reducer (the runtime takes whichever publishes last)
+            for root in (range(p) if algo == "fast_once" else sorted({0, p - 1})):
                 s = get_schedule(coll, algo, p, n, root)
                 verify_schedule(s, dtypes=(np.float32, np.int32))
                 verify_schedule(one_sided(s), dtypes=(np.float64,))
@@ -54,6 +55,7 @@ def test_host_plan_reads_the_split_and_refuses_what_it_cannot_run() -> None:
     s = get_schedule("all_reduce", "fast2", 3, 10)
     assert host_plan(s, 1)["slices"] == [(0, 4), (4, 3), (7, 3)]
     assert host_plan(get_schedule("broadcast", "fastd", 4, 10, 2), 0)["cut"] == 8
+    assert host_plan(get_schedule("all_reduce", "fast_once", 4, 10, 3), 1)["reducer"] == 3
     # a round-2 read of a peer's slice into another place: not the executor's form
     moved = _mutate(s, 1, 2, lambda st: [Get(x.peer, type(x.src)("scratch", x.src.offset + 1, x.src.count - 1),
                                              type(x.dst)("output", x.dst.offset, x.dst.count - 1)) for x in st])

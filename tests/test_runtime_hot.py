@@ -120,6 +120,10 @@ def hot_suite(rank: int, world: int) -> tuple[int, list[str], int]:
     fast = api._WORLD._fast
     hot = sum(isinstance(v, Small) for v in fast.shapes.values()) if fast else 0
     once = sum(isinstance(v, Small) and v.res is not None for v in fast.shapes.values()) if fast else 0
+    # and the flight recorder names the Schedule each took
+    named = sum(isinstance(v, Small) and v.sigb.startswith(b"all_reduce:fast_once ") for v in fast.shapes.values()) \
+        if fast else 0
+    assert named == once, (named, once)
     dist.destroy()
     return check.count, check.fails, hot, once
 

@@ -13,6 +13,11 @@ else by cross-memory attach), and a Put writes into the peer's buffer the same w
   all_reduce and reduce_scatter reduce the slots in rank order (identical bits on every rank), broadcast
   and all_gather copy. A reduce_scatter's writer copies every block but its own (its own it reduces
   straight from its input). The barrier is signals only.
+* ``fast_once`` (all_reduce of an oversubscribed host, more than two local ranks a core, up to the
+  one-shot size): slots written once; one rank reduces every slot, in rank order, into a result slot
+  (its ``scratch[n:2n]`` here: the host page's result slot) and the others copy it out: p times less
+  arithmetic where ranks share cores. The runtime lets the last rank to publish be the reducer (its
+  ``root``): every reducer's Schedule is verified and gives the same bits.
 * ``fast2`` (all_reduce, 3+ ranks, up to the slot size): two phases in the slots: each rank reduces its
   1/p slice from every slot into its output and writes it back into its own slot (round 1); then every
   rank copies the other ranks' final slices out of their slots (round 2). DeepSpeed's / vLLM's
@@ -39,7 +44,7 @@ from .schedule import Builder, Schedule, inp, out, scr, split
 from .traffic import Traffic, register_traffic
 
 #: the algorithms of this module: they need every rank of the group on one host page
-HOST_PAGE = frozenset({"fast", "fast2", "fastd"})
+HOST_PAGE = frozenset({"fast", "fast_once", "fast2", "fastd"})
 
 
 def _others(p: int, me: int) -> range:
@@ -60,6 +65,24 @@ def all_reduce_fast(nranks: int, count: int, root: int = 0) -> Schedule:
         b.copy(0, r, inp(0, n), out(0, n))
         for j in _others(p, r):
             b.get(1, r, j, scr(0, n), out(0, n), reduce=True)
+    return b.build()
+
+
+@register("all_reduce", "fast_once")
+def all_reduce_fast_once(nranks: int, count: int, root: int = 0) -> Schedule:
+    """2 exchanges on the host page: slots written once; one rank (root) reduces every slot into its result slot; the others copy it."""
+    p, n = nranks, count
+    b = Builder("all_reduce", "fast_once", p, n, root, scratch=2 * n)
+    for r in range(p):
+        if p > 1:
+            b.copy(0, r, inp(0, n), scr(0, n))
+    b.copy(0, root, inp(0, n), out(0, n))
+    for j in _others(p, root):
+        b.get(1, root, j, scr(0, n), out(0, n), reduce=True)
+    if p > 1:
+        b.copy(1, root, out(0, n), scr(n, n))
+    for r in _others(p, root):
+        b.get(2, r, root, scr(n, n), out(0, n))
     return b.build()
 
 
@@ -259,6 +282,13 @@ def host_plan(s: Schedule, rank: int) -> dict:
         if at != n:
             raise bad(f"the slices cover {at} of {n} elements")
         out["slices"] = slices
+    elif algo == "fast_once":
+        red = s.root
+        r1, r2 = steps(Get, 1), steps(Get, 2)
+        if p > 1 and n and (sorted(st.peer for st in (r1 if rank == red else r2)) != ([j for j in peers] if rank == red
+                                                                                     else [red])):
+            raise bad("the reducer must read every peer's slot and the others the reducer's result slot")
+        out["reducer"] = red
     elif coll == "broadcast" and algo == "fastd":
         gets = [st for rnd in prog for st in rnd if isinstance(st, Get)]
         puts = [st for rnd in prog for st in rnd if isinstance(st, Put)]
@@ -344,6 +374,19 @@ def all_reduce_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     if n > 0 and p > 1:
         _gets(ph, p, np.full(p, n, dtype=np.int64), np.full(p, (p - 1) * n, dtype=np.int64))
     return ph.traffic("all_reduce", "fast", n)
+
+
+@register_traffic("all_reduce", "fast_once", messages=lambda p, n=0, **_: 2 * max(p - 1, 0))
+def all_reduce_fast_once_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    p, n = nranks, count
+    ph = _Phases(p)
+    if n > 0 and p > 1:
+        others = np.array(_others(p, root), dtype=np.int64)
+        red = np.zeros(p, dtype=np.int64)
+        red[root] = (p - 1) * n
+        ph.add(others, np.full(others.size, root, dtype=np.int64), np.full(others.size, n, dtype=np.int64), red)
+        ph.add(np.full(others.size, root, dtype=np.int64), others, np.full(others.size, n, dtype=np.int64), None)
+    return ph.traffic("all_reduce", "fast_once", n)
 
 
 @register_traffic("broadcast", "fast", messages=lambda p, n=0, **_: max(p - 1, 0))

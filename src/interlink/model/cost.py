@@ -61,6 +61,7 @@ import numpy as np
 
 from ..algorithms import registry
 from ..algorithms import traffic as _traffic
+from ..algorithms.hostpage import HOST_PAGE
 from ..algorithms.hostpage import work_elements as host_page_work
 from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
 from ..algorithms.traffic import Traffic, from_schedule
@@ -821,7 +822,7 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
         # CollNet (SHARP) is priced when asked for (algorithm= or candidates=), not in the default choice:
         # the published multi-node figures were measured without it, and with it the model's choice at
         # 8 x DGX-H100 would be collnet_direct at 409 GB/s against 350 measured
-        names = [a for a in have if a not in SHARP_ALGORITHMS and a not in PSEUDO] + list(PSEUDO)
+        names = [a for a in have if a not in SHARP_ALGORITHMS and a not in HOST_PAGE] + list(PSEUDO)
         if gpu and info.nhosts > 1 and any(a in have for a in SHARP_ALGORITHMS) \
                 and not _sharp_unavailable(info, local_size):
             notes.append("the fabric has SHARP: collnet_direct (in-network reduction, NCCL's CollNet) is priced "

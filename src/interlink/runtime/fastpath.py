@@ -287,13 +287,17 @@ class FastPath:
         direct = big and not two_phase and (
             kind == AR or a.nbytes > self.move_max)
         # the flight recorder and `interlink bench` name the path: the registered Schedule it runs
-        path = "fastd" if direct else "fast2" if two_phase else "fast"
+        once = kind == AR and not big and self.once and self.n > 1
+        path = "fastd" if direct else "fast2" if two_phase else "fast_once" if once else "fast"
         sigb = f"{NAMES[kind]}:{path} {dt} n={count} {op.name.lower()} root={root} {group}".encode()
         sc = Small(kind, sigb, a.nbytes if sends else 0, sends)
         sc.count, sc.root = count, root
         # the call shape's plan comes from its Schedule (checked to be of the form this executor runs)
+        # (fast_once: the reducer is whichever rank publishes last; the plan is the Schedule of the last
+        # rank, and every reducer's Schedule computes the same bits: tests/test_algorithms_hostpage.py)
         sc.schedule = registry.get_schedule(NAMES[kind], path, self.n,
-                                            count // self.n if kind == RS else 0 if kind == BAR else count, root)
+                                            count // self.n if kind == RS else 0 if kind == BAR else count,
+                                            self.n - 1 if once else root)
         hp = host_plan(sc.schedule, me)
         if "slices" in hp:
             sc.split = [off for off, _ in hp["slices"]] + [count]
@@ -314,7 +318,7 @@ class FastPath:
             sc.stack = rows
         elif kind == AR:
             sc.parts = [[row.reshape(a.shape) for row in r] for r in rows]
-            if self.once and self.n > 1:
+            if once:
                 sc.res = [self.page.result(q, dt, count).reshape(a.shape) for q in (0, 1)]
         elif kind == BC:
             sc.parts = [[r[root].reshape(a.shape) if shaped else r[root]] for r in rows]
