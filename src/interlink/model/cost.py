@@ -853,9 +853,10 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
                     raise ModelError(f"{algo} is not available here: {why}")
                 continue
             protos = ("simple",)
-        if algo in ("fast", "fast2", "fastd"):
+        if algo in HOST_PAGE:  # fast_once (reduced by one rank) is the fast row's path on oversubscribed hosts
             c = _fast(collective, S, info, params, (fast_path or algorithm == algo) and transport != "tcp",
-                      explicit=algorithm == algo, kind=algo, itemsize=itemsize, root=root)
+                      explicit=algorithm == algo, kind="fast" if algo == "fast_once" else algo, itemsize=itemsize,
+                      root=root)
             if c is not None:
                 table.append(cand(algo, "simple", c, "host page"))
             continue
