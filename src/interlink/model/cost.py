@@ -858,7 +858,11 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
                       explicit=algorithm == algo, kind="fast" if algo == "fast_once" else algo, itemsize=itemsize,
                       root=root)
             if c is not None:
-                table.append(cand(algo, "simple", c, "host page"))
+                # the runtime's one-shot all_reduce reduces once where more than two local ranks share a
+                # core (runtime.fastpath: nlocal > 2 x ncpu): name the row as its flight recorder does
+                once = algo == "fast" and algorithm is None and collective == "all_reduce" \
+                    and float(info.oversub.max()) > 2.0
+                table.append(cand("fast_once" if once else algo, "simple", c, "host page"))
             continue
         bparams = builder_params(collective, algo, topo, local_size)
         ch = int(dict(bparams).get("channels", 1))

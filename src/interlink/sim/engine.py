@@ -638,7 +638,8 @@ def _choose(collective: str, nbytes: int, topo: Topology, itemsize: int, root: i
         return algorithm, best.protocol, ""
     note = f"algorithm {best.algorithm}: the model's choice (as interlink predict)"
     if pr.best.algorithm in PSEUDO:
-        note += f"; predict prefers {pr.best.algorithm}, which has no Schedule to simulate yet"
+        note += (f"; predict prefers {pr.best.algorithm}, a host-page Schedule that the simulator does not "
+                 f"time (its per-call terms are the runtime's, fitted by interlink bench --calibrate)")
     return best.algorithm, best.protocol, note
 
 
