@@ -29,6 +29,7 @@ from .params import Params, Profile, default_params, host_profile, with_profile
 
 __all__ = ["choose", "choose_for_group", "size_bucket", "group_topology", "clear_cache", "default_algorithm",
            "table_algorithm", "switch_points", "env_algorithm", "parse_algo_env", "env_channels", "ring_channels",
+           "group_channels",
            "ALGORITHM_TABLE", "HIERARCHICAL", "SMALL_BYTES"]
 
 log = logging.getLogger("interlink")
@@ -256,6 +257,16 @@ def env_channels() -> int:
     if c < 1:
         raise ValueError(f"INTERLINK_CHANNELS={v!r}: expected a whole number >= 1")
     return c
+
+
+def group_channels(nics: int, nhosts: int) -> int:
+    """How many channels (parallel rings) the runtime's ring Schedules run for a group: INTERLINK_CHANNELS
+    when set, else one per NIC when the group spans hosts with several (``nics``: the fewest NICs any of
+    its ranks has; each channel then has a connection, a lane, of its own through its own NIC, as
+    :func:`ring_channels` and the model's rail plan lay them out), else one."""
+    if os.environ.get("INTERLINK_CHANNELS", "").strip():
+        return env_channels()
+    return max(1, int(nics)) if nhosts > 1 else 1
 
 
 def ring_channels(channels: int, nhosts: int, local_size: int) -> dict[str, Any]:
