@@ -18,7 +18,7 @@ import pytest
 
 from mp import run_ranks
 
-DTYPES = ("float32", "float64", "int32", "int64", "float16")
+DTYPES = ("float32", "float64", "int32", "int64", "float16", "uint8")
 SIZES = (0, 1, 2, 7, 13, 1031, 65537)  # 0, 1, primes, not divisible by the rank or channel count
 
 
@@ -59,6 +59,10 @@ def ring_over_lanes(rank: int, world: int, channels: int) -> dict:
             chans.add(g.recorder[-1].plan.schedule.channels if n >= channels else channels)
             if not np.array_equal(y, exp):
                 fails.append(f"all_reduce {dtn} n={n} in place")
+            t = x.copy()  # NCCL's Tree: its channels over the lanes too
+            dist.all_reduce(t, algorithm="nccl_tree")
+            if not np.array_equal(t, exp):
+                fails.append(f"all_reduce nccl_tree {dtn} n={n}")
             out = np.zeros(n * p, dtype=dt)
             dist.all_gather_into_tensor(out, np.full(n, rank + 1, dtype=dt), algorithm="ring")
             if not np.array_equal(out, np.repeat(np.arange(1, p + 1), n).astype(dt)):
@@ -74,6 +78,10 @@ def ring_over_lanes(rank: int, world: int, channels: int) -> dict:
             full = sum(((np.arange(n * p) + r) % 13).astype(dt) for r in range(p)).astype(dt)
             if not np.array_equal(rs, full[rank * n:(rank + 1) * n]):
                 fails.append(f"reduce_scatter {dtn} n={n}")
+            inp2 = inp.copy()  # in place: the output is this rank's block of the input
+            dist.reduce_scatter_tensor(inp2[rank * n:(rank + 1) * n], inp2, algorithm="ring")
+            if not np.array_equal(inp2[rank * n:(rank + 1) * n], full[rank * n:(rank + 1) * n]):
+                fails.append(f"reduce_scatter {dtn} n={n} in place")
             b = ((np.arange(n) % 7) + 1).astype(dt) if rank == p - 1 else np.zeros(n, dtype=dt)
             dist.broadcast(b, src=p - 1, algorithm="ring")
             if not np.array_equal(b, ((np.arange(n) % 7) + 1).astype(dt)):
@@ -293,3 +301,56 @@ def test_plan_posts_each_channel_on_its_lane_in_channel_order() -> None:
             assert [x[5] for x in recvs] == [c % 2 for c in chans]
         one = Plan(s, rank, np.dtype(np.float32), ReduceOp.SUM, None, lambda g: g, "x")
         assert all(x[5] == 0 for sends, recvs, _ in one.rounds for x in sends + recvs)
+
+
+# ---- the model and the simulator of hosts with several NICs -------------------------------------------
+
+def _spec(nics: int) -> str:
+    return f"2xcpu-host:ranks=2,cores=1,net=1gbit,nics={nics}"
+
+
+def test_cpu_hosts_with_two_nics_have_two_rails() -> None:
+    from interlink.topology import parse_topology, rail_plan
+
+    t = parse_topology(_spec(2))
+    assert [t.nic_for(r) for r in range(4)] == ["h0/eth0", "h0/eth1", "h1/eth0", "h1/eth1"]
+    plan = rail_plan(t)
+    assert plan.channels == 2 and plan.exits == (0, 1)
+    assert rail_plan(parse_topology(_spec(1))).channels == 1
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "hierarchical", "nccl_tree"])
+def test_model_and_simulator_agree_on_one_and_two_nics(algorithm: str) -> None:
+    """A ring's channels leave through NIC (channel mod K), as the runtime's lanes: 2 NICs halve the ring's
+    time; one-channel algorithms (hierarchical) keep to NIC 0, as the runtime runs them; the simulator
+    does not count a NIC's sharing twice (the model's terms hold it, so do the flows)."""
+    from interlink.model.cost import predict
+    from interlink.sim.engine import simulate_collective
+
+    t = {}
+    for k in (1, 2):
+        m = predict("all_reduce", 16 << 20, _spec(k), algorithm=algorithm, profile=False).time_us
+        s = simulate_collective("all_reduce", 16 << 20, _spec(k), algorithm=algorithm).time_us
+        assert abs(s - m) / m < 0.08, (k, m, s)
+        t[k] = m
+    if algorithm == "hierarchical":
+        assert t[2] == pytest.approx(t[1], rel=1e-6)
+    else:
+        assert 1.8 < t[1] / t[2] < 2.2, t
+
+
+def test_tuner_models_the_nics(monkeypatch: pytest.MonkeyPatch) -> None:
+    from interlink.model import tuner
+
+    monkeypatch.setenv("INTERLINK_NET", "1gbit")
+    monkeypatch.delenv("INTERLINK_CHANNELS", raising=False)
+    monkeypatch.delenv("INTERLINK_TUNER", raising=False)
+    monkeypatch.delenv("INTERLINK_TRANSPORT", raising=False)
+    tuner.clear_cache()
+    one = tuner.default_algorithm("all_reduce", 16 << 20, 4, (2, 2), 1)
+    two = tuner.default_algorithm("all_reduce", 16 << 20, 4, (2, 2), 2)
+    assert one == "hierarchical" and two in ("ring", "nccl_tree"), (one, two)
+    assert tuner.schedule_channels("ring", 2, 2, 2) == {"channels": 2, "local_size": 2, "exits": (0, 1)}
+    assert tuner.schedule_channels("nccl_tree", 2, 2, 2)["channels"] == 4
+    assert tuner.schedule_channels("ring", 2, 1, 4) == {} and tuner.schedule_channels("ring", 1, 2, 2) == {}
+    tuner.clear_cache()

@@ -325,13 +325,13 @@ def add_predictions(rows: list, collective: str, nranks: int, transport: str, al
     return col.notes()
 
 
-def _emulated_topology(hosts: int, per_host: int, rate: Any, delay: Any) -> Any:
+def _emulated_topology(hosts: int, per_host: int, rate: Any, delay: Any, nics: int = 1) -> Any:
     """The topology the model column prices for ``--emulate-hosts`` (None: the model cannot build it)."""
     from ..topology import TopologyError, parse_topology
 
     net = rate or os.environ.get("INTERLINK_NET") or "eth-25g"
     spec = (f"{hosts}xcpu-host:ranks={per_host},cores={max(1, (os.cpu_count() or 1) // hosts)},net={net}"
-            + (f",delay={delay}" if delay and rate else ""))
+            + (f",delay={delay}" if delay and rate else "") + (f",nics={nics}" if nics > 1 else ""))
     try:
         return parse_topology(spec)
     except TopologyError:
@@ -365,7 +365,7 @@ def run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.transport is not None:
         env["INTERLINK_TRANSPORT"] = args.transport
-    topology = (_emulated_topology(hosts, per_host, args.link_rate, args.link_delay)
+    topology = (_emulated_topology(hosts, per_host, args.link_rate, args.link_delay, getattr(args, "nics", 1) or 1)
                 if hosts is not None and hosts > 1 else None)
     dtype_name = str(parse_dtype(cfg.dtype))
     show_table = args.json_path != "-"  # '-': the JSON goes to stdout instead of the table
