@@ -275,8 +275,8 @@ def test_1gbit_link_limits_throughput() -> None:
 @pytest.mark.netns
 @pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 def test_a_job_runs_on_hosts_with_two_nics() -> None:
-    """interlink run --nics 2: every rank sees both interfaces in INTERLINK_IFNAME and the job runs (the
-    runtime connects over the first)."""
+    """interlink run --nics 2: every rank sees both interfaces in INTERLINK_IFNAME and the job runs (a lane
+    per NIC: test_two_nics_carry_one_lane_each)."""
     proc = _start(["--emulate-hosts", "2", "--nproc-per-host", "2", "--nics", "2", "--link-rate", "10gbit", JOB,
                    "probe", str(MiB)])
     rc, out, err = _finish(proc)

@@ -354,3 +354,14 @@ def test_tuner_models_the_nics(monkeypatch: pytest.MonkeyPatch) -> None:
     assert tuner.schedule_channels("nccl_tree", 2, 2, 2)["channels"] == 4
     assert tuner.schedule_channels("ring", 2, 1, 4) == {} and tuner.schedule_channels("ring", 1, 2, 2) == {}
     tuner.clear_cache()
+
+
+def test_ifname_lists_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from interlink.runtime.mesh import bind_addresses
+
+    monkeypatch.setenv("INTERLINK_IFNAME", "lo")
+    assert bind_addresses("127.0.0.1", 1) == ["127.0.0.1"]
+    for bad, word in (("lo,lo", "twice"), ("lo,", "empty"), ("lo,nonexistent0", "no IPv4 address")):
+        monkeypatch.setenv("INTERLINK_IFNAME", bad)
+        with pytest.raises(ValueError, match=word):
+            bind_addresses("127.0.0.1", 1)

@@ -108,7 +108,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--link-rate", default=None, metavar="RATE", help="emulated link rate, e.g. 1gbit (tc tbf)")
     p.add_argument("--link-delay", default=None, metavar="DELAY", help="emulated link delay, e.g. 1ms (needs netem)")
     p.add_argument("--nics", type=int, default=1, metavar="K",
-                   help="NICs per emulated host, each shaped to --link-rate (NIC k of every host on rail k)")
+                   help="NICs per emulated host, each shaped to --link-rate (NIC k of every host on rail k); a TCP "
+                        "lane per NIC, rings a channel per NIC, the model column models them")
     p.add_argument("--calibrate", action="store_true",
                    help="measure this host's transports (shm, tcp; 2 and --ranks ranks, default 2 and 4), fit the "
                         "cost model's host parameters and write the profile (INTERLINK_PROFILE or "

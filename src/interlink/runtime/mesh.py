@@ -291,6 +291,18 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
         finally:
             sel.close()
 
+    def drop() -> None:
+        """A failed init leaves no connection open (a pair's lanes, control and dialled sockets)."""
+        with lock:
+            for chs in lanes.values():
+                for ch in chs:
+                    ch.close()
+            for sock in list(controls.values()) + [x for socks in got.values() for x in socks.values()]:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
     t = threading.Thread(target=accept_loop, name="interlink-accept", daemon=True)
     t.start()
     try:
@@ -303,19 +315,26 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
                         if lp and purpose.startswith(f"{lp}#") else None)
                 sock = _connect(infos[j], endpoint == "unix", deadline, j,
                                 None if lane is None else _lane_route(infos[rank], infos[j], lane))
-                authenticate_client(sock, secret, timeout=max(1.0, deadline - time.monotonic()), hello=hello)
+                try:
+                    authenticate_client(sock, secret, timeout=max(1.0, deadline - time.monotonic()), hello=hello)
+                except BaseException:
+                    sock.close()
+                    raise
                 attach(j, purpose, sock, False)
         t.join(max(0.0, deadline - time.monotonic()))
+        if errors:
+            raise errors[0]
+        missing = sorted({j for (j, _p), ok in expected.items() if not ok})
+        if missing:
+            raise CommTimeoutError(f"rank {rank}: ranks {missing} never connected during init",
+                                   op="init", group="world", seq=0, ranks=missing)
+    except BaseException:
+        drop()
+        raise
     finally:
         for x in tcp_ls:
             x.close()
         unix_l.close()
-    if errors:
-        raise errors[0]
-    missing = sorted({j for (j, _p), ok in expected.items() if not ok})
-    if missing:
-        raise CommTimeoutError(f"rank {rank}: ranks {missing} never connected during init",
-                               op="init", group="world", seq=0, ranks=missing)
     by_name: dict[str, list[int]] = {}
     for j in sorted(chosen):
         by_name.setdefault(chosen[j].name, []).append(j)
@@ -426,5 +445,7 @@ def _connect(info: dict, unix: bool, deadline: float, peer: int,
                 s.close()
             last = e
             time.sleep(0.05)
-    raise CommTimeoutError(f"could not connect to rank {peer} at {info}: {last}", op="init", group="world",
+    where = (f"lane from {route[0] or 'the routed address'} to {route[1][0]}:{route[1][1]}" if route is not None
+             else f"{info}")
+    raise CommTimeoutError(f"could not connect to rank {peer} ({where}): {last}", op="init", group="world",
                            seq=0, ranks=[peer])
