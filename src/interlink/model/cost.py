@@ -230,8 +230,8 @@ class _TopoInfo:
         # NICs per host (distinct compute NICs of its ranks, at least 1) and where each host's are numbered
         # from: a CPU host's message leaves (enters) through NIC (channel mod that count), as the
         # runtime's lanes run (lane = channel mod lanes, lane r on NIC r)
-        per = [set() for _ in range(self.nhosts)]
-        for r in range(n):
+        per: list[set] = [set() for _ in range(self.nhosts)]
+        for r in (range(n) if not self.gpu else ()):  # read by the CPU terms only
             x = topo.nic_for(r)
             if x is not None:
                 per[int(host[r])].add(x)
