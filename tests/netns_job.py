@@ -2,6 +2,8 @@
 
     netns_job.py suite PART       the collective suite of test_runtime_collectives (PART: reduce, move)
     netns_job.py probe NBYTES     channel kinds per peer + time of an NBYTES broadcast from rank 0
+    netns_job.py lanes NBYTES     a ring all_reduce of NBYTES (no env var: the channels follow the NICs) and,
+                                  per TCP peer, each lane's local/remote address and bytes; tx bytes per NIC
     netns_job.py kill RANK        RANK SIGKILLs itself after init; the others wait in a collective
     netns_job.py sleep            print "ready" and sleep (for signal tests)
 
@@ -55,6 +57,38 @@ def main(argv: list[str]) -> None:
             times.append(time.perf_counter() - t0)
         out["ok"] = bool((buf == 0).all())
         out["seconds"] = min(times)
+        dist.destroy()
+    elif mode == "lanes":
+        import numpy as np
+
+        import interlink as dist
+        from interlink.runtime import api
+        from interlink.runtime.mesh import _iface_addr
+
+        nbytes = int(argv[1])
+        ifnames = (out["ifname"] or "").split(",")
+        out["addrs"] = [_iface_addr(n) for n in ifnames]
+
+        def tx() -> list[int]:
+            vals = []
+            for n in ifnames:
+                with open(f"/sys/class/net/{n}/statistics/tx_bytes") as f:
+                    vals.append(int(f.read()))
+            return vals
+
+        g = dist.init(timeout=60)
+        eng = api._CTX.engine
+        x = np.full(nbytes // 4, float(rank + 1), dtype=np.float32)
+        dist.barrier()
+        before = tx()
+        dist.all_reduce(x, algorithm="ring")
+        out["tx"] = [b - a for a, b in zip(before, tx())]
+        out["ok"] = bool(np.all(x == sum(range(1, world + 1))))
+        out["channels"] = _channels()
+        out["ring_channels"] = g.recorder[-1].plan.schedule.channels
+        out["lanes"] = {str(j): [{"local": ch.sock.getsockname()[0], "remote": ch.sock.getpeername()[0],
+                                  "lane": ch.lane, "sent": ch.sent, "received": ch.received}
+                                 for ch in chs] for j, chs in eng.lanes.items() if type(chs[0]).__name__ == "TcpChannel"}
         dist.destroy()
     elif mode == "kill":
         import numpy as np

@@ -275,8 +275,8 @@ def test_1gbit_link_limits_throughput() -> None:
 @pytest.mark.netns
 @pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 def test_a_job_runs_on_hosts_with_two_nics() -> None:
-    """interlink run --nics 2: every rank sees both interfaces in INTERLINK_IFNAME and the job runs (the
-    runtime connects over the first)."""
+    """interlink run --nics 2: every rank sees both interfaces in INTERLINK_IFNAME and the job runs (a lane
+    per NIC: test_two_nics_carry_one_lane_each)."""
     proc = _start(["--emulate-hosts", "2", "--nproc-per-host", "2", "--nics", "2", "--link-rate", "10gbit", JOB,
                    "probe", str(MiB)])
     rc, out, err = _finish(proc)
@@ -284,6 +284,34 @@ def test_a_job_runs_on_hosts_with_two_nics() -> None:
     res = _results(out)
     _check_locality(res, 2, 2)
     assert all(d["ok"] and len(d["ifname"].split(",")) == 2 for d in res.values()), res
+    _assert_clean(proc.pid)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+def test_two_nics_carry_one_lane_each() -> None:
+    """interlink run --nics 2, no env var: the ring runs 2 channels (the tuner's count from the NICs), each
+    TCP pair opens 2 lanes, lane r goes from this rank's NIC r to the peer's NIC r, and both NICs carry
+    the bytes (their tx counters grow by about half the ring's traffic each)."""
+    nbytes = 8 * MiB
+    proc = _start(["--emulate-hosts", "2", "--nproc-per-host", "2", "--nics", "2", "--link-rate", "10gbit", JOB,
+                   "lanes", str(nbytes)])
+    rc, out, err = _finish(proc)
+    assert rc == 0, f"{out[-3000:]}\n{err[-3000:]}"
+    res = _results(out)
+    _check_locality(res, 2, 2)
+    for r, d in res.items():
+        assert d["ok"] and d["ring_channels"] == 2, d
+        peers = [p for p in range(4) if p // 2 != r // 2]
+        assert sorted(map(int, d["lanes"])) == peers, d
+        for p in peers:
+            lanes = d["lanes"][str(p)]
+            assert [ln["lane"] for ln in lanes] == [0, 1], d
+            for k, ln in enumerate(lanes):
+                assert ln["local"] == d["addrs"][k] and ln["remote"] == res[p]["addrs"][k], (r, p, ln)
+        # the host's NIC counters during the call: a ring of 4 over 2 hosts sends 2 x 3/4 of the buffer out
+        # of each host, half of it (6 MiB) over each NIC
+        assert all(t > nbytes // 2 for t in d["tx"]), d
     _assert_clean(proc.pid)
 
 

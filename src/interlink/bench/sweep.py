@@ -189,9 +189,9 @@ def iterations_for(nbytes: int, iters: Optional[int], warmup: Optional[int]) -> 
 
 
 def algorithm_for(collective: str, count: int, itemsize: int, nranks: int, user: Optional[str],
-                  layout: Optional[tuple[int, int]] = None) -> str:
+                  layout: Optional[tuple[int, int]] = None, nics: int = 1) -> str:
     """The algorithm a call with this count runs: --algorithm, else INTERLINK_ALGO, else the default for
-    the group's ``layout`` (hosts, ranks per host; default one host)."""
+    the group's ``layout`` (hosts, ranks per host; default one host) and NICs per host."""
     if collective == "sendrecv":
         return "p2p"
     if user:
@@ -199,7 +199,7 @@ def algorithm_for(collective: str, count: int, itemsize: int, nranks: int, user:
     from ..model.tuner import default_algorithm, env_algorithm
 
     nbytes = count * itemsize * (nranks if collective in PER_RANK_SPLIT else 1)
-    return env_algorithm(collective) or default_algorithm(collective, nbytes, nranks, layout)
+    return env_algorithm(collective) or default_algorithm(collective, nbytes, nranks, layout, nics)
 
 
 # ---- deterministic data and the reference ---------------------------------------------------------
@@ -417,7 +417,7 @@ def run_size(g: Any, cfg: BenchConfig, size: int, transport: str = "") -> dict:
         "size": nbytes, "count": count, "type": str(dt), "redop": rop.name.lower() if coll in REDUCING else "none",
         "root": cfg.root if coll in ROOTED else -1,
         "algorithm": "dissemination" if coll == "barrier" else algorithm_for(coll, count, dt.itemsize, p, cfg.algorithm,
-                                                                             g.host_layout()),
+                                                                             g.host_layout(), g.nics()),
         "nranks": p, "transport": transport, "iters": iters, "warmup": warmup,
     }
     times: list[float] = []

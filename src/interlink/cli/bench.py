@@ -108,7 +108,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--link-rate", default=None, metavar="RATE", help="emulated link rate, e.g. 1gbit (tc tbf)")
     p.add_argument("--link-delay", default=None, metavar="DELAY", help="emulated link delay, e.g. 1ms (needs netem)")
     p.add_argument("--nics", type=int, default=1, metavar="K",
-                   help="NICs per emulated host, each shaped to --link-rate (NIC k of every host on rail k)")
+                   help="NICs per emulated host, each shaped to --link-rate (NIC k of every host on rail k); a TCP "
+                        "lane per NIC, rings a channel per NIC, the model column models them")
     p.add_argument("--calibrate", action="store_true",
                    help="measure this host's transports (shm, tcp; 2 and --ranks ranks, default 2 and 4), fit the "
                         "cost model's host parameters and write the profile (INTERLINK_PROFILE or "
@@ -325,13 +326,13 @@ def add_predictions(rows: list, collective: str, nranks: int, transport: str, al
     return col.notes()
 
 
-def _emulated_topology(hosts: int, per_host: int, rate: Any, delay: Any) -> Any:
+def _emulated_topology(hosts: int, per_host: int, rate: Any, delay: Any, nics: int = 1) -> Any:
     """The topology the model column prices for ``--emulate-hosts`` (None: the model cannot build it)."""
     from ..topology import TopologyError, parse_topology
 
     net = rate or os.environ.get("INTERLINK_NET") or "eth-25g"
     spec = (f"{hosts}xcpu-host:ranks={per_host},cores={max(1, (os.cpu_count() or 1) // hosts)},net={net}"
-            + (f",delay={delay}" if delay and rate else ""))
+            + (f",delay={delay}" if delay and rate else "") + (f",nics={nics}" if nics > 1 else ""))
     try:
         return parse_topology(spec)
     except TopologyError:
@@ -365,7 +366,7 @@ def run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.transport is not None:
         env["INTERLINK_TRANSPORT"] = args.transport
-    topology = (_emulated_topology(hosts, per_host, args.link_rate, args.link_delay)
+    topology = (_emulated_topology(hosts, per_host, args.link_rate, args.link_delay, getattr(args, "nics", 1) or 1)
                 if hosts is not None and hosts > 1 else None)
     dtype_name = str(parse_dtype(cfg.dtype))
     show_table = args.json_path != "-"  # '-': the JSON goes to stdout instead of the table

@@ -49,7 +49,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                      help="shape every host's link to RATE in each direction (tc units: 1gbit, 100mbit, 10gbit)")
     emu.add_argument("--nics", type=int, default=1, metavar="K",
                      help="NICs per emulated host, each shaped to --link-rate; NIC k of every host on rail k "
-                          "(default 1)")
+                          "(default 1); the ranks get INTERLINK_IFNAME listing them and open a TCP lane per NIC")
     emu.add_argument("--link-delay", metavar="TIME",
                      help="one-way delay between hosts (1ms, 200us); needs the netem qdisc, refused without it")
     p.add_argument("-m", "--module", action="store_true",

@@ -230,6 +230,17 @@ class _TopoInfo:
         nics = {topo.nic_for(r) for r in np.flatnonzero(host == 0).tolist()} if n else set()
         nics.discard(None)
         self.nics_per_host = len(nics)
+        # NICs per host (distinct compute NICs of its ranks, at least 1) and where each host's are numbered
+        # from: a CPU host's message leaves (enters) through NIC (channel mod that count), as the
+        # runtime's lanes run (lane = channel mod lanes, lane r on NIC r)
+        per: list[set] = [set() for _ in range(self.nhosts)]
+        for r in (range(n) if not self.gpu else ()):  # read by the CPU terms only
+            x = topo.nic_for(r)
+            if x is not None:
+                per[int(host[r])].add(x)
+        self.host_nics = np.array([max(1, len(x)) for x in per], dtype=np.int64)
+        self.nic_base = np.concatenate([[0], np.cumsum(self.host_nics)[:-1]]).astype(np.int64)
+        self.nic_slots = int(self.host_nics.sum())
 
     def classify(self, src: np.ndarray, dst: np.ndarray, tcp: bool = False
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -269,6 +280,8 @@ class _Rounds:
     mode: str
     channels: int
     clock_us: np.ndarray | None = None
+    # CPU: beta seconds before the hosts' NICs are shared (each rank's own ports only)
+    port_s: np.ndarray | None = None
 
 
 def _host_rates(params: Params, transport: str) -> tuple[float, float, float | None, float]:
@@ -382,6 +395,7 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
     lat_first = np.zeros(nph)
     lat_steady = np.zeros(nph)
     beta = np.zeros(nph)
+    port_s = np.zeros(nph)
     gam = np.zeros(nph)
     gamma = _gamma_per_rank(info, params)[:p]
     tcp_all = transport == "tcp"
@@ -488,16 +502,22 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
         send = np.bincount(src * 2 + port, weights=t, minlength=2 * p)[: 2 * p]  # ranks' ports (not a switch's)
         recv = np.bincount(dst * 2 + port, weights=t, minlength=2 * p)[: 2 * p]
         beta[i] = max(float(send.max(initial=0.0)), float(recv.max(initial=0.0)))
+        port_s[i] = beta[i]
         if not gpu and cross.any():
-            # a CPU host has one NIC: the messages of all its ranks that leave (enter) it share its wire
+            # the messages of a CPU host's ranks that leave (enter) it through one NIC share its wire: one
+            # NIC per host, or with several (cpu-host's nics=K) the runtime's lane of the message's
+            # channel, NIC (channel mod K) on both sides (rail-aligned rings spread over all of them; other
+            # algorithms, one channel, keep to NIC 0)
             nt = (nbytes * net_pb)[cross]
-            hs = np.bincount(info.host[src[cross]], weights=nt, minlength=info.nhosts)
-            hr = np.bincount(info.host[dst[cross]], weights=nt, minlength=info.nhosts)
+            chan = ph.channel[cross] if ph.channel is not None and ph.channel.size == src.size else 0
+            sh, rh = info.host[src[cross]], info.host[dst[cross]]
+            hs = np.bincount(info.nic_base[sh] + chan % info.host_nics[sh], weights=nt, minlength=info.nic_slots)
+            hr = np.bincount(info.nic_base[rh] + chan % info.host_nics[rh], weights=nt, minlength=info.nic_slots)
             beta[i] = max(beta[i], float(hs.max()), float(hr.max()))
     channels = max((int(ph.channel.max()) + 1 for ph in tr.phases if ph.channel is not None and ph.channel.size),
                    default=1)
     clock = np.array([clocks.makespan(i) for i in range(len(PROTOCOLS))]) if clocks is not None else None
-    return _Rounds(rep, lat_first, lat_steady, beta, gam, rounds, "gpu" if gpu else "cpu", channels, clock)
+    return _Rounds(rep, lat_first, lat_steady, beta, gam, rounds, "gpu" if gpu else "cpu", channels, clock, port_s)
 
 
 @dataclass
@@ -505,7 +525,9 @@ class HostTerms:
     """The cost model's contention-free CPU-host terms of each phase of a Traffic (what the simulator
     scales by each round's flow-level slowdown): ``index`` maps id(phase) to its row; ``lat_first`` /
     ``lat_steady`` (us), ``beta_s`` and ``gamma_s`` (s) per row; ``call_us`` per call; ``overlap`` of
-    reduction with transfer."""
+    reduction with transfer; ``port_s``: beta before the hosts' NICs are shared between their ranks'
+    messages (each rank's own ports only; what the flows' slowdown may stretch: beta_s already holds the
+    NICs' sharing)."""
 
     index: dict
     lat_first: np.ndarray
@@ -514,6 +536,7 @@ class HostTerms:
     gamma_s: np.ndarray
     call_us: float
     overlap: float
+    port_s: np.ndarray | None = None
 
 
 def host_terms(tr: Traffic, topo: Topology, params: Params | None = None, itemsize: int = 4,
@@ -523,7 +546,7 @@ def host_terms(tr: Traffic, topo: Topology, params: Params | None = None, itemsi
     prm = _params(params)
     r = _rounds(tr, _info(topo), prm, itemsize, transport)
     return HostTerms({id(ph): i for i, ph in enumerate(tr.phases)}, r.lat_first, r.lat_steady, r.beta_s,
-                     r.gamma_s, float(prm.value("host.call_us")), float(prm.value("reduce.overlap.cpu")))
+                     r.gamma_s, float(prm.value("host.call_us")), float(prm.value("reduce.overlap.cpu")), r.port_s)
 
 
 @dataclass
@@ -651,12 +674,13 @@ def cpu_terms(traffic: Traffic, topology: Topology, *, itemsize: int = 4, transp
 
 
 def cpu_topology(ranks_per_host: Sequence[int] | int, *, cores: int | None = None, network: Any = "eth-25g",
-                 name: str = "") -> Topology:
-    """CPU hosts with the given number of ranks each: :func:`interlink.topology.presets.cpu_hosts`."""
+                 name: str = "", nics: int = 1) -> Topology:
+    """CPU hosts with the given number of ranks each (``nics`` NICs per host):
+    :func:`interlink.topology.presets.cpu_hosts`."""
     from ..topology.presets import cpu_hosts
 
     try:
-        return cpu_hosts(ranks_per_host, cores=cores, network=network, name=name)
+        return cpu_hosts(ranks_per_host, cores=cores, network=network, name=name, nics=nics)
     except TopologyError as e:
         raise ModelError(str(e)) from None
 

@@ -29,6 +29,7 @@ from .params import Params, Profile, default_params, host_profile, with_profile
 
 __all__ = ["choose", "choose_for_group", "size_bucket", "group_topology", "clear_cache", "default_algorithm",
            "table_algorithm", "switch_points", "env_algorithm", "parse_algo_env", "env_channels", "ring_channels",
+           "group_channels", "schedule_channels",
            "ALGORITHM_TABLE", "HIERARCHICAL", "SMALL_BYTES"]
 
 log = logging.getLogger("interlink")
@@ -61,13 +62,15 @@ def network_between_hosts() -> str:
     return os.environ.get("INTERLINK_NET", "").strip() or "eth-25g"
 
 
-def group_topology(layout: tuple[int, int], nranks: int, cores: Optional[int] = None) -> Topology:
+def group_topology(layout: tuple[int, int], nranks: int, cores: Optional[int] = None, nics: int = 1) -> Topology:
     """CPU hosts for a group of ``nranks`` ranks laid out as ``layout = (hosts, ranks per host)``
     (the runtime's Group.host_layout()); the last host may hold fewer ranks. A layout that does
     not describe blocks (hosts x 1 < nranks, the runtime's answer for irregular placements) is
-    modelled as one rank per host."""
+    modelled as one rank per host. ``nics``: NICs per host (the runtime's Group.nics(): a lane, and a
+    ring channel, per NIC)."""
     hosts, local = int(layout[0]), int(layout[1])
-    key = (hosts, local, nranks, cores, network_between_hosts())
+    nics = max(1, int(nics)) if hosts > 1 else 1
+    key = (hosts, local, nranks, cores, network_between_hosts(), nics)
     t = _TOPOS.get(key)
     if t is None:
         if hosts <= 1:
@@ -76,7 +79,7 @@ def group_topology(layout: tuple[int, int], nranks: int, cores: Optional[int] = 
             counts = [local] * (hosts - 1) + [nranks - local * (hosts - 1)]
         else:
             counts = [1] * nranks
-        t = cpu_topology(counts, cores=cores, network=network_between_hosts())
+        t = cpu_topology(counts, cores=cores, network=network_between_hosts(), nics=nics)
         if len(_TOPOS) > 256:
             _TOPOS.clear()
         _TOPOS[key] = t
@@ -99,11 +102,12 @@ def _candidates(collective: str, candidates: Optional[Iterable[str]]) -> tuple[s
 
 def choose(collective: str, nbytes: int, nranks: int, topology_or_profile: Union[Topology, Profile, None] = None,
            candidates: Optional[Sequence[str]] = None, *, layout: tuple[int, int] = (1, 0),
-           transport: Optional[str] = None, params: Optional[Params] = None) -> str:
+           transport: Optional[str] = None, params: Optional[Params] = None, nics: int = 1) -> str:
     """The algorithm the model predicts fastest for ``nbytes`` (nccl-tests' S) on ``nranks`` ranks.
 
     ``topology_or_profile``: a Topology (its first nranks ranks), a host Profile (CPU hosts laid out
-    as ``layout``) or None (this host's profile if there is one, else the built-in host parameters).
+    as ``layout``, ``nics`` NICs each) or None (this host's profile if there is one, else the built-in
+    host parameters).
     ``candidates``: algorithm names to choose from (default: every registered one).
     """
     if nranks < 1:
@@ -120,14 +124,14 @@ def choose(collective: str, nbytes: int, nranks: int, topology_or_profile: Union
         prof = topology_or_profile
         lay = (layout[0], layout[1] or nranks)
         topo = None
-        tkey = ("cpu", lay, None if prof is None else (prof.path, id(prof)))
+        tkey = ("cpu", lay, None if prof is None else (prof.path, id(prof)), int(nics))
     key = (collective, k, nranks, tkey, cands, transport, None if params is None else id(params))
     algo = _CACHE.get(key)
     if algo is not None:
         return algo
     if topo is None:
         cores = int(prof.meta.get("cores") or 0) if prof is not None else None
-        topo = group_topology(lay, nranks, cores or None)
+        topo = group_topology(lay, nranks, cores or None, nics)
         use = params if params is not None else with_profile(default_params(), prof)
     else:
         use = params
@@ -144,17 +148,18 @@ _GROUP: dict[tuple, str] = {}
 
 
 def choose_for_group(collective: str, nbytes: int, nranks: int, layout: tuple[int, int],
-                     transport: Optional[str] = None, candidates: Optional[Sequence[str]] = None) -> str:
+                     transport: Optional[str] = None, candidates: Optional[Sequence[str]] = None,
+                     nics: int = 1) -> str:
     """The runtime's entry point: a group of ``nranks`` laid out as ``layout`` (hosts, ranks per host).
 
     One host: this host's calibrated profile when present (read once per process); several hosts:
     the built-in parameters (every host must make the same choice). A repeated call is one lookup."""
     key = (collective, int(nbytes).bit_length(), nranks, layout, transport,
-           None if candidates is None else tuple(candidates))
+           None if candidates is None else tuple(candidates), int(nics))
     algo = _GROUP.get(key)
     if algo is None:
         prof = host_profile() if layout[0] <= 1 else None
-        algo = choose(collective, nbytes, nranks, prof, candidates, layout=layout, transport=transport)
+        algo = choose(collective, nbytes, nranks, prof, candidates, layout=layout, transport=transport, nics=nics)
         if len(_GROUP) >= _CACHE_MAX:
             _GROUP.clear()
         _GROUP[key] = algo
@@ -183,15 +188,17 @@ ALGORITHM_TABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 HIERARCHICAL = {"all_reduce": "hierarchical", "all_gather": "hierarchical", "broadcast": "hierarchical"}
 
 
-def default_algorithm(collective: str, nbytes: int, nranks: int, layout: Optional[tuple[int, int]] = None) -> str:
+def default_algorithm(collective: str, nbytes: int, nranks: int, layout: Optional[tuple[int, int]] = None,
+                      nics: int = 1) -> str:
     """The algorithm a call runs when neither the call nor INTERLINK_ALGO names one: the cost model's
-    choice for a group of ``nranks`` laid out as ``layout`` (hosts, ranks per host; default one host),
-    or :func:`table_algorithm` when the model fails or INTERLINK_TUNER=table."""
+    choice for a group of ``nranks`` laid out as ``layout`` (hosts, ranks per host; default one host)
+    whose hosts have ``nics`` NICs each, or :func:`table_algorithm` when the model fails or
+    INTERLINK_TUNER=table."""
     layout = layout or (1, nranks)
     if os.environ.get("INTERLINK_TUNER", "").lower() != "table":
         try:
             transport = "tcp" if os.environ.get("INTERLINK_TRANSPORT", "").lower() == "tcp" else None
-            return choose_for_group(collective, nbytes, nranks, layout, transport)
+            return choose_for_group(collective, nbytes, nranks, layout, transport, nics=nics)
         except Exception as exc:  # noqa: BLE001 - the table is the fallback
             log.debug("interlink: tuner failed for %s (%d bytes, %d ranks): %s; using the table",
                       collective, nbytes, nranks, exc)
@@ -220,10 +227,11 @@ def preferred_algorithm(collective: str, is_small: bool, nranks: int, _nentries:
 
 
 @functools.lru_cache(maxsize=64)
-def switch_points(collective: str, nranks: int, layout: tuple[int, int], top: int = 1 << 28) -> tuple[int, ...]:
+def switch_points(collective: str, nranks: int, layout: tuple[int, int], top: int = 1 << 28,
+                  nics: int = 1) -> tuple[int, ...]:
     """The byte sizes where default_algorithm's choice for this collective changes (first size of the
     new choice), scanning powers of two up to top and bisecting each change to the byte."""
-    pick = lambda b: default_algorithm(collective, b, nranks, layout)  # noqa: E731
+    pick = lambda b: default_algorithm(collective, b, nranks, layout, nics)  # noqa: E731
     points = []
     lo, a = 1, pick(1)
     b = 2
@@ -258,6 +266,26 @@ def env_channels() -> int:
     if c < 1:
         raise ValueError(f"INTERLINK_CHANNELS={v!r}: expected a whole number >= 1")
     return c
+
+
+def schedule_channels(algorithm: str, nics: int, nhosts: int, local_size: int) -> dict[str, Any]:
+    """The channel arguments of a ring-family builder (those taking ``exits``) in the runtime: the
+    channels of :func:`group_channels`, laid out by :func:`ring_channels`; nccl_tree runs one channel of
+    each of its two trees per NIC (twice as many), as ``model.cost.builder_params`` prices it."""
+    out = ring_channels(group_channels(nics, nhosts), nhosts, local_size)
+    if algorithm == "nccl_tree" and out.get("exits") and not os.environ.get("INTERLINK_CHANNELS", "").strip():
+        out["channels"] *= 2
+    return out
+
+
+def group_channels(nics: int, nhosts: int) -> int:
+    """How many channels (parallel rings) the runtime's ring Schedules run for a group: INTERLINK_CHANNELS
+    when set, else one per NIC when the group spans hosts with several (``nics``: the fewest NICs any of
+    its ranks has; each channel then has a connection, a lane, of its own through its own NIC, as
+    :func:`ring_channels` and the model's rail plan lay them out), else one."""
+    if os.environ.get("INTERLINK_CHANNELS", "").strip():
+        return env_channels()
+    return max(1, int(nics)) if nhosts > 1 else 1
 
 
 def ring_channels(channels: int, nhosts: int, local_size: int) -> dict[str, Any]:

@@ -56,6 +56,9 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, timeout: 
     if not 0 <= r < w:
         raise ValueError(f"rank {r} out of range for world_size {w}")
     itimeout = float(init_timeout if init_timeout is not None else min(timeout, 120.0))
+    from .policy import tcp_lanes
+
+    tcp_lanes(1)  # a bad INTERLINK_TCP_LANES / INTERLINK_CHANNELS fails every rank here, before it joins
     secret = secret_from_env()
     store, server = rendezvous(r, w, env["master_addr"], int(env["master_port"]), secret, itimeout)
     return _start(r, w, store, server, secret, env["master_addr"], int(env["master_port"]), timeout, itimeout)

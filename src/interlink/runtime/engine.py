@@ -1,5 +1,9 @@
 """The progress engine: drives posted sends/receives over the channels until they complete.
 
+Operations are keyed by (peer, lane): a pair connected by a transport with lanes (TCP) has one channel
+per lane (``lanes[peer]``, lane 0 being ``channels[peer]``), every other pair one. Ops to the same peer on
+the same lane in the same direction complete in posting order; everything else runs concurrently.
+
 Waiting spins briefly (a peer on the same host usually answers within microseconds), then yields the
 core, then sleeps in ``select`` on every socket that matters: the TCP data sockets of pending ops and the
 control socket of every peer. A control socket that closes means the peer died (PeerLostError); an
@@ -65,7 +69,7 @@ class Engine:
     """Per process: channels to every peer (global ranks) plus their control sockets."""
 
     def __init__(self, rank: int, channels: dict[int, Channel], controls: dict[int, socket.socket],
-                 bell=None) -> None:
+                 bell=None, lanes: Optional[dict[int, list[Channel]]] = None) -> None:
         self.rank = rank
         self.bell = bell  # this rank's doorbell on the host page (shared-memory waits), or None
         self.hosts: list[str] = []  # host identity of every global rank
@@ -80,7 +84,13 @@ class Engine:
         self.ncpu, self.nlocal = ncpu, nlocal
         self.oversub = nlocal > ncpu
         self.spin = min(SPIN, OVERSUB_SPIN) if self.oversub else SPIN
-        self.channels = channels
+        self.channels = channels  # peer -> its channel of lane 0
+        # peer -> its channels, one per lane (lane 0 first); a pair without lanes has [channels[peer]]
+        self.lanes: dict[int, list[Channel]] = {p: list((lanes or {}).get(p) or [ch]) for p, ch in channels.items()}
+        for p, ch in channels.items():
+            if self.lanes[p][0] is not ch:
+                raise ValueError(f"rank {rank}: lane 0 to rank {p} is not its channel")
+        self.nics: list[int] = []  # NICs (addresses) each global rank published at init
         self.controls = controls
         self._ctrl_fd = {s.fileno(): peer for peer, s in controls.items()}
         self._ctrl_buf: dict[int, bytearray] = {peer: bytearray() for peer in controls}
@@ -188,9 +198,20 @@ class Engine:
                     pass
 
     # ---- data plane ----------------------------------------------------------------------------
+    def nlanes(self, peer: int) -> int:
+        """How many lanes (connections carrying data) this rank has to ``peer``: 1 but for TCP pairs that
+        opened several (runtime/policy.py pair_lanes)."""
+        got = self.lanes.get(peer)
+        return len(got) if got else 1
+
+    def lane_bytes(self) -> dict[int, list[tuple[int, int]]]:
+        """Per peer with several lanes, (payload bytes sent, received) on each lane so far."""
+        return {p: [(getattr(c, "sent", 0), getattr(c, "received", 0)) for c in chs]
+                for p, chs in self.lanes.items() if len(chs) > 1}
+
     def run(self, ops: list[Op], deadline: float, feed: Optional[Callable[[], list[Op]]] = None) -> None:
-        """Progress ops until all complete. Ops to the same peer in the same direction complete in
-        posting order (FIFO), the rest concurrently. Raises PeerClosed / HeaderMismatch / Aborted /
+        """Progress ops until all complete. Ops to the same peer on the same lane in the same direction
+        complete in posting order (FIFO), the rest concurrently. Raises PeerClosed / HeaderMismatch / Aborted /
         TimeoutError(pending peers) for the caller to turn into typed errors."""
         try:
             self._run(list(ops), deadline, feed)
@@ -261,7 +282,11 @@ class Engine:
                 return
 
     def _run(self, pending: list[Op], deadline: float, feed: Optional[Callable[[], list[Op]]]) -> None:
-        channels = self.channels
+        lanes = self.lanes
+        for op in pending:
+            if op.lane and op.lane >= len(lanes[op.peer]):
+                raise ValueError(f"rank {self.rank}: lane {op.lane} to rank {op.peer}, which has "
+                                 f"{len(lanes[op.peer])}")
         spins = 0
         sleep = 2e-5
         last_ctrl = time.monotonic()
@@ -270,12 +295,12 @@ class Engine:
             blocked: set = set()
             left = []
             for op in pending:
-                key = (op.peer, op.kind)
+                key = (op.peer, op.lane, op.kind)
                 if key in blocked:
                     left.append(op)
                     continue
                 before = op.offset
-                ch = channels[op.peer]
+                ch = lanes[op.peer][op.lane]
                 done = ch.progress_send(op) if op.kind == "send" else ch.progress_recv(op)
                 if done:
                     progressed = True
@@ -304,6 +329,10 @@ class Engine:
             if feed is not None:
                 more = feed()
                 if more:
+                    for op in more:
+                        if op.lane and op.lane >= len(lanes[op.peer]):
+                            raise ValueError(f"rank {self.rank}: lane {op.lane} to rank {op.peer}, which has "
+                                             f"{len(lanes[op.peer])}")
                     pending.extend(more)
                     continue
             now = time.monotonic()
@@ -313,7 +342,7 @@ class Engine:
                 self.check_departed(op.peer for op in pending)
             rfds, wfds = [], []
             for op in pending:
-                for fd, _ev in channels[op.peer].wait_fds(op.kind == "send", op.kind == "recv"):
+                for fd, _ev in lanes[op.peer][op.lane].wait_fds(op.kind == "send", op.kind == "recv"):
                     (wfds if op.kind == "send" else rfds).append(fd)
             bell = self.bell
             if bell is not None and not rfds and not wfds:
@@ -337,21 +366,23 @@ class Engine:
     def _any_progress(self, pending: list[Op]) -> bool:
         """Has anything arrived (or been freed) for the pending ops? Read-only check."""
         for op in pending:
-            ch = self.channels[op.peer]
+            ch = self.lanes[op.peer][op.lane]
             ready = getattr(ch, "ready", None)
             if ready is None or ready(op):
                 return True
         return False
 
     def close(self) -> None:
-        for ch in self.channels.values():
-            ch.close()
+        for chs in self.lanes.values():
+            for ch in chs:
+                ch.close()
         for s in self.controls.values():
             try:
                 s.close()
             except OSError:
                 pass
         self.channels = {}
+        self.lanes = {}
         self.controls = {}
         self._ctrl_fd = {}
 

@@ -6,6 +6,10 @@ slicing and posting. Plans are cached by the communicator.
 
 Round by round: post every Send and Recv of the round, let the engine progress them concurrently
 (the transports chunk and pipeline large messages), then apply deferred reductions and the local steps.
+Each step goes on lane ``channel % lanes(peer)`` of its peer (a TCP pair may have several connections,
+one per NIC: runtime/engine.py), posted in (channel, step) order on both sides, so the messages of one
+lane are matched in order: the i-th send and the i-th receive of a channel between two ranks in a round
+(what Schedule.validate guarantees) are the i-th of their lane.
 Round semantics follow :mod:`interlink.algorithms.schedule`: a reducing receive whose destination
 overlaps a send of the same round is staged and reduced only after the sends are done.
 When input and output share memory (in-place calls), the input is snapshotted unless a static check
@@ -146,7 +150,9 @@ class Plan:
                  "avg", "nranks")
 
     def __init__(self, schedule: Schedule, rank: int, dtype: np.dtype, op: ReduceOp, alias: Optional[int],
-                 global_rank: Callable[[int], int], sig: str) -> None:
+                 global_rank: Callable[[int], int], sig: str,
+                 lanes: Optional[Callable[[int], int]] = None) -> None:
+        """``lanes(g)``: how many lanes this rank has to global rank g (Engine.nlanes; default one)."""
         self.schedule = schedule
         self.sigb = encode_sig(sig)
         self.dtype = dtype
@@ -164,6 +170,16 @@ class Plan:
                                 f"Copy and Reduce steps only (lower the Schedule with two_sided)")
 
         bulk_min = max(1, cma_threshold(schedule.collective))  # one-copy transfers from this size
+        nl: dict[int, int] = {}
+
+        def lane(g: int, channel: int) -> int:
+            if lanes is None or not channel:
+                return 0
+            n = nl.get(g)
+            if n is None:
+                n = nl[g] = max(1, int(lanes(g)))
+            return channel % n
+
         rounds = []
         for k, rnd in enumerate(schedule.ranks[rank]):
             sends, recvs, locs = [], [], []
@@ -173,14 +189,18 @@ class Plan:
                 if isinstance(s, Send):
                     c = s.src
                     i = nth[s.peer] = nth.get(s.peer, -1) + 1
-                    sends.append((global_rank(s.peer), _BUF[c.buffer], c.offset * isz, c.end * isz,
-                                  bulk_min if _receiver_stores(schedule, rank, s.peer, k, i) else 0))
+                    g = global_rank(s.peer)
+                    sends.append((s.channel, (g, _BUF[c.buffer], c.offset * isz, c.end * isz,
+                                              bulk_min if _receiver_stores(schedule, rank, s.peer, k, i) else 0,
+                                              lane(g, s.channel))))
                 elif isinstance(s, Recv):
                     c = s.dst
                     mode = PLAIN
                     if s.reduce:
                         mode = DEFERRED if any(overlaps(c, sc) for sc in send_chunks) else REDUCE
-                    recvs.append((global_rank(s.peer), _BUF[c.buffer], c.offset * isz, c.end * isz, mode))
+                    g = global_rank(s.peer)
+                    recvs.append((s.channel, (g, _BUF[c.buffer], c.offset * isz, c.end * isz, mode,
+                                              lane(g, s.channel))))
                 else:
                     a, b = s.src, s.dst
                     if isinstance(s, Copy) and space(a) == space(b):
@@ -188,7 +208,11 @@ class Plan:
                     locs.append((isinstance(s, Reduce), _BUF[a.buffer], a.offset, a.end,
                                  _BUF[b.buffer], b.offset, b.end))
             if sends or recvs or locs:
-                rounds.append((tuple(sends), tuple(recvs), tuple(locs)))
+                # (channel, step) order: a lane carrying several channels sees them in the same order on
+                # both ranks of a pair (sorted is stable: step order within a channel)
+                sends.sort(key=lambda x: x[0])
+                recvs.sort(key=lambda x: x[0])
+                rounds.append((tuple(x[1] for x in sends), tuple(x[1] for x in recvs), tuple(locs)))
         self.rounds = tuple(rounds)
 
 
@@ -231,17 +255,19 @@ def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: i
     fn = plan.ufunc
     for sends, recvs, locs in plan.rounds:
         if sends or recvs:
-            ops = [Op("send", peer, B[b][lo:hi], seq, 0, sigb, None, bulk) for peer, b, lo, hi, bulk in sends]
+            ops = [Op("send", peer, B[b][lo:hi], seq, 0, sigb, None, bulk, lane)
+                   for peer, b, lo, hi, bulk, lane in sends]
             deferred = None
-            for peer, b, lo, hi, mode in recvs:
+            for peer, b, lo, hi, mode, lane in recvs:
                 if mode == DEFERRED:
                     tmp = np.empty(hi - lo, dtype=_U8)
-                    ops.append(Op("recv", peer, tmp, seq, 0, sigb))
+                    ops.append(Op("recv", peer, tmp, seq, 0, sigb, None, 0, lane))
                     if deferred is None:
                         deferred = []
                     deferred.append((B[b][lo:hi], tmp))
                 else:
-                    ops.append(Op("recv", peer, B[b][lo:hi], seq, 0, sigb, reducer if mode == REDUCE else None))
+                    ops.append(Op("recv", peer, B[b][lo:hi], seq, 0, sigb, reducer if mode == REDUCE else None,
+                                  0, lane))
             engine.run(ops, deadline)
             if deferred:
                 for dst, tmp in deferred:

@@ -31,7 +31,7 @@ from ..transport.base import HeaderMismatch, Op, encode_sig
 from . import device_exec
 from .engine import Aborted, Engine, translate
 from ..model.tuner import (ALGORITHM_TABLE, SMALL_BYTES, default_algorithm, env_algorithm, env_channels,
-                           parse_algo_env, ring_channels, switch_points)
+                           parse_algo_env, schedule_channels, switch_points)
 from .executor import Plan, alias_delta, execute
 from .fastpath import AG, AR, BAR, BC, NAMES, RS
 from .policy import DEVICE_ALGO, cuda_ipc_min_bytes
@@ -140,6 +140,15 @@ class Group:
                 self._layout = (distinct, 1)
         return self._layout
 
+    def nics(self) -> int:
+        """The fewest NICs any rank of the group published at init (INTERLINK_IFNAME's list; 1 when
+        unknown or when the group is on one host): what the tuner models its hosts with, and the ring
+        channels it gives a group spanning hosts."""
+        got = self.ctx.engine.nics
+        if not got or self.host_layout()[0] <= 1:
+            return 1
+        return max(1, min((got[g] for g in self.ranks), default=1))
+
     size_ = property(lambda self: self.size)
 
     # ---- plumbing ----------------------------------------------------------------------------
@@ -163,7 +172,7 @@ class Group:
         for c in ALGORITHM_TABLE:
             if c != "barrier":
                 out[f"cma.{c}"] = cma_threshold(c)
-            for i, b in enumerate(switch_points(c, self.size, layout)):
+            for i, b in enumerate(switch_points(c, self.size, layout, nics=self.nics())):
                 out[f"algo.{c}.{i}"] = b
         return out
 
@@ -214,11 +223,11 @@ class Group:
             if algo is None and device:
                 algo = DEVICE_ALGO[collective]
             if algo is None:
-                algo = default_algorithm(collective, nbytes, self.size, (nhosts, local_size))
+                algo = default_algorithm(collective, nbytes, self.size, (nhosts, local_size), self.nics())
             params: dict[str, Any] = {}
             eparams = registry.get_entry(collective, algo).params
             if "exits" in eparams:
-                params.update(ring_channels(env_channels(), nhosts, local_size))
+                params.update(schedule_channels(algo, self.nics(), nhosts, local_size))
             elif "local_size" in eparams:
                 params["local_size"] = local_size if nhosts > 1 else self.size
             schedule = registry.get_schedule(collective, algo, self.size, count, root, **params)
@@ -227,7 +236,8 @@ class Group:
         if device:
             plan = device_exec.DevicePlan(schedule, self.rank, dtype, op, alias, self.ranks.__getitem__, sig)
         else:  # the rings and TCP have no one-sided reads: a Schedule's Gets run as Send/Recv pairs
-            plan = Plan(two_sided(schedule), self.rank, dtype, op, alias, self.ranks.__getitem__, sig)
+            plan = Plan(two_sided(schedule), self.rank, dtype, op, alias, self.ranks.__getitem__, sig,
+                        self.ctx.engine.nlanes)
         if len(self._plans) > 512:
             self._plans.clear()
         if sig_extra == "":

@@ -6,7 +6,11 @@ both addresses, its INTERLINK_TRANSPORT and what its transports publish. For eac
 the same transport (registry.select: the first of the table that can connect the pair; by default shm
 between ranks of one host, TCP otherwise) and the higher rank dials the connections that transport
 names (shm: one Unix socket, the pair's control channel, which carries the memfd of the rings; tcp: a
-control and a data connection), which the transport then turns into the pair's channel. Every
+control and a data connection per lane), which the transport then turns into the pair's channels. A
+transport with a ``lane_purpose`` (tcp) opens that connection once per lane: ``policy.pair_lanes`` says
+how many (one per NIC where the hosts have several, INTERLINK_IFNAME=eth0,eth1; else INTERLINK_TCP_LANES
+or INTERLINK_CHANNELS streams), and lane i is dialled from this rank's NIC i to the peer's NIC i (each
+rank listens on, and publishes, every NIC address it was given). Every
 connection proves it belongs to the job (HMAC challenge with the job secret) before it is used. The
 ranks a host-page transport (shm) connects share one HostPage: its lowest rank makes it and passes it on.
 """
@@ -92,23 +96,49 @@ def _iface_addr(ifname: str) -> str:
         s.close()
 
 
-def bind_address(master_addr: str, master_port: int) -> str:
-    """The address other ranks reach this one at: INTERLINK_IFNAME's address (of the first interface
-    where it lists several, comma-separated: the others are not used yet), else the local address of the
-    route toward the master (no packet is sent)."""
-    ifname = os.environ.get("INTERLINK_IFNAME", "").split(",")[0].strip()
-    if ifname:
-        return _iface_addr(ifname)
+def bind_addresses(master_addr: str, master_port: int) -> list[str]:
+    """The addresses other ranks reach this one at, one per NIC: those of INTERLINK_IFNAME's interfaces
+    (comma-separated, in order: lane i leaves from the i-th), else the local address of the route toward
+    the master (no packet is sent)."""
+    names = [n.strip() for n in os.environ.get("INTERLINK_IFNAME", "").split(",")]
+    if any(names) and not all(names):
+        raise ValueError(f"INTERLINK_IFNAME={os.environ.get('INTERLINK_IFNAME')!r}: an empty interface name in the list")
+    if any(names):
+        if len(set(names)) != len(names):
+            raise ValueError(f"INTERLINK_IFNAME={os.environ.get('INTERLINK_IFNAME')!r}: an interface is listed twice")
+        addrs = [_iface_addr(n) for n in names]
+        if len(set(addrs)) != len(addrs):
+            raise ValueError(f"INTERLINK_IFNAME={os.environ.get('INTERLINK_IFNAME')!r}: two interfaces have the same "
+                             f"address ({addrs}); lanes need one address per NIC")
+        return addrs
     try:
         infos = socket.getaddrinfo(master_addr, master_port, socket.AF_INET, socket.SOCK_DGRAM)
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             s.connect(infos[0][4])
-            return s.getsockname()[0]
+            return [s.getsockname()[0]]
         finally:
             s.close()
     except OSError:
-        return "127.0.0.1"
+        return ["127.0.0.1"]
+
+
+def bind_address(master_addr: str, master_port: int) -> str:
+    """The address of this rank's first NIC (:func:`bind_addresses`): where its peers dial lane 0 and the
+    control connection."""
+    return bind_addresses(master_addr, master_port)[0]
+
+
+def pair_connections(t: Any, me: dict, them: dict) -> tuple[int, tuple[tuple[str, str], ...]]:
+    """(lanes, the connections the pair opens for transport ``t``): its ``connections``, plus its
+    ``lane_purpose`` connection again for lanes 1 .. L - 1 (named ``purpose#i``), L from the policy."""
+    conns = tuple(t.connections)
+    lp = getattr(t, "lane_purpose", None)
+    if not lp:
+        return 1, conns
+    lanes = policy.pair_lanes(me, them)
+    endpoint = dict(conns)[lp]
+    return lanes, conns + tuple((f"{lp}#{i}", endpoint) for i in range(1, lanes))
 
 
 def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: str, master_port: int,
@@ -127,16 +157,28 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
                          f"{', '.join(registry.names())})")
     jobtag = hashlib.sha256(secret + str(master_port).encode()).hexdigest()[:16]
     host = host_identity()
-    ip = bind_address(master_addr, master_port)
-    tcp_l = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    tcp_l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    tcp_l.bind((ip, 0))
-    tcp_l.listen(max(16, 2 * world))
-    unix_name = f"\0interlink-{jobtag}-{rank}-{os.getpid()}"
-    unix_l = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    unix_l.bind(unix_name)
-    unix_l.listen(max(16, world))
-    me = {"rank": rank, "host": host, "tcp": [ip, tcp_l.getsockname()[1]], "unix": unix_name[1:],
+    addrs = bind_addresses(master_addr, master_port)
+    lanes_wanted = policy.tcp_lanes(len(addrs))  # a bad INTERLINK_TCP_LANES fails here, before any socket
+    tcp_ls: list[socket.socket] = []  # one listener per NIC: lane i of a peer arrives at NIC i
+    try:
+        for ip in addrs:
+            tcp_l = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            tcp_ls.append(tcp_l)
+            tcp_l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            tcp_l.bind((ip, 0))
+            tcp_l.listen(max(16, (1 + lanes_wanted) * world))
+        unix_name = f"\0interlink-{jobtag}-{rank}-{os.getpid()}"
+        unix_l = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        tcp_ls.append(unix_l)
+        unix_l.bind(unix_name)
+        unix_l.listen(max(16, world))
+    except BaseException:
+        for x in tcp_ls:
+            x.close()
+        raise
+    tcp_ls.pop()
+    nics = [[ip, tl.getsockname()[1]] for ip, tl in zip(addrs, tcp_ls)]
+    me = {"rank": rank, "host": host, "tcp": nics[0], "nics": nics, "lanes": lanes_wanted, "unix": unix_name[1:],
           "transport": wants, "transports": [t.name for t in table]}
     for t in table:
         extra = t.publish()
@@ -152,18 +194,22 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
         chosen = {j: registry.select(infos[min(rank, j)], infos[max(rank, j)], table)
                   for j in range(world) if j != rank}
         members = _page_members(rank, infos, table)
+        # per pair: its lanes and the connections it opens (the transport's, plus one per extra lane)
+        plan = {j: pair_connections(chosen[j], infos[rank], infos[j]) for j in chosen}
     except BaseException:
-        tcp_l.close()
+        for x in tcp_ls:
+            x.close()
         unix_l.close()
         raise
     params = policy.transport_params()
 
     channels: dict[int, Any] = {}
+    lanes: dict[int, list] = {}
     controls: dict[int, socket.socket] = {}
     got: dict[int, dict[str, socket.socket]] = {}
     expected: dict[tuple[int, str], Any] = {}
     for j in range(rank + 1, world):
-        for purpose, _endpoint in chosen[j].connections:
+        for purpose, _endpoint in plan[j][1]:
             expected[(j, f"{chosen[j].name}.{purpose}")] = False
     lock = threading.Lock()
     errors: list[BaseException] = []
@@ -173,16 +219,19 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
         """An authenticated connection to rank j; once all of the pair's are there, its transport makes
         the channel and names the control socket."""
         t = chosen[j]
+        nl, conns = plan[j]
         with lock:
             socks = got.setdefault(j, {})
             socks[purpose] = sock
-            complete = all(p in socks for p, _e in t.connections)
+            complete = all(p in socks for p, _e in conns)
             socks = dict(socks)
         if not complete:
             return
         try:
-            ch, ctrl = t.connect(PairSetup(rank, j, i_am_low, socks, infos[rank], infos[j],
-                                           infos[j]["host"] == host, params))
+            pair = PairSetup(rank, j, i_am_low, socks, infos[rank], infos[j], infos[j]["host"] == host, params,
+                             lanes=nl)
+            ch, ctrl = t.connect(pair)
+            chs = [ch] + [t.connect_lane(pair, i) for i in range(1, nl)]
         except BaseException:
             with lock:
                 got[j].pop(purpose, None)
@@ -190,6 +239,7 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
         ctrl.settimeout(None)  # blocking until the Engine takes over
         with lock:
             channels[j] = ch
+            lanes[j] = chs
             controls[j] = ctrl
 
     def admit(conn: socket.socket, left: float) -> None:
@@ -222,7 +272,8 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
         import selectors
 
         sel = selectors.DefaultSelector()
-        sel.register(tcp_l, selectors.EVENT_READ)
+        for tl in tcp_ls:
+            sel.register(tl, selectors.EVENT_READ)
         sel.register(unix_l, selectors.EVENT_READ)
         try:
             while not all(v is True for v in expected.values()):
@@ -240,26 +291,50 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
         finally:
             sel.close()
 
+    def drop() -> None:
+        """A failed init leaves no connection open (a pair's lanes, control and dialled sockets)."""
+        with lock:
+            for chs in lanes.values():
+                for ch in chs:
+                    ch.close()
+            for sock in list(controls.values()) + [x for socks in got.values() for x in socks.values()]:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
     t = threading.Thread(target=accept_loop, name="interlink-accept", daemon=True)
     t.start()
     try:
         for j in range(rank):
             tr = chosen[j]
-            for purpose, endpoint in tr.connections:
+            lp = getattr(tr, "lane_purpose", None)
+            for purpose, endpoint in plan[j][1]:
                 hello = json.dumps({"rank": rank, "purpose": f"{tr.name}.{purpose}"}).encode()
-                sock = _connect(infos[j], endpoint == "unix", deadline, j)
-                authenticate_client(sock, secret, timeout=max(1.0, deadline - time.monotonic()), hello=hello)
+                lane = (0 if purpose == lp else int(purpose.rpartition("#")[2])
+                        if lp and purpose.startswith(f"{lp}#") else None)
+                sock = _connect(infos[j], endpoint == "unix", deadline, j,
+                                None if lane is None else _lane_route(infos[rank], infos[j], lane))
+                try:
+                    authenticate_client(sock, secret, timeout=max(1.0, deadline - time.monotonic()), hello=hello)
+                except BaseException:
+                    sock.close()
+                    raise
                 attach(j, purpose, sock, False)
         t.join(max(0.0, deadline - time.monotonic()))
+        if errors:
+            raise errors[0]
+        missing = sorted({j for (j, _p), ok in expected.items() if not ok})
+        if missing:
+            raise CommTimeoutError(f"rank {rank}: ranks {missing} never connected during init",
+                                   op="init", group="world", seq=0, ranks=missing)
+    except BaseException:
+        drop()
+        raise
     finally:
-        tcp_l.close()
+        for x in tcp_ls:
+            x.close()
         unix_l.close()
-    if errors:
-        raise errors[0]
-    missing = sorted({j for (j, _p), ok in expected.items() if not ok})
-    if missing:
-        raise CommTimeoutError(f"rank {rank}: ranks {missing} never connected during init",
-                               op="init", group="world", seq=0, ranks=missing)
     by_name: dict[str, list[int]] = {}
     for j in sorted(chosen):
         by_name.setdefault(chosen[j].name, []).append(j)
@@ -267,11 +342,16 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
              ", ".join(f"{t.name} {by_name.get(t.name, [])}" for t in table if t.name in by_name or
                        t.name in ("shm", "tcp")))
     bell = _host_page(rank, members, channels, controls, timeout) if len(members) > 1 else None
-    eng = Engine(rank, channels, controls, bell=bell)
+    eng = Engine(rank, channels, controls, bell=bell, lanes=lanes)
     # which ranks share a host (what algorithms need to know); with INTERLINK_TRANSPORT=tcp every
     # rank talks TCP, but the hosts are still the hosts
     eng.hosts = [infos[r]["host"] for r in range(world)]
     eng.transports = {j: chosen[j].name for j in sorted(chosen)}  # peer -> the transport that connected it
+    eng.nics = [len(infos[r].get("nics") or [infos[r].get("tcp")]) for r in range(world)]  # NICs of each rank
+    lanes_used = sorted({len(v) for v in lanes.values() if len(v) > 1})
+    if lanes_used:
+        log.info("interlink: rank %d: %s lanes to the TCP peers (NICs here: %s)", rank,
+                 "/".join(map(str, lanes_used)), ", ".join(a for a in addrs))
     return eng
 
 
@@ -333,19 +413,39 @@ def _host_page(rank: int, members: list[int], channels: dict, controls: dict, ti
     return bell
 
 
-def _connect(info: dict, unix: bool, deadline: float, peer: int) -> socket.socket:
+def _lane_route(me: dict, them: dict, lane: int) -> tuple[Optional[str], tuple[str, int]]:
+    """(source address or None, destination) of lane ``lane`` toward the rank that published ``them``:
+    from this rank's NIC ``lane`` (modulo its NICs; the kernel's choice when it has one) to the peer's
+    NIC ``lane`` (modulo its NICs), so that lane r of a rail-optimised fabric stays on rail r."""
+    mine = me.get("nics") or [me["tcp"]]
+    theirs = them.get("nics") or [them["tcp"]]
+    dst = theirs[lane % len(theirs)]
+    src = mine[lane % len(mine)][0] if len(mine) > 1 else None
+    return src, (dst[0], int(dst[1]))
+
+
+def _connect(info: dict, unix: bool, deadline: float, peer: int,
+             route: Optional[tuple[Optional[str], tuple[str, int]]] = None) -> socket.socket:
     last: Exception | None = None
     while time.monotonic() < deadline:
+        s = None
         try:
             if unix:
                 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 s.settimeout(5.0)
                 s.connect("\0" + info["unix"])
+            elif route is not None:
+                src, dst = route
+                s = socket.create_connection(dst, timeout=5.0, source_address=None if src is None else (src, 0))
             else:
                 s = socket.create_connection((info["tcp"][0], int(info["tcp"][1])), timeout=5.0)
             return s
         except OSError as e:
+            if s is not None:
+                s.close()
             last = e
             time.sleep(0.05)
-    raise CommTimeoutError(f"could not connect to rank {peer} at {info}: {last}", op="init", group="world",
+    where = (f"lane from {route[0] or 'the routed address'} to {route[1][0]}:{route[1][1]}" if route is not None
+             else f"{info}")
+    raise CommTimeoutError(f"could not connect to rank {peer} ({where}): {last}", op="init", group="world",
                            seq=0, ranks=[peer])

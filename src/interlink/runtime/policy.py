@@ -40,6 +40,35 @@ def ring_params() -> tuple[int, int]:
     return slot, max(2, nslots)
 
 
+MAX_LANES = 16
+
+
+def tcp_lanes(nics: int) -> int:
+    """How many data connections (lanes) this rank asks for toward each TCP peer, published at init:
+    INTERLINK_TCP_LANES (1..MAX_LANES), else one per NIC it listens on (INTERLINK_IFNAME's list) or
+    INTERLINK_CHANNELS, whichever is more, so that every ring channel has a connection of its own (one
+    per NIC, rail-aligned, where a host has several; several streams on one NIC otherwise). A bad value
+    is an error at init, before any byte moves."""
+    v = os.environ.get("INTERLINK_TCP_LANES", "").strip()
+    if v:
+        try:
+            n = int(v)
+        except ValueError:
+            n = 0
+        if not 1 <= n <= MAX_LANES:
+            raise ValueError(f"INTERLINK_TCP_LANES={v!r}: expected a whole number from 1 to {MAX_LANES}")
+        return n
+    from ..model.tuner import env_channels
+
+    return max(1, min(MAX_LANES, max(int(nics), env_channels())))
+
+
+def pair_lanes(a: dict, b: dict) -> int:
+    """The lanes a pair of ranks opens, from what both published at init (``lanes``; both compute the
+    same): the fewer of the two asks, so a host with one NIC is not dialled on rails it lacks."""
+    return max(1, min(int(a.get("lanes", 1) or 1), int(b.get("lanes", 1) or 1), MAX_LANES))
+
+
 def transport_params() -> dict[str, int]:
     """What the mesh hands every transport's connect (PairSetup.params)."""
     slot, nslots = ring_params()

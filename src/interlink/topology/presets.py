@@ -287,14 +287,20 @@ def _catalog() -> Mapping[str, LinkSpec]:
 
 def cpu_hosts(ranks_per_host: "list[int] | tuple[int, ...] | int", *, cores: int | None = None,
               network: "str | LinkSpec" = "eth-25g", name: str = "",
-              catalog: Mapping[str, LinkSpec] | None = None) -> Topology:
+              catalog: Mapping[str, LinkSpec] | None = None, nics: int = 1) -> Topology:
     """CPU hosts with the given number of ranks each (one 'core' device per rank, even beyond the host's
     cores: ``cores`` per host, default this machine's, is kept in ``meta['cores_per_host']`` and ranks
     beyond it share cores), shared memory and loopback TCP inside a host, ``network`` between hosts
-    (a catalog name or a rate such as ``1gbit`` / ``1gbit@2ms``) through one Ethernet switch."""
+    (a catalog name or a rate such as ``1gbit`` / ``1gbit@2ms``) through one Ethernet switch.
+    ``nics``: NICs per host, each its own ``network`` link (NIC r on rail r, as ``--emulate-hosts --nics``
+    wires them); the host's ranks are shared out over them in turn (local rank i uses NIC i mod nics), so a
+    ring's channels leave a host through different NICs (:func:`interlink.topology.rail_plan`), as the
+    runtime's lanes do."""
     counts = [int(ranks_per_host)] if isinstance(ranks_per_host, int) else [int(c) for c in ranks_per_host]
     if not counts or any(c < 1 for c in counts):
         raise TopologyError(f"ranks per host must be >= 1, got {counts}")
+    if not isinstance(nics, int) or nics < 1:
+        raise TopologyError(f"nics per host must be a whole number >= 1, got {nics!r}")
     cores = int(cores) if cores else (os.cpu_count() or 1)
     net = link(network, catalog)
     b = TopologyBuilder(name or (f"cpu:{counts[0]}" if len(counts) == 1 else f"cpu:{len(counts)}x{counts[0]}"),
@@ -306,20 +312,32 @@ def cpu_hosts(ranks_per_host: "list[int] | tuple[int, ...] | int", *, cores: int
         mem, cores_h = _cpu_devices(b, f"h{h}/" if multi else "", h, c)
         ranks.extend(cores_h)
         if multi:
-            eth = b.device(f"h{h}/eth0", "nic", h, "Ethernet NIC", role="compute")
-            b.link(eth, mem, "pcie-gen3-x8")
-            b.link(eth, sw, net)  # type: ignore[arg-type]
-    return b.build(ranks, meta={"cores_per_host": cores, "hosts": len(counts), "network": net.name})
+            eths = []
+            for r in range(nics):
+                eth = b.device(f"h{h}/eth{r}", "nic", h, "Ethernet NIC", role="compute",
+                               **({"rail": r} if nics > 1 else {}))
+                b.link(eth, mem, "pcie-gen3-x8")
+                b.link(eth, sw, net)  # type: ignore[arg-type]
+                eths.append(eth)
+            if nics > 1:  # local rank i leaves through NIC i mod nics
+                where = {d.id: d for d in b.devices}
+                for i, core in enumerate(cores_h):
+                    where[core].attrs["nic"] = eths[i % nics]
+    meta = {"cores_per_host": cores, "hosts": len(counts), "network": net.name}
+    if nics > 1:
+        meta["nics_per_host"] = nics
+    return b.build(ranks, meta=meta)
 
 
-_CPU_OPTS = ("ranks", "cores", "net", "network", "delay")
+_CPU_OPTS = ("ranks", "cores", "net", "network", "delay", "nics")
 
 
 def _cpu_cluster(spec: str, hosts: int, opts: str, catalog: Mapping[str, LinkSpec] | None) -> Topology:
-    """``HxCPU-HOST[:ranks=P,cores=C,net=RATE|LINK,delay=D]``: H CPU hosts of P ranks (default C) each, C
-    cores per host (default this machine's), joined by one switch over ``net`` (default eth-25g; a tc rate
-    such as 1gbit makes a shaped link), ``delay`` added to its latency: the hosts of
-    ``interlink run --emulate-hosts H --nproc-per-host P --link-rate RATE --link-delay D``."""
+    """``HxCPU-HOST[:ranks=P,cores=C,net=RATE|LINK,delay=D,nics=K]``: H CPU hosts of P ranks (default C)
+    each, C cores per host (default this machine's), joined by one switch over ``net`` (default eth-25g; a
+    tc rate such as 1gbit makes a shaped link), ``delay`` added to its latency, K NICs per host (default 1,
+    each a ``net`` link): the hosts of ``interlink run --emulate-hosts H --nproc-per-host P --link-rate RATE
+    --link-delay D --nics K``."""
     kv: dict[str, str] = {}
     for item in filter(None, (x.strip() for x in opts.split(","))):
         key, eq, val = item.partition("=")
@@ -331,10 +349,11 @@ def _cpu_cluster(spec: str, hosts: int, opts: str, catalog: Mapping[str, LinkSpe
     try:
         cores = int(kv["cores"]) if "cores" in kv else (os.cpu_count() or 1)
         ranks = int(kv["ranks"]) if "ranks" in kv else cores
+        nics = int(kv.get("nics", "1"))
     except ValueError:
-        raise TopologyError(f"topology spec {spec!r}: ranks and cores must be integers") from None
-    if ranks < 1 or cores < 1:
-        raise TopologyError(f"topology spec {spec!r}: ranks and cores must be >= 1")
+        raise TopologyError(f"topology spec {spec!r}: ranks, cores and nics must be integers") from None
+    if ranks < 1 or cores < 1 or nics < 1:
+        raise TopologyError(f"topology spec {spec!r}: ranks, cores and nics must be >= 1")
     net: Any = kv.get("net", "eth-25g")
     if "delay" in kv:
         from .links import ethernet_rate, _RATE_NAME
@@ -342,7 +361,7 @@ def _cpu_cluster(spec: str, hosts: int, opts: str, catalog: Mapping[str, LinkSpe
         if not _RATE_NAME.match(net):
             raise TopologyError(f"topology spec {spec!r}: delay needs net=RATE (e.g. net=1gbit,delay=2ms)")
         net = ethernet_rate(net, kv["delay"])
-    return cpu_hosts([ranks] * hosts, cores=cores, network=net, name=spec.strip(), catalog=catalog)
+    return cpu_hosts([ranks] * hosts, cores=cores, network=net, name=spec.strip(), catalog=catalog, nics=nics)
 
 
 _CLUSTER = re.compile(r"^\s*(\d+)\s*[xX*]\s*([A-Za-z][\w.-]*)\s*$")

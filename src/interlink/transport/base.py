@@ -60,10 +60,10 @@ class Op:
     """
 
     __slots__ = ("kind", "peer", "data", "seq", "tag", "sigb", "reduce", "done", "offset", "started",
-                 "got_header", "tmp", "bulk")
+                 "got_header", "tmp", "bulk", "lane")
 
     def __init__(self, kind: str, peer: int, data: np.ndarray, seq: int, tag: int, sigb: bytes,
-                 reduce: Optional[ReduceFn] = None, bulk: int = 0) -> None:
+                 reduce: Optional[ReduceFn] = None, bulk: int = 0, lane: int = 0) -> None:
         self.kind = kind  # "send" | "recv"
         self.peer = peer
         self.data = data
@@ -79,6 +79,9 @@ class Op:
         # a send whose receiver stores (not reduces) the data: from this many bytes (0: never) a transport
         # may let the receiver read it in place (one copy) instead of streaming it through a ring (two)
         self.bulk = int(bulk)
+        # which of the pair's connections (lanes) carries it: 0 unless the pair has several (the engine's
+        # ``lanes``); the messages of one lane are matched in order, each lane independently
+        self.lane = int(lane)
 
     def expected(self) -> MsgHeader:
         return MsgHeader(self.data.size, self.seq, self.tag, self.sigb.decode(errors="replace"))
@@ -147,6 +150,8 @@ class PairSetup:
     local: bool  # the two ranks run on the same host
     params: Mapping[str, Any] = field(default_factory=dict)  # the runtime's settings for transports
     # (runtime/policy.py transport_params: "shm.slot_bytes", "shm.slots")
+    lanes: int = 1  # data connections (lanes) of this pair: socks holds lane_purpose, then
+    # f"{lane_purpose}#{i}" for i = 1 .. lanes - 1 (how many is the runtime's policy, policy.pair_lanes)
 
 
 class Transport:
@@ -165,6 +170,10 @@ class Transport:
     # connects ranks of one host only, its control socket is a Unix socket (the page's descriptor travels
     # over it) and its channels take the peer's doorbell as ``peer_bell`` and ring it when they publish
     host_page: bool = False
+    # the purpose of the connection a pair may open several times, one per lane (TCP: "data"; lane i
+    # leaves from the dialling rank's NIC i toward the peer's NIC i), or None: one channel per pair. How
+    # many lanes a pair opens is the runtime's policy (runtime/policy.py pair_lanes), never the transport's.
+    lane_purpose: Optional[str] = None
 
     def publish(self) -> Optional[dict]:
         """What this rank tells every other rank at init for this transport (JSON), stored under
@@ -185,6 +194,12 @@ class Transport:
         peer and ABORT frames), from the connections in ``pair.socks``. Called on both ranks once all
         of the pair's connections are there; may talk over them (both sides run it at the same time)."""
         raise NotImplementedError
+
+    def connect_lane(self, pair: PairSetup, lane: int) -> "Channel":
+        """The channel of lane ``lane`` (1 .. pair.lanes - 1) to ``pair.peer``, from the connection
+        ``pair.socks[f"{lane_purpose}#{lane}"]``; lane 0 is the channel ``connect`` returned. Only for a
+        transport with a ``lane_purpose``."""
+        raise NotImplementedError(f"transport {self.name} has one channel per pair (no lanes)")
 
     def __repr__(self) -> str:
         return f"<transport {self.name}>"

@@ -1,4 +1,6 @@
-"""TCP transport: one non-blocking, authenticated stream socket per pair of ranks.
+"""TCP transport: non-blocking, authenticated stream sockets between a pair of ranks: a control
+connection and one data connection per lane (the runtime's policy decides how many lanes a pair opens;
+lane i runs from the dialling rank's NIC i to the peer's NIC i, several streams on one NIC otherwise).
 
 Each message is a 128-byte header followed by the payload. Small messages are sent with their
 header in one system call; large ones stream straight from and into the user's memory. A reducing
@@ -32,10 +34,13 @@ def tune_socket(sock: socket.socket) -> None:
 class TcpChannel:
     name = "tcp"
 
-    def __init__(self, peer: int, sock: socket.socket, local: bool = False) -> None:
+    def __init__(self, peer: int, sock: socket.socket, local: bool = False, lane: int = 0) -> None:
         self.peer = peer
         self.sock = sock
         self.local = local  # the peer is on this host (INTERLINK_TRANSPORT=tcp between local ranks)
+        self.lane = lane  # which of the pair's data connections this is
+        self.sent = 0  # payload bytes of the completed sends and receives (what the lane carried)
+        self.received = 0
         tune_socket(sock)
         sock.setblocking(False)
         self._hdr = bytearray(HEADER_SIZE)
@@ -63,6 +68,7 @@ class TcpChannel:
                     if op.offset >= op.data.size:
                         op.done = True
                         op.tmp = None
+                        self.sent += op.data.size
                         return True
                     sent = self.sock.send(memoryview(op.data)[op.offset:])
                     op.offset += sent
@@ -118,6 +124,7 @@ class TcpChannel:
             op.reduce(op.data, op.tmp)  # type: ignore[misc]
             op.tmp = None
         op.done = True
+        self.received += op.data.size
         return True
 
     def wait_fds(self, send: bool, recv: bool) -> list[tuple[int, int]]:
@@ -132,10 +139,11 @@ class TcpChannel:
 
 
 class TcpTransport(Transport):
-    """Any pair: a control connection (dead peer, ABORT frames) and a data connection, both TCP."""
+    """Any pair: a control connection (dead peer, ABORT frames) and a data connection per lane, all TCP."""
 
     name = "tcp"
     connections = (("ctrl", "tcp"), ("data", "tcp"))
+    lane_purpose = "data"
 
     def can_connect(self, a: dict, b: dict) -> bool:
         return bool(a.get("tcp")) and bool(b.get("tcp"))
@@ -144,6 +152,11 @@ class TcpTransport(Transport):
         data = pair.socks["data"]
         data.settimeout(None)
         return TcpChannel(pair.peer, data, local=pair.local), pair.socks["ctrl"]
+
+    def connect_lane(self, pair: PairSetup, lane: int) -> TcpChannel:
+        sock = pair.socks[f"data#{lane}"]
+        sock.settimeout(None)
+        return TcpChannel(pair.peer, sock, local=pair.local, lane=lane)
 
 
 TRANSPORT = TcpTransport()
