@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import tempfile
 import time
 
 import numpy as np
@@ -22,7 +23,10 @@ def _err(e: BaseException) -> dict:
 
 # ---- a rank dies mid-collective -------------------------------------------------------------
 
-def die_midway(rank: int, world: int, coll: str = "all_reduce") -> dict:
+def die_midway(rank: int, world: int, coll: str = "all_reduce", flags: str = "") -> dict:
+    """Rank 1 dies between two calls. ``flags``: a folder where the others mark that they have left the
+    first call, so that rank 1 dies only then (else a slow rank, on a loaded machine, sees it die while it
+    is still in the first call, and fails that one: right, but not what this test asserts)."""
     import interlink as dist
 
     dist.init(timeout=60)
@@ -40,6 +44,13 @@ def die_midway(rank: int, world: int, coll: str = "all_reduce") -> dict:
         call = (lambda: dist.broadcast(a, src=0)) if coll.startswith("broadcast") else (
             lambda: dist.reduce_scatter_tensor(out, a))
     call()
+    if flags:
+        if rank == 1:
+            deadline = time.monotonic() + 20
+            while len(os.listdir(flags)) < world - 1 and time.monotonic() < deadline:
+                time.sleep(0.005)
+        else:
+            open(os.path.join(flags, str(rank)), "w").close()
     if rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     from interlink.runtime import api
@@ -72,7 +83,8 @@ def test_dead_rank_raises_peer_lost_within_seconds(nranks: int, transport: str, 
     if coll.endswith("-direct"):  # 1 MiB is larger than a slot: peers read the writer's own buffer
         env["INTERLINK_SHM_DIRECT_MAX_BYTES"] = str(1 << 16)
         env["INTERLINK_SHM_AR_DIRECT_MIN_BYTES"] = str(1 << 16)
-    res = run_ranks(nranks, die_midway, coll, env=env, expect_dead=(1,), timeout=60)
+    with tempfile.TemporaryDirectory() as flags:
+        res = run_ranks(nranks, die_midway, coll, flags, env=env, expect_dead=(1,), timeout=60)
     if coll.endswith("-direct") and not res[0]["cma"]:
         pytest.skip("cross-memory attach is not allowed here: the own-buffer paths are off")
     for r, out in enumerate(res):

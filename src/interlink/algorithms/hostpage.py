@@ -47,7 +47,7 @@ from .traffic import Traffic, register_traffic
 HOST_PAGE = frozenset({"fast", "fast_once", "fast2", "fastd"})
 
 
-def _others(p: int, me: int) -> range:
+def _others(p: int, me: int) -> list[int]:
     """The peers of ``me`` in rank order."""
     return [j for j in range(p) if j != me]
 
@@ -262,9 +262,8 @@ def host_plan(s: Schedule, rank: int) -> dict:
         # round 1: my slice, reduced from every peer (slot or input); round 2: every other slice from its owner
         r1 = steps(Get, 1) if p > 1 else []
         mine = {(st.dst.offset, st.dst.count) for st in r1}
-        if p > 1 and (len(mine) != 1 or sorted(st.peer for st in r1) != peers or not all(st.reduce for st in r1)):
-            if any(c for _, c in mine) or r1:
-                raise bad("round 1 must reduce one slice from every peer")
+        if r1 and (len(mine) != 1 or sorted(st.peer for st in r1) != peers or not all(st.reduce for st in r1)):
+            raise bad("round 1 must reduce one slice from every peer")
         sl: dict[int, tuple[int, int]] = {}
         for st in steps(Get, 2):
             if st.reduce or st.src.offset != st.dst.offset:
