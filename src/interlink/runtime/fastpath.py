@@ -2,8 +2,10 @@
 
 Small calls skip the channels: every rank writes its payload once into its own slot on the host page
 and publishes it; every reader then takes all ranks' payloads as one strided array (all_reduce reduces
-them in rank order, so every rank gets bit-identical results). This is the 'direct' Schedule of each
-collective, executed with one shared write per rank instead of p-1 copies. Two slots per rank
+them in rank order, so every rank gets bit-identical results). Each path is a registered Schedule
+(algorithms/hostpage.py: fast, fast_once, fast2, fastd), and each call shape's plan (Small) is built from
+it by ``hostpage.host_plan`` (the slices, the broadcast's cut; a Schedule of another form is refused):
+what runs is what the reference interpreter verifies. Two slots per rank
 alternate by call; a rank reuses a slot only after every peer has finished reading its previous use
 (the `done` words). Each slot carries the call's group sequence number, a CRC of its signature and its
 size, so mismatched calls raise CollectiveMismatchError; a peer that took the regular path instead
