@@ -239,7 +239,7 @@ def _uneven_split_suite(rank: int, world: int, sizes: tuple) -> dict:
     the executor must take the split from the Schedule and still compute the right sums."""
     import interlink as dist
     from interlink.algorithms import hostpage, registry
-    from interlink.algorithms.schedule import Builder, inp, out, scr
+    from interlink.algorithms.schedule import Builder, inp, out
 
     def split0(n: int, p: int) -> list:
         w = [2] + [1] * (p - 1)
@@ -247,34 +247,10 @@ def _uneven_split_suite(rank: int, world: int, sizes: tuple) -> dict:
         return [(edges[i], edges[i + 1] - edges[i]) for i in range(p)]
 
     def fast2(nranks, count, root=0):
-        p, n = nranks, count
-        blocks = split0(n, p)
-        b = Builder("all_reduce", "fast2", p, n, root, scratch=n)
-        for r in range(p):
-            ro, rn = blocks[r]
-            b.copy(0, r, inp(0, n), scr(0, n))
-            b.copy(0, r, inp(ro, rn), out(ro, rn))
-            for j in range(p):
-                if j != r:
-                    b.get(1, r, j, scr(ro, rn), out(ro, rn), reduce=True)
-            b.copy(1, r, out(ro, rn), scr(ro, rn))
-            for i in range(p):
-                if i != r:
-                    b.get(2, r, i, scr(*blocks[i]), out(*blocks[i]))
-        return b.build()
+        return hostpage.two_phase("fast2", nranks, count, root, split0(count, nranks))
 
     def fastd(nranks, count, root=0):
-        p, n = nranks, count
-        blocks = split0(n, p)
-        b = Builder("all_reduce", "fastd", p, n, root)
-        for r in range(p):
-            ro, rn = blocks[r]
-            b.copy(0, r, inp(ro, rn), out(ro, rn))
-            for j in range(p):
-                if j != r:
-                    b.get(1, r, j, inp(ro, rn), out(ro, rn), reduce=True)
-                    b.get(2, r, j, out(*blocks[j]), out(*blocks[j]))
-        return b.build()
+        return hostpage.two_phase("fastd", nranks, count, root, split0(count, nranks))
 
     def bc_pull_all(nranks, count, root=0):
         b = Builder("broadcast", "fastd", nranks, count, root)

@@ -140,25 +140,36 @@ def barrier_fast(nranks: int, count: int = 0, root: int = 0) -> Schedule:
 
 # ---- fast2: the two-phase all_reduce in the slots ------------------------------------------------------
 
-@register("all_reduce", "fast2")
-def all_reduce_fast2(nranks: int, count: int, root: int = 0) -> Schedule:
-    """2 exchanges on the host page: slots written once; each rank reduces its 1/p slice from every slot into its own slot; every rank copies the other slices out."""
+def two_phase(algorithm: str, nranks: int, count: int, root: int = 0,
+              blocks: list[tuple[int, int]] | None = None) -> Schedule:
+    """The two-phase all_reduce on the host page over ``blocks`` (each rank's (offset, count) slice,
+    tiling the buffer in rank order; even by default): each rank reduces its slice from every peer, then
+    copies the other slices from their owners. ``fast2`` reads the slots (each rank writes its input into
+    its slot first and its reduced slice back into it); ``fastd`` reads the peers' own input, then output."""
     p, n = nranks, count
-    blocks = split(n, p)
-    b = Builder("all_reduce", "fast2", p, n, root, scratch=n)
+    blocks = split(n, p) if blocks is None else blocks
+    slots = algorithm == "fast2"
+    src = scr if slots else inp
+    b = Builder("all_reduce", algorithm, p, n, root, scratch=n if slots else 0)
     for r in range(p):
         ro, rn = blocks[r]
-        if p > 1:
+        if slots and p > 1:
             b.copy(0, r, inp(0, n), scr(0, n))
         b.copy(0, r, inp(ro, rn), out(ro, rn))
         for j in _others(p, r):
-            b.get(1, r, j, scr(ro, rn), out(ro, rn), reduce=True)
-        if p > 1:
+            b.get(1, r, j, src(ro, rn), out(ro, rn), reduce=True)
+        if slots and p > 1:
             b.copy(1, r, out(ro, rn), scr(ro, rn))
         for i in _others(p, r):
             io, il = blocks[i]
-            b.get(2, r, i, scr(io, il), out(io, il))
+            b.get(2, r, i, (scr if slots else out)(io, il), out(io, il))
     return b.build()
+
+
+@register("all_reduce", "fast2")
+def all_reduce_fast2(nranks: int, count: int, root: int = 0) -> Schedule:
+    """2 exchanges on the host page: slots written once; each rank reduces its 1/p slice from every slot into its own slot; every rank copies the other slices out."""
+    return two_phase("fast2", nranks, count, root)
 
 
 # ---- fastd: one copy from and into the ranks' own buffers ----------------------------------------------
@@ -166,18 +177,7 @@ def all_reduce_fast2(nranks: int, count: int, root: int = 0) -> Schedule:
 @register("all_reduce", "fastd")
 def all_reduce_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
     """2 exchanges from the ranks' own buffers: each rank reduces its 1/p slice reading every peer's input, then copies the other slices from their owners."""
-    p, n = nranks, count
-    blocks = split(n, p)
-    b = Builder("all_reduce", "fastd", p, n, root)
-    for r in range(p):
-        ro, rn = blocks[r]
-        b.copy(0, r, inp(ro, rn), out(ro, rn))
-        for j in _others(p, r):
-            b.get(1, r, j, inp(ro, rn), out(ro, rn), reduce=True)
-        for i in _others(p, r):
-            io, il = blocks[i]
-            b.get(2, r, i, out(io, il), out(io, il))
-    return b.build()
+    return two_phase("fastd", nranks, count, root)
 
 
 def broadcast_cut(nranks: int, count: int) -> int:
@@ -230,7 +230,7 @@ def reduce_scatter_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
 def host_plan(s: Schedule, rank: int) -> dict:
     """What the runtime's host-page executor (runtime/fastpath.py) takes from this rank's program of a
     Schedule of this module: ``slices`` (the (offset, count) of every rank's slice, rank order: fast2 and
-    fastd all_reduce), ``cut`` (fastd broadcast), ``slot`` (the input ranges written into the slot).
+    fastd all_reduce), ``cut`` (fastd broadcast), ``reducer`` (fast_once).
     Checks that the program has the form that executor runs (a slot write, then reads of every peer's
     slot or buffer; the two-phase write-back; pushes with their signals) and raises ScheduleError
     naming the step where it does not: the executor never runs a Schedule it does not match."""
@@ -251,8 +251,7 @@ def host_plan(s: Schedule, rank: int) -> dict:
     def steps(kind: type, k: int) -> list:
         return [st for st in (prog[k] if k < len(prog) else []) if isinstance(st, kind)]
 
-    out: dict = {"slot": [(st.src.offset, st.src.count) for rnd in prog for st in rnd
-                          if isinstance(st, Copy) and st.dst.buffer == "scratch" and st.src.buffer == "input"]}
+    out: dict = {}
     known = (Copy, Get, Put, Signal, Wait)
     for k, rnd in enumerate(prog):
         for st in rnd:
@@ -284,8 +283,8 @@ def host_plan(s: Schedule, rank: int) -> dict:
     elif algo == "fast_once":
         red = s.root
         r1, r2 = steps(Get, 1), steps(Get, 2)
-        if p > 1 and n and (sorted(st.peer for st in (r1 if rank == red else r2)) != ([j for j in peers] if rank == red
-                                                                                     else [red])):
+        read = sorted(st.peer for st in (r1 if rank == red else r2))
+        if p > 1 and n and read != (peers if rank == red else [red]):
             raise bad("the reducer must read every peer's slot and the others the reducer's result slot")
         out["reducer"] = red
     elif coll == "broadcast" and algo == "fastd":

@@ -283,10 +283,7 @@ class Engine:
 
     def _run(self, pending: list[Op], deadline: float, feed: Optional[Callable[[], list[Op]]]) -> None:
         lanes = self.lanes
-        for op in pending:
-            if op.lane and op.lane >= len(lanes[op.peer]):
-                raise ValueError(f"rank {self.rank}: lane {op.lane} to rank {op.peer}, which has "
-                                 f"{len(lanes[op.peer])}")
+        self._check_lanes(pending)
         spins = 0
         sleep = 2e-5
         last_ctrl = time.monotonic()
@@ -329,10 +326,7 @@ class Engine:
             if feed is not None:
                 more = feed()
                 if more:
-                    for op in more:
-                        if op.lane and op.lane >= len(lanes[op.peer]):
-                            raise ValueError(f"rank {self.rank}: lane {op.lane} to rank {op.peer}, which has "
-                                             f"{len(lanes[op.peer])}")
+                    self._check_lanes(more)
                     pending.extend(more)
                     continue
             now = time.monotonic()
@@ -362,6 +356,14 @@ class Engine:
             last_ctrl = now
             self.poll_controls(min(sleep, max(0.0, deadline - now)), rfds, wfds)
             sleep = min(sleep * 2, 1e-3)
+
+    def _check_lanes(self, ops: list[Op]) -> None:
+        """ValueError for an op on a lane its peer does not have (before any byte of it moves)."""
+        lanes = self.lanes
+        for op in ops:
+            if op.lane and op.lane >= len(lanes[op.peer]):
+                raise ValueError(f"rank {self.rank}: lane {op.lane} to rank {op.peer}, which has "
+                                 f"{len(lanes[op.peer])}")
 
     def _any_progress(self, pending: list[Op]) -> bool:
         """Has anything arrived (or been freed) for the pending ops? Read-only check."""
