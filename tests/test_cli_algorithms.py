@@ -120,6 +120,14 @@ def test_verify_all_reports_broken_builder(broken_algorithm):
     assert not any("nranks=2" in f or "nranks=1" in f for f in ag["failures"])
 
 
+def test_verify_all_in_workers_reports_the_same(broken_algorithm):
+    """--jobs: pairs verified in worker processes give the same results, failures and order as in one."""
+    one = verify_all(max_ranks=4, algorithms=[BROKEN, "ring"], jobs=1)
+    two = verify_all(max_ranks=4, algorithms=[BROKEN, "ring"], jobs=2)
+    assert one == two
+    assert any(r["failures"] for r in two) and any(r["algorithm"] == "ring" and not r["failures"] for r in two)
+
+
 def test_verify_cli_exits_1_on_failure(broken_algorithm, capsys):
     assert main(["algorithms", "--verify", "--max-ranks", "3", "--algorithm", BROKEN]) == 1
     text = capsys.readouterr().out

@@ -163,11 +163,13 @@ def _verify_entry(entry: registry.Entry, max_ranks: int, full: bool, dtypes: Seq
 
 def verify_all(max_ranks: int = 17, collectives: Iterable[str] | None = None,
                algorithms: Iterable[str] | None = None, full: bool = False,
-               on_result: Callable[[dict], None] | None = None) -> list[dict]:
+               on_result: Callable[[dict], None] | None = None, jobs: int = 1) -> list[dict]:
     """Verify every registered (collective, algorithm), optionally filtered; see :func:`verify_pair`.
 
-    ``on_result`` is called with each pair's result as soon as it is known (for progress output).
-    Family modules that fail to import are reported as results with collective ``"*"``.
+    ``on_result`` is called with each pair's result in registry order, as soon as it and those before it
+    are known (for progress output). Family modules that fail to import are reported as results with
+    collective ``"*"``. ``jobs`` > 1 verifies pairs in that many worker processes (each pair is
+    independent; results and their order are the same as with one).
     """
     if max_ranks < 1:
         raise ValueError(f"max_ranks must be >= 1, got {max_ranks}")
@@ -179,12 +181,24 @@ def verify_all(max_ranks: int = 17, collectives: Iterable[str] | None = None,
     if on_result is not None:
         for r in results:
             on_result(r)
-    for e in ents:
-        if colls is not None and e.collective not in colls:
-            continue
-        if algs is not None and e.algorithm not in algs:
-            continue
-        res = _verify_entry(e, max_ranks, full, None)
+    keys = [(e.collective, e.algorithm) for e in ents
+            if (colls is None or e.collective in colls) and (algs is None or e.algorithm in algs)]
+    if jobs > 1 and len(keys) > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        with concurrent.futures.ProcessPoolExecutor(min(jobs, len(keys)),
+                                                    mp_context=multiprocessing.get_context(method)) as pool:
+            futures = [pool.submit(verify_pair, c, a, max_ranks, full=full) for c, a in keys]
+            for f in futures:
+                res = f.result()
+                results.append(res)
+                if on_result is not None:
+                    on_result(res)
+        return results
+    for c, a in keys:
+        res = verify_pair(c, a, max_ranks, full=full)
         results.append(res)
         if on_result is not None:
             on_result(res)

@@ -1,7 +1,7 @@
 """``interlink algorithms``: list, verify and show the registered collective algorithms.
 
     interlink algorithms                                   list (collective, algorithm, summary)
-    interlink algorithms --verify [--max-ranks N] [--full] [--json] [--collective C] [--algorithm A]
+    interlink algorithms --verify [--max-ranks N] [--full] [--jobs J] [--json] [--collective C] [--algorithm A]
     interlink algorithms --show COLLECTIVE ALGORITHM --nranks P --count N [--root R]
                          [--param KEY=VALUE ...] [--save FILE]
 """
@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import sys
 import time
@@ -29,6 +30,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                       help="print the Schedule of one algorithm, round by round for every rank")
     p.add_argument("--max-ranks", type=int, default=17, metavar="N", help="--verify: nranks 1..N (default 17)")
     p.add_argument("--full", action="store_true", help="--verify: every dtype x op on every case (slow)")
+    p.add_argument("--jobs", "-j", type=int, default=0, metavar="J",
+                   help="--verify: worker processes (default: this machine's cores; 1: in this process)")
     p.add_argument("--json", action="store_true", help="--verify/list: print JSON on stdout")
     p.add_argument("--collective", action="append", metavar="C", help="only this collective (repeatable)")
     p.add_argument("--algorithm", action="append", metavar="A", help="only this algorithm (repeatable)")
@@ -116,7 +119,7 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"       ... and {nf - 5} more", file=progress)
 
     results = verify_all(args.max_ranks, collectives=args.collective, algorithms=args.algorithm,
-                         full=args.full, on_result=line)
+                         full=args.full, on_result=line, jobs=args.jobs or (os.cpu_count() or 1))
     dt = time.perf_counter() - t0
     nfail = sum(len(r["failures"]) for r in results)
     bad = sum(1 for r in results if r["failures"])
