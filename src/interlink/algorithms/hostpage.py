@@ -41,7 +41,7 @@ import numpy as np
 from .registry import register
 from .ring import _Phases, split_sizes
 from .schedule import Builder, Schedule, inp, out, scr, split
-from .traffic import Traffic, register_traffic
+from .traffic import RECEIVER, SENDER, Phase, Traffic, register_traffic
 
 #: the algorithms of this module: they need every rank of the group on one host page
 HOST_PAGE = frozenset({"fast", "fast_once", "fast2", "fastd"})
@@ -350,7 +350,7 @@ def _gets(ph: _Phases, p: int, sizes: np.ndarray, reduced: np.ndarray | None) ->
     """One round of Gets: every reader reads ``sizes[reader]`` elements from every writer."""
     rd, wr = _pairs(p)
     keep = sizes[rd] > 0
-    ph.add(wr[keep], rd[keep], sizes[rd][keep], reduced)
+    ph.add(wr[keep], rd[keep], sizes[rd][keep], reduced, by=RECEIVER)
 
 
 def _pushes(ph: _Phases, p: int, sizes: np.ndarray, pushers: np.ndarray) -> None:
@@ -362,7 +362,8 @@ def _pushes(ph: _Phases, p: int, sizes: np.ndarray, pushers: np.ndarray) -> None
                 if sizes[r] > 0:
                     src.append(r), dst.append(j), el.append(sizes[r])
                     src.append(r), dst.append(j), el.append(0)
-    ph.add(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(el, dtype=np.int64), None)
+    ph.add(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(el, dtype=np.int64), None,
+           by=SENDER)
 
 
 @register_traffic("all_reduce", "fast", messages=_quadratic)
@@ -382,8 +383,10 @@ def all_reduce_fast_once_traffic(nranks: int, count: int, root: int = 0) -> Traf
         others = np.array(_others(p, root), dtype=np.int64)
         red = np.zeros(p, dtype=np.int64)
         red[root] = (p - 1) * n
-        ph.add(others, np.full(others.size, root, dtype=np.int64), np.full(others.size, n, dtype=np.int64), red)
-        ph.add(np.full(others.size, root, dtype=np.int64), others, np.full(others.size, n, dtype=np.int64), None)
+        ph.add(others, np.full(others.size, root, dtype=np.int64), np.full(others.size, n, dtype=np.int64), red,
+               by=RECEIVER)
+        ph.add(np.full(others.size, root, dtype=np.int64), others, np.full(others.size, n, dtype=np.int64), None,
+               by=RECEIVER)
     return ph.traffic("all_reduce", "fast_once", n)
 
 
@@ -393,7 +396,7 @@ def broadcast_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     ph = _Phases(p)
     if n > 0 and p > 1:
         rd = np.array(_others(p, root), dtype=np.int64)
-        ph.add(np.full(rd.size, root, dtype=np.int64), rd, np.full(rd.size, n, dtype=np.int64), None)
+        ph.add(np.full(rd.size, root, dtype=np.int64), rd, np.full(rd.size, n, dtype=np.int64), None, by=RECEIVER)
     return ph.traffic("broadcast", "fast", n)
 
 
@@ -421,7 +424,7 @@ def barrier_fast_traffic(nranks: int, count: int = 0, root: int = 0) -> Traffic:
     ph = _Phases(p)
     if p > 1:
         src, dst = _pairs(p)
-        ph.add(src, dst, np.zeros(src.size, dtype=np.int64), None)
+        ph.add(src, dst, np.zeros(src.size, dtype=np.int64), None, by=SENDER)
     return ph.traffic("barrier", "fast", 0)
 
 
@@ -442,7 +445,7 @@ def _twophase(algo: str, p: int, n: int) -> Traffic:
         _gets(ph, p, blk, (p - 1) * blk)
         rd, wr = _pairs(p)
         keep = blk[wr] > 0
-        ph.add(wr[keep], rd[keep], blk[wr][keep], None)
+        ph.add(wr[keep], rd[keep], blk[wr][keep], None, by=RECEIVER)
     return ph.traffic("all_reduce", algo, n)
 
 
@@ -452,16 +455,20 @@ def broadcast_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     ph = _Phases(p)
     if p > 1:
         cut = broadcast_cut(p, n)
-        src, dst, el = [], [], []
+        src, dst, el, by = [], [], [], []
         for r in range(p):  # from_schedule's order: rank by rank, each rank's steps as built
             if r == root:
                 for j in _others(p, root):
-                    if n - cut > 0:
-                        src.append(root), dst.append(j), el.append(n - cut)
-                        src.append(root), dst.append(j), el.append(0)
-            elif cut > 0:
-                src.append(root), dst.append(r), el.append(cut)
-        ph.add(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(el, dtype=np.int64), None)
+                    if n - cut > 0:  # the root's Put and its Signal
+                        src += [root, root]
+                        dst += [j, j]
+                        el += [n - cut, 0]
+                        by += [SENDER, SENDER]
+            elif cut > 0:  # a receiver's Get
+                src.append(root), dst.append(r), el.append(cut), by.append(RECEIVER)
+        if src:
+            ph.list.append(Phase(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
+                                 np.array(el, dtype=np.int64), None, by=np.array(by, dtype=np.int64)))
     return ph.traffic("broadcast", "fastd", n)
 
 

@@ -287,14 +287,17 @@ class _Phases:
         self.list: list[Phase] = []
 
     def add(self, src: np.ndarray, dst: np.ndarray, elems: np.ndarray, reduced: np.ndarray | None,
-            repeat: int = 1, merge: bool = True, channel: np.ndarray | None = None) -> None:
+            repeat: int = 1, merge: bool = True, channel: np.ndarray | None = None, by: int | None = None) -> None:
+        """``by``: which end of every message does the copying (traffic.SENDER / RECEIVER: one-sided
+        steps; None: both, a two-sided send)."""
         if reduced is not None and not reduced.any():
             reduced = None
         if src.size == 0 and reduced is None:
             return
         if channel is not None and not channel.any():
             channel = None
-        ph = Phase(src, dst, elems, reduced, repeat, channel)
+        ph = Phase(src, dst, elems, reduced, repeat, channel,
+                   by=None if not by else np.full(src.size, by, dtype=np.int64))
         if merge and self.list:
             last = self.list[-1]
             if last.same_as(ph):

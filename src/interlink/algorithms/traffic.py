@@ -38,6 +38,10 @@ class Phase:
     hand-off between channels: the message also waits for that channel), -1 for none; None: no hand-offs;
     gate: per message, the receiver's channel that waits for it (the channel that reads the chunk next;
     -1: none, it only lands); None: the message's own channel.
+    by: per message, which end does the copying: :data:`BOTH` (a two-sided send/receive: the sender copies
+    out, the receiver in), :data:`SENDER` (a one-sided Put or Signal: the writer), :data:`RECEIVER` (a
+    one-sided Get: the reader); None: every message BOTH. A CPU host's cost model charges a message's
+    bytes and per-message cost to the ends that work (the host page's Schedules are one-sided).
     """
 
     src: np.ndarray
@@ -49,6 +53,7 @@ class Phase:
     wait: bool = True
     after: np.ndarray | None = None
     gate: np.ndarray | None = None
+    by: np.ndarray | None = None
 
     def channels(self) -> np.ndarray:
         """The channel of every message (zeros when the phase has one channel)."""
@@ -56,7 +61,14 @@ class Phase:
 
     def with_repeat(self, repeat: int) -> "Phase":
         return Phase(self.src, self.dst, self.elems, self.reduced, repeat, self.channel, self.wait, self.after,
-                     self.gate)
+                     self.gate, self.by)
+
+    def workers(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sender works, receiver works) per message, as booleans (see ``by``)."""
+        if self.by is None:
+            one = np.ones(self.src.size, dtype=bool)
+            return one, one
+        return self.by != RECEIVER, self.by != SENDER
 
     @property
     def nmessages(self) -> int:
@@ -73,10 +85,14 @@ class Phase:
         if (self.channel is not None or other.channel is not None) and not np.array_equal(
                 self.channels(), other.channels()):
             return False
-        for x, y in ((self.after, other.after), (self.gate, other.gate)):
+        for x, y in ((self.after, other.after), (self.gate, other.gate), (self.by, other.by)):
             if (x is None) != (y is None) or (x is not None and not np.array_equal(x, y)):
                 return False
         return self.reduced is None or np.array_equal(self.reduced, other.reduced)
+
+
+#: Phase.by: which end of a message does the copying
+BOTH, SENDER, RECEIVER = 0, 1, 2
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,7 +175,8 @@ def _canon(ph: Phase) -> Phase:
     red = ph.reduced if ph.reduced is not None and ph.reduced.any() else None
     return Phase(src.astype(np.int64), dst.astype(np.int64), elems, red, ph.repeat,
                  ch.astype(np.int64) if multi else None, ph.wait,
-                 None if ph.after is None else ph.after[first], None if ph.gate is None else ph.gate[first])
+                 None if ph.after is None else ph.after[first], None if ph.gate is None else ph.gate[first],
+                 None if ph.by is None else ph.by[first])
 
 
 def from_schedule(s: Schedule) -> Traffic:
@@ -195,7 +212,7 @@ def from_schedule(s: Schedule) -> Traffic:
 
     groups: set[tuple[int, ...]] = set()
     for k in range(s.nrounds):
-        src, dst, elems, chan, aft = [], [], [], [], []
+        src, dst, elems, chan, aft, by = [], [], [], [], [], []
         asked: set = set()  # (group, chunk, channel) of this round's SHARP reductions already sent up
         down_sr: tuple[list, list, list, list, list] = ([], [], [], [], [])
         down_mc: tuple[list, list, list, list, list] = ([], [], [], [], [])
@@ -209,6 +226,7 @@ def from_schedule(s: Schedule) -> Traffic:
                     for g in (() if once and key in asked else st.group):
                         src.append(g), dst.append(sw), elems.append(st.src.count), chan.append(st.channel)
                         aft.append(handoff(g, k, st.src, st.channel))
+                        by.append(BOTH)
                     if once:
                         asked.add(key)
                     nxt = _next_reader(reads, r, k, st.dst) if multi or once else st.channel
@@ -218,6 +236,7 @@ def from_schedule(s: Schedule) -> Traffic:
                 if isinstance(st, Multicast):
                     src.append(r), dst.append(mc), elems.append(st.src.count), chan.append(st.channel)
                     aft.append(handoff(r, k, st.src, st.channel))
+                    by.append(BOTH)
                     for g in st.group:
                         land = _next_reader(reads, g, k, st.dst) < 0  # nothing later on g reads it
                         for lst, v in zip(down_mc, (mc, g, st.dst.count, st.channel, land)):
@@ -229,18 +248,21 @@ def from_schedule(s: Schedule) -> Traffic:
                     elems.append(st.src.count)
                     chan.append(st.channel)
                     aft.append(handoff(r, k, st.src, st.channel))
+                    by.append(SENDER if isinstance(st, Put) else BOTH)
                 elif isinstance(st, Signal):  # no bytes: the path's latency to the waiter
                     src.append(r)
                     dst.append(st.peer)
                     elems.append(0)
                     chan.append(st.channel)
                     aft.append(-1)
+                    by.append(SENDER)
                 elif isinstance(st, Get):  # one-sided: the bytes flow from the peer read to this rank
                     src.append(st.peer)
                     dst.append(r)
                     elems.append(st.src.count)
                     chan.append(st.channel)
                     aft.append(handoff(st.peer, k, st.src, st.channel))
+                    by.append(RECEIVER)
                     if st.reduce:
                         reduced[r] += st.dst.count
                 elif isinstance(st, Recv) and st.reduce:
@@ -250,9 +272,10 @@ def from_schedule(s: Schedule) -> Traffic:
         if not src and not reduced.any():
             continue  # local copies only: not modelled as a round
         aa = np.array(aft, dtype=np.int64)
+        bb = np.array(by, dtype=np.int64)
         new = [Phase(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(elems, dtype=np.int64),
                      reduced if reduced.any() else None, 1, np.array(chan, dtype=np.int64) if any(chan) else None,
-                     True, aa if (aa >= 0).any() else None)]
+                     True, aa if (aa >= 0).any() else None, None, bb if bb.any() else None)]
         # each stream's output leaves when that stream has its input; multicast deliveries nothing reads
         # afterwards only have to land (wait=False), the others gate their receiver's next round
         land = np.array(down_mc[4], dtype=bool)

@@ -77,16 +77,13 @@ def measure(cases: Sequence[tuple[str, Optional[str], int]], reps: int = DEFAULT
 
 
 def _last_path(collective: str) -> str:
-    """The path the world group's last call took, from its flight recorder's signature:
-    'fast' (one-shot shared memory), 'fast2' (two-phase shared memory), 'fastd' (from the ranks' own
-    buffers) or the Schedule's algorithm. ``fast_once`` (the one-shot all_reduce reduced by one rank on an
-    oversubscribed host) counts as 'fast': the model's fast row prices both, its oversubscription terms
-    fitted on these samples."""
+    """The path the world group's last call took, from its flight recorder's signature: a host-page
+    Schedule ('fast', 'fast_once', 'fast2', 'fastd') or the Schedule's algorithm. The model prices each
+    from its own steps (fast_once: one rank reduces, the others copy)."""
     from ..runtime import api
     from .sweep import path_taken
 
-    path = (path_taken(api._world(), collective) if api.is_initialized() else None) or "fast"
-    return "fast" if path == "fast_once" else path
+    return (path_taken(api._world(), collective) if api.is_initialized() else None) or "fast"
 
 
 def _worker(spec: Mapping[str, Any]) -> None:
@@ -101,15 +98,15 @@ def _worker(spec: Mapping[str, Any]) -> None:
         il.destroy()
 
 
-def shm_limits() -> tuple[int, int, int]:
+def shm_limits() -> tuple[int, int, int, int]:
     """(largest one-shot shared-page payload, largest two-phase shared-memory all_reduce, size above which
-    all_reduce reads the ranks' own buffers) of the runtime here (its policy): the fit records them with
-    the profile (the model itself never imports the runtime)."""
+    all_reduce reads the ranks' own buffers, size above which 2 ranks' broadcast/all_gather/reduce_scatter
+    leave the slots) of the runtime here (its policy): the fit records them with the profile (the model
+    itself never imports the runtime)."""
     from ..runtime import policy
 
     small, big = int(policy.fast_small_bytes()), int(policy.fast_max_bytes())
-    return small, max(big, small), int(policy.ar_direct_min_bytes())
-
+    return small, max(big, small), int(policy.ar_direct_min_bytes()), int(policy.slots_max_bytes_two_ranks())
 
 
 # ---- the whole measurement (parent process) -------------------------------------------------------
@@ -123,7 +120,7 @@ def plan(transport: str, sizes: Sequence[int] = SIZES, fast_sizes: Sequence[int]
          cases: Sequence[tuple[str, str, int]] = CASES) -> list[tuple[str, Optional[str], int]]:
     out: list[tuple[str, Optional[str], int]] = [(c, a, s) for c, a, top in cases for s in sizes if s <= top]
     if transport == "shm":
-        _small, big, direct = shm_limits()
+        _small, big, direct, _slots2 = shm_limits()
         out += [("all_reduce", None, s) for s in fast_sizes if s <= big]
         out += [("all_reduce", None, s) for s in DIRECT_SIZES if s > max(big, direct)]
     return out

@@ -243,14 +243,8 @@ _DEFAULTS_NOTE = "host parameters: defaults"
 
 
 def _na_reason(collective: str, algorithm: str, exc: Exception) -> str:
-    """Why the model has no price for a row that ran ``algorithm`` (from the model's own refusal)."""
-    msg = str(exc).strip() or type(exc).__name__
-    if algorithm == "fastd" and collective != "all_reduce":
-        return "the own-buffer shared-memory path, peers reading the writers' buffers: modelled for all_reduce only"
-    if algorithm == "fast" and collective != "all_reduce" and "payload is outside" in msg:
-        return (f"{collective}'s streamed shared-memory path above the one-shot size: the model's 'fast' is the "
-                "one-shot path only, up to host.fast.max_bytes")
-    return msg
+    """Why the model has no price for a row that ran ``algorithm`` (the model's own refusal)."""
+    return str(exc).strip() or type(exc).__name__
 
 
 def _span(sizes: list[int]) -> str:

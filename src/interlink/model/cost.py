@@ -62,7 +62,6 @@ import numpy as np
 from ..algorithms import registry
 from ..algorithms import traffic as _traffic
 from ..algorithms.hostpage import HOST_PAGE
-from ..algorithms.hostpage import work_elements as host_page_work
 from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
 from ..algorithms.traffic import Traffic, from_schedule
 from ..topology import HOP_KINDS, Topology, TopologyError, parse_topology, path_table, rail_plan
@@ -96,11 +95,9 @@ MESSAGES_LIMIT = 4_500_000
 #: Collectives whose nccl-tests size S is count x itemsize x nranks (count is one rank's block).
 PER_RANK_SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 
-#: Pseudo-algorithms: NVLink SHARP, and the shared-memory paths of an all-local CPU group.
-PSEUDO = ("fast", "fast2", "fastd")  # the host page's Schedules (algorithms/hostpage.py), priced by _fast
-
-#: Collectives the small-message fast path of an all-local group serves.
-FAST_COLLECTIVES = frozenset({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"})
+#: The host page's Schedules (algorithms/hostpage.py): the runtime's own paths of an all-local CPU group,
+#: priced from their steps on the host page's rates (``host.page.*``) where the runtime would take them.
+PSEUDO = tuple(sorted(HOST_PAGE))
 
 _HOP_KINDS = HOP_KINDS  # hop kinds of PathTable.classify: nvlink, pcie, net
 
@@ -137,7 +134,7 @@ class Candidate:
     time_us: float
     algbw_gbps: float
     busbw_gbps: float
-    method: str = "traffic"  # traffic (the Schedule's, from its generator) | host page (the fast paths' Schedules, _fast)
+    method: str = "traffic"  # traffic (the Schedule's, from its generator) | host page (a host-page Schedule's traffic on the host page's rates)
     channels: int = 1
     note: str = ""
 
@@ -282,19 +279,31 @@ class _Rounds:
     clock_us: np.ndarray | None = None
     # CPU: beta seconds before the hosts' NICs are shared (each rank's own ports only)
     port_s: np.ndarray | None = None
+    # CPU: the parameter holding the fixed cost of one call (the host page's paths have their own)
+    call: str = "host.call_us"
+
+
+#: the host page (:mod:`interlink.algorithms.hostpage`): the CPU model's pseudo-transport for the Schedules
+#: that read and write shared memory in place (slots, or peers' buffers by cross-memory attach), with its
+#: own rates (``host.page.*``: a round is a publish and a wait on the page, a message a read of a slot)
+PAGE = "page"
 
 
 def _host_rates(params: Params, transport: str) -> tuple[float, float, float | None, float]:
-    """(alpha us, alpha per oversubscribed round us, beta s/B or None, us per message) of a host transport."""
+    """(alpha us, alpha per oversubscribed round us, beta s/B or None, us per message) of a host transport
+    (shm, tcp or the host page)."""
     alpha = params.value(f"host.{transport}.alpha_us")
     over = params.value(f"host.{transport}.alpha_oversub_us")
     beta = params.get(f"host.{transport}.beta_ns_per_byte")
     return alpha, over, (None if beta is None else beta * 1e-9), params.value(f"host.{transport}.op_us")
 
 
-def byte_oversub(info: "_TopoInfo", params: Params) -> np.ndarray:
-    """Per rank, the factor on a byte's cost when ranks share cores: 1 + k (f - 1), f = ranks per core."""
-    k = params.value("host.oversub_byte_factor")
+def byte_oversub(info: "_TopoInfo", params: Params, transport: str = "shm") -> np.ndarray:
+    """Per rank, the factor on a byte's cost when ranks share cores: 1 + k (f - 1), f = ranks per core
+    (the host page's Schedules may have their own k: ``host.page.oversub_byte_factor``)."""
+    k = params.get(f"host.{PAGE}.oversub_byte_factor") if transport == PAGE else None
+    if k is None:
+        k = params.value("host.oversub_byte_factor")
     return 1.0 + k * (info.oversub - 1.0)
 
 
@@ -324,11 +333,14 @@ def cache_factor(params: Params, wset: float) -> float:
     return 1.0 + (m - 1.0) * max(0.0, 1.0 - params.value("host.llc_bytes") / wset)
 
 
-def _gamma_per_rank(info: _TopoInfo, params: Params) -> np.ndarray:
+def _gamma_per_rank(info: _TopoInfo, params: Params, transport: str = "shm") -> np.ndarray:
     if info.gpu:
         passes = params.value("gpu.reduce_passes")
         return np.array([passes / (params.hbm_gbps(nm) * 1e9) for nm in info.gpu_names])
-    return np.full(info.n, params.value("host.reduce_ns_per_byte") * 1e-9) * byte_oversub(info, params)
+    g = params.get(f"host.{PAGE}.reduce_ns_per_byte") if transport == PAGE else None
+    if g is None:
+        g = params.value("host.reduce_ns_per_byte")
+    return np.full(info.n, g * 1e-9) * byte_oversub(info, params, transport)
 
 
 def _cycles(src: np.ndarray, dst: np.ndarray, p: int) -> tuple[list[np.ndarray], np.ndarray] | None:
@@ -397,13 +409,14 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
     beta = np.zeros(nph)
     port_s = np.zeros(nph)
     gam = np.zeros(nph)
-    gamma = _gamma_per_rank(info, params)[:p]
     tcp_all = transport == "tcp"
+    local = PAGE if transport == PAGE else "shm"  # what same-host messages go through
+    gamma = _gamma_per_rank(info, params, local)[:p]
     if not gpu:
-        a_shm, o_shm, b_shm, m_shm = _host_rates(params, "shm")
+        a_shm, o_shm, b_shm, m_shm = _host_rates(params, local)
         a_tcp, o_tcp, b_tcp, m_tcp = _host_rates(params, "tcp")
-        fo_shm, fo_tcp = params.value("host.shm.fanout_us"), params.value("host.tcp.fanout_us")
-        bo = byte_oversub(info, params)  # per rank: what sharing a core does to a byte's cost
+        fo_shm, fo_tcp = params.value(f"host.{local}.fanout_us"), params.value("host.tcp.fanout_us")
+        bo = byte_oversub(info, params, local)  # per rank: what sharing a core does to a byte's cost
         cf = cache_factor(params, working_set(tr.collective, p, tr.count, itemsize, _active_ranks(info)))
         gamma = gamma * cf
     rounds = 0
@@ -481,13 +494,17 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
             excess = float(np.max(np.maximum(0.0, per_host - info.cores_per_host) / info.cores_per_host))
             mlat = (np.where(tcp, a_tcp, a_shm) + np.where(tcp, o_tcp, o_shm) * excess
                     + np.where(cross, plat, 0.0))
-            # the busiest rank's messages (sent + received), each costing its transport's op_us
+            # the busiest rank's messages (sent + received), each costing its transport's op_us, at the
+            # ends that work (both for a two-sided message; a one-sided Get only its reader, a Put only its
+            # writer: Phase.by)
+            ws, wr = ph.workers()
             op = np.where(tcp, m_tcp, m_shm)
-            ops = (np.bincount(src, weights=op * info.oversub[src], minlength=p)
-                   + np.bincount(dst, weights=op * info.oversub[dst], minlength=p))
+            ops = (np.bincount(src, weights=op * info.oversub[src] * ws, minlength=p)
+                   + np.bincount(dst, weights=op * info.oversub[dst] * wr, minlength=p))
             ops_us = float(ops.max())
             # fan-out/fan-in: messages of the busiest rank beyond one send and one receive
-            cnt = np.bincount(src, minlength=p) + np.bincount(dst, minlength=p)
+            cnt = np.bincount(src, weights=ws.astype(np.float64), minlength=p) \
+                + np.bincount(dst, weights=wr.astype(np.float64), minlength=p)
             fan = float(np.maximum(0, cnt - 2).max(initial=0))
             if fan:
                 ops_us += fan * (fo_tcp if bool(tcp.all()) else fo_shm)
@@ -499,8 +516,9 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
                 means = [float(mlat[c].mean()) for c in loops]
                 lat_steady[i] = max(means + ([float(mlat[off].max())] if off.any() else [])) + ops_us
         port = port_net.astype(np.int64)
-        send = np.bincount(src * 2 + port, weights=t, minlength=2 * p)[: 2 * p]  # ranks' ports (not a switch's)
-        recv = np.bincount(dst * 2 + port, weights=t, minlength=2 * p)[: 2 * p]
+        ts, trv = (t, t) if gpu else (t * ws, t * wr)  # CPU: bytes cost the ends that copy them (Phase.by)
+        send = np.bincount(src * 2 + port, weights=ts, minlength=2 * p)[: 2 * p]  # ranks' ports (not a switch's)
+        recv = np.bincount(dst * 2 + port, weights=trv, minlength=2 * p)[: 2 * p]
         beta[i] = max(float(send.max(initial=0.0)), float(recv.max(initial=0.0)))
         port_s[i] = beta[i]
         if not gpu and cross.any():
@@ -517,7 +535,8 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
     channels = max((int(ph.channel.max()) + 1 for ph in tr.phases if ph.channel is not None and ph.channel.size),
                    default=1)
     clock = np.array([clocks.makespan(i) for i in range(len(PROTOCOLS))]) if clocks is not None else None
-    return _Rounds(rep, lat_first, lat_steady, beta, gam, rounds, "gpu" if gpu else "cpu", channels, clock, port_s)
+    return _Rounds(rep, lat_first, lat_steady, beta, gam, rounds, "gpu" if gpu else "cpu", channels, clock, port_s,
+                   f"host.{PAGE}.call_us" if local == PAGE else "host.call_us")
 
 
 @dataclass
@@ -546,7 +565,7 @@ def host_terms(tr: Traffic, topo: Topology, params: Params | None = None, itemsi
     prm = _params(params)
     r = _rounds(tr, _info(topo), prm, itemsize, transport)
     return HostTerms({id(ph): i for i, ph in enumerate(tr.phases)}, r.lat_first, r.lat_steady, r.beta_s,
-                     r.gamma_s, float(prm.value("host.call_us")), float(prm.value("reduce.overlap.cpu")), r.port_s)
+                     r.gamma_s, float(prm.value(r.call)), float(prm.value("reduce.overlap.cpu")), r.port_s)
 
 
 @dataclass
@@ -597,7 +616,7 @@ def _finish(r: _Rounds, params: Params, protocol: str, algorithm: str, notes: tu
         latency = max(0.0, total - transfer - reduce)
         return Estimate(total, latency, transfer, reduce, r.rounds, protocol, r.channels, r.mode, notes)
     per_lat = r.lat_first + (r.repeat - 1) * r.lat_steady
-    latency = params.value("host.call_us") + float(per_lat.sum())
+    latency = params.value(r.call) + float(per_lat.sum())
     return Estimate(latency + transfer + reduce, latency, transfer, reduce, r.rounds, protocol, r.channels,
                     r.mode, notes)
 
@@ -640,15 +659,22 @@ CPU_TERMS = ("host.call_us", "host.{t}.alpha_us", "host.{t}.op_us", "host.{t}.fa
 
 
 def _term_name(template: str, transport: str) -> str:
+    """A CPU_TERMS template for one transport: a byte reduced out of the shared-memory rings costs
+    host.reduce_ns_per_byte, and the host page's calls have their own fixed cost."""
     name = template.format(t=transport)
-    return "host.reduce_ns_per_byte" if name == "host.shm.reduce_ns_per_byte" else name
+    if name == "host.shm.reduce_ns_per_byte":
+        return "host.reduce_ns_per_byte"
+    if transport == PAGE and name == "host.call_us":
+        return f"host.{PAGE}.call_us"
+    return name
 
 
 def cpu_terms(traffic: Traffic, topology: Topology, *, itemsize: int = 4, transport: str = "shm",
               oversub_byte_factor: float = 1.0) -> dict[str, float]:
     """The CPU model is linear in its host parameters: time_us = sum(value x term). Returns the terms
     (per unit of each parameter of :data:`CPU_TERMS`, with the cache factor at 1) and ``working_set``,
-    for a single-host topology: what calibration fits against."""
+    for a single-host topology: what calibration fits against. ``transport``: shm, tcp, or ``page`` (the
+    host page's Schedules: :mod:`interlink.algorithms.hostpage`)."""
     info = _info(topology)
     if info.gpu:
         raise ModelError("cpu_terms needs a CPU topology")
@@ -657,13 +683,14 @@ def cpu_terms(traffic: Traffic, topology: Topology, *, itemsize: int = 4, transp
     zero = {_term_name(n, t): 0.0 for n in CPU_TERMS for t in (transport, other)}
     zero["host.dram_factor"] = 1.0
     zero["host.oversub_byte_factor"] = float(oversub_byte_factor)
+    zero[f"host.{PAGE}.oversub_byte_factor"] = None
     base = default_params()
     out: dict[str, float] = {}
     for n in names:
         unit = dict(zero)
         unit[n] = 1.0
         pr = base.replace(unit, "unit")
-        r = _rounds(traffic, info, pr, itemsize, "tcp" if transport == "tcp" else None)
+        r = _rounds(traffic, info, pr, itemsize, transport if transport in ("tcp", PAGE) else None)
         out[n] = _finish(r, pr, "simple", traffic.algorithm).time_us
     out["working_set"] = working_set(traffic.collective, traffic.nranks, traffic.count, itemsize,
                                      _active_ranks(info))
@@ -846,14 +873,14 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
         # CollNet (SHARP) is priced when asked for (algorithm= or candidates=), not in the default choice:
         # the published multi-node figures were measured without it, and with it the model's choice at
         # 8 x DGX-H100 would be collnet_direct at 409 GB/s against 350 measured
-        names = [a for a in have if a not in SHARP_ALGORITHMS and a not in HOST_PAGE] + list(PSEUDO)
+        names = [a for a in have if a not in SHARP_ALGORITHMS]
         if gpu and info.nhosts > 1 and any(a in have for a in SHARP_ALGORITHMS) \
                 and not _sharp_unavailable(info, local_size):
             notes.append("the fabric has SHARP: collnet_direct (in-network reduction, NCCL's CollNet) is priced "
                          "when asked for (--algorithm collnet_direct), not in the default choice")
     for nm in names:
-        if nm not in have and nm not in PSEUDO:
-            raise ModelError(f"no algorithm {nm!r} for {collective}; available: {have + list(PSEUDO)}")
+        if nm not in have:
+            raise ModelError(f"no algorithm {nm!r} for {collective}; available: {have}")
     factor = busbw_factor(collective, p)
 
     def cand(algo: str, proto: str, t_us: float, method: str, ch: int = 1, note: str = "") -> Candidate:
@@ -877,16 +904,11 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
                     raise ModelError(f"{algo} is not available here: {why}")
                 continue
             protos = ("simple",)
-        if algo in HOST_PAGE:  # fast_once (reduced by one rank) is the fast row's path on oversubscribed hosts
-            c = _fast(collective, S, info, params, (fast_path or algorithm == algo) and transport != "tcp",
-                      explicit=algorithm == algo, kind="fast" if algo == "fast_once" else algo, itemsize=itemsize,
-                      root=root)
-            if c is not None:
-                # the runtime's one-shot all_reduce reduces once where more than two local ranks share a
-                # core (runtime.fastpath: nlocal > 2 x ncpu): name the row as its flight recorder does
-                once = algo == "fast" and algorithm is None and collective == "all_reduce" \
-                    and float(info.oversub.max()) > 2.0
-                table.append(cand("fast_once" if once else algo, "simple", c, "host page"))
+        if algo in HOST_PAGE:  # the runtime's host-page paths, where it would take them
+            r = _host_page(collective, S, info, params, (fast_path or algorithm == algo) and transport != "tcp",
+                           explicit=algorithm == algo, algorithm=algo, itemsize=itemsize, root=root)
+            if r is not None:
+                table.append(cand(algo, "simple", _finish(r, params, "simple", algo).time_us, "host page"))
             continue
         bparams = builder_params(collective, algo, topo, local_size)
         ch = int(dict(bparams).get("channels", 1))
@@ -996,54 +1018,55 @@ def _sharp_unavailable(info: _TopoInfo, local_size: int) -> str:
     return ""
 
 
-def _fast(collective: str, S: int, info: _TopoInfo, params: Params, allowed: bool, explicit: bool,
-          kind: str = "fast", itemsize: int = 4, root: int = 0) -> float | None:
-    """A shared-memory path of an all-local CPU group (the world group of a one-host job), time us, or
-    None where the runtime would not take it. ``fast``: one shared write per rank, every rank reads all
-    payloads; ``fast2`` (all_reduce): every rank reduces its 1/p slice from every slot, then copies the
-    other slices out."""
+def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed: bool, explicit: bool,
+               algorithm: str = "fast", itemsize: int = 4, root: int = 0) -> "_Rounds | None":
+    """A host-page path of an all-local CPU group (the world group of a one-host job), priced from its
+    Schedule's steps like any algorithm (its traffic, on the host page's rates ``host.page.*``), or None
+    where the runtime would not take it (the sizes of runtime.fastpath: ``host.fast.max_bytes``,
+    ``host.fast2.*``, ``host.fastd.min_bytes``, ``host.slots.max_bytes_2``)."""
     why = None
     p = info.n
+    moves = ("broadcast", "all_gather", "reduce_scatter")
+    kind = "fast" if algorithm == "fast_once" else algorithm
     if info.gpu or info.nhosts != 1:
         why = "the shared-memory paths serve CPU ranks of one host"
-    elif kind == "fast" and collective not in FAST_COLLECTIVES:
-        why = f"the fast path serves {', '.join(sorted(FAST_COLLECTIVES))}"
-    elif kind in ("fast2", "fastd") and collective != "all_reduce":
-        why = f"the {'two-phase' if kind == 'fast2' else 'direct'} shared-memory path (modelled) serves all_reduce"
+    elif algorithm not in registry.algorithms_for(collective):
+        why = f"{algorithm} has no {collective}"
     elif not allowed:
         why = "disabled (or TCP forced: the fast paths live in shared memory)"
     else:
-        # payload: what one rank writes (checked against the slot size, as FastPath.takes does); work: bytes
-        # the busiest rank moves into its result, read off the path's Schedule (algorithms/hostpage.py)
+        # payload: what one rank writes (checked against the slot size, as FastPath.takes does)
         payload = S // p if collective == "all_gather" else 0 if collective == "barrier" else S
-        if kind == "fast":
-            lo = 0.0
-        elif kind == "fast2":
-            lo = params.value("host.fast.max_bytes")
-        else:  # fastd: above the two-phase path (from 3 ranks) or the one-shot path, and its own minimum
-            lo = max(params.value("host.fastd.min_bytes"), params.value(
-                "host.fast2.max_bytes" if p >= params.value("host.fast2.min_ranks") else "host.fast.max_bytes"))
-        top = params.value(f"host.{kind}.max_bytes") if kind != "fastd" else float("inf")
-        if kind == "fast" and collective != "all_reduce" and p >= params.value("host.fast2.min_ranks"):
-            # from 3 ranks the one-shot all_gather/reduce_scatter/broadcast use the two-phase path's
-            # big slots (runtime.fastpath: direct_max)
-            top = max(top, params.value("host.fast2.max_bytes"))
-        if payload > top or (kind in ("fast2", "fastd") and payload <= lo):
-            why = f"the payload is outside ({lo:g}, {top:g}] bytes (host.{kind}.*_bytes)"
-        elif kind == "fast2" and p < params.value("host.fast2.min_ranks"):
-            why = f"the two-phase path needs {params.value('host.fast2.min_ranks'):g}+ ranks"
+        slots = params.value("host.fast2.max_bytes")  # the slot size
+        if p == 2:  # 2 ranks: broadcast, all_gather, reduce_scatter leave the slots early (fastd)
+            slots_moves = min(slots, params.value("host.slots.max_bytes_2"))
         else:
-            work = itemsize * host_page_work(collective, kind, p, count_for(collective, S, itemsize, p)[0], root)
-            f = float(info.oversub.max())
-            kf = params.get(f"host.{kind}.oversub_byte_factor")
-            fb = (1.0 + kf * (f - 1.0)) if kf is not None else float(byte_oversub(info, params).max())
-            cf = cache_factor(params, working_set(collective, p, count_for(collective, S, 1, p)[0], 1,
-                                                  _active_ranks(info)))
-            # the shared-page paths have their own per-call cost (alpha: the latency path skips most of
-            # what host.call_us measures on the regular path)
-            return (params.value(f"host.{kind}.alpha_us")
-                    + params.value(f"host.{kind}.alpha_oversub_us") * (f - 1.0)
-                    + work * params.value(f"host.{kind}.ns_per_byte") * 1e-3 * fb * cf)
+            slots_moves = slots
+        two_phase = p >= params.value("host.fast2.min_ranks")
+        if kind == "fast":
+            lo, top = -1.0, params.value("host.fast.max_bytes")
+            if collective in moves:  # one-shot up to the slot (streamed through it above fast.max_bytes)
+                top = slots_moves
+        elif kind == "fast2":
+            lo, top = params.value("host.fast.max_bytes"), slots
+        elif collective in moves:  # fastd: above the slots
+            lo, top = slots_moves, float("inf")
+        else:  # fastd all_reduce: above the two-phase path (from 3 ranks) or the one-shot path, and its minimum
+            lo = max(params.value("host.fastd.min_bytes"), slots if two_phase else params.value("host.fast.max_bytes"))
+            top = float("inf")
+        if not lo < payload <= top:
+            why = f"the payload ({payload} bytes) is outside ({max(lo, 0):g}, {top:g}] bytes"
+        elif kind == "fast2" and not two_phase:
+            why = f"the two-phase path needs {params.value('host.fast2.min_ranks'):g}+ ranks"
+        elif collective == "all_reduce" and kind == "fast" and not explicit \
+                and (algorithm == "fast_once") != (float(info.oversub.max()) > 2.0):
+            # the runtime's one-shot all_reduce reduces once where more than two local ranks share a core
+            # (runtime.fastpath: nlocal > 2 x ncpu)
+            why = "the runtime takes " + ("fast_once" if algorithm == "fast" else "fast") + " here"
+        else:
+            count = count_for(collective, S, itemsize, p)[0]
+            tr = _traffic.traffic(collective, algorithm, p, count, root)
+            return _rounds(tr, info, params, itemsize, PAGE)
     if explicit:
-        raise ModelError(f"{kind} is not available here: {why}")
+        raise ModelError(f"{algorithm} is not available here: {why}")
     return None

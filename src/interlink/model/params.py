@@ -31,9 +31,12 @@ CPU hosts (interlink's own runtime; ``host.*`` entries are what ``interlink benc
     host.oversub_byte_factor         k: with f ranks per core a byte costs 1 + k (f - 1) (k = 1: time shared)
     host.llc_bytes, host.dram_factor per-byte costs grow by up to dram_factor once the working set leaves the cache
     (cores per host come from the topology: ``meta['cores_per_host']`` or its core devices; ranks beyond them share)
-    host.fast.{alpha_us,alpha_oversub_us,ns_per_byte,max_bytes}  the one-shot fast path of an all-local group
-    host.fast2.{...}                 its two-phase all_reduce in shared memory (each rank reduces 1/p)
-    host.fastd.{...}                 its all_reduce from the ranks' own buffers (large sizes)
+    host.page.{call_us,alpha_us,op_us,fanout_us,alpha_oversub_us,beta_ns_per_byte}
+                                     the host page (the Schedules of algorithms/hostpage.py: fast, fast_once,
+                                     fast2, fastd), priced from their steps like a transport: a call, per
+                                     round, per message (a read of a slot or of a peer's buffer), per byte
+    host.fast.max_bytes, host.fast2.{min_ranks,max_bytes}, host.fastd.min_bytes, host.slots.max_bytes_2
+                                     where the runtime takes them (runtime/policy.py's defaults)
 
 Files
 -----
@@ -168,28 +171,30 @@ def _defaults() -> list[Param]:
         _p("host.dram_factor", 1.0, "x",
            "per-byte cost out of cache / in cache; 1: no cache effect (calibration fits it); the factor applied "
            "is 1 + (x - 1) * max(0, 1 - llc / working set), working set = 2 x S x ranks on the host"),
-        _p("host.fast.alpha_us", 3.4, "us", f"{_RESULTS}: 8-byte all_reduce of 2 ranks, 3.4 us a call"),
-        _p("host.fast.alpha_oversub_us", 190.0, "us", f"{_RESULTS}: 8-byte all_reduce of 4 ranks on 2 cores, 212 us"),
-        _p("host.fast.ns_per_byte", 0.2, "ns/B", "estimate: each rank reads and reduces every rank's payload"),
-        _p("host.fast.oversub_byte_factor", None, "x",
-           "as host.oversub_byte_factor, for the one-shot shared-page path (None: that one); calibration fits it"),
-        _p("host.fast2.oversub_byte_factor", None, "x", "as host.fast.oversub_byte_factor, for the two-phase path"),
+        # host.page.*: fitted together by interlink bench --calibrate on the project's 2-core VM, 2026-11-26 (24 host-page samples, 2 and 4 ranks)
+        _p("host.page.call_us", 0.0, "us",
+           "the fixed cost of one call on the host page's paths, beyond its rounds and messages (the latency "
+           "path skips most of what host.call_us measures): fitted 0"),
+        _p("host.page.alpha_us", 0.86, "us", "per round on the host page: a publish and a wait (fitted)"),
+        _p("host.page.op_us", 3.2, "us", "per message of the busiest rank in a round: one read of a slot or "
+           "of a peer's buffer, or one write into it (fitted; 2 ranks, 8-byte all_reduce: 0.86 + 3.2 = 4.1 us "
+           "against 3.8 measured)"),
+        _p("host.page.fanout_us", 0.0, "us", "as host.shm.fanout_us, on the host page (fitted 0)"),
+        _p("host.page.alpha_oversub_us", 0.0, "us",
+           "per round x (ranks active - cores) / cores (fitted 0: 8 B at 4 ranks on 2 cores, 20.8 us, is its "
+           "three reads a rank)"),
+        _p("host.page.beta_ns_per_byte", 0.073, "ns/B", "per byte a rank copies on the page (fitted)"),
+        _p("host.page.reduce_ns_per_byte", None, "ns/B",
+           "per byte a rank reduces reading the page (slots or peers' buffers); None: host.reduce_ns_per_byte"),
+        _p("host.page.oversub_byte_factor", None, "x",
+           "as host.oversub_byte_factor, for the host page's Schedules (None: that one); calibration fits it"),
         _p("host.fast.max_bytes", 65536.0, "B", "interlink.runtime.policy.fast_small_bytes() default"),
-        _p("host.fast2.alpha_us", 25.0, "us", "estimate: a call and two exchanges on the host page (publish, slice)"),
-        _p("host.fast2.alpha_oversub_us", 100.0, "us", "estimate: as host.fast.alpha_oversub_us, two exchanges"),
-        _p("host.fast2.ns_per_byte", 0.25, "ns/B",
-           "estimate: per byte its Schedule moves into a rank's result ((2p - 1)/p of the vector: its slice "
-           "reduced from every slot, the other slices copied out), with the copy into the slot (was 0.4 per "
-           "byte of the vector, about 1.6 x this at 2-4 ranks)"),
         _p("host.fast2.min_ranks", 3.0, "ranks", "interlink.runtime.fastpath: two-phase all_reduce from 3 ranks"),
         _p("host.fast2.max_bytes", 4.0 * 2**20, "B",
-           "interlink.runtime.policy.fast_max_bytes() default: all_reduce in shared memory up to this size"),
-        _p("host.fastd.alpha_us", 35.0, "us", "estimate: a call and three exchanges (publish, slice, done)"),
-        _p("host.fastd.alpha_oversub_us", 100.0, "us", "estimate: as host.fast2.alpha_oversub_us"),
-        _p("host.fastd.ns_per_byte", 0.19, "ns/B",
-           "estimate: per byte its Schedule moves into a rank's result ((2p - 1)/p of the vector: its slice "
-           "reduced reading every rank's buffer, the other slices copied out; was 0.3 per byte of the vector)"),
-        _p("host.fastd.oversub_byte_factor", None, "x", "as host.fast.oversub_byte_factor, for the direct path"),
+           "interlink.runtime.policy.fast_max_bytes() default: the slot size (all_reduce in shared memory up to it)"),
+        _p("host.slots.max_bytes_2", 256.0 * 2**10, "B",
+           "interlink.runtime.policy.slots_max_bytes_two_ranks() default: on 2 ranks broadcast, all_gather and "
+           "reduce_scatter above this read the peer's buffer (fastd)"),
         _p("host.fastd.min_bytes", 2.0 * 2**20, "B",
            "interlink.runtime.fastpath (INTERLINK_SHM_AR_DIRECT_MIN_BYTES): all_reduce from the ranks' own "
            "buffers above this size (and above the two-phase path's)"),

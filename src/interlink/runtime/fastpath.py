@@ -115,7 +115,7 @@ class FastPath:
         # _streamed), except on 2 ranks: there one copy by cross-memory attach (_direct) wins above 256
         # KiB (1 MiB: all_gather, each rank pushing its block into the peer's output, 80 -> 61 us;
         # broadcast, root and receiver each moving half, 72.7 -> 34.6 us; reduce_scatter 93 -> 86 us)
-        self.move_max = min(self.page.fast_max, 256 * 1024) if self.n == 2 else self.page.fast_max
+        self.move_max = min(self.page.fast_max, policy.slots_max_bytes_two_ranks()) if self.n == 2 else self.page.fast_max
         self.chunk = policy.fast_chunk_bytes()
         self.f = 0  # fast-path calls so far (the same on every rank)
         self.headers = [[self.page.slot_header(i, q) for q in (0, 1)] for i in range(self.n)]

@@ -93,6 +93,12 @@ def fast_max_bytes() -> int:
     return max(small, env_int("INTERLINK_SHM_DIRECT_MAX_BYTES", 4 * 1024 * 1024))
 
 
+def slots_max_bytes_two_ranks() -> int:
+    """On 2 ranks, broadcast, all_gather and reduce_scatter larger than this read the peer's own buffer by
+    cross-memory attach instead of going through the slots (INTERLINK_SHM_SLOTS_MAX_BYTES_2)."""
+    return env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_2", 256 * 1024)
+
+
 def ar_direct_min_bytes() -> int:
     """all_reduce of an all-local group reads the ranks' own buffers above this size
     (INTERLINK_SHM_AR_DIRECT_MIN_BYTES; 2 ranks with plain numpy buffers: 1 MiB 155 us by the ring vs

@@ -626,11 +626,12 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
 
 
 def _choose(collective: str, nbytes: int, topo: Topology, itemsize: int, root: int,
-            algorithm: str | None = None) -> tuple[str, str, str]:
-    """(algorithm, protocol, note): the algorithm :func:`interlink.model.cost.predict` chooses (the
-    fastest with a Schedule) unless given, and the protocol it prices that algorithm with."""
+            algorithm: str | None = None, transport: str | None = None) -> tuple[str, str, str]:
+    """(algorithm, protocol, note): the algorithm :func:`interlink.model.cost.predict` chooses unless
+    given (on one CPU host, the runtime's host-page paths among them), and the protocol it prices that
+    algorithm with."""
     from ..algorithms import registry
-    from ..model.cost import PSEUDO, predict
+    from ..model.cost import predict
 
     have = registry.algorithms_for(collective)
     if not have:
@@ -638,20 +639,16 @@ def _choose(collective: str, nbytes: int, topo: Topology, itemsize: int, root: i
     fallback = algorithm or ("ring" if "ring" in have else have[0])
     try:
         pr = predict(collective, nbytes, topo, dtype=f"int{8 * itemsize}" if itemsize in (1, 2, 4, 8) else "float32",
-                     root=root, fast_path=False, algorithm=algorithm)  # given: only its protocols
+                     root=root, algorithm=algorithm, transport=transport)  # given: only its protocols
     except Exception as exc:  # noqa: BLE001 - the model cannot price it: the ring, as before
         return fallback, "simple", f"algorithm {fallback}: the model could not choose ({exc})"
-    runnable = [c for c in pr.table if c.algorithm not in PSEUDO
-                and (algorithm is None or c.algorithm == algorithm)]
+    runnable = [c for c in pr.table if algorithm is None or c.algorithm == algorithm]
     if not runnable:
         return fallback, "simple", ("" if algorithm else f"algorithm {fallback}: no Schedule among the model's choices")
     best = runnable[0]
     if algorithm is not None:
         return algorithm, best.protocol, ""
     note = f"algorithm {best.algorithm}: the model's choice (as interlink predict)"
-    if pr.best.algorithm in PSEUDO:
-        note += (f"; predict prefers {pr.best.algorithm}, a host-page Schedule that the simulator does not "
-                 f"time (its per-call terms are the runtime's, fitted by interlink bench --calibrate)")
     return best.algorithm, best.protocol, note
 
 
@@ -681,7 +678,7 @@ def simulate_collective(collective: str, nbytes: int, topology: Topology | str, 
         topo = topo.with_ranks(list(topo.ranks[:p]))
     chose = None
     if algorithm is None or ("protocol" not in kwargs and _all_gpu(topo, p)):
-        algorithm, proto, chose = _choose(collective, nbytes, topo, itemsize, root, algorithm)
+        algorithm, proto, chose = _choose(collective, nbytes, topo, itemsize, root, algorithm, kwargs.get("transport"))
         if "protocol" not in kwargs and _all_gpu(topo, p):
             kwargs["protocol"] = proto
     entry = registry.get_entry(collective, algorithm)
@@ -705,6 +702,15 @@ def simulate_collective(collective: str, nbytes: int, topology: Topology | str, 
     else:
         count = int(nbytes) // itemsize
     tr = _traffic.traffic(collective, algorithm, p, count, root, prefer_fast=True, **params)
+    from ..algorithms.hostpage import HOST_PAGE
+
+    if algorithm in HOST_PAGE:
+        # the host page's Schedules run on its rates (one CPU host: the model's host-page pseudo-transport)
+        if _all_gpu(topo, p) or len({topo.host_of(r) for r in range(p)}) > 1:
+            raise SimError(f"{algorithm} runs on the host page: CPU ranks of one host")
+        if kwargs.get("transport") == "tcp":
+            raise SimError(f"{algorithm} runs on the host page, not over TCP")
+        kwargs["transport"] = "page"
     if kwargs.get("protocol") and "base_us" not in kwargs and _all_gpu(topo, p):
         # NCCL's fixed cost of a call (baseLat per algorithm family and protocol), as the model adds it
         from ..model.params import default_params
