@@ -187,7 +187,7 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None,
     if reg:
         y = np.array([s.seconds * 1e6 for s in reg])
         pb = np.array([c in per_byte for c in cols])
-        shm_mask = np.array([transport_of(s) != "tcp" for s in reg])
+        shm_mask = np.array([transport_of(s) == "shm" for s in reg])  # the rings (as before the page joined)
         oversubscribed = any(s.nranks > cores for s in reg)
         page = np.array([transport_of(s) == "page" for s in reg])
 
