@@ -309,29 +309,6 @@ def host_plan(s: Schedule, rank: int) -> dict:
     return out
 
 
-def work_elements(collective: str, algorithm: str, nranks: int, count: int, root: int = 0) -> int:
-    """Elements the busiest rank moves into its result in a host-page Schedule: what its Gets read (from
-    slots or peers' buffers) plus its own contribution copied from input to output (the byte term the
-    cost model prices these paths by; the slot writes are part of the per-call cost). One shot: p x n
-    for all_reduce, n for broadcast, the whole output for all_gather, the whole input for reduce_scatter;
-    the two-phase paths: (2p - 1)/p x n."""
-    from .registry import get_schedule
-    from .schedule import Copy, Get
-
-    s = get_schedule(collective, algorithm, nranks, count, root)
-    best = 0
-    for r in range(nranks):
-        n = 0
-        for rnd in s.ranks[r]:
-            for st in rnd.steps:
-                if isinstance(st, Get):
-                    n += st.src.count
-                elif isinstance(st, Copy) and st.src.buffer == "input" and st.dst.buffer == "output":
-                    n += st.src.count
-        best = max(best, n)
-    return best
-
-
 # ---- traffic (what from_schedule gives, vectorised) ----------------------------------------------------
 
 def _pairs(p: int) -> tuple[np.ndarray, np.ndarray]:

@@ -34,9 +34,11 @@ receives, ``alpha_oversub`` when more ranks take part than the host has cores, p
 paths between hosts; bytes weighed by the core-sharing factor (ranks / cores, at least 1) and a cache
 factor (up to ``host.dram_factor`` once the host's working set, 2 x S per rank, leaves
 ``host.llc_bytes``); a repeated ring pays the largest mean latency around a cycle per round; rounds add
-up. The shared-memory paths of an all-local group (``fast``, ``fast2``, ``fastd``) are Schedules
-(:mod:`interlink.algorithms.hostpage`) priced by :func:`_fast`: the bytes from the Schedule's steps
-(:func:`~interlink.algorithms.hostpage.work_elements`), a per-call alpha fitted per path.
+up. A one-sided step costs the end that copies (``Phase.by``: a Get its reader, a Put its writer). The
+shared-memory paths of an all-local group (``fast``, ``fast_once``, ``fast2``, ``fastd``) are Schedules
+(:mod:`interlink.algorithms.hostpage`) priced the same way from their steps, on the host page's own
+rates (``host.page.*``: the pseudo-transport :data:`PAGE`), where the runtime would take them
+(:func:`_host_page`).
 
 Every algorithm is priced from its Schedule's traffic at any rank count: every registered algorithm has a
 vectorised generator (:func:`interlink.algorithms.traffic.register_traffic`, equal to
