@@ -41,7 +41,7 @@ import numpy as np
 from .registry import register
 from .ring import _Phases, split_sizes
 from .schedule import Builder, Schedule, inp, out, scr, split
-from .traffic import RECEIVER, SENDER, Phase, Traffic, register_traffic
+from .traffic import RECEIVER, SENDER, Traffic, register_traffic
 
 #: the algorithms of this module: they need every rank of the group on one host page
 HOST_PAGE = frozenset({"fast", "fast_once", "fast2", "fastd"})
@@ -443,9 +443,8 @@ def broadcast_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
                         by += [SENDER, SENDER]
             elif cut > 0:  # a receiver's Get
                 src.append(root), dst.append(r), el.append(cut), by.append(RECEIVER)
-        if src:
-            ph.list.append(Phase(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
-                                 np.array(el, dtype=np.int64), None, by=np.array(by, dtype=np.int64)))
+        ph.add(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(el, dtype=np.int64), None,
+               by=np.array(by, dtype=np.int64))
     return ph.traffic("broadcast", "fastd", n)
 
 

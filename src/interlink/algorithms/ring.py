@@ -287,17 +287,20 @@ class _Phases:
         self.list: list[Phase] = []
 
     def add(self, src: np.ndarray, dst: np.ndarray, elems: np.ndarray, reduced: np.ndarray | None,
-            repeat: int = 1, merge: bool = True, channel: np.ndarray | None = None, by: int | None = None) -> None:
-        """``by``: which end of every message does the copying (traffic.SENDER / RECEIVER: one-sided
-        steps; None: both, a two-sided send)."""
+            repeat: int = 1, merge: bool = True, channel: np.ndarray | None = None,
+            by: int | np.ndarray | None = None) -> None:
+        """``by``: which end of the messages does the copying (traffic.SENDER / RECEIVER, for every message
+        or per message: one-sided steps; None: both, two-sided sends)."""
         if reduced is not None and not reduced.any():
             reduced = None
         if src.size == 0 and reduced is None:
             return
         if channel is not None and not channel.any():
             channel = None
-        ph = Phase(src, dst, elems, reduced, repeat, channel,
-                   by=None if not by else np.full(src.size, by, dtype=np.int64))
+        if by is not None:
+            by = np.broadcast_to(np.asarray(by, dtype=np.int64), src.shape).copy()
+            by = by if by.any() else None
+        ph = Phase(src, dst, elems, reduced, repeat, channel, by=by)
         if merge and self.list:
             last = self.list[-1]
             if last.same_as(ph):

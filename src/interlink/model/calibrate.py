@@ -198,8 +198,9 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None,
             return _robust_nnls(base * np.where(pb[None, :], cf[:, None], 1.0) / y[:, None])
 
         best = None
+        Ts: dict[float, list] = {}  # per core-sharing factor, every sample's terms
         for k in (OVERSUB_GRID if oversubscribed else (1.0,)):
-            T = [terms(s, cores, k) for s in reg]
+            T = Ts[k] = [terms(s, cores, k) for s in reg]
             for llc in LLC_GRID:
                 for m in DRAM_GRID:
                     if m == 1.0 and llc != LLC_GRID[0]:
@@ -220,7 +221,7 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None,
             # are their own: host.page.*)
             judge = float(np.mean(np.abs(err[page])))
             for kq in (0.0, 0.25, 0.5, 0.75) + OVERSUB_GRID:
-                xq, eq = solve([terms(s, cores, kq if pg else k) for s, pg in zip(reg, page)], llc, m)
+                xq, eq = solve([terms(s, cores, kq) if pg else tk for s, pg, tk in zip(reg, page, Ts[k])], llc, m)
                 sq = float(np.mean(np.abs(eq[page])))
                 if sq < judge:
                     judge, kp, x, err = sq, kq, xq, eq

@@ -97,9 +97,6 @@ MESSAGES_LIMIT = 4_500_000
 #: Collectives whose nccl-tests size S is count x itemsize x nranks (count is one rank's block).
 PER_RANK_SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 
-#: The host page's Schedules (algorithms/hostpage.py): the runtime's own paths of an all-local CPU group,
-#: priced from their steps on the host page's rates (``host.page.*``) where the runtime would take them.
-PSEUDO = tuple(sorted(HOST_PAGE))
 
 _HOP_KINDS = HOP_KINDS  # hop kinds of PathTable.classify: nvlink, pcie, net
 
@@ -1067,8 +1064,7 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
             why = "the runtime takes " + ("fast_once" if algorithm == "fast" else "fast") + " here"
         else:
             count = count_for(collective, S, itemsize, p)[0]
-            tr = _traffic.traffic(collective, algorithm, p, count, root)
-            return _rounds(tr, info, params, itemsize, PAGE)
+            return _rounds(_traffic_cached(collective, algorithm, p, count, root, ()), info, params, itemsize, PAGE)
     if explicit:
         raise ModelError(f"{algorithm} is not available here: {why}")
     return None
