@@ -167,3 +167,58 @@ def test_verify_all_survives_a_failing_registry_load(monkeypatch):
     monkeypatch.setattr(registry, "entries", boom)
     results = verify_all(max_ranks=2, collectives=["all_gather"], algorithms=["ring"])
     assert [(r["collective"], r["algorithm"], r["failures"]) for r in results] == [("all_gather", "ring", [])]
+
+
+def test_split_size_all_to_all_is_verified() -> None:
+    """pairwise_v (all_to_all with split sizes: the runtime builds each rank's program from its own sizes)
+    is in --verify: every rank's program merged, run on distinct values two-sided and one-sided, over
+    empty, one-element, uneven, one-sender and random split matrices."""
+    from interlink.algorithms.verify import ALLTOALLV, verify_alltoallv
+
+    res = verify_alltoallv(6)
+    assert res["failures"] == [] and res["cases"] == 5 * 6
+    got = verify_all(max_ranks=3, algorithms=["pairwise_v"])
+    assert [(r["collective"], r["algorithm"], r["failures"]) for r in got] == [(*ALLTOALLV, [])]
+    assert all(r["algorithm"] != "pairwise_v" for r in verify_all(max_ranks=2, collectives=["broadcast"]))
+
+
+def test_a_wrong_split_size_all_to_all_fails_verification(monkeypatch) -> None:
+    """The check can fail: a builder that receives each peer's block at the sender's input offset (not
+    the receiver's output offset) is caught, and so is one that drops the local copy."""
+    import numpy as np
+
+    from interlink.algorithms import alltoallv as mod
+    from interlink.algorithms.schedule import Builder, Chunk
+    from interlink.algorithms.verify import check_alltoallv
+    from interlink.errors import InterlinkError
+
+    good = mod.alltoallv_schedule
+
+    def wrong_offsets(p, rank, isizes, osizes, isize, osize):
+        ioff = np.concatenate([[0], np.cumsum(isizes)]).astype(int)
+        b = Builder("all_to_all", "pairwise_v", p, 0, 0, keep_empty=True)
+        b.buffers.update({"input": isize, "output": osize})
+        b.copy(0, rank, Chunk("input", int(ioff[rank]), isizes[rank]), Chunk("output", 0, osizes[rank]))
+        for k in range(1, p):
+            to, frm = (rank + k) % p, (rank - k) % p
+            b.send(k, rank, to, Chunk("input", int(ioff[to]), isizes[to]))
+            b.recv(k, rank, frm, Chunk("output", 0, osizes[frm]))
+        return b.build()
+
+    def no_copy(p, rank, isizes, osizes, isize, osize):
+        s = good(p, rank, isizes, osizes, isize, osize)
+        import dataclasses
+
+        from interlink.algorithms.schedule import Copy, Round
+
+        ranks = list(s.ranks)
+        ranks[rank] = tuple(Round(tuple(st for st in rd.steps if not isinstance(st, Copy))) for rd in s.ranks[rank])
+        return dataclasses.replace(s, ranks=tuple(ranks))
+
+    m = np.array([[2, 1, 3], [0, 4, 1], [5, 2, 2]])
+    check_alltoallv(m)
+    for bad in (wrong_offsets, no_copy):
+        monkeypatch.setattr(mod, "alltoallv_schedule", bad)
+        with pytest.raises(InterlinkError):
+            check_alltoallv(m)
+    monkeypatch.setattr(mod, "alltoallv_schedule", good)

@@ -1,6 +1,8 @@
 """All-to-all with per-peer sizes (torch's all_to_all_single with split sizes): each rank's program is a
 pairwise exchange whose message sizes only that rank knows, so the Schedule is built per rank, per call
-(it is not in the registry: the registry's Schedules are the same for every rank and size)."""
+(it is not in the registry: the registry's Schedules are the same for every rank and size).
+``interlink algorithms --verify`` checks it: :func:`interlink.algorithms.verify.check_alltoallv` merges
+every rank's program for a split matrix and runs it on distinct values."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ def alltoallv_schedule(p: int, rank: int, isizes: list[int], osizes: list[int], 
         to, frm = (rank + k) % p, (rank - k) % p
         b.send(k, rank, to, Chunk("input", int(ioff[to]), isizes[to]))
         b.recv(k, rank, frm, Chunk("output", int(ooff[frm]), osizes[frm]))
-    # keep empty rounds so every rank has p rounds
+    # keep_empty: zero-size steps and rounds stay, so every rank's program has p rounds (the verifier merges
+    # them round by round)
     sched = b.build()
     return sched

@@ -926,7 +926,7 @@ class Builder:
         self._slot(rank, rnd).append(Multicast(tuple(group), src, dst, channel))
 
     def copy(self, rnd: int, rank: int, src: Chunk, dst: Chunk, channel: int = 0) -> None:
-        if src.count == 0 or src == dst:
+        if (src.count == 0 and not self.keep_empty) or src == dst:
             return
         self._slot(rank, rnd).append(Copy(src, dst, channel))
 

@@ -196,10 +196,98 @@ def verify_all(max_ranks: int = 17, collectives: Iterable[str] | None = None,
                 results.append(res)
                 if on_result is not None:
                     on_result(res)
-        return results
+        return results + _alltoallv_if_asked(max_ranks, colls, algs, on_result)
     for c, a in keys:
         res = verify_pair(c, a, max_ranks, full=full)
         results.append(res)
         if on_result is not None:
             on_result(res)
-    return results
+    return results + _alltoallv_if_asked(max_ranks, colls, algs, on_result)
+
+
+def _alltoallv_if_asked(max_ranks: int, colls: set | None, algs: set | None,
+                        on_result: Callable[[dict], None] | None) -> list[dict]:
+    """The split-size all_to_all (not in the registry: built per rank) unless the filters leave it out."""
+    if (colls is not None and ALLTOALLV[0] not in colls) or (algs is not None and ALLTOALLV[1] not in algs):
+        return []
+    res = verify_alltoallv(max_ranks)
+    if on_result is not None:
+        on_result(res)
+    return [res]
+
+
+# ---- all-to-all with split sizes (pairwise_v: built per rank, per call; not in the registry) --------------
+
+#: the algorithm name the runtime gives the split-size all_to_all (algorithms/alltoallv.py)
+ALLTOALLV = ("all_to_all", "pairwise_v")
+
+
+def alltoallv_splits(p: int) -> list[np.ndarray]:
+    """Split matrices ``m[i, j]`` (elements rank i sends rank j) checked at p ranks: all empty, all one
+    element, uneven with empty pairs ((3i + 5j) mod 7), one rank sending everything it has to the last
+    rank only, and a seeded random matrix of sizes 0..13."""
+    ar = np.arange(p)
+    out = [np.zeros((p, p), np.int64), np.ones((p, p), np.int64), (3 * ar[:, None] + 5 * ar[None, :]) % 7]
+    one = np.zeros((p, p), np.int64)
+    one[0, p - 1] = 11
+    out.append(one)
+    out.append(np.random.default_rng(p).integers(0, 14, size=(p, p)))
+    return out
+
+
+def alltoallv_merged(splits: np.ndarray) -> "object":
+    """One Schedule holding every rank's own pairwise_v program for this split matrix (each built by
+    :func:`~interlink.algorithms.alltoallv.alltoallv_schedule` as the runtime builds it, from that rank's
+    sizes only), its buffers the largest rank's: what the reference interpreter runs."""
+    import dataclasses
+
+    from .alltoallv import alltoallv_schedule
+
+    m = np.asarray(splits, dtype=np.int64)
+    p = m.shape[0]
+    own = [alltoallv_schedule(p, r, m[r].tolist(), m[:, r].tolist(), int(m[r].sum()), int(m[:, r].sum()))
+           for r in range(p)]
+    buffers = {"input": int(m.sum(axis=1).max(initial=0)), "output": int(m.sum(axis=0).max(initial=0))}
+    return dataclasses.replace(own[0], buffers=buffers, ranks=tuple(own[r].ranks[r] for r in range(p)))
+
+
+def check_alltoallv(splits: np.ndarray) -> None:
+    """Run the merged pairwise_v Schedule (and its one-sided form) on distinct values: every rank's output
+    is the blocks every rank sent it, in rank order, and nothing past its own size is written. Raises
+    VerificationError."""
+    from ..errors import VerificationError
+    from .reference import run_numeric
+
+    m = np.asarray(splits, dtype=np.int64)
+    p = m.shape[0]
+    s = alltoallv_merged(m)
+    n_in, n_out = s.buffers["input"], s.buffers["output"]
+    inputs = [np.full(n_in, -1.0) for _ in range(p)]
+    for r in range(p):
+        inputs[r][: m[r].sum()] = r * 1_000_003.0 + np.arange(m[r].sum()) + 1.0
+    ioff = np.concatenate([np.zeros((p, 1), np.int64), np.cumsum(m, axis=1)], axis=1)  # ioff[i, j]
+    for form, sched in (("two-sided", s), ("one-sided", one_sided(s))):
+        state = run_numeric(sched, inputs, garbage=-7.0)
+        for r in range(p):
+            want = np.concatenate([inputs[j][ioff[j, r]: ioff[j, r] + m[j, r]] for j in range(p)] or [np.zeros(0)])
+            got = state[r]["output"]
+            k = int(m[:, r].sum())
+            if not np.array_equal(got[:k], want) or not np.all(got[k:] == -7.0):
+                bad = int(np.flatnonzero(np.r_[got[:k] != want, got[k:] != -7.0])[0])
+                raise VerificationError(f"{form}: rank {r} output element {bad} is {got[bad]!r}, expected "
+                                        f"{(np.r_[want, np.full(n_out - k, -7.0)])[bad]!r} (splits {m.tolist()})")
+
+
+def verify_alltoallv(max_ranks: int = 17) -> dict:
+    """pairwise_v on every split matrix of :func:`alltoallv_splits` at nranks 1..max_ranks; the result
+    has the form of :func:`verify_pair`'s."""
+    cases = 0
+    failures: list[str] = []
+    for p in range(1, max_ranks + 1):
+        for m in alltoallv_splits(p):
+            cases += 1
+            try:
+                check_alltoallv(m)
+            except Exception as exc:  # noqa: BLE001 - every failure is reported, none stops the run
+                failures.append(f"all_to_all/pairwise_v nranks={p} splits={m.tolist()}: {type(exc).__name__}: {exc}")
+    return {"collective": ALLTOALLV[0], "algorithm": ALLTOALLV[1], "cases": cases, "failures": failures}
