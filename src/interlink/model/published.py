@@ -36,7 +36,8 @@ class Published:
 
     @property
     def machine(self) -> str:
-        return re.sub(r"^\s*\d+\s*x\s*", "", self.topology)
+        """The preset measured (its options, such as the fabric, dropped)."""
+        return re.sub(r"^\s*\d+\s*x\s*", "", self.topology).split(":")[0]
 
 
 PUBLISHED: tuple[Published, ...] = (
@@ -64,8 +65,8 @@ PUBLISHED: tuple[Published, ...] = (
               "the NVLS Schedule over 72 GPUs at 0.74 x NVLink5 gives 997 (+19%): the measured rack reaches less "
               "of its NVLink bandwidth than NCCL's Blackwell NVLS efficiency says"),
     Published("C8", "all_reduce", 16 * G, "2xdgx-h100", None, None, 470.0, "NVIDIA/nccl-tests#309, 2 nodes H100, NVLSTree"),
-    Published("C11", "all_reduce", 8 * G, "4xdgx-h100", None, None, 320.0, "NVIDIA/nccl#1221, 4 nodes H100 8x400G RoCE",
-              "RoCE: the preset's fabric is InfiniBand NDR (no RoCE derating in the catalog)"),
+    Published("C11", "all_reduce", 8 * G, "4xdgx-h100:net=roce-400g", None, None, 320.0,
+              "NVIDIA/nccl#1221, 4 nodes H100 8x400G RoCE (the preset with its scale-out fabric RoCE v2 400 GbE)"),
     Published("C15", "all_reduce", G // 2, "248xhgx-h200", None, None, 350.0,
               "NVIDIA/nccl-tests#283, 248 nodes H200, 512M",
               "1,984 ranks: nccl_tree gives 279 (-20%), nvls_tree 213: each of the pipeline's ~150 steps "
