@@ -340,17 +340,18 @@ def _collnet_traffic(p: int, n: int, segments: int | None, local_size: int | Non
             if reduce:
                 np.add.at(red, dst, el)
 
-        def seg_at(s):
-            """(chunks j, their size of segment s[j]) where s is in range."""
-            s = np.broadcast_to(s, (L,))
-            ok = (s >= 0) & (s < S)
-            return lanes[ok], seg[lanes[ok], s[ok]]
+        def seg_at(s: int):
+            """(chunks j, their size of segment s) for every chunk, or none where s is out of range (every
+            chunk of a host is at the same segment in a round)."""
+            if 0 <= s < S:
+                return lanes, seg[:, s]
+            return lanes[:0], seg[:0, 0]
 
         if not chain:
             if L > 1:  # the host's parts to the owner (reduced there), then the result back (channel 1)
                 q = lanes[None, :]
                 for s_, up in ((k - 1, True), (k - 3, False)):
-                    j, el = seg_at(np.full(L, s_))
+                    j, el = seg_at(s_)
                     if j.size:
                         jj, qq = np.broadcast_arrays(j[:, None], q)
                         keep = jj != qq
@@ -366,19 +367,19 @@ def _collnet_traffic(p: int, n: int, segments: int | None, local_size: int | Non
             if L > 1:  # up the chains (position pos of chunk j's chain: local rank (j + 1 + pos) % L)
                 pos = np.arange(1, L, dtype=np.int64)
                 for pp in pos.tolist():
-                    j, el = seg_at(np.full(L, k - pp))
+                    j, el = seg_at(k - pp)
                     if j.size:
                         emit(hosts + (j + pp) % L, hosts + (j + pp + 1) % L, el[None, :], 0, -1, j[None, :],
                              reduce=True)
                 for d in range(1, L):  # back down (channel 1; the first hop hands over from channel 0)
-                    j, el = seg_at(np.full(L, k - L - d))
+                    j, el = seg_at(k - L - d)
                     if j.size:
                         emit(hosts + (j + 1 - d) % L, hosts + (j - d) % L, el[None, :], 1, 0 if d == 1 else -1,
                              j[None, :])
             sw = k - L
         down = None
         if H > 1:
-            j, el = seg_at(np.full(L, sw))
+            j, el = seg_at(sw)
             if j.size:
                 g = hosts + j[None, :]
                 emit(g, np.full(g.shape, SW, np.int64), el[None, :], 0, -1, j[None, :])
