@@ -12,6 +12,7 @@ from interlink.algorithms import get_schedule, one_sided, two_sided, verify_sche
 from interlink.algorithms.hostpage import HOST_PAGE, host_plan
 from interlink.algorithms.schedule import Get, Round, Schedule
 from interlink.errors import ScheduleError, VerificationError
+from interlink.runtime.pageplan import LOCAL, Move, PutOp, compile_page
 
 CASES = [("all_reduce", "fast"), ("broadcast", "fast"), ("all_gather", "fast"), ("reduce_scatter", "fast"),
          ("barrier", "fast"), ("all_reduce", "fast_once"), ("all_reduce", "fast2"), ("all_reduce", "fastd"), ("broadcast", "fastd"),
@@ -29,7 +30,7 @@ def test_host_page_schedules_verify(coll: str, algo: str) -> None:
                 verify_schedule(one_sided(s), dtypes=(np.float64,))
                 verify_schedule(two_sided(s), dtypes=(np.int64,))
                 for r in range(p):
-                    host_plan(s, r)
+                    compile_page(s, r) if algo == "fastd" else host_plan(s, r)
     assert {a for _, a in CASES} == set(HOST_PAGE)
 
 
@@ -54,7 +55,8 @@ def test_a_dropped_read_fails_verification() -> None:
 def test_host_plan_reads_the_split_and_refuses_what_it_cannot_run() -> None:
     s = get_schedule("all_reduce", "fast2", 3, 10)
     assert host_plan(s, 1)["slices"] == [(0, 4), (4, 3), (7, 3)]
-    assert host_plan(get_schedule("broadcast", "fastd", 4, 10, 2), 0)["cut"] == 8
+    with pytest.raises(ScheduleError, match="step by step"):
+        host_plan(get_schedule("broadcast", "fastd", 4, 10, 2), 0)
     assert host_plan(get_schedule("all_reduce", "fast_once", 4, 10, 3), 1)["reducer"] == 3
     # a round-2 read of a peer's slice into another place: not the executor's form
     moved = _mutate(s, 1, 2, lambda st: [Get(x.peer, type(x.src)("scratch", x.src.offset + 1, x.src.count - 1),
@@ -68,3 +70,34 @@ def test_host_plan_reads_the_split_and_refuses_what_it_cannot_run() -> None:
     twice = _mutate(f, 0, 1, lambda st: [Get(1, x.src, x.dst, x.reduce) for x in st])
     with pytest.raises(ScheduleError, match="host-page executor cannot run"):
         host_plan(twice, 0)
+
+
+def test_fastd_compiles_into_the_steps_of_its_schedule() -> None:
+    """compile_page keeps the reference interpreter's order (one-sided steps, then local ones), fuses the
+    steps into one destination into one chain, and knows who waits for whom."""
+    # broadcast, 4 ranks, root 2, 10 elements: the receivers pull [0, 8), the root pushes [8, 10)
+    s = get_schedule("broadcast", "fastd", 4, 10, 2)
+    root = compile_page(s, 2)
+    assert [type(op) for op in root.rounds[0].ops] == [PutOp] * 3
+    assert [(op.peer, op.off, op.count, op.dst_off) for op in root.rounds[0].ops] == [(0, 8, 2, 8), (1, 8, 2, 8),
+                                                                                      (3, 8, 2, 8)]
+    assert root.readers == (0, 1, 3) and root.rounds[0].waits == ()
+    recv = compile_page(s, 0)
+    (mv,) = recv.rounds[0].ops
+    assert (mv.buf, mv.off, mv.count) == (1, 0, 8) and mv.srcs[0].peer == 2 and not mv.srcs[0].reduce
+    assert recv.rounds[0].waits == (2,) and recv.readers == () and recv.reads_input_of == (2,)
+    # reduce_scatter, 3 ranks: rank 1's block from rank 0 (copied), rank 2 (reduced), its own (reduced) last
+    rs = compile_page(get_schedule("reduce_scatter", "fastd", 3, 5), 1)
+    (chain,) = rs.rounds[0].ops
+    assert [(x.peer, x.off, x.reduce) for x in chain.srcs] == [(0, 5, False), (2, 5, True), (LOCAL, 5, True)]
+    # all_reduce, 3 ranks: reduce the own slice, then (after the peers' first round) copy theirs out
+    ar = compile_page(get_schedule("all_reduce", "fastd", 3, 10), 0)
+    # (round 1 reads the peers' inputs: it runs on from round 0; round 2 reads their outputs: it waits)
+    assert [(rnd.first, rnd.end, rnd.before) for rnd in ar.rounds] == [(0, 2, ()), (2, 3, (1, 2))]
+    assert ar.rounds[0].early and isinstance(ar.rounds[0].early[0], Move)
+    assert ar.readers == (1, 2)
+    # what the host page cannot run is refused before any byte moves
+    with pytest.raises(ScheduleError, match="host page runs"):
+        compile_page(get_schedule("all_reduce", "ring", 3, 10), 0)
+    with pytest.raises(ScheduleError, match="scratch"):
+        compile_page(get_schedule("all_reduce", "fast2", 3, 10), 0)

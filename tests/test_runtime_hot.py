@@ -260,6 +260,7 @@ def _uneven_split_suite(rank: int, world: int, sizes: tuple) -> dict:
                 b.get(0, r, root, inp(0, count), out(0, count))
         return b.build()
 
+    fn_of = {"all_reduce": fastd, "broadcast": bc_pull_all}
     for (coll, algo), fn in ((("all_reduce", "fast2"), fast2), (("all_reduce", "fastd"), fastd),
                              (("broadcast", "fastd"), bc_pull_all)):
         e = registry.get_entry(coll, algo)
@@ -277,9 +278,15 @@ def _uneven_split_suite(rank: int, world: int, sizes: tuple) -> dict:
         dist.broadcast(b, src=world - 1)
         if not np.array_equal(b, xs[-1]):
             fails.append(f"rank {rank}: broadcast n={n}")
+    from interlink.runtime.pageplan import compile_page
+
     for key, sc in g._fast.shapes.items():
         if sc and sc.schedule is not None:
-            splits[sc.sigb.decode().split()[0] + f" n={sc.count}"] = (sc.split, sc.cut)
+            # fastd runs the program of the registered (here: swapped) builder's Schedule
+            if sc.program is not None and sc.program != compile_page(fn_of[sc.schedule.collective](
+                    world, sc.schedule.count, sc.schedule.root), rank):
+                fails.append(f"rank {rank}: {sc.sigb!r} does not run its Schedule's steps")
+            splits[sc.sigb.decode().split()[0] + f" n={sc.count}"] = (sc.split, sc.program)
     dist.destroy()
     return {"fails": fails, "splits": splits, "hostpage": hostpage.HOST_PAGE}
 
@@ -298,5 +305,11 @@ def test_host_paths_follow_their_schedules(nranks: int) -> None:
     want = lambda n: [n * sum(([2] + [1] * (nranks - 1))[:i]) // (nranks + 1) for i in range(nranks)] + [n]  # noqa: E731
     assert sp["all_reduce:fast2 n=1001"][0] == want(1001), sp
     if "all_reduce:fastd n=30011" in sp:  # fastd needs cross-memory attach between the ranks
-        assert sp["all_reduce:fastd n=30011"][0] == want(30011), sp
-        assert sp["broadcast:fastd n=30011"][1] == 30011, sp  # the variant's receivers pull everything
+        # rank 0 reduces its (doubled) slice, then copies the others' slices out after their rounds
+        prog = sp["all_reduce:fastd n=30011"][1]
+        (own,) = prog.rounds[0].ops
+        assert len(prog.rounds[1].ops) == nranks - 1, prog
+        assert (own.off, own.count) == (0, want(30011)[1]), prog
+        # the variant's receivers pull everything (rank 0 is one: the root is the last rank)
+        (pull,) = sp["broadcast:fastd n=30011"][1].rounds[0].ops
+        assert (pull.off, pull.count) == (0, 30011), sp

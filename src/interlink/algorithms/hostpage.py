@@ -1,8 +1,9 @@
 """The shared-memory paths of an all-local group, as one-sided Schedules over registered memory.
 
-The runtime's latency and one-host bandwidth paths (runtime/fastpath.py) are these Schedules, compiled
-into per-shape plans there (:func:`interlink.runtime.fastpath.compile_hostpage`); the reference
-interpreter verifies them, the cost model prices them from their steps, the simulator runs them.
+The runtime's latency and one-host bandwidth paths (runtime/fastpath.py) are these Schedules: ``fastd``
+runs step by step (each rank's steps compiled by :func:`interlink.runtime.pageplan.compile_page`), the
+slot paths from per-shape plans read off their Schedule (:func:`host_plan`); the reference interpreter
+verifies them, the cost model prices them from their steps, the simulator runs them.
 A rank's ``scratch`` buffer here is its *slot* on the host page (shared memory every local rank maps:
 registered memory), so a peer's Get of ``scratch`` reads that slot in place; a Get of ``input`` or
 ``output`` reads the rank's own buffer (mapped in place when it lives in an ``interlink.empty`` arena,
@@ -27,8 +28,8 @@ else by cross-memory attach), and a Put writes into the peer's buffer the same w
   every peer's input, then copies the other slices from their owners' outputs (``twoshot``, one-sided,
   without scratch). broadcast: the receivers pull the first p-1/p of the payload from the root while the
   root pushes the last 1/p into every receiver (on 2 ranks each moves half). all_gather: every rank
-  pushes its block into every peer's output. reduce_scatter: every rank reduces its block reading it
-  from every peer's input.
+  pushes its block into every peer's output. reduce_scatter: every rank reads its block from every
+  peer's input (the first straight into its output) and reduces its own in last.
 
 Where they are used (sizes, flags) is the runtime's policy (runtime/policy.py, FastPath.takes); the
 tuner never picks them for a group that is not all on one host's shared page (:data:`HOST_PAGE`).
@@ -215,22 +216,32 @@ def all_gather_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
 
 @register("reduce_scatter", "fastd")
 def reduce_scatter_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
-    """1 exchange from the ranks' own buffers: every rank reduces its block reading it from every peer's input."""
+    """1 exchange from the ranks' own buffers: every rank reads its block from every peer's input and reduces its own in last."""
     p, m = nranks, count
     b = Builder("reduce_scatter", "fastd", p, m, root)
     for r in range(p):
-        b.copy(0, r, inp(r * m, m), out(0, m))
-        for j in _others(p, r):
+        if p == 1:
+            b.copy(0, r, inp(0, m), out(0, m))
+            continue
+        # the first peer's block is read straight into the output (round 0), the others' reduced into
+        # it and its own block last (round 1; read from its input: no copy of it first; 2 ranks, 1 MiB:
+        # 86-96 -> 69-80 us). Inputs are read-only, so round 1 waits for nobody: the runtime runs both
+        # rounds as one pass over the block (runtime/pageplan.py)
+        first, *rest = _others(p, r)
+        b.get(0, r, first, inp(r * m, m), out(0, m))
+        for j in rest:
             b.get(1, r, j, inp(r * m, m), out(0, m), reduce=True)
+        b.reduce(1, r, inp(r * m, m), out(0, m))
     return b.build()
 
 
 # ---- what the host-page executor reads of a Schedule --------------------------------------------------
 
 def host_plan(s: Schedule, rank: int) -> dict:
-    """What the runtime's host-page executor (runtime/fastpath.py) takes from this rank's program of a
-    Schedule of this module: ``slices`` (the (offset, count) of every rank's slice, rank order: fast2 and
-    fastd all_reduce), ``cut`` (fastd broadcast), ``reducer`` (fast_once).
+    """What the runtime's slot executor (runtime/fastpath.py) takes from this rank's program of a ``fast``,
+    ``fast_once`` or ``fast2`` Schedule: ``slices`` (the (offset, count) of every rank's slice, rank order:
+    fast2), ``reducer`` (fast_once). ``fastd`` is not read this way: the runtime runs its steps
+    (runtime/pageplan.py).
     Checks that the program has the form that executor runs (a slot write, then reads of every peer's
     slot or buffer; the two-phase write-back; pushes with their signals) and raises ScheduleError
     naming the step where it does not: the executor never runs a Schedule it does not match."""
@@ -241,6 +252,9 @@ def host_plan(s: Schedule, rank: int) -> dict:
     where = f"{coll}/{algo}"
     if algo not in HOST_PAGE:
         raise ScheduleError(f"{where}: not a host-page Schedule ({', '.join(sorted(HOST_PAGE))})", op=where)
+    if algo == "fastd":
+        raise ScheduleError(f"{where}: fastd runs step by step from its Schedule (runtime/pageplan.py), "
+                            "not from a plan of this form", op=where)
     prog = [list(rnd.steps) for rnd in s.ranks[rank]]
     peers = [j for j in range(p) if j != rank]
 
@@ -257,7 +271,7 @@ def host_plan(s: Schedule, rank: int) -> dict:
         for st in rnd:
             if not isinstance(st, known):
                 raise bad(f"round {k} has a {type(st).__name__} step")
-    if algo in ("fast2", "fastd") and coll == "all_reduce":
+    if algo == "fast2":
         # round 1: my slice, reduced from every peer (slot or input); round 2: every other slice from its owner
         r1 = steps(Get, 1) if p > 1 else []
         mine = {(st.dst.offset, st.dst.count) for st in r1}
@@ -287,16 +301,8 @@ def host_plan(s: Schedule, rank: int) -> dict:
         if p > 1 and n and read != (peers if rank == red else [red]):
             raise bad("the reducer must read every peer's slot and the others the reducer's result slot")
         out["reducer"] = red
-    elif coll == "broadcast" and algo == "fastd":
-        gets = [st for rnd in prog for st in rnd if isinstance(st, Get)]
-        puts = [st for rnd in prog for st in rnd if isinstance(st, Put)]
-        cut = gets[0].src.count if gets else (puts[0].src.offset if puts else n)
-        if any(g.src.offset != 0 or g.src.count != cut for g in gets) or \
-                any(u.src.offset != cut or u.src.count != n - cut for u in puts):
-            raise bad("the receivers must pull [0, cut) and the root push [cut, n)")
-        out["cut"] = cut
     else:
-        # fast (and fastd all_gather / reduce_scatter): the reads of the last round cover each peer once
+        # fast: the reads of the last round cover each peer once
         reads = [st for rnd in prog for st in rnd if isinstance(st, (Get, Put))]
         if coll != "barrier" and n and p > 1:
             if coll == "broadcast":
@@ -462,5 +468,10 @@ def reduce_scatter_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traf
     p, m = nranks, count
     ph = _Phases(p)
     if m > 0 and p > 1:
-        _gets(ph, p, np.full(p, m, dtype=np.int64), np.full(p, (p - 1) * m, dtype=np.int64))
+        rd, wr = _pairs(p)
+        first = np.where(np.arange(p) == 0, 1, 0)  # each reader's first peer: copied in round 0
+        ph.add(first, np.arange(p, dtype=np.int64), np.full(p, m, dtype=np.int64), None, by=RECEIVER)
+        rest = wr != first[rd]  # round 1: the other peers and the own block, reduced
+        ph.add(wr[rest], rd[rest], np.full(int(rest.sum()), m, dtype=np.int64),
+               np.full(p, (p - 1) * m, dtype=np.int64), by=RECEIVER)
     return ph.traffic("reduce_scatter", "fastd", m)

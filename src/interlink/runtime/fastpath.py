@@ -36,16 +36,17 @@ from ..algorithms import registry
 from ..algorithms.hostpage import host_plan
 from ..errors import CollectiveMismatchError
 from ..ops import ReduceOp, finish_avg, ufunc
-from ..transport import shmalloc
+from ..transport import cma, shmalloc
 from ..transport.base import MsgHeader
 from . import policy
 from .engine import BELL_TIMEOUT, Engine
+from .pageplan import IN, LOCAL, OUT, ROUND_STRIDE, PutOp, compile_page
 
 # slot header, u64 words: fast seq (published last), phase-2 seq, group seq, crc, nbytes, (one reserved);
 # the signature text from byte 48; words 16..21: pid, address, arena serial, fd, offset and size of the
 # writer's own buffer (the paths that read it in place); word 22: the address of the rank's output (the
 # paths that push into it)
-SEQ, PH2, GSEQ, CRC, NBYTES = 0, 1, 2, 3, 4
+SEQ, PH2, GSEQ, CRC, NBYTES, RD = 0, 1, 2, 3, 4, 5
 SIG_OFF = 48
 SIG_BYTES = 80
 DESC = 16
@@ -73,7 +74,7 @@ class Small:
     the typed views of the slots it reads and writes, made once so that a call does no lookups."""
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
-                 "avg", "stream", "count", "block", "root", "direct", "split", "res", "cut", "schedule")
+                 "avg", "stream", "count", "block", "root", "direct", "split", "res", "schedule", "program")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -95,8 +96,8 @@ class Small:
         self.direct = False  # too large for a slot: peers read this rank's own buffer (fastd)
         self.split: Optional[list] = None  # the two-phase all_reduce: where each rank's slice starts
         self.res: Optional[list] = None  # [parity] -> the shared result slot (all_reduce reduced once)
-        self.cut = 0  # a fastd broadcast: receivers pull [0, cut), the root pushes [cut, count)
         self.schedule: Any = None  # the Schedule this call shape runs (algorithms/hostpage.py)
+        self.program: Any = None  # fastd: this rank's program of it (runtime/pageplan.py)
 
 
 class FastPath:
@@ -117,6 +118,7 @@ class FastPath:
         # broadcast, root and receiver each moving half, 72.7 -> 34.6 us; reduce_scatter 93 -> 86 us)
         self.move_max = min(self.page.fast_max, policy.slots_max_bytes_two_ranks()) if self.n == 2 else self.page.fast_max
         self.chunk = policy.fast_chunk_bytes()
+        self.cma_piece = 64 * self.chunk  # bytes per cross-memory read or write (8 MiB)
         self.f = 0  # fast-path calls so far (the same on every rank)
         self.headers = [[self.page.slot_header(i, q) for q in (0, 1)] for i in range(self.n)]
         self.peers = [i for i in range(self.n) if i != self.me]
@@ -300,17 +302,17 @@ class FastPath:
         sc.schedule = registry.get_schedule(NAMES[kind], path, self.n,
                                             count // self.n if kind == RS else 0 if kind == BAR else count,
                                             self.n - 1 if once else root)
-        hp = host_plan(sc.schedule, me)
-        if "slices" in hp:
-            sc.split = [off for off, _ in hp["slices"]] + [count]
-        sc.cut = hp.get("cut", 0)
         if kind in (AR, RS):
             sc.fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op)
             sc.avg = op is ReduceOp.AVG
         sc.block = count // self.n
-        if direct:
+        if direct:  # run step by step from the Schedule (runtime/pageplan.py)
             sc.direct = True
+            sc.program = compile_page(sc.schedule, me)
             return sc
+        hp = host_plan(sc.schedule, me)
+        if "slices" in hp:
+            sc.split = [off for off, _ in hp["slices"]] + [count]
         if big and kind != AR:
             sc.stream = max(1, self.chunk // dt.itemsize)
         rows = [self.page.stacked(q, dt, count) for q in (0, 1)] if kind != BAR else []
@@ -343,7 +345,7 @@ class FastPath:
             self._wait(lambda: int(done.min()) >= f - 2, lambda: [i for i in self.peers if int(done[i]) < f - 2],
                        time.monotonic() + timeout, seq, sc.sigb)
         if sc.direct:
-            return self._direct(sc, a, out, f, q, seq, timeout)
+            return self._program(sc, a, out, f, q, seq, timeout)
         if sc.stream:
             return self._streamed(sc, a, out, f, q, seq, timeout)
         if sc.sends:
@@ -556,110 +558,141 @@ class FastPath:
         if serial:
             self._await_readers(f, seq, sc, timeout)
 
-    def _direct(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, q: int, seq: int,
-                timeout: float) -> None:
-        """A broadcast, all_gather or reduce_scatter too large for a slot, in one copy: every rank
-        publishes the addresses of its input and output with its header; readers copy (or, in pieces that
-        stay in cache, reduce) straight out of the writers' buffers, mapped in place when they live in an
-        interlink.empty arena, else by cross-memory attach; a writer returns only when every reader is
-        done with its buffer. all_gather pushes instead: every rank writes its block into every peer's
-        output (process_vm_writev: the block is in the writer's cache). A broadcast's root pushes the last
-        1/p of the payload into every receiver while the receivers pull the rest: on 2 ranks each moves
-        half, both cores copy at once."""
-        from ..transport import cma
-        from ..transport.base import PeerClosed
-
+    def _program(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, q: int, seq: int,
+                 timeout: float) -> None:
+        """A call too large for a slot (fastd), run step by step from its Schedule's program for this rank
+        (runtime/pageplan.py): every rank publishes the addresses of its input and output with its header;
+        each Move walks its destination a cache-sized piece at a time through its sources (this rank's
+        buffers; a peer's input mapped in place when it lives in an interlink.empty arena; else the peer's
+        memory by cross-memory attach), each PutOp writes into a peer's output by cross-memory attach.
+        Between rounds a rank waits only for the peers the next round touches; it returns when every peer
+        that reads its buffers is done."""
+        prog = sc.program
         W = self.W
-        kind, me, n = sc.kind, self.me, self.n
         flat = a.reshape(-1)
-        dst = out.ctypes.data if kind == AG else flat.ctypes.data if kind == BC else 0
-        self._announce(sc, flat, f, q, seq, self._arena(sc, flat), dst)
-        if kind == AG:  # this rank's own block needs no peer: copy it while the peers arrive
-            c = sc.count
-            own = out.reshape(-1)[me * c:(me + 1) * c]
-            if own.__array_interface__["data"][0] != flat.__array_interface__["data"][0]:
-                own[...] = flat
+        o = flat if out is None else out.reshape(-1)
+        bufs = (flat, o)
+        self._announce(sc, flat, f, q, seq, self._arena(sc, flat), o.ctypes.data)
+        rounds = prog.rounds
+        for op in rounds[0].early if rounds else ():
+            self._op(sc, op, bufs, {}, q)
         self._gather_headers(sc, f, q, seq, timeout)
-        isz = a.dtype.itemsize
-        piece = max(1, 64 * self.chunk // isz)  # elements per cross-memory read (8 MiB)
-        writers = [sc.root] if kind == BC else [] if kind == AG else range(n)  # the ranks this one reads
-        mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in writers if i != me}
+        mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in prog.reads_input_of}
+        base = ROUND_STRIDE * f
+        rd = self.my_w[q] + RD
+        for rnd in rounds:  # rounds first..end-1 of the Schedule; the progress word counts them
+            if rnd.before:
+                self._await_round(rnd.before, q, base + rnd.first, seq, sc, timeout)
+            for op in rnd.ops:
+                self._op(sc, op, bufs, mapped, q)
+            self._set(rd, base + rnd.end)
+            if rnd.waits:
+                self._await_round(rnd.waits, q, base + rnd.end, seq, sc, timeout)
+        self._set(self.done_w, f)
+        if prog.readers:  # my buffers must outlive every reader's copy
+            self._await_readers(f, seq, sc, timeout, list(prog.readers))
+        if sc.avg:  # the sums, divided once every reader has them (each rank divides the same bits)
+            finish_avg(o, self.n)
 
-        def cross(i: int, word: int, off: int, buf: np.ndarray, write: bool) -> None:
-            """buf <-> rank i's buffer (its input: word DESC + 1, its output: DESC + 6) from element off,
-            by cross-memory attach in pieces; PeerClosed naming rank i when it fails."""
-            w = self.slot_w[i][q]
-            pid, base = W[w + DESC], W[w + word] + off * isz
-            try:
+    def _await_round(self, peers: tuple, q: int, v: int, seq: int, sc: Small, timeout: float) -> None:
+        """Wait until every one of peers has finished the rounds progress value v says (pageplan)."""
+        W = self.W
+        ws = [(i, self.slot_w[i][q] + RD) for i in peers]
+        if any(W[w] < v for _, w in ws):
+            self._wait(lambda: all(W[w] >= v for _, w in ws), lambda: [i for i, w in ws if W[w] < v],
+                       time.monotonic() + timeout, seq, sc.sigb)
+
+    def _cross(self, i: int, q: int, word: int, off: int, buf: np.ndarray, write: bool) -> None:
+        """buf <-> rank i's buffer (its input: word DESC + 1, its output: DESC + 6) from element off, by
+        cross-memory attach in pieces of 64 chunks; PeerClosed naming rank i when it fails."""
+        W = self.W
+        isz = buf.dtype.itemsize
+        piece = self.cma_piece // isz
+        w = self.slot_w[i][q]
+        pid, base = W[w + DESC], W[w + word] + off * isz
+        move = cma.write if write else cma.read
+        try:
+            if buf.size <= piece:
+                move(pid, base, buf.ctypes.data, buf.nbytes)
+            else:
                 for lo in range(0, buf.size, piece):
                     part = buf[lo:lo + piece]
-                    (cma.write if write else cma.read)(pid, base + lo * isz, part.ctypes.data, part.nbytes)
-            except OSError as e:
-                raise PeerClosed(self.members[i], f"({'writing into' if write else 'reading'} its buffer failed: "
-                                                  f"{e})") from None
+                    move(pid, base + lo * isz, part.ctypes.data, part.nbytes)
+        except OSError as e:
+            from ..transport.base import PeerClosed
 
-        def read(i: int, off: int, dst: np.ndarray) -> None:  # dst <- rank i's input from element off
-            v = mapped.get(i)
+            raise PeerClosed(self.members[i], f"({'writing into' if write else 'reading'} its buffer failed: "
+                                              f"{e})") from None
+
+    def _op(self, sc: Small, op: Any, bufs: tuple, mapped: dict, q: int) -> None:
+        """One operation of a page program (pageplan.Move or PutOp) on this call's buffers."""
+        if isinstance(op, PutOp):
+            if op.count:
+                self._cross(op.peer, q, DESC + 6, op.dst_off, bufs[op.buf][op.off:op.off + op.count], True)
+            return
+        n = op.count
+        if n == 0:
+            return
+        dst = bufs[op.buf][op.off:op.off + n]
+        W = self.W
+        srcs = []  # per source: (a view to read, or None: cross-memory attach (peer, word, off)), reduce
+        for s in op.srcs:
+            if s.peer == LOCAL:
+                srcs.append((bufs[s.buf][s.off:s.off + n], None, s.reduce))
+                continue
+            v = mapped.get(s.peer)
+            if v is not None and s.buf == OUT:  # a peer's output is its mapped input only when they are one
+                w = self.slot_w[s.peer][q] + DESC
+                if W[w + 6] != W[w + 1]:
+                    v = None
             if v is not None:
-                dst[...] = v[off:off + dst.size]
+                srcs.append((v[s.off:s.off + n], None, s.reduce))
             else:
-                cross(i, DESC + 1, off, dst, False)
-
-        def push(i: int, off: int, src: np.ndarray) -> None:  # rank i's output from element off <- src
-            cross(i, DESC + 6, off, src, True)
-
-        if kind == AR:
-            return self._direct_all_reduce(sc, flat, f, q, seq, timeout, mapped, read)
-        if kind == BC:
-            cut = sc.cut  # receivers pull [0, cut), the root pushes [cut, count): the Schedule's split
-            if sc.sends:
-                for k in range(1, n):
-                    push((me + k) % n, cut, flat[cut:])
-            else:
-                read(sc.root, 0, flat[:cut])
-        elif kind == AG:
-            for k in range(1, n):
-                push((me + k) % n, me * sc.count, flat)
-        else:  # reduce_scatter, in rank order, a cache-sized piece at a time
-            m = sc.block
-            dst = out.reshape(-1)
-            step = max(1, 2 * self.chunk // isz)  # 256 KiB: read and reduced while in cache
-            fn = sc.fn
-            # rank order, but rank 0 takes rank 1 first (x1 op x0 equals x0 op x1 for every op, and each
-            # block is reduced by one rank only): like the others it reads a peer straight into its
-            # output instead of copying its own block there first (2 ranks, 1 MiB: 86-96 -> 69-80 us)
-            order = [1, 0, *range(2, n)] if me == 0 and n > 1 else range(n)
-            # in place (output = input[me*m:(me+1)*m]) the destination is this rank's own block: each piece
-            # of it is saved before a peer's block is read over it (same order, same bits as out of place)
-            own = m > 0 and np.may_share_memory(dst, flat)
-            for lo in range(0, m, step):
-                hi = min(lo + step, m)
-                acc = dst[lo:hi]
-                both = self._scratch(2 * (hi - lo) * isz).view(a.dtype)
-                tmp = both[:hi - lo]
-                mine = flat[me * m + lo:me * m + hi]
-                if own:
-                    saved = both[hi - lo:]
-                    saved[...] = mine
-                    mine = saved
-                for k, i in enumerate(order):
-                    if i == me:
-                        src = mine
-                    elif mapped.get(i) is not None:
-                        src = mapped[i][me * m + lo:me * m + hi]
+                srcs.append((None, (s.peer, DESC + 1 if s.buf == IN else DESC + 6, s.off), s.reduce))
+        if len(srcs) == 1 and not srcs[0][2]:  # one copy
+            view, far, _ = srcs[0]
+            if view is None:
+                self._cross(far[0], q, far[1], far[2], dst, False)
+            elif view.__array_interface__["data"][0] != dst.__array_interface__["data"][0]:
+                dst[...] = view
+            return
+        # a chain: the destination a piece at a time (it stays in cache across the sources)
+        isz = dst.dtype.itemsize
+        fn = sc.fn
+        for j, (view, _, _) in enumerate(srcs):  # a local source that overlaps the destination otherwise
+            if view is not None and np.may_share_memory(view, dst) and \
+                    view.__array_interface__["data"][0] != dst.__array_interface__["data"][0]:
+                srcs[j] = (view.copy(), None, srcs[j][2])  # than element for element: read it first
+        # a source that is the destination itself (in place: this rank's own chunk) is read from a copy of
+        # each piece when an earlier source has written over it
+        aligned = {j for j, (view, _, _) in enumerate(srcs) if view is not None and np.may_share_memory(view, dst)}
+        save = any(j > 0 for j in aligned)
+        step = max(1, 2 * self.chunk // isz)
+        for lo in range(0, n, step):
+            hi = min(lo + step, n)
+            acc = dst[lo:hi]
+            both = self._scratch(2 * (hi - lo) * isz).view(dst.dtype)
+            tmp = both[:hi - lo]
+            if save:
+                saved = both[hi - lo:]
+                saved[...] = acc
+            for j, (view, far, red) in enumerate(srcs):
+                if view is not None:
+                    if j in aligned:
+                        if j == 0 and not red:
+                            continue  # the destination already holds it
+                        src = saved if j > 0 else acc
                     else:
-                        src = acc if k == 0 else tmp
-                        read(i, me * m + lo, src)
-                    if k == 0:
-                        if src is not acc:
-                            acc[...] = src
-                    else:
+                        src = view[lo:hi]
+                    if red:
                         fn(acc, src, out=acc)
-            if sc.avg:
-                finish_avg(dst, n)
-        self._set(self.done_w, f)
-        if sc.sends or kind == BC:  # my buffer must outlive every reader's copy; a receiver's, the root's push
-            self._await_readers(f, seq, sc, timeout, None if sc.sends else [sc.root])
+                    else:
+                        acc[...] = src
+                elif not red:
+                    self._cross(far[0], q, far[1], far[2] + lo, acc, False)
+                else:
+                    self._cross(far[0], q, far[1], far[2] + lo, tmp, False)
+                    fn(acc, tmp, out=acc)
 
     def _scratch(self, nbytes: int) -> np.ndarray:
         """nbytes of this rank's scratch (kept between calls: fresh pages fault)."""
@@ -694,36 +727,3 @@ class FastPath:
                 flat[lo[i]:lo[i + 1]] = view[i, lo[i]:lo[i + 1]]
         if sc.avg:
             finish_avg(flat, self.n)
-
-    def _direct_all_reduce(self, sc: Small, a: np.ndarray, f: int, q: int, seq: int, timeout: float,
-                           mapped: dict, read: Any) -> None:
-        """DeepSpeed's and vLLM's shared-memory all_reduce on the ranks' own buffers, in place: each rank
-        reduces its 1/p slice into its own buffer reading that slice of every peer's buffer (mapped when
-        it lives in an interlink.empty arena, else in cache-sized pieces by cross-memory attach), marks
-        phase 2, and once every rank has, copies the other slices from their owners. Every slice is
-        reduced by one rank, so every rank ends with the same bits. A rank returns when every peer has
-        finished reading its buffer."""
-        me, n, isz = self.me, self.n, a.dtype.itemsize
-        lo_of = sc.split  # each rank's slice: the Schedule's
-        lo, hi = lo_of[me], lo_of[me + 1]
-        fn = sc.fn
-        step = max(1, 2 * self.chunk // isz)  # 256 KiB pieces: read and reduced while in cache
-        for plo in range(lo, hi, step):
-            phi = min(plo + step, hi)
-            acc = a[plo:phi]
-            for i in self.peers:
-                v = mapped.get(i)
-                if v is not None:
-                    fn(acc, v[plo:phi], out=acc)
-                else:
-                    tmp = self._scratch((phi - plo) * isz).view(a.dtype)
-                    read(i, plo, tmp)
-                    fn(acc, tmp, out=acc)
-        if sc.avg:
-            finish_avg(a[lo:hi], n)
-        self._phase2(f, q, seq, sc, timeout)
-        for k in range(1, n):
-            i = (me + k) % n
-            read(i, lo_of[i], a[lo_of[i]:lo_of[i + 1]])
-        self._set(self.done_w, f)
-        self._await_readers(f, seq, sc, timeout)
