@@ -10,7 +10,7 @@ import pytest
 
 from interlink.algorithms import get_schedule, one_sided, two_sided, verify_schedule
 from interlink.algorithms.hostpage import HOST_PAGE, host_plan
-from interlink.algorithms.schedule import Get, Round, Schedule
+from interlink.algorithms.schedule import Chunk, Copy, Get, Round, Schedule
 from interlink.errors import ScheduleError, VerificationError
 from interlink.runtime.pageplan import LOCAL, Move, PutOp, compile_page
 
@@ -72,10 +72,10 @@ def test_host_plan_reads_the_split_and_refuses_what_it_cannot_run() -> None:
         host_plan(twice, 0)
 
 
-def test_fastd_compiles_into_the_steps_of_its_schedule() -> None:
+def test_host_paths_compile_into_the_steps_of_their_schedule() -> None:
     """compile_page keeps the reference interpreter's order (one-sided steps, then local ones), fuses the
-    steps into one destination into one chain, and knows who waits for whom."""
-    # broadcast, 4 ranks, root 2, 10 elements: the receivers pull [0, 8), the root pushes [8, 10)
+    steps into one destination into one chain, and waits only on the Schedule's dependencies."""
+    # broadcast fastd, 4 ranks, root 2, 10 elements: the receivers pull [0, 8), the root pushes [8, 10)
     s = get_schedule("broadcast", "fastd", 4, 10, 2)
     root = compile_page(s, 2)
     assert [type(op) for op in root.rounds[0].ops] == [PutOp] * 3
@@ -85,19 +85,36 @@ def test_fastd_compiles_into_the_steps_of_its_schedule() -> None:
     recv = compile_page(s, 0)
     (mv,) = recv.rounds[0].ops
     assert (mv.buf, mv.off, mv.count) == (1, 0, 8) and mv.srcs[0].peer == 2 and not mv.srcs[0].reduce
-    assert recv.rounds[0].waits == (2,) and recv.readers == () and recv.reads_input_of == (2,)
-    # reduce_scatter, 3 ranks: rank 1's block from rank 0 (copied), rank 2 (reduced), its own (reduced) last
+    assert recv.rounds[0].waits == (2,) and recv.readers == () and recv.maps == (2,)
+    # reduce_scatter fastd, 3 ranks: rank 1's block from rank 0 (copied), rank 2 (reduced), its own
+    # (reduced) last; the second round reads inputs only, so it runs on from the first as one chain
     rs = compile_page(get_schedule("reduce_scatter", "fastd", 3, 5), 1)
     (chain,) = rs.rounds[0].ops
     assert [(x.peer, x.off, x.reduce) for x in chain.srcs] == [(0, 5, False), (2, 5, True), (LOCAL, 5, True)]
-    # all_reduce, 3 ranks: reduce the own slice, then (after the peers' first round) copy theirs out
+    # all_reduce fastd, 3 ranks: reduce the own slice, then (once each peer has finished its slice, its
+    # second round) copy theirs out of their outputs
     ar = compile_page(get_schedule("all_reduce", "fastd", 3, 10), 0)
-    # (round 1 reads the peers' inputs: it runs on from round 0; round 2 reads their outputs: it waits)
-    assert [(rnd.first, rnd.end, rnd.before) for rnd in ar.rounds] == [(0, 2, ()), (2, 3, (1, 2))]
+    assert [(rnd.first, rnd.end, rnd.before) for rnd in ar.rounds] == [(0, 2, ()), (2, 3, ((1, 2), (2, 2)))]
     assert ar.rounds[0].early and isinstance(ar.rounds[0].early[0], Move)
     assert ar.readers == (1, 2)
+    # fast2, 3 ranks, in the slots: round 1 reads the peers' slots written in their round 0; round 2 reads
+    # the slices they wrote back in their round 1; the slot copy is not elided (written again)
+    f2 = compile_page(get_schedule("all_reduce", "fast2", 3, 10), 1)
+    assert [(rnd.first, rnd.end, rnd.before) for rnd in f2.rounds] == [(0, 1, ()), (1, 2, ((0, 1), (2, 1))),
+                                                                       (2, 3, ((0, 2), (2, 2)))]
+    assert f2.scratch == 10 and f2.readers == () and not any(op.elide for op in f2.rounds[0].early)
+    # streamed all_gather in the slots: the copy into the slot may be skipped when the input is shared
+    ag = compile_page(get_schedule("all_gather", "fast", 3, 4), 0)
+    assert [op.elide for op in ag.rounds[0].early] == [True, False] and ag.slot_readers == (1, 2)
+    assert all(src.alt == 0 for op in ag.rounds[1].ops for src in op.srcs) and ag.maps == (1, 2)
     # what the host page cannot run is refused before any byte moves
     with pytest.raises(ScheduleError, match="host page runs"):
         compile_page(get_schedule("all_reduce", "ring", 3, 10), 0)
-    with pytest.raises(ScheduleError, match="scratch"):
-        compile_page(get_schedule("all_reduce", "fast2", 3, 10), 0)
+
+
+def test_a_schedule_that_overwrites_what_a_peer_reads_in_the_same_round_is_refused() -> None:
+    s = get_schedule("all_gather", "fast", 3, 4)
+    # rank 0 writes its slot again in round 1, while ranks 1 and 2 read it
+    bad = _mutate(s, 0, 1, lambda st: st + [Copy(Chunk("input", 0, 4), Chunk("scratch", 0, 4))])
+    with pytest.raises(ScheduleError, match="same round"):
+        compile_page(bad, 0)

@@ -260,7 +260,7 @@ def _uneven_split_suite(rank: int, world: int, sizes: tuple) -> dict:
                 b.get(0, r, root, inp(0, count), out(0, count))
         return b.build()
 
-    fn_of = {"all_reduce": fastd, "broadcast": bc_pull_all}
+    fn_of = {("all_reduce", "fast2"): fast2, ("all_reduce", "fastd"): fastd, ("broadcast", "fastd"): bc_pull_all}
     for (coll, algo), fn in ((("all_reduce", "fast2"), fast2), (("all_reduce", "fastd"), fastd),
                              (("broadcast", "fastd"), bc_pull_all)):
         e = registry.get_entry(coll, algo)
@@ -283,8 +283,11 @@ def _uneven_split_suite(rank: int, world: int, sizes: tuple) -> dict:
     for key, sc in g._fast.shapes.items():
         if sc and sc.schedule is not None:
             # fastd runs the program of the registered (here: swapped) builder's Schedule
-            if sc.program is not None and sc.program != compile_page(fn_of[sc.schedule.collective](
-                    world, sc.schedule.count, sc.schedule.root), rank):
+            built = fn_of.get((sc.schedule.collective, sc.schedule.algorithm), registry.get_schedule)
+            args = (world, sc.schedule.count, sc.schedule.root)
+            if sc.program is not None and sc.program != compile_page(
+                    built(*args) if built is not registry.get_schedule else built(
+                        sc.schedule.collective, sc.schedule.algorithm, *args), rank):
                 fails.append(f"rank {rank}: {sc.sigb!r} does not run its Schedule's steps")
             splits[sc.sigb.decode().split()[0] + f" n={sc.count}"] = (sc.split, sc.program)
     dist.destroy()
@@ -303,7 +306,9 @@ def test_host_paths_follow_their_schedules(nranks: int) -> None:
         assert out["fails"] == [], out["fails"][:5]
     sp = res[0]["splits"]
     want = lambda n: [n * sum(([2] + [1] * (nranks - 1))[:i]) // (nranks + 1) for i in range(nranks)] + [n]  # noqa: E731
-    assert sp["all_reduce:fast2 n=1001"][0] == want(1001), sp
+    # fast2: rank 0 reduces its (doubled) slice from the peers' slots, then writes it back into its own
+    chain = sp["all_reduce:fast2 n=1001"][1].rounds[1].ops[0]
+    assert (chain.off, chain.count) == (0, want(1001)[1]) and all(x.reduce for x in chain.srcs), sp
     if "all_reduce:fastd n=30011" in sp:  # fastd needs cross-memory attach between the ranks
         # rank 0 reduces its (doubled) slice, then copies the others' slices out after their rounds
         prog = sp["all_reduce:fastd n=30011"][1]

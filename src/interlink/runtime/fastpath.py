@@ -40,7 +40,7 @@ from ..transport import cma, shmalloc
 from ..transport.base import MsgHeader
 from . import policy
 from .engine import BELL_TIMEOUT, Engine
-from .pageplan import IN, LOCAL, OUT, ROUND_STRIDE, PutOp, compile_page
+from .pageplan import IN, LOCAL, OUT, ROUND_STRIDE, SCR, PutOp, compile_page
 
 # slot header, u64 words: fast seq (published last), phase-2 seq, group seq, crc, nbytes, (one reserved);
 # the signature text from byte 48; words 16..21: pid, address, arena serial, fd, offset and size of the
@@ -306,9 +306,11 @@ class FastPath:
             sc.fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op)
             sc.avg = op is ReduceOp.AVG
         sc.block = count // self.n
-        if direct:  # run step by step from the Schedule (runtime/pageplan.py)
-            sc.direct = True
-            sc.program = compile_page(sc.schedule, me)
+        if big:  # above the one-shot size: run step by step from the Schedule (runtime/pageplan.py)
+            sc.direct = direct
+            sc.program = prog = compile_page(sc.schedule, me)
+            if prog.scratch:  # every rank's slot of each parity, [ranks, scratch]
+                sc.stack = [self.page.stacked(q, dt, prog.scratch) for q in (0, 1)]
             return sc
         hp = host_plan(sc.schedule, me)
         if "slices" in hp:
@@ -344,10 +346,8 @@ class FastPath:
             done = self.page.done
             self._wait(lambda: int(done.min()) >= f - 2, lambda: [i for i in self.peers if int(done[i]) < f - 2],
                        time.monotonic() + timeout, seq, sc.sigb)
-        if sc.direct:
+        if sc.program is not None:
             return self._program(sc, a, out, f, q, seq, timeout)
-        if sc.stream:
-            return self._streamed(sc, a, out, f, q, seq, timeout)
         if sc.sends:
             sc.mine[q][...] = a
         _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
@@ -489,75 +489,6 @@ class FastPath:
             self._wait(lambda: all(int(done[i]) >= f for i in peers), lambda: [i for i in peers if int(done[i]) < f],
                        time.monotonic() + timeout, seq, sc.sigb)
 
-    def _streamed(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, q: int, seq: int,
-                  timeout: float) -> None:
-        """A broadcast, all_gather or reduce_scatter above the one-shot size, through the slots: a rank
-        writes its payload (reduce_scatter: every block but its own, which it reduces straight from its
-        input), then its header; readers copy, or reduce in cache-sized chunks, from every writer's slot.
-        A writer whose input lives in an interlink.empty arena writes nothing: the readers take its input
-        in place, and it returns when they are done. (Publishing the header first and the chunks after
-        it, readers copying while the writer writes, measured slower everywhere: a wait per chunk; 4
-        ranks on 2 cores, all_gather 1 MiB 254 -> 309 us.)"""
-        kind, ch, me, n = sc.kind, sc.stream, self.me, self.n
-        flat = a.reshape(-1)
-        c = sc.count
-        reg = self._arena(sc, flat)
-        if sc.sends and reg is None:
-            mine = sc.mine[q]
-            if kind == RS:
-                m = sc.block
-                mine[:me * m] = flat[:me * m]
-                mine[(me + 1) * m:] = flat[(me + 1) * m:]
-            else:
-                mine[...] = flat
-        serial = self._announce(sc, flat, f, q, seq, reg)
-        if kind == AG:  # this rank's own block needs no peer: copy it while the peers arrive
-            o = out.reshape(-1)
-            own = o[me * c:(me + 1) * c]
-            if own.__array_interface__["data"][0] != flat.__array_interface__["data"][0]:
-                own[...] = flat  # out of place
-        self._gather_headers(sc, f, q, seq, timeout)
-        if kind == AG:
-            for k in range(1, n):
-                i = (me + k) % n  # the next rank first: the readers of a slot spread out in time
-                src = self._shared_input(i, q, a.dtype, c)
-                o[i * c:(i + 1) * c] = sc.stack[q][i] if src is None else src
-        elif kind == RS:
-            m = sc.block
-            dst = out.reshape(-1)
-            parts = list(sc.parts[q])
-            parts[me] = flat[me * m:(me + 1) * m]
-            for i in self.peers:
-                v = self._shared_input(i, q, a.dtype, c)
-                if v is not None:
-                    parts[i] = v[me * m:(me + 1) * m]
-            fn = sc.fn
-            # in place (output = input[me*m:(me+1)*m], the only overlap the contract lets through) this
-            # rank's own block is the destination: each chunk of it is saved before the reduction writes
-            # over it, so the result is the out-of-place one, bit for bit
-            own = dst.size > 0 and np.may_share_memory(dst, flat)
-            for lo in range(0, m, ch):  # the output chunk stays in cache across the p - 1 reductions
-                hi = min(lo + ch, m)
-                d = dst[lo:hi]
-                src = [pt[lo:hi] for pt in parts]
-                if own:
-                    src[me] = self._scratch((hi - lo) * a.dtype.itemsize).view(a.dtype)
-                    src[me][...] = d
-                if n > 1:
-                    fn(src[0], src[1], out=d)
-                    for k in range(2, n):
-                        fn(d, src[k], out=d)
-                else:
-                    d[...] = src[0]
-            if sc.avg:
-                finish_avg(dst, n)
-        elif not sc.sends:  # a broadcast's receiver
-            src = self._shared_input(sc.root, q, a.dtype, c)
-            flat[...] = sc.parts[q][0] if src is None else src
-        self._set(self.done_w, f)
-        if serial:
-            self._await_readers(f, seq, sc, timeout)
-
     def _program(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, q: int, seq: int,
                  timeout: float) -> None:
         """A call too large for a slot (fastd), run step by step from its Schedule's program for this rank
@@ -568,38 +499,38 @@ class FastPath:
         Between rounds a rank waits only for the peers the next round touches; it returns when every peer
         that reads its buffers is done."""
         prog = sc.program
-        W = self.W
         flat = a.reshape(-1)
         o = flat if out is None else out.reshape(-1)
-        bufs = (flat, o)
-        self._announce(sc, flat, f, q, seq, self._arena(sc, flat), o.ctypes.data)
+        bufs = (flat, o, sc.stack[q][self.me] if prog.scratch else None)
+        serial = self._announce(sc, flat, f, q, seq, self._arena(sc, flat), o.ctypes.data)
         rounds = prog.rounds
         for op in rounds[0].early if rounds else ():
-            self._op(sc, op, bufs, {}, q)
+            self._op(sc, op, bufs, None, q, serial)
         self._gather_headers(sc, f, q, seq, timeout)
-        mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in prog.reads_input_of}
+        mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in prog.maps}
         base = ROUND_STRIDE * f
         rd = self.my_w[q] + RD
         for rnd in rounds:  # rounds first..end-1 of the Schedule; the progress word counts them
             if rnd.before:
-                self._await_round(rnd.before, q, base + rnd.first, seq, sc, timeout)
+                self._await_round(rnd.before, q, base, seq, sc, timeout)
             for op in rnd.ops:
-                self._op(sc, op, bufs, mapped, q)
+                self._op(sc, op, bufs, mapped, q, serial)
             self._set(rd, base + rnd.end)
             if rnd.waits:
-                self._await_round(rnd.waits, q, base + rnd.end, seq, sc, timeout)
+                self._await_round(tuple((i, rnd.end) for i in rnd.waits), q, base, seq, sc, timeout)
         self._set(self.done_w, f)
-        if prog.readers:  # my buffers must outlive every reader's copy
-            self._await_readers(f, seq, sc, timeout, list(prog.readers))
+        readers = prog.readers + prog.slot_readers if serial else prog.readers
+        if readers:  # my buffers must outlive every reader's copy (my input too, when read in place)
+            self._await_readers(f, seq, sc, timeout, list(readers))
         if sc.avg:  # the sums, divided once every reader has them (each rank divides the same bits)
             finish_avg(o, self.n)
 
-    def _await_round(self, peers: tuple, q: int, v: int, seq: int, sc: Small, timeout: float) -> None:
-        """Wait until every one of peers has finished the rounds progress value v says (pageplan)."""
+    def _await_round(self, needs: tuple, q: int, base: int, seq: int, sc: Small, timeout: float) -> None:
+        """Wait until every (peer, rounds) of needs has finished that many rounds of this call (pageplan)."""
         W = self.W
-        ws = [(i, self.slot_w[i][q] + RD) for i in peers]
-        if any(W[w] < v for _, w in ws):
-            self._wait(lambda: all(W[w] >= v for _, w in ws), lambda: [i for i, w in ws if W[w] < v],
+        ws = [(i, self.slot_w[i][q] + RD, base + e) for i, e in needs]
+        if any(W[w] < v for _, w, v in ws):
+            self._wait(lambda: all(W[w] >= v for _, w, v in ws), lambda: [i for i, w, v in ws if W[w] < v],
                        time.monotonic() + timeout, seq, sc.sigb)
 
     def _cross(self, i: int, q: int, word: int, off: int, buf: np.ndarray, write: bool) -> None:
@@ -624,14 +555,15 @@ class FastPath:
             raise PeerClosed(self.members[i], f"({'writing into' if write else 'reading'} its buffer failed: "
                                               f"{e})") from None
 
-    def _op(self, sc: Small, op: Any, bufs: tuple, mapped: dict, q: int) -> None:
-        """One operation of a page program (pageplan.Move or PutOp) on this call's buffers."""
+    def _op(self, sc: Small, op: Any, bufs: tuple, mapped: Optional[dict], q: int, serial: int) -> None:
+        """One operation of a page program (pageplan.Move or PutOp) on this call's buffers (input, output,
+        slot); mapped: the peers' inputs mapped in place; serial: this rank's input is (read in place)."""
         if isinstance(op, PutOp):
             if op.count:
                 self._cross(op.peer, q, DESC + 6, op.dst_off, bufs[op.buf][op.off:op.off + op.count], True)
             return
         n = op.count
-        if n == 0:
+        if n == 0 or (op.elide and serial):  # the peers read this part of my input in place instead
             return
         dst = bufs[op.buf][op.off:op.off + n]
         W = self.W
@@ -639,6 +571,11 @@ class FastPath:
         for s in op.srcs:
             if s.peer == LOCAL:
                 srcs.append((bufs[s.buf][s.off:s.off + n], None, s.reduce))
+                continue
+            if s.buf == SCR:  # a peer's slot: shared memory, or its input itself when it skipped the copy
+                v = mapped.get(s.peer) if s.alt >= 0 else None
+                srcs.append((sc.stack[q][s.peer][s.off:s.off + n] if v is None else v[s.alt:s.alt + n], None,
+                             s.reduce))
                 continue
             v = mapped.get(s.peer)
             if v is not None and s.buf == OUT:  # a peer's output is its mapped input only when they are one
@@ -699,31 +636,3 @@ class FastPath:
         if self._piece is None or self._piece.nbytes < nbytes:
             self._piece = np.empty(nbytes, dtype=np.uint8)
         return self._piece[:nbytes]
-
-    def _phase2(self, f: int, q: int, seq: int, sc: Small, timeout: float) -> None:
-        """Mark this rank's slice of call f final, and wait until every peer's is."""
-        W = self.W
-        self._set(self.my_w[q] + PH2, f)
-        peer_ph2 = [(i, self.slot_w[i][q] + PH2) for i in self.peers]
-        if any(W[w] < f for _, w in peer_ph2):
-            self._wait(lambda: all(W[w] >= f for _, w in peer_ph2), lambda: [i for i, w in peer_ph2 if W[w] < f],
-                       time.monotonic() + timeout, seq, sc.sigb)
-
-    def _two_phase(self, sc: Small, a: np.ndarray, f: int, q: int, seq: int, timeout: float) -> None:
-        """The 'two_shot' Schedule of all_reduce in the slots (every rank has published its input): each
-        rank reduces its 1/p slice straight from every rank's slot (in rank order: identical bits
-        everywhere) and writes it back into its own slot; once every slice is final, every rank copies
-        the other slices out (DeepSpeed/vLLM style)."""
-        flat = a.reshape(-1)
-        lo, me = sc.split, self.me
-        view = sc.stack[q]
-        mine = flat[lo[me]:lo[me + 1]]
-        if mine.size:
-            sc.fn.reduce(view[:, lo[me]:lo[me + 1]], axis=0, out=mine)
-            view[me, lo[me]:lo[me + 1]] = mine
-        self._phase2(f, q, seq, sc, timeout)
-        for i in self.peers:
-            if lo[i + 1] > lo[i]:
-                flat[lo[i]:lo[i + 1]] = view[i, lo[i]:lo[i + 1]]
-        if sc.avg:
-            finish_avg(flat, self.n)

@@ -29,8 +29,8 @@ from ..algorithms.schedule import Chunk, Copy, Get, Put, Reduce, Schedule, Signa
 from ..errors import ScheduleError
 
 LOCAL = -1  # a Src of this rank
-IN, OUT = 0, 1
-_BUF = {"input": IN, "output": OUT}
+IN, OUT, SCR = 0, 1, 2
+_BUF = {"input": IN, "output": OUT, "scratch": SCR}
 #: the progress word holds ROUND_STRIDE * call + rounds finished: a Schedule has at most this many - 1 rounds
 ROUND_STRIDE = 8
 
@@ -38,19 +38,23 @@ ROUND_STRIDE = 8
 @dataclass(frozen=True, slots=True)
 class Src:
     peer: int  # LOCAL, or the rank whose buffer is read
-    buf: int  # IN or OUT
+    buf: int  # IN, OUT or SCR (a rank's scratch is its slot on the host page)
     off: int
     reduce: bool
+    alt: int = -1  # a peer's SCR chunk that is a copy of its input from here: read there when it is mapped
 
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    """dst chunk of this rank <- srcs in order (each copied, or reduced into what is there)."""
+    """dst chunk of this rank <- srcs in order (each copied, or reduced into what is there). ``elide``: a
+    copy of this rank's input into its slot that peers may read from the input itself instead (when the
+    input lives in an interlink.empty arena the peers map): skipped then."""
 
     buf: int
     off: int
     count: int
     srcs: tuple[Src, ...]
+    elide: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +73,11 @@ Op = Union[Move, PutOp]
 
 @dataclass(frozen=True, slots=True)
 class PageRound:
-    """Rounds first..end-1 of the Schedule, run as one sequence (the later ones wait for nobody)."""
+    """Rounds first..end-1 of the Schedule, run as one sequence (the later ones need nothing new)."""
 
     first: int
     end: int
-    before: tuple[int, ...]  # peers that must have finished round first - 1 (they wrote what it reads)
+    before: tuple[tuple[int, int], ...]  # (peer, rounds it must have finished) first
     early: tuple[Op, ...]  # local steps that may run before the peers have arrived (first round only)
     ops: tuple[Op, ...]
     waits: tuple[int, ...]  # peers whose puts of round end - 1 must have landed (their Signal)
@@ -86,46 +90,114 @@ class PageProgram:
     rank: int
     rounds: tuple[PageRound, ...]
     readers: tuple[int, ...]  # peers that read this rank's input or output: it returns after them
-    reads_input_of: tuple[int, ...]  # peers whose input this rank reads (mapped in place when shared)
+    maps: tuple[int, ...]  # peers whose input this rank may read in place (mapped when shared)
+    slot_readers: tuple[int, ...]  # peers that read this rank's slot where it may elide its copy there
+    scratch: int  # elements of the slot this program uses (0: none)
 
 
 def _chunk_buf(c: Chunk, where: str) -> int:
     b = _BUF.get(c.buffer)
     if b is None:
-        raise ScheduleError(f"{where}: the host-page program runs on the ranks' own input and output, "
+        raise ScheduleError(f"{where}: the host-page program runs on the ranks' input, output and slot, "
                             f"not {c.buffer!r}", op=where)
     return b
 
 
-def compile_page(s: Schedule, rank: int) -> PageProgram:
-    """This rank's program of a one-sided Schedule on the ranks' own buffers (see the module docstring).
-    ScheduleError, before any byte moves, for a step the host page cannot run (a send/receive, the
-    switch's steps, scratch, a put into a peer's input) or for more rounds than the progress word holds.
+def _writes(step) -> Chunk | None:
+    """The chunk of its own rank a step writes (None: none)."""
+    return step.dst if isinstance(step, (Get, Copy, Reduce)) else None
 
-    A round waits for a peer's previous round only where it reads that peer's output or puts into it
-    (inputs are read-only for the whole call); a round that waits for nobody runs on from the previous
-    one without a pause (unless that one ends in a Wait), so the steps of both into one chunk fuse."""
+
+def _last_write(prog, c: Chunk, before: int) -> int:
+    """The last round < before in which a rank's program writes chunk c, or puts land in it (its Wait);
+    -1 when none does."""
+    for k in range(min(before, len(prog)) - 1, -1, -1):
+        for st in prog[k].steps:
+            w = _writes(st)
+            if (w is not None and w.overlaps(c)) or (isinstance(st, Wait) and c.buffer == "output"):
+                return k
+    return -1
+
+
+def _elidable(s: Schedule, rank: int) -> dict[tuple[int, int], int]:
+    """This rank's round-0 copies of its input into its slot that nothing but the peers' reads of the
+    slot uses (no later write of the slot there, no local read of it): (slot offset, count) -> input
+    offset. A peer reads such a chunk from the input itself when the input is mapped, and the copy is
+    skipped."""
+    prog = s.ranks[rank]
+    out: dict[tuple[int, int], int] = {}
+    if not prog:
+        return out
+    for st in prog[0].steps:
+        if isinstance(st, Copy) and st.src.buffer == "input" and st.dst.buffer == "scratch":
+            c = st.dst
+            clash = any((_writes(x) is not None and _writes(x).overlaps(c) and x is not st) or
+                        (isinstance(x, (Copy, Reduce)) and x.src.overlaps(c)) or
+                        (isinstance(x, Put) and x.src.overlaps(c))
+                        for rnd in prog for x in rnd.steps)
+            if not clash:
+                out[(c.offset, c.count)] = st.src.offset
+    return out
+
+
+def _alias(s: Schedule, rank: int, c: Chunk) -> Chunk | None:
+    """The chunk that ``c`` (of the input or the output) is when the call runs in place: all_reduce and
+    broadcast here always do (input is output); all_gather's input may be its block of the output, a
+    reduce_scatter's output its block of the input."""
+    coll, n = s.collective, s.count
+    delta = {"all_reduce": 0, "broadcast": 0, "all_gather": rank * n, "reduce_scatter": -rank * n}.get(coll)
+    if delta is None or c.buffer not in ("input", "output"):
+        return None
+    if c.buffer == "input":
+        return Chunk("output", c.offset + delta, c.count)
+    return Chunk("input", c.offset - delta, c.count)
+
+
+def compile_page(s: Schedule, rank: int) -> PageProgram:
+    """This rank's program of a one-sided Schedule on the ranks' own buffers and their slots (see the
+    module docstring). ScheduleError, before any byte moves, for a step the host page cannot run (a
+    send/receive, the switch's steps, a put into a peer's input or slot), for a peer that overwrites a
+    chunk in the same round another rank reads it, or for more rounds than the progress word holds.
+
+    Dependencies are per chunk: a read of a peer's output or slot waits until the peer has finished the
+    round that last wrote it (inputs are read-only for the whole call; a put waits for the peer's previous
+    round); a rank that overwrites a chunk a peer read in an earlier round waits until that peer has
+    finished it. A round that needs nothing beyond what the previous one waited for runs on from it
+    (unless that one ends in a Wait), so the steps of both into one chunk fuse."""
     where = f"{s.collective}/{s.algorithm}"
     if s.nrounds >= ROUND_STRIDE:
         raise ScheduleError(f"{where}: {s.nrounds} rounds, the host page runs at most {ROUND_STRIDE - 1}", op=where)
-    parsed = []  # per round: (before, remote items, local items, waits)
-    reads_input: set[int] = set()
+    elide = {j: _elidable(s, j) for j in range(s.nranks)}
+    parsed = []  # per round: (needs {peer: rounds}, remote items, local items, waits)
+    maps: set[int] = set()
+    slot_readers: set[int] = set()
     for k, rnd in enumerate(s.ranks[rank]):
-        remote, local, waits, before = [], [], [], set()
+        remote, local, waits, needs = [], [], [], {}
+
+        def need(j: int, e: int) -> None:
+            if e > 0:
+                needs[j] = max(needs.get(j, 0), e)
+
         for st in rnd.steps:
             if isinstance(st, Get):
-                src = Src(st.peer, _chunk_buf(st.src, where), st.src.offset, st.reduce)
-                if src.buf == IN:
-                    reads_input.add(st.peer)
+                buf = _chunk_buf(st.src, where)
+                alt = -1
+                if buf == IN:
+                    maps.add(st.peer)
                 else:
-                    before.add(st.peer)
-                remote.append((st.dst, src))
+                    need(st.peer, _last_write(s.ranks[st.peer], st.src, k) + 1)
+                    if buf == SCR:
+                        for (o, c), io in elide[st.peer].items():
+                            if o <= st.src.offset and st.src.end <= o + c:
+                                alt = io + st.src.offset - o
+                                maps.add(st.peer)
+                remote.append((st.dst, Src(st.peer, buf, st.src.offset, st.reduce, alt)))
             elif isinstance(st, Put):
                 if st.dst.buffer != "output":
                     raise ScheduleError(f"{where}: rank {rank} round {k}: a put into a peer's {st.dst.buffer}; "
                                         "the host page writes only into outputs", op=where, ranks=[rank, st.peer])
                 remote.append(PutOp(st.peer, _chunk_buf(st.src, where), st.src.offset, st.src.count, st.dst.offset))
-                before.add(st.peer)
+                need(st.peer, k)
             elif isinstance(st, (Copy, Reduce)):
                 local.append((st.dst, Src(LOCAL, _chunk_buf(st.src, where), st.src.offset, isinstance(st, Reduce))))
             elif isinstance(st, Wait):
@@ -133,36 +205,61 @@ def compile_page(s: Schedule, rank: int) -> PageProgram:
             elif not isinstance(st, Signal):  # a Signal is the end of the round's puts: the progress word
                 raise ScheduleError(f"{where}: rank {rank} round {k} has a {type(st).__name__} step; the "
                                     "host page runs Get, Put, Signal, Wait, Copy and Reduce", op=where, ranks=[rank])
-        parsed.append((tuple(sorted(before)) if k else (), remote, local, tuple(waits)))
+            w = _writes(st)
+            if isinstance(st, Copy) and _alias(s, rank, st.src) == st.dst:
+                w = None  # input onto the output it aliases in place: nothing moves
+            if w is not None:  # a chunk peers read in this or an earlier round: after they have
+                ws = [w] + [c for c in (_alias(s, rank, w),) if c is not None]
+                for i in range(s.nranks):
+                    if i == rank:
+                        continue
+                    for kk, rr in enumerate(s.ranks[i][:k + 1]):
+                        if any(isinstance(g, Get) and g.peer == rank and any(g.src.overlaps(c) for c in ws)
+                               for g in rr.steps):
+                            if kk == k:
+                                raise ScheduleError(f"{where}: rank {rank} round {k} overwrites {w} while rank "
+                                                    f"{i} reads it in the same round", op=where, ranks=[rank, i])
+                            need(i, kk + 1)
+        parsed.append((needs, remote, local, tuple(waits)))
+    for j in range(s.nranks):  # who reads a slot chunk this rank may elide
+        if j != rank:
+            for rnd in s.ranks[j]:
+                for st in rnd.steps:
+                    if isinstance(st, Get) and st.peer == rank and st.src.buffer == "scratch" and any(
+                            o <= st.src.offset and st.src.end <= o + c for (o, c) in elide[rank]):
+                        slot_readers.add(j)
+    mine_elide = elide[rank]
     rounds: list[PageRound] = []
     k = 0
     while k < len(parsed):
-        before, remote, local, waits = parsed[k]
+        needs, remote, local, waits = parsed[k]
         items = remote + local
         early: tuple = ()
         if k == 0 and local:
             # local steps that touch no chunk of this round's one-sided steps commute with them
-            lops = _fuse(local, where)
+            lops = _fuse(local, where, mine_elide)
             written = [_chunk3(x[0]) for x in remote if not isinstance(x, PutOp)]  # by the round's reads
             read = written + [(x.buf, x.off, x.count) for x in remote if isinstance(x, PutOp)]  # or puts
             if not any(_overlap((op.buf, op.off, op.count), c) for op in lops for c in read) and \
                     not any(_overlap(a, c) for op in lops for a in _chunks_of(op)[1:] for c in written):
                 early, items = lops, list(remote)
+        waited = dict(needs)
         end = k + 1
-        while end < len(parsed) and not waits and not parsed[end][0]:
+        while end < len(parsed) and not waits and all(waited.get(j, 0) >= e for j, e in parsed[end][0].items()):
             _, r2, l2, waits = parsed[end]
             items += r2 + l2
             end += 1
-        rounds.append(PageRound(k, end, before, early, _fuse(items, where), waits))
+        rounds.append(PageRound(k, end, tuple(sorted(needs.items())), early, _fuse(items, where, mine_elide),
+                                waits))
         k = end
     readers = set()
     for j in range(s.nranks):
         if j != rank:
             for rnd in s.ranks[j]:
-                if any(isinstance(st, Get) and st.peer == rank for st in rnd.steps):
+                if any(isinstance(st, Get) and st.peer == rank and st.src.buffer != "scratch" for st in rnd.steps):
                     readers.add(j)
     return PageProgram(s.collective, s.algorithm, rank, tuple(rounds), tuple(sorted(readers)),
-                       tuple(sorted(reads_input)))
+                       tuple(sorted(maps)), tuple(sorted(slot_readers)), s.buffers.get("scratch", 0))
 
 
 def _chunk3(c: Chunk) -> tuple[int, int, int]:
@@ -179,8 +276,9 @@ def _overlap(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
     return a[0] == b[0] and a[2] > 0 and b[2] > 0 and a[1] < b[1] + b[2] and b[1] < a[1] + a[2]
 
 
-def _fuse(items: list, where: str) -> tuple[Op, ...]:
-    """Steps in execution order -> ops: consecutive steps into the same destination chunk become one Move."""
+def _fuse(items: list, where: str, elide: dict | None = None) -> tuple[Op, ...]:
+    """Steps in execution order -> ops: consecutive steps into the same destination chunk become one
+    Move; a copy of the input into the slot that peers may read from the input instead is marked."""
     ops: list[Op] = []
     for x in items:
         if isinstance(x, PutOp):
@@ -192,5 +290,7 @@ def _fuse(items: list, where: str) -> tuple[Op, ...]:
         if isinstance(last, Move) and (last.buf, last.off, last.count) == (buf, dst.offset, dst.count):
             ops[-1] = Move(buf, dst.offset, dst.count, last.srcs + (src,))
         else:
-            ops.append(Move(buf, dst.offset, dst.count, (src,)))
+            el = bool(elide) and src.peer == LOCAL and src.buf == IN and buf == SCR and \
+                elide.get((dst.offset, dst.count)) == src.off
+            ops.append(Move(buf, dst.offset, dst.count, (src,), el))
     return tuple(ops)
