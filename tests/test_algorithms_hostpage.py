@@ -95,7 +95,11 @@ def test_host_paths_compile_into_the_steps_of_their_schedule() -> None:
     # second round) copy theirs out of their outputs
     ar = compile_page(get_schedule("all_reduce", "fastd", 3, 10), 0)
     assert [(rnd.first, rnd.end, rnd.before) for rnd in ar.rounds] == [(0, 2, ()), (2, 3, ((1, 2), (2, 2)))]
-    assert ar.rounds[0].early and isinstance(ar.rounds[0].early[0], Move)
+    # the first round's copy of the own slice joins the chain that reduces into it (one pass)
+    (chain,) = ar.rounds[0].ops
+    assert not ar.rounds[0].early and [(x.peer, x.reduce) for x in chain.srcs] == [(LOCAL, False), (1, True),
+                                                                                   (2, True)]
+    assert chain.hazard  # in place the own slice is the destination
     assert ar.readers == (1, 2)
     # fast2, 3 ranks, in the slots: round 1 reads the peers' slots written in their round 0; round 2 reads
     # the slices they wrote back in their round 1; the slot copy is not elided (written again)

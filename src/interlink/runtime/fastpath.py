@@ -42,11 +42,12 @@ from . import policy
 from .engine import BELL_TIMEOUT, Engine
 from .pageplan import IN, LOCAL, OUT, ROUND_STRIDE, SCR, PutOp, compile_page
 
-# slot header, u64 words: fast seq (published last), phase-2 seq, group seq, crc, nbytes, (one reserved);
-# the signature text from byte 48; words 16..21: pid, address, arena serial, fd, offset and size of the
-# writer's own buffer (the paths that read it in place); word 22: the address of the rank's output (the
-# paths that push into it)
-SEQ, PH2, GSEQ, CRC, NBYTES, RD = 0, 1, 2, 3, 4, 5
+# slot header, u64 words: fast seq (published last), (one unused), group seq, crc, nbytes, (one reserved:
+# the header's pack writes it); the signature text from byte 48; words 16..21: pid, address, arena serial,
+# fd, offset and size of the writer's own buffer (the paths that read it in place); word 22: the address
+# of the rank's output (the paths that push into it); word 23: the rounds of a page program this rank has
+# finished (runtime/pageplan.py: ROUND_STRIDE * call + rounds)
+SEQ, GSEQ, CRC, NBYTES, RD = 0, 2, 3, 4, 23
 SIG_OFF = 48
 SIG_BYTES = 80
 DESC = 16
@@ -501,20 +502,33 @@ class FastPath:
         prog = sc.program
         flat = a.reshape(-1)
         o = flat if out is None else out.reshape(-1)
+        kind = sc.kind
+        op_ = o.ctypes.data if prog.out_addr or (prog.noops and kind in (AG, RS)) else 0
+        # in place: the input is the output's chunk the Schedule's no-op copies say (those are skipped)
+        inplace = kind in (AR, BC) or (prog.noops and (
+            (kind == AG and op_ + self.me * flat.nbytes == flat.ctypes.data) or (
+                kind == RS and flat.ctypes.data + self.me * o.nbytes == op_)))
         bufs = (flat, o, sc.stack[q][self.me] if prog.scratch else None)
-        serial = self._announce(sc, flat, f, q, seq, self._arena(sc, flat), o.ctypes.data)
+        reg = self._arena(sc, flat)
+        serial = reg[0] if reg is not None else 0
         rounds = prog.rounds
-        for op in rounds[0].early if rounds else ():
-            self._op(sc, op, bufs, None, q, serial)
-        self._gather_headers(sc, f, q, seq, timeout)
-        mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in prog.maps}
         base = ROUND_STRIDE * f
         rd = self.my_w[q] + RD
-        for rnd in rounds:  # rounds first..end-1 of the Schedule; the progress word counts them
+        # the first round's local steps (into this rank's own slot and output) before the header: when
+        # they are the whole round, its end is published with the header (one publish, as the one-shot path)
+        for op in rounds[0].early if rounds else ():
+            self._op(sc, op, bufs, None, q, serial, inplace)
+        skip = 1 if rounds and not rounds[0].ops and not rounds[0].before and not rounds[0].waits else 0
+        if skip:
+            self.W[rd] = base + rounds[0].end
+        self._announce(sc, flat, f, q, seq, reg, op_)
+        self._gather_headers(sc, f, q, seq, timeout)
+        mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in prog.maps}
+        for rnd in rounds[skip:] if skip else rounds:  # rounds first..end-1 of the Schedule; the progress word counts them
             if rnd.before:
                 self._await_round(rnd.before, q, base, seq, sc, timeout)
             for op in rnd.ops:
-                self._op(sc, op, bufs, mapped, q, serial)
+                self._op(sc, op, bufs, mapped, q, serial, inplace)
             self._set(rd, base + rnd.end)
             if rnd.waits:
                 self._await_round(tuple((i, rnd.end) for i in rnd.waits), q, base, seq, sc, timeout)
@@ -527,8 +541,13 @@ class FastPath:
 
     def _await_round(self, needs: tuple, q: int, base: int, seq: int, sc: Small, timeout: float) -> None:
         """Wait until every (peer, rounds) of needs has finished that many rounds of this call (pageplan)."""
-        W = self.W
-        ws = [(i, self.slot_w[i][q] + RD, base + e) for i, e in needs]
+        W, slot_w = self.W, self.slot_w
+        for i, e in needs:
+            if W[slot_w[i][q] + RD] < base + e:
+                break
+        else:
+            return
+        ws = [(i, slot_w[i][q] + RD, base + e) for i, e in needs]
         if any(W[w] < v for _, w, v in ws):
             self._wait(lambda: all(W[w] >= v for _, w, v in ws), lambda: [i for i, w, v in ws if W[w] < v],
                        time.monotonic() + timeout, seq, sc.sigb)
@@ -555,56 +574,51 @@ class FastPath:
             raise PeerClosed(self.members[i], f"({'writing into' if write else 'reading'} its buffer failed: "
                                               f"{e})") from None
 
-    def _op(self, sc: Small, op: Any, bufs: tuple, mapped: Optional[dict], q: int, serial: int) -> None:
+    def _op(self, sc: Small, op: Any, bufs: tuple, mapped: Optional[dict], q: int, serial: int,
+            inplace: bool) -> None:
         """One operation of a page program (pageplan.Move or PutOp) on this call's buffers (input, output,
-        slot); mapped: the peers' inputs mapped in place; serial: this rank's input is (read in place)."""
+        slot); mapped: the peers' inputs mapped in place; serial: this rank's input is read in place;
+        inplace: the call's input is its output's chunk (the Schedule's no-op copies are skipped)."""
         if isinstance(op, PutOp):
             if op.count:
                 self._cross(op.peer, q, DESC + 6, op.dst_off, bufs[op.buf][op.off:op.off + op.count], True)
             return
         n = op.count
-        if n == 0 or (op.elide and serial):  # the peers read this part of my input in place instead
-            return
+        if n == 0 or (op.elide and serial) or (op.noop and inplace):
+            return  # nothing to do, the peers read this part of my input in place, or it is already there
         dst = bufs[op.buf][op.off:op.off + n]
-        W = self.W
-        srcs = []  # per source: (a view to read, or None: cross-memory attach (peer, word, off)), reduce
-        for s in op.srcs:
+        srcs = op.srcs
+        if len(srcs) == 1 and not srcs[0].reduce:  # one copy
+            s = srcs[0]
             if s.peer == LOCAL:
-                srcs.append((bufs[s.buf][s.off:s.off + n], None, s.reduce))
-                continue
-            if s.buf == SCR:  # a peer's slot: shared memory, or its input itself when it skipped the copy
-                v = mapped.get(s.peer) if s.alt >= 0 else None
-                srcs.append((sc.stack[q][s.peer][s.off:s.off + n] if v is None else v[s.alt:s.alt + n], None,
-                             s.reduce))
-                continue
-            v = mapped.get(s.peer)
-            if v is not None and s.buf == OUT:  # a peer's output is its mapped input only when they are one
-                w = self.slot_w[s.peer][q] + DESC
-                if W[w + 6] != W[w + 1]:
-                    v = None
-            if v is not None:
-                srcs.append((v[s.off:s.off + n], None, s.reduce))
-            else:
-                srcs.append((None, (s.peer, DESC + 1 if s.buf == IN else DESC + 6, s.off), s.reduce))
-        if len(srcs) == 1 and not srcs[0][2]:  # one copy
-            view, far, _ = srcs[0]
+                dst[...] = bufs[s.buf][s.off:s.off + n]
+                return
+            view, far = self._source(sc, s, n, mapped, q)
             if view is None:
                 self._cross(far[0], q, far[1], far[2], dst, False)
-            elif view.__array_interface__["data"][0] != dst.__array_interface__["data"][0]:
+            else:
                 dst[...] = view
             return
+        srcs = [self._source(sc, s, n, mapped, q) + (s.reduce,) if s.peer != LOCAL else
+                (bufs[s.buf][s.off:s.off + n], None, s.reduce) for s in srcs]
+        aligned: set = set()
+        save = False
+        if op.hazard:
+            for j, (view, _, _) in enumerate(srcs):  # a local source that overlaps the destination otherwise
+                if view is not None and np.may_share_memory(view, dst) and \
+                        view.__array_interface__["data"][0] != dst.__array_interface__["data"][0]:
+                    srcs[j] = (view.copy(), None, srcs[j][2])  # than element for element: read it first
+            # a source that is the destination itself (in place: this rank's own chunk) is read from a copy
+            # of each piece when an earlier source has written over it
+            aligned = {j for j, (view, _, _) in enumerate(srcs) if view is not None and np.may_share_memory(view, dst)}
+            save = any(j > 0 for j in aligned)
         # a chain: the destination a piece at a time (it stays in cache across the sources)
         isz = dst.dtype.itemsize
         fn = sc.fn
-        for j, (view, _, _) in enumerate(srcs):  # a local source that overlaps the destination otherwise
-            if view is not None and np.may_share_memory(view, dst) and \
-                    view.__array_interface__["data"][0] != dst.__array_interface__["data"][0]:
-                srcs[j] = (view.copy(), None, srcs[j][2])  # than element for element: read it first
-        # a source that is the destination itself (in place: this rank's own chunk) is read from a copy of
-        # each piece when an earlier source has written over it
-        aligned = {j for j, (view, _, _) in enumerate(srcs) if view is not None and np.may_share_memory(view, dst)}
-        save = any(j > 0 for j in aligned)
         step = max(1, 2 * self.chunk // isz)
+        # a copy then a reduction, both readable in place: one operation (acc = s0 op s1)
+        pair = len(srcs) > 1 and not srcs[0][2] and srcs[1][2] and srcs[0][0] is not None and \
+            srcs[1][0] is not None and not (aligned & {0, 1})
         for lo in range(0, n, step):
             hi = min(lo + step, n)
             acc = dst[lo:hi]
@@ -613,7 +627,11 @@ class FastPath:
             if save:
                 saved = both[hi - lo:]
                 saved[...] = acc
+            if pair:
+                fn(srcs[0][0][lo:hi], srcs[1][0][lo:hi], out=acc)
             for j, (view, far, red) in enumerate(srcs):
+                if pair and j < 2:
+                    continue
                 if view is not None:
                     if j in aligned:
                         if j == 0 and not red:
@@ -630,6 +648,22 @@ class FastPath:
                 else:
                     self._cross(far[0], q, far[1], far[2] + lo, tmp, False)
                     fn(acc, tmp, out=acc)
+
+    def _source(self, sc: Small, s: Any, n: int, mapped: dict, q: int) -> tuple:
+        """A peer's source chunk: (a view to read, None), or (None, (peer, word, offset)) to read by
+        cross-memory attach. A peer's slot is shared memory, or its input itself where it skipped the copy
+        into the slot; its input (or its output, when that is its input) is read in place when mapped."""
+        if s.buf == SCR:
+            v = mapped.get(s.peer) if s.alt >= 0 else None
+            return (sc.stack[q][s.peer][s.off:s.off + n] if v is None else v[s.alt:s.alt + n]), None
+        v = mapped.get(s.peer)
+        if v is not None and s.buf == OUT:  # a peer's output is its mapped input only when they are one
+            w = self.slot_w[s.peer][q] + DESC
+            if self.W[w + 6] != self.W[w + 1]:
+                v = None
+        if v is not None:
+            return v[s.off:s.off + n], None
+        return None, (s.peer, DESC + 1 if s.buf == IN else DESC + 6, s.off)
 
     def _scratch(self, nbytes: int) -> np.ndarray:
         """nbytes of this rank's scratch (kept between calls: fresh pages fault)."""

@@ -55,6 +55,8 @@ class Move:
     count: int
     srcs: tuple[Src, ...]
     elide: bool = False
+    noop: bool = False  # a copy of the input onto the output chunk it is when the call runs in place
+    hazard: bool = False  # a local source may overlap the destination (same buffer, or in place)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,8 @@ class PageProgram:
     maps: tuple[int, ...]  # peers whose input this rank may read in place (mapped when shared)
     slot_readers: tuple[int, ...]  # peers that read this rank's slot where it may elide its copy there
     scratch: int  # elements of the slot this program uses (0: none)
+    out_addr: bool = False  # peers write into this rank's output or read it (its address is published)
+    noops: bool = False  # some copy is a no-op when the call runs in place
 
 
 def _chunk_buf(c: Chunk, where: str) -> int:
@@ -252,14 +256,93 @@ def compile_page(s: Schedule, rank: int) -> PageProgram:
         rounds.append(PageRound(k, end, tuple(sorted(needs.items())), early, _fuse(items, where, mine_elide),
                                 waits))
         k = end
+    rounds = [PageRound(r.first, r.end, r.before, _flag(s, rank, r.early), _flag(s, rank, r.ops), r.waits)
+              for r in _sink(s, rank, rounds)]
     readers = set()
     for j in range(s.nranks):
         if j != rank:
             for rnd in s.ranks[j]:
                 if any(isinstance(st, Get) and st.peer == rank and st.src.buffer != "scratch" for st in rnd.steps):
                     readers.add(j)
+    out_addr = any((isinstance(st, Put) and st.peer == rank) or (isinstance(st, Get) and st.peer == rank and
+                                                                 st.src.buffer == "output")
+                   for j in range(s.nranks) if j != rank for rnd in s.ranks[j] for st in rnd.steps)
+    noops = any(isinstance(op, Move) and op.noop for r in rounds for op in r.early + r.ops)
     return PageProgram(s.collective, s.algorithm, rank, tuple(rounds), tuple(sorted(readers)),
-                       tuple(sorted(maps)), tuple(sorted(slot_readers)), s.buffers.get("scratch", 0))
+                       tuple(sorted(maps)), tuple(sorted(slot_readers)), s.buffers.get("scratch", 0), out_addr, noops)
+
+
+_NAME = {IN: "input", OUT: "output", SCR: "scratch"}
+
+
+def _touched(s: Schedule, rank: int, op: Op) -> list[Chunk]:
+    """The chunks of this rank an op reads or writes, and what they alias in place."""
+    if isinstance(op, PutOp):
+        cs = [Chunk(_NAME[op.buf], op.off, op.count)]
+    else:
+        cs = [Chunk(_NAME[op.buf], op.off, op.count)] + [Chunk(_NAME[x.buf], x.off, op.count)
+                                                         for x in op.srcs if x.peer == LOCAL]
+    return cs + [a for a in (_alias(s, rank, c) for c in cs) if a is not None]
+
+
+def _sink(s: Schedule, rank: int, rounds: list[PageRound]) -> list[PageRound]:
+    """A first-round local copy into a chunk whose next use is a chain reducing into it joins that chain
+    (the chain then starts from the copy's source: one pass less over the chunk, and its first two sources
+    combine in one operation), where nothing in between touches the chunk and no peer reads it before."""
+    if not rounds:
+        return rounds
+    early = list(rounds[0].early)
+    later = [list(r.ops) for r in rounds]
+    i = 0
+    while i < len(early):
+        m = early[i]
+        if not (isinstance(m, Move) and len(m.srcs) == 1 and m.srcs[0].peer == LOCAL and not m.srcs[0].reduce
+                and not m.elide):
+            i += 1
+            continue
+        d = Chunk(_NAME[m.buf], m.off, m.count)
+        dd = [d] + [a for a in (_alias(s, rank, d),) if a is not None]
+        hit = lambda op: any(c.overlaps(x) for c in _touched(s, rank, op) for x in dd)  # noqa: E731
+        if any(hit(op) for op in early[i + 1:]):
+            i += 1
+            continue
+        found = None
+        for ri, ops in enumerate(later):
+            for oi, op in enumerate(ops):
+                if hit(op):
+                    found = (ri, oi, op)
+                    break
+            if found:
+                break
+        ok = found is not None and isinstance(found[2], Move) and (found[2].buf, found[2].off, found[2].count) == \
+            (m.buf, m.off, m.count) and found[2].srcs[0].reduce
+        if ok:  # no peer may read the chunk before the chain has written it
+            upto = rounds[found[0]].first
+            ok = not any(isinstance(g, Get) and g.peer == rank and any(g.src.overlaps(x) for x in dd)
+                         for j in range(s.nranks) if j != rank for rr in s.ranks[j][:upto + 1] for g in rr.steps)
+        if not ok:
+            i += 1
+            continue
+        ri, oi, c = found
+        later[ri][oi] = Move(c.buf, c.off, c.count, m.srcs + c.srcs)
+        del early[i]
+    return [PageRound(r.first, r.end, r.before, tuple(early) if k == 0 else r.early, tuple(later[k]), r.waits)
+            for k, r in enumerate(rounds)]
+
+
+def _flag(s: Schedule, rank: int, ops: tuple) -> tuple:
+    """Mark each Move's in-place no-op copy and whether a local source may overlap its destination."""
+    res = []
+    for op in ops:
+        if isinstance(op, Move):
+            dst = Chunk(_NAME[op.buf], op.off, op.count)
+            locs = [Chunk(_NAME[x.buf], x.off, op.count) for x in op.srcs if x.peer == LOCAL]
+            noop = len(op.srcs) == 1 and bool(locs) and not op.srcs[0].reduce and _alias(s, rank, locs[0]) == dst
+            hazard = any(c.overlaps(dst) or (_alias(s, rank, c) is not None and _alias(s, rank, c).overlaps(dst))
+                         for c in locs)
+            op = Move(op.buf, op.off, op.count, op.srcs, op.elide, noop, hazard and not noop)
+        res.append(op)
+    return tuple(res)
 
 
 def _chunk3(c: Chunk) -> tuple[int, int, int]:
