@@ -289,7 +289,7 @@ def _uneven_split_suite(rank: int, world: int, sizes: tuple) -> dict:
                     built(*args) if built is not registry.get_schedule else built(
                         sc.schedule.collective, sc.schedule.algorithm, *args), rank):
                 fails.append(f"rank {rank}: {sc.sigb!r} does not run its Schedule's steps")
-            splits[sc.sigb.decode().split()[0] + f" n={sc.count}"] = (sc.split, sc.program)
+            splits[sc.sigb.decode().split()[0] + f" n={sc.count}"] = (None, sc.program)
     dist.destroy()
     return {"fails": fails, "splits": splits, "hostpage": hostpage.HOST_PAGE}
 

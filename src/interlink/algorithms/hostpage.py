@@ -238,10 +238,9 @@ def reduce_scatter_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
 # ---- what the host-page executor reads of a Schedule --------------------------------------------------
 
 def host_plan(s: Schedule, rank: int) -> dict:
-    """What the runtime's slot executor (runtime/fastpath.py) takes from this rank's program of a ``fast``,
-    ``fast_once`` or ``fast2`` Schedule: ``slices`` (the (offset, count) of every rank's slice, rank order:
-    fast2), ``reducer`` (fast_once). ``fastd`` is not read this way: the runtime runs its steps
-    (runtime/pageplan.py).
+    """What the runtime's inlined one-shot executor (runtime/fastpath.py) takes from this rank's program of
+    a ``fast`` or ``fast_once`` Schedule: ``reducer`` (fast_once). ``fast2``, ``fastd`` and ``fast`` above the
+    one-shot size are not read this way: the runtime runs their steps (runtime/pageplan.py).
     Checks that the program has the form that executor runs (a slot write, then reads of every peer's
     slot or buffer; the two-phase write-back; pushes with their signals) and raises ScheduleError
     naming the step where it does not: the executor never runs a Schedule it does not match."""
@@ -252,8 +251,8 @@ def host_plan(s: Schedule, rank: int) -> dict:
     where = f"{coll}/{algo}"
     if algo not in HOST_PAGE:
         raise ScheduleError(f"{where}: not a host-page Schedule ({', '.join(sorted(HOST_PAGE))})", op=where)
-    if algo == "fastd":
-        raise ScheduleError(f"{where}: fastd runs step by step from its Schedule (runtime/pageplan.py), "
+    if algo in ("fastd", "fast2"):
+        raise ScheduleError(f"{where}: {algo} runs step by step from its Schedule (runtime/pageplan.py), "
                             "not from a plan of this form", op=where)
     prog = [list(rnd.steps) for rnd in s.ranks[rank]]
     peers = [j for j in range(p) if j != rank]
@@ -271,30 +270,7 @@ def host_plan(s: Schedule, rank: int) -> dict:
         for st in rnd:
             if not isinstance(st, known):
                 raise bad(f"round {k} has a {type(st).__name__} step")
-    if algo == "fast2":
-        # round 1: my slice, reduced from every peer (slot or input); round 2: every other slice from its owner
-        r1 = steps(Get, 1) if p > 1 else []
-        mine = {(st.dst.offset, st.dst.count) for st in r1}
-        if r1 and (len(mine) != 1 or sorted(st.peer for st in r1) != peers or not all(st.reduce for st in r1)):
-            raise bad("round 1 must reduce one slice from every peer")
-        sl: dict[int, tuple[int, int]] = {}
-        for st in steps(Get, 2):
-            if st.reduce or st.src.offset != st.dst.offset:
-                raise bad("round 2 must copy each peer's slice to the same place")
-            sl[st.peer] = (st.src.offset, st.src.count)
-        own = [st for st in steps(Copy, 0) if st.dst.buffer == "output"]
-        sl[rank] = (own[0].dst.offset, own[0].dst.count) if own else next(iter(mine), (0, 0))
-        slices, at = [], 0
-        for r in range(p):
-            off, cnt = sl.get(r, (at, 0))
-            if cnt and off != at:
-                raise bad(f"the slices must tile the buffer in rank order (rank {r}'s starts at {off}, not {at})")
-            slices.append((at, cnt))
-            at += cnt
-        if at != n:
-            raise bad(f"the slices cover {at} of {n} elements")
-        out["slices"] = slices
-    elif algo == "fast_once":
+    if algo == "fast_once":
         red = s.root
         r1, r2 = steps(Get, 1), steps(Get, 2)
         read = sorted(st.peer for st in (r1 if rank == red else r2))

@@ -1,25 +1,27 @@
 """The shared-memory paths of a group whose ranks all share one host (the world group of such a job).
 
-Small calls skip the channels: every rank writes its payload once into its own slot on the host page
-and publishes it; every reader then takes all ranks' payloads as one strided array (all_reduce reduces
-them in rank order, so every rank gets bit-identical results). Each path is a registered Schedule
-(algorithms/hostpage.py: fast, fast_once, fast2, fastd), and each call shape's plan (Small) is built from
-it by ``hostpage.host_plan`` (the slices, the broadcast's cut; a Schedule of another form is refused):
-what runs is what the reference interpreter verifies. Two slots per rank
-alternate by call; a rank reuses a slot only after every peer has finished reading its previous use
-(the `done` words). Each slot carries the call's group sequence number, a CRC of its signature and its
-size, so mismatched calls raise CollectiveMismatchError; a peer that took the regular path instead
-(e.g. a larger count) is noticed in the channel rings.
+Every path is a registered Schedule (algorithms/hostpage.py: fast, fast_once, fast2, fastd), verified by
+the reference interpreter, priced from its steps by the model and run by the simulator. Two executors
+here run them:
 
-The same protocol carries the larger calls (FastPath.hot dispatches on the cached call shape, Small):
-- `fast`, above 64 KiB: broadcast / all_gather / reduce_scatter up to the slot size (_streamed);
-- `fast2`: the two-phase all_reduce of 3+ ranks up to the slot size (_two_phase);
-- `fastd`, above that: readers take their part straight from the writers' own buffers, mapped when
-  they live in an interlink.empty arena, else by cross-memory attach (_direct, _direct_all_reduce).
+- **The one-shot latency path, inlined** (`hot`: `fast` up to 64 KiB, `fast_once`, the barrier): every
+  rank writes its payload once into its own slot on the host page and publishes it; every reader then
+  takes all ranks' payloads as one strided array (all_reduce reduces them in rank order, so every rank
+  gets bit-identical results). Its views come from the Schedule's form (``hostpage.host_plan`` refuses
+  a Schedule of another form). On an oversubscribed host (more than two local ranks a core) the
+  all_reduce is reduced once, by the last rank to publish, into a shared result slot that every rank
+  copies (_reduce_once).
+- **Everything larger runs step by step** (`_program`): `fast` above 64 KiB (broadcast, all_gather,
+  reduce_scatter through the slots), `fast2` (the two-phase all_reduce in the slots) and `fastd` (from
+  and into the ranks' own buffers, mapped when they live in an interlink.empty arena, else by
+  cross-memory attach). Each call shape's Schedule is compiled for this rank by runtime/pageplan.py into
+  Moves (a destination chunk and its chain of sources) and PutOps, with the rounds each waits for; ranks
+  publish their progress through a word of their slot header.
 
-On an oversubscribed host (more than two local ranks a core) the one-shot all_reduce is reduced once, by
-the last rank to publish, into a shared result slot that every rank copies (_reduce_once): p times
-less work than every rank reducing every slot, which is what bounds the call when ranks share cores.
+Two slots per rank alternate by call; a rank reuses a slot only after every peer has finished reading
+its previous use (the `done` words). Each slot carries the call's group sequence number, a CRC of its
+signature and its size, so mismatched calls raise CollectiveMismatchError; a peer that took the regular
+path instead (e.g. a larger count) is noticed in the channel rings.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class Small:
     the typed views of the slots it reads and writes, made once so that a call does no lookups."""
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
-                 "avg", "stream", "count", "block", "root", "direct", "split", "res", "schedule", "program")
+                 "avg", "count", "block", "root", "res", "schedule", "program")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -90,12 +92,9 @@ class Small:
         self.oshape: tuple = ()
         self.fn: Any = None
         self.avg = False
-        self.stream = 0  # above the one-shot size: elements per reduction chunk (else 0)
         self.count = 0  # input elements
         self.block = 0  # reduce_scatter: elements per rank
         self.root = 0
-        self.direct = False  # too large for a slot: peers read this rank's own buffer (fastd)
-        self.split: Optional[list] = None  # the two-phase all_reduce: where each rank's slice starts
         self.res: Optional[list] = None  # [parity] -> the shared result slot (all_reduce reduced once)
         self.schedule: Any = None  # the Schedule this call shape runs (algorithms/hostpage.py)
         self.program: Any = None  # fastd: this rank's program of it (runtime/pageplan.py)
@@ -114,7 +113,7 @@ class FastPath:
         # the pipelined ring over the channels measured faster (both cores copy at once), so not there
         self.direct_max = self.page.fast_max if self.n >= 3 else self.max
         # broadcast, all_gather and reduce_scatter go through the slots up to their size (above `max`:
-        # _streamed), except on 2 ranks: there one copy by cross-memory attach (_direct) wins above 256
+        # the fast Schedule), except on 2 ranks: there one copy by cross-memory attach (fastd) wins above 256
         # KiB (1 MiB: all_gather, each rank pushing its block into the peer's output, 80 -> 61 us;
         # broadcast, root and receiver each moving half, 72.7 -> 34.6 us; reduce_scatter 93 -> 86 us)
         self.move_max = min(self.page.fast_max, policy.slots_max_bytes_two_ranks()) if self.n == 2 else self.page.fast_max
@@ -308,38 +307,31 @@ class FastPath:
             sc.avg = op is ReduceOp.AVG
         sc.block = count // self.n
         if big:  # above the one-shot size: run step by step from the Schedule (runtime/pageplan.py)
-            sc.direct = direct
             sc.program = prog = compile_page(sc.schedule, me)
             if prog.scratch:  # every rank's slot of each parity, [ranks, scratch]
                 sc.stack = [self.page.stacked(q, dt, prog.scratch) for q in (0, 1)]
             return sc
-        hp = host_plan(sc.schedule, me)
-        if "slices" in hp:
-            sc.split = [off for off, _ in hp["slices"]] + [count]
-        if big and kind != AR:
-            sc.stream = max(1, self.chunk // dt.itemsize)
+        # the one-shot latency path, inlined: the views of the slots it reads, from its Schedule's form
+        host_plan(sc.schedule, me)
         rows = [self.page.stacked(q, dt, count) for q in (0, 1)] if kind != BAR else []
-        shaped = not sc.stream  # the one-shot path works on the caller's shape, the others on flat views
-        sc.mine = [r[me].reshape(a.shape) if shaped else r[me] for r in rows]
-        if two_phase:
-            sc.stack = rows
-        elif kind == AR:
+        sc.mine = [r[me].reshape(a.shape) for r in rows]
+        if kind == AR:
             sc.parts = [[row.reshape(a.shape) for row in r] for r in rows]
             if once:
                 sc.res = [self.page.result(q, dt, count).reshape(a.shape) for q in (0, 1)]
         elif kind == BC:
-            sc.parts = [[r[root].reshape(a.shape) if shaped else r[root]] for r in rows]
+            sc.parts = [[r[root].reshape(a.shape)] for r in rows]
         elif kind == AG:
             sc.stack, sc.oshape = rows, (self.n, count)
         elif kind == RS:
             m = sc.block
-            sc.parts = [[row[me * m:(me + 1) * m].reshape(out.shape) if shaped else row[me * m:(me + 1) * m]
-                         for row in r] for r in rows]
+            sc.parts = [[row[me * m:(me + 1) * m].reshape(out.shape) for row in r] for r in rows]
         return sc
 
     def hot(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], seq: int, timeout: float) -> None:
         """One call through the slots, every step inlined: copy in, publish, wait, check, read (reductions
-        in rank order: identical bits on every rank), mark done. Large payloads stream (_streamed)."""
+        in rank order: identical bits on every rank), mark done. Above the one-shot size: the call shape's
+        page program (_program)."""
         self.f = f = self.f + 1
         q = f & 1
         W, B = self.W, self.B
@@ -361,9 +353,7 @@ class FastPath:
             return self._reduce_once(sc, a, f, q, seq, timeout)
         self._gather_headers(sc, f, q, seq, timeout)
         kind = sc.kind
-        if sc.split is not None:
-            self._two_phase(sc, a, f, q, seq, timeout)
-        elif kind == AR or kind == RS:
+        if kind == AR or kind == RS:
             dst = a if kind == AR else out
             parts = sc.parts[q]
             fn = sc.fn
