@@ -509,7 +509,7 @@ class FastPath:
         for op in rounds[0].early if rounds else ():
             self._op(sc, op, bufs, None, q, serial, inplace)
         skip = 1 if rounds and not rounds[0].ops and not rounds[0].before and not rounds[0].waits else 0
-        if skip:
+        if skip and rounds[0].publish:
             self.W[rd] = base + rounds[0].end
         self._announce(sc, flat, f, q, seq, reg, op_)
         self._gather_headers(sc, f, q, seq, timeout)
@@ -519,7 +519,8 @@ class FastPath:
                 self._await_round(rnd.before, q, base, seq, sc, timeout)
             for op in rnd.ops:
                 self._op(sc, op, bufs, mapped, q, serial, inplace)
-            self._set(rd, base + rnd.end)
+            if rnd.publish:  # only where a peer waits for it (a publish may wake a sleeping peer)
+                self._set(rd, base + rnd.end)
             if rnd.waits:
                 self._await_round(tuple((i, rnd.end) for i in rnd.waits), q, base, seq, sc, timeout)
         self._set(self.done_w, f)

@@ -83,6 +83,7 @@ class PageRound:
     early: tuple[Op, ...]  # local steps that may run before the peers have arrived (first round only)
     ops: tuple[Op, ...]
     waits: tuple[int, ...]  # peers whose puts of round end - 1 must have landed (their Signal)
+    publish: bool = True  # some peer waits for this rank to finish these rounds: publish the end
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,59 +173,74 @@ def compile_page(s: Schedule, rank: int) -> PageProgram:
     if s.nrounds >= ROUND_STRIDE:
         raise ScheduleError(f"{where}: {s.nrounds} rounds, the host page runs at most {ROUND_STRIDE - 1}", op=where)
     elide = {j: _elidable(s, j) for j in range(s.nranks)}
-    parsed = []  # per round: (needs {peer: rounds}, remote items, local items, waits)
-    maps: set[int] = set()
+    def parse(r: int) -> tuple[list, set]:
+        """Rank r's rounds: (needs {peer: rounds}, remote items, local items, waits), and the peers whose
+        input it may read in place."""
+        parsed: list = []
+        maps: set[int] = set()
+        for k, rnd in enumerate(s.ranks[r]):
+            remote, local, waits, needs = [], [], [], {}
+
+            def need(j: int, e: int) -> None:
+                if e > 0:
+                    needs[j] = max(needs.get(j, 0), e)
+
+            for st in rnd.steps:
+                if isinstance(st, Get):
+                    buf = _chunk_buf(st.src, where)
+                    alt = -1
+                    if buf == IN:
+                        maps.add(st.peer)
+                    else:
+                        need(st.peer, _last_write(s.ranks[st.peer], st.src, k) + 1)
+                        if buf == SCR:
+                            for (o, c), io in elide[st.peer].items():
+                                if o <= st.src.offset and st.src.end <= o + c:
+                                    alt = io + st.src.offset - o
+                                    maps.add(st.peer)
+                    remote.append((st.dst, Src(st.peer, buf, st.src.offset, st.reduce, alt)))
+                elif isinstance(st, Put):
+                    if st.dst.buffer != "output":
+                        raise ScheduleError(f"{where}: rank {r} round {k}: a put into a peer's {st.dst.buffer}; "
+                                            "the host page writes only into outputs", op=where, ranks=[r, st.peer])
+                    remote.append(PutOp(st.peer, _chunk_buf(st.src, where), st.src.offset, st.src.count, st.dst.offset))
+                    need(st.peer, k)
+                elif isinstance(st, (Copy, Reduce)):
+                    local.append((st.dst, Src(LOCAL, _chunk_buf(st.src, where), st.src.offset, isinstance(st, Reduce))))
+                elif isinstance(st, Wait):
+                    waits.append(st.peer)
+                elif not isinstance(st, Signal):  # a Signal is the end of the round's puts: the progress word
+                    raise ScheduleError(f"{where}: rank {r} round {k} has a {type(st).__name__} step; the "
+                                        "host page runs Get, Put, Signal, Wait, Copy and Reduce", op=where, ranks=[r])
+                w = _writes(st)
+                if isinstance(st, Copy) and _alias(s, r, st.src) == st.dst:
+                    w = None  # input onto the output it aliases in place: nothing moves
+                if w is not None:  # a chunk peers read in this or an earlier round: after they have
+                    ws = [w] + [c for c in (_alias(s, r, w),) if c is not None]
+                    for i in range(s.nranks):
+                        if i == r:
+                            continue
+                        for kk, rr in enumerate(s.ranks[i][:k + 1]):
+                            if any(isinstance(g, Get) and g.peer == r and any(g.src.overlaps(c) for c in ws)
+                                   for g in rr.steps):
+                                if kk == k:
+                                    raise ScheduleError(f"{where}: rank {r} round {k} overwrites {w} while rank "
+                                                        f"{i} reads it in the same round", op=where, ranks=[r, i])
+                                need(i, kk + 1)
+            parsed.append((needs, remote, local, tuple(waits)))
+        return parsed, maps
+
+    parsed, maps = parse(rank)
     slot_readers: set[int] = set()
-    for k, rnd in enumerate(s.ranks[rank]):
-        remote, local, waits, needs = [], [], [], {}
-
-        def need(j: int, e: int) -> None:
-            if e > 0:
-                needs[j] = max(needs.get(j, 0), e)
-
-        for st in rnd.steps:
-            if isinstance(st, Get):
-                buf = _chunk_buf(st.src, where)
-                alt = -1
-                if buf == IN:
-                    maps.add(st.peer)
-                else:
-                    need(st.peer, _last_write(s.ranks[st.peer], st.src, k) + 1)
-                    if buf == SCR:
-                        for (o, c), io in elide[st.peer].items():
-                            if o <= st.src.offset and st.src.end <= o + c:
-                                alt = io + st.src.offset - o
-                                maps.add(st.peer)
-                remote.append((st.dst, Src(st.peer, buf, st.src.offset, st.reduce, alt)))
-            elif isinstance(st, Put):
-                if st.dst.buffer != "output":
-                    raise ScheduleError(f"{where}: rank {rank} round {k}: a put into a peer's {st.dst.buffer}; "
-                                        "the host page writes only into outputs", op=where, ranks=[rank, st.peer])
-                remote.append(PutOp(st.peer, _chunk_buf(st.src, where), st.src.offset, st.src.count, st.dst.offset))
-                need(st.peer, k)
-            elif isinstance(st, (Copy, Reduce)):
-                local.append((st.dst, Src(LOCAL, _chunk_buf(st.src, where), st.src.offset, isinstance(st, Reduce))))
-            elif isinstance(st, Wait):
-                waits.append(st.peer)
-            elif not isinstance(st, Signal):  # a Signal is the end of the round's puts: the progress word
-                raise ScheduleError(f"{where}: rank {rank} round {k} has a {type(st).__name__} step; the "
-                                    "host page runs Get, Put, Signal, Wait, Copy and Reduce", op=where, ranks=[rank])
-            w = _writes(st)
-            if isinstance(st, Copy) and _alias(s, rank, st.src) == st.dst:
-                w = None  # input onto the output it aliases in place: nothing moves
-            if w is not None:  # a chunk peers read in this or an earlier round: after they have
-                ws = [w] + [c for c in (_alias(s, rank, w),) if c is not None]
-                for i in range(s.nranks):
-                    if i == rank:
-                        continue
-                    for kk, rr in enumerate(s.ranks[i][:k + 1]):
-                        if any(isinstance(g, Get) and g.peer == rank and any(g.src.overlaps(c) for c in ws)
-                               for g in rr.steps):
-                            if kk == k:
-                                raise ScheduleError(f"{where}: rank {rank} round {k} overwrites {w} while rank "
-                                                    f"{i} reads it in the same round", op=where, ranks=[rank, i])
-                            need(i, kk + 1)
-        parsed.append((needs, remote, local, tuple(waits)))
+    # the rounds whose end some peer waits for: only those are published (a publish may wake a peer)
+    wanted: set[int] = set()
+    for j in range(s.nranks):
+        if j != rank:
+            for k, (nd, _, _, wt) in enumerate(parse(j)[0]):
+                if rank in nd:
+                    wanted.add(nd[rank])
+                if rank in wt:
+                    wanted.add(k + 1)
     for j in range(s.nranks):  # who reads a slot chunk this rank may elide
         if j != rank:
             for rnd in s.ranks[j]:
@@ -256,7 +272,8 @@ def compile_page(s: Schedule, rank: int) -> PageProgram:
         rounds.append(PageRound(k, end, tuple(sorted(needs.items())), early, _fuse(items, where, mine_elide),
                                 waits))
         k = end
-    rounds = [PageRound(r.first, r.end, r.before, _flag(s, rank, r.early), _flag(s, rank, r.ops), r.waits)
+    rounds = [PageRound(r.first, r.end, r.before, _flag(s, rank, r.early), _flag(s, rank, r.ops), r.waits,
+                        any(r.first < e <= r.end for e in wanted))
               for r in _sink(s, rank, rounds)]
     readers = set()
     for j in range(s.nranks):
