@@ -92,11 +92,15 @@ def test_host_paths_compile_into_the_steps_of_their_schedule() -> None:
     # second round) copy theirs out of their outputs
     ar = compile_page(get_schedule("all_reduce", "fastd", 3, 10), 0)
     assert [(rnd.first, rnd.end, rnd.before) for rnd in ar.rounds] == [(0, 2, ()), (2, 3, ((1, 2), (2, 2)))]
-    # the first round's copy of the own slice joins the chain that reduces into it (one pass)
+    # the first round's copy of the own slice joins the chain that reduces into it; all_reduce runs in
+    # place, so the chain starts from what the destination holds: the peers' slices reduced into it
     (chain,) = ar.rounds[0].ops
-    assert not ar.rounds[0].early and [(x.peer, x.reduce) for x in chain.srcs] == [(LOCAL, False), (1, True),
-                                                                                   (2, True)]
-    assert chain.hazard  # in place the own slice is the destination
+    assert not ar.rounds[0].early and [(x.peer, x.reduce) for x in chain.srcs] == [(1, True), (2, True)]
+    assert not chain.hazard
+    # reduce_scatter may run out of place: its sunk copy stays the chain's first source
+    rs2 = compile_page(get_schedule("reduce_scatter", "fast", 3, 4), 0)
+    (chain,) = rs2.rounds[1].ops
+    assert [(x.peer, x.reduce) for x in chain.srcs] == [(LOCAL, False), (1, True), (2, True)] and chain.hazard
     assert ar.readers == (1, 2)
     # fast2, 3 ranks, in the slots: round 1 reads the peers' slots written in their round 0; round 2 reads
     # the slices they wrote back in their round 1; the slot copy is not elided (written again)

@@ -610,11 +610,15 @@ class FastPath:
         # a copy then a reduction, both readable in place: one operation (acc = s0 op s1)
         pair = len(srcs) > 1 and not srcs[0][2] and srcs[1][2] and srcs[0][0] is not None and \
             srcs[1][0] is not None and not (aligned & {0, 1})
+        far_any = save or any(view is None for view, _, _ in srcs)
+        if not far_any and n <= step:
+            step = n  # one piece, no scratch: every source is readable in place
         for lo in range(0, n, step):
             hi = min(lo + step, n)
             acc = dst[lo:hi]
-            both = self._scratch(2 * (hi - lo) * isz).view(dst.dtype)
-            tmp = both[:hi - lo]
+            if far_any:
+                both = self._scratch(2 * (hi - lo) * isz).view(dst.dtype)
+                tmp = both[:hi - lo]
             if save:
                 saved = both[hi - lo:]
                 saved[...] = acc

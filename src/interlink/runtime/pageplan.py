@@ -353,6 +353,11 @@ def _flag(s: Schedule, rank: int, ops: tuple) -> tuple:
     for op in ops:
         if isinstance(op, Move):
             dst = Chunk(_NAME[op.buf], op.off, op.count)
+            first = op.srcs[0]
+            if s.collective in ("all_reduce", "broadcast") and len(op.srcs) > 1 and first.peer == LOCAL and \
+                    not first.reduce and _alias(s, rank, Chunk(_NAME[first.buf], first.off, op.count)) == dst:
+                # these always run in place: the chain starts from what the destination already holds
+                op = Move(op.buf, op.off, op.count, op.srcs[1:], op.elide)
             locs = [Chunk(_NAME[x.buf], x.off, op.count) for x in op.srcs if x.peer == LOCAL]
             noop = len(op.srcs) == 1 and bool(locs) and not op.srcs[0].reduce and _alias(s, rank, locs[0]) == dst
             hazard = any(c.overlaps(dst) or (_alias(s, rank, c) is not None and _alias(s, rank, c).overlaps(dst))
