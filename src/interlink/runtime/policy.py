@@ -108,8 +108,8 @@ def ar_direct_min_bytes() -> int:
 
 
 def fast_chunk_bytes() -> int:
-    """Bytes per reduction chunk of the streamed shared-page paths (INTERLINK_FAST_CHUNK_BYTES, at least
-    4 KiB): 128 KiB; the own-buffer paths read twice that per piece (64 times by cross-memory attach)."""
+    """The host page's base piece (INTERLINK_FAST_CHUNK_BYTES, at least 4 KiB): 128 KiB; a page program's
+    chain reduces twice that at a time (runtime/pageplan.py), cross-memory attach moves 64 times it a call."""
     return max(4096, env_int("INTERLINK_FAST_CHUNK_BYTES", 128 * 1024))
 
 
