@@ -56,6 +56,7 @@ DESC = 16
 _META = struct.Struct(f"<QQQ8x{SIG_BYTES}s")  # from word 2 on: group seq, crc, nbytes, (reserved), signature
 _GC = struct.Struct("<QQ")  # group seq, crc
 _CRCS: dict[bytes, int] = {}
+_NOMAP: dict = {}
 
 
 def _crc(sig: bytes) -> int:
@@ -499,7 +500,8 @@ class FastPath:
             (kind == AG and op_ + self.me * flat.nbytes == flat.ctypes.data) or (
                 kind == RS and flat.ctypes.data + self.me * o.nbytes == op_)))
         bufs = (flat, o, sc.stack[q][self.me] if prog.scratch else None)
-        reg = self._arena(sc, flat)
+        desc = prog.readers or prog.slot_readers or prog.out_addr  # peers read my buffers' addresses
+        reg = self._arena(sc, flat) if desc else None
         serial = reg[0] if reg is not None else 0
         rounds = prog.rounds
         base = ROUND_STRIDE * f
@@ -511,9 +513,13 @@ class FastPath:
         skip = 1 if rounds and not rounds[0].ops and not rounds[0].before and not rounds[0].waits else 0
         if skip and rounds[0].publish:
             self.W[rd] = base + rounds[0].end
-        self._announce(sc, flat, f, q, seq, reg, op_)
+        if desc:
+            self._announce(sc, flat, f, q, seq, reg, op_)
+        else:  # the header alone (no peer reads this rank's input or output)
+            _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
+            self._set(self.my_w[q], f)
         self._gather_headers(sc, f, q, seq, timeout)
-        mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in prog.maps}
+        mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in prog.maps} if prog.maps else _NOMAP
         for rnd in rounds[skip:] if skip else rounds:  # rounds first..end-1 of the Schedule; the progress word counts them
             if rnd.before:
                 self._await_round(rnd.before, q, base, seq, sc, timeout)
