@@ -94,8 +94,12 @@ def _ddp_all(rank: int, world: int, backend: str) -> dict:
 
     import torch.distributed as dist
 
+    from datetime import timedelta
+
     dist.init_process_group("interlink")
-    pg = None if backend == "interlink" else dist.new_group(backend="gloo")
+    # the reference group gets a timeout, so that a gloo call that never completes (seen once on a loaded
+    # 2-core VM: a rank hung, "terminate called ... Resource deadlock avoided") fails in a minute
+    pg = None if backend == "interlink" else dist.new_group(backend="gloo", timeout=timedelta(seconds=60))
     out = {v: _ddp_variant(rank, world, backend, v, pg) for v in VARIANTS}
     del pg
     gc.collect()
