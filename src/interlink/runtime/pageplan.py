@@ -258,10 +258,11 @@ def compile_page(s: Schedule, rank: int) -> PageProgram:
         if k == 0 and local:
             # local steps that touch no chunk of this round's one-sided steps commute with them
             lops = _fuse(local, where, mine_elide)
-            written = [_chunk3(x[0]) for x in remote if not isinstance(x, PutOp)]  # by the round's reads
-            read = written + [(x.buf, x.off, x.count) for x in remote if isinstance(x, PutOp)]  # or puts
-            if not any(_overlap((op.buf, op.off, op.count), c) for op in lops for c in read) and \
-                    not any(_overlap(a, c) for op in lops for a in _chunks_of(op)[1:] for c in written):
+            written = [x[0] for x in remote if not isinstance(x, PutOp)]  # by the round's reads
+            read = written + [Chunk(_NAME[x.buf], x.off, x.count) for x in remote if isinstance(x, PutOp)]
+            if not any(Chunk(_NAME[op.buf], op.off, op.count).overlaps(c) for op in lops for c in read) and \
+                    not any(Chunk(_NAME[x.buf], x.off, op.count).overlaps(c) for op in lops for x in op.srcs
+                            for c in written):
                 early, items = lops, list(remote)
         waited = dict(needs)
         end = k + 1
@@ -365,20 +366,6 @@ def _flag(s: Schedule, rank: int, ops: tuple) -> tuple:
             op = Move(op.buf, op.off, op.count, op.srcs, op.elide, noop, hazard and not noop)
         res.append(op)
     return tuple(res)
-
-
-def _chunk3(c: Chunk) -> tuple[int, int, int]:
-    return (_BUF.get(c.buffer, -2), c.offset, c.count)
-
-
-def _chunks_of(op: Op) -> list[tuple[int, int, int]]:
-    if isinstance(op, PutOp):
-        return [(op.buf, op.off, op.count)]
-    return [(op.buf, op.off, op.count)] + [(s.buf, s.off, op.count) for s in op.srcs if s.peer == LOCAL]
-
-
-def _overlap(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
-    return a[0] == b[0] and a[2] > 0 and b[2] > 0 and a[1] < b[1] + b[2] and b[1] < a[1] + a[2]
 
 
 def _fuse(items: list, where: str, elide: dict | None = None) -> tuple[Op, ...]:
