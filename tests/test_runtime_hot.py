@@ -318,3 +318,58 @@ def test_host_paths_follow_their_schedules(nranks: int) -> None:
         # the variant's receivers pull everything (rank 0 is one: the root is the last rank)
         (pull,) = sp["broadcast:fastd n=30011"][1].rounds[0].ops
         assert (pull.off, pull.count) == (0, 30011), sp
+
+
+def _bits_suite(rank: int, world: int, sizes: tuple) -> list:
+    """Random float32 calls through every page-program path (fast2 and fastd all_reduce, streamed and
+    fastd reduce_scatter, all_gather, broadcast; plain arrays and interlink.empty arenas): every rank's
+    result must be the reference interpreter's result for the Schedule the call ran, bit for bit (the
+    same operations in the same order), not merely close to numpy's sum."""
+    import interlink as dist
+    from interlink.algorithms import reference
+
+    g = dist.init(timeout=60)
+    fails = []
+    for n in sizes:
+        for shared in (False, True):
+            ins = [np.random.default_rng([n, r, shared]).standard_normal(n).astype(np.float32) for r in range(world)]
+            m = n - n % world
+            calls = [("all_reduce", n), ("reduce_scatter", m), ("all_gather", n), ("broadcast", n)]
+            for coll, cnt in calls:
+                x = dist.empty(cnt, np.float32) if shared else np.empty(cnt, np.float32)
+                x[...] = ins[rank][:cnt]
+                if coll == "all_reduce":
+                    dist.all_reduce(x)
+                    got = x
+                elif coll == "reduce_scatter":
+                    got = np.empty(cnt // world, np.float32)
+                    dist.reduce_scatter_tensor(got, x)
+                elif coll == "all_gather":
+                    got = np.empty(cnt * world, np.float32)
+                    dist.all_gather_into_tensor(got, x)
+                else:
+                    dist.broadcast(x, src=world - 1)
+                    got = x
+                sc = [s for s in g._fast.shapes.values()
+                      if s and s.schedule is not None and s.schedule.collective == coll and s.count == cnt]
+                if not sc:
+                    fails.append(f"rank {rank}: {coll} n={cnt} did not take the host page")
+                    continue
+                s = sc[-1].schedule
+                want = reference.run_numeric(s, [i[:cnt] for i in ins])[rank]["output"][:got.size]
+                if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+                    bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+                    fails.append(f"rank {rank}: {coll}:{s.algorithm} n={cnt} shared={shared}: {bad.size} elements "
+                                 f"differ from the reference run of its Schedule, first {bad[:4]}")
+    dist.destroy()
+    return fails
+
+
+@pytest.mark.parametrize("nranks", [3, 4])
+def test_host_programs_compute_the_bits_of_their_schedule(nranks: int) -> None:
+    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_SHM_DIRECT_MAX_BYTES": "65536",
+           "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": "65536", "INTERLINK_FAST_CHUNK_BYTES": "4096"}
+    # 4 KB: fast2 and the streamed slot paths (chains in 8 KB pieces); 120 KB: fastd from the own buffers
+    res = run_ranks(nranks, _bits_suite, (1009, 30011), env=env, timeout=300)
+    fails = [f for r in res for f in r]
+    assert not fails, "\n".join(fails[:10])

@@ -78,7 +78,7 @@ class Small:
     the typed views of the slots it reads and writes, made once so that a call does no lookups."""
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
-                 "avg", "count", "block", "root", "res", "schedule", "program")
+                 "avg", "count", "block", "root", "res", "schedule", "program", "bound")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -99,6 +99,7 @@ class Small:
         self.res: Optional[list] = None  # [parity] -> the shared result slot (all_reduce reduced once)
         self.schedule: Any = None  # the Schedule this call shape runs (algorithms/hostpage.py)
         self.program: Any = None  # fastd: this rank's program of it (runtime/pageplan.py)
+        self.bound: dict = {}  # (parity, read in place, in place, mapped peers) -> the program's ops bound
 
 
 class FastPath:
@@ -499,7 +500,6 @@ class FastPath:
         inplace = kind in (AR, BC) or (prog.noops and (
             (kind == AG and op_ + self.me * flat.nbytes == flat.ctypes.data) or (
                 kind == RS and flat.ctypes.data + self.me * o.nbytes == op_)))
-        bufs = (flat, o, sc.stack[q][self.me] if prog.scratch else None)
         desc = prog.readers or prog.slot_readers or prog.out_addr  # peers read my buffers' addresses
         reg = self._arena(sc, flat) if desc else None
         serial = reg[0] if reg is not None else 0
@@ -508,8 +508,14 @@ class FastPath:
         rd = self.my_w[q] + RD
         # the first round's local steps (into this rank's own slot and output) before the header: when
         # they are the whole round, its end is published with the header (one publish, as the one-shot path)
-        for op in rounds[0].early if rounds else ():
-            self._op(sc, op, bufs, None, q, serial, inplace)
+        key = (q, serial != 0, inplace)
+        bound = sc.bound.get(key)
+        if bound is None:
+            bound = sc.bound[key] = self._bind(sc, q, serial != 0, inplace, a.dtype.itemsize)
+        early, steps, slot = bound
+        bufs = (flat, o, slot)
+        for run in early:
+            run(bufs, None)
         skip = 1 if rounds and not rounds[0].ops and not rounds[0].before and not rounds[0].waits else 0
         if skip and rounds[0].publish:
             self.W[rd] = base + rounds[0].end
@@ -520,11 +526,12 @@ class FastPath:
             self._set(self.my_w[q], f)
         self._gather_headers(sc, f, q, seq, timeout)
         mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in prog.maps} if prog.maps else _NOMAP
-        for rnd in rounds[skip:] if skip else rounds:  # rounds first..end-1 of the Schedule; the progress word counts them
+        for k in range(skip, len(rounds)):  # rounds first..end-1 of the Schedule; the progress word counts them
+            rnd = rounds[k]
             if rnd.before:
                 self._await_round(rnd.before, q, base, seq, sc, timeout)
-            for op in rnd.ops:
-                self._op(sc, op, bufs, mapped, q, serial, inplace)
+            for run in steps[k]:
+                run(bufs, mapped)
             if rnd.publish:  # only where a peer waits for it (a publish may wake a sleeping peer)
                 self._set(rd, base + rnd.end)
             if rnd.waits:
@@ -535,6 +542,79 @@ class FastPath:
             self._await_readers(f, seq, sc, timeout, list(readers))
         if sc.avg:  # the sums, divided once every reader has them (each rank divides the same bits)
             finish_avg(o, self.n)
+
+    def _bind(self, sc: Small, q: int, serial: bool, inplace: bool, isz: int) -> tuple:
+        """The call shape's program bound for one parity of the slots: (early, [ops of each round], this
+        rank's slot), each op a callable (buffers, mapped) -> None. What is the same on every call is
+        decided here once: the ops that do nothing (empty, elided, no-op in place) go; a slot's view (this rank's, a peer's) is
+        made here; a copy or a chain whose sources all lie in this rank's buffers or the peers' slots runs
+        as a few slices and ufunc calls. An op that reads a peer's own buffer (mapped per call, or by
+        cross-memory attach), writes into one, or may overlap itself runs through _op."""
+        prog = sc.program
+        stack = sc.stack[q] if prog.scratch else None
+
+        def bind(op: Any) -> Any:
+            generic = (lambda bufs, mapped, op=op: self._op(sc, op, bufs, mapped, q, serial, inplace))
+            if isinstance(op, PutOp):
+                return generic if op.count else None
+            n = op.count
+            if n == 0 or (op.elide and serial) or (op.noop and inplace):
+                return None
+            if op.hazard or any(s.peer != LOCAL and (s.buf != SCR or s.alt >= 0 or stack is None)
+                                for s in op.srcs):
+                return generic  # a peer's own buffer, or a source that may overlap the destination
+
+            def spec(buf: int, peer: int, off: int) -> tuple:  # (fixed view, None) or (None, (buf, lo, hi))
+                if peer != LOCAL:
+                    return stack[peer][off:off + n], None
+                if buf == SCR:
+                    return stack[self.me][off:off + n], None
+                return None, (buf, off, off + n)
+
+            dv, du = spec(op.buf, LOCAL, op.off)
+            srcs = [spec(s.buf, s.peer, s.off) + (s.reduce,) for s in op.srcs]
+            fn = sc.fn
+            if len(srcs) == 1 and not srcs[0][2]:  # one copy
+                sv, su, _ = srcs[0]
+                if dv is not None and sv is not None:
+                    def run(bufs, mapped, d=dv, s=sv):
+                        d[...] = s
+                elif dv is not None:
+                    def run(bufs, mapped, d=dv, b=su[0], lo=su[1], hi=su[2]):
+                        d[...] = bufs[b][lo:hi]
+                elif sv is not None:
+                    def run(bufs, mapped, s=sv, b=du[0], lo=du[1], hi=du[2]):
+                        bufs[b][lo:hi] = s
+                else:
+                    def run(bufs, mapped, b=du[0], lo=du[1], hi=du[2], sb=su[0], slo=su[1], shi=su[2]):
+                        bufs[b][lo:hi] = bufs[sb][slo:shi]
+                return run
+            # a chain, walked a piece at a time (the destination stays in cache across its sources), as _op
+            step = max(1, 2 * self.chunk // isz)
+            step = n if n <= step else step
+            pieces = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+            pair = len(srcs) > 1 and not srcs[0][2] and srcs[1][2]
+
+            def run(bufs, mapped, dv=dv, du=du, srcs=srcs, pieces=pieces, pair=pair, fn=fn):
+                dst = dv if dv is not None else bufs[du[0]][du[1]:du[2]]
+                views = [v if v is not None else bufs[u[0]][u[1]:u[2]] for v, u, _ in srcs]
+                for lo, hi in pieces:
+                    acc = dst[lo:hi]
+                    j = 0
+                    if pair:
+                        fn(views[0][lo:hi], views[1][lo:hi], out=acc)
+                        j = 2
+                    for k in range(j, len(srcs)):
+                        if srcs[k][2]:
+                            fn(acc, views[k][lo:hi], out=acc)
+                        else:
+                            acc[...] = views[k][lo:hi]
+            return run
+
+        rounds = prog.rounds
+        early = tuple(r for r in (bind(op) for op in (rounds[0].early if rounds else ())) if r is not None)
+        steps = [tuple(r for r in (bind(op) for op in rnd.ops) if r is not None) for rnd in rounds]
+        return early, steps, stack[self.me] if stack is not None else None
 
     def _await_round(self, needs: tuple, q: int, base: int, seq: int, sc: Small, timeout: float) -> None:
         """Wait until every (peer, rounds) of needs has finished that many rounds of this call (pageplan)."""
