@@ -322,7 +322,8 @@ def test_host_paths_follow_their_schedules(nranks: int) -> None:
 
 def _bits_suite(rank: int, world: int, sizes: tuple) -> list:
     """Random float32 calls through every page-program path (fast2 and fastd all_reduce, streamed and
-    fastd reduce_scatter, all_gather, broadcast; plain arrays and interlink.empty arenas): every rank's
+    fastd reduce_scatter, all_gather, broadcast; plain arrays and interlink.empty arenas; reduce_scatter
+    and all_gather in place and out of place): every rank's
     result must be the reference interpreter's result for the Schedule the call ran, bit for bit (the
     same operations in the same order), not merely close to numpy's sum."""
     import interlink as dist
@@ -334,18 +335,23 @@ def _bits_suite(rank: int, world: int, sizes: tuple) -> list:
         for shared in (False, True):
             ins = [np.random.default_rng([n, r, shared]).standard_normal(n).astype(np.float32) for r in range(world)]
             m = n - n % world
-            calls = [("all_reduce", n), ("reduce_scatter", m), ("all_gather", n), ("broadcast", n)]
-            for coll, cnt in calls:
+            calls = [("all_reduce", n, False), ("reduce_scatter", m, False), ("reduce_scatter", m, True),
+                     ("all_gather", n, False), ("all_gather", n, True), ("broadcast", n, False)]
+            for coll, cnt, inplace in calls:
                 x = dist.empty(cnt, np.float32) if shared else np.empty(cnt, np.float32)
                 x[...] = ins[rank][:cnt]
                 if coll == "all_reduce":
                     dist.all_reduce(x)
                     got = x
-                elif coll == "reduce_scatter":
-                    got = np.empty(cnt // world, np.float32)
+                elif coll == "reduce_scatter":  # in place: the output is this rank's block of the input
+                    b = cnt // world
+                    got = x[rank * b:(rank + 1) * b] if inplace else np.empty(b, np.float32)
                     dist.reduce_scatter_tensor(got, x)
-                elif coll == "all_gather":
-                    got = np.empty(cnt * world, np.float32)
+                elif coll == "all_gather":  # in place: the input is this rank's block of the output
+                    got = dist.empty(cnt * world, np.float32) if shared else np.empty(cnt * world, np.float32)
+                    if inplace:
+                        got[rank * cnt:(rank + 1) * cnt] = x
+                        x = got[rank * cnt:(rank + 1) * cnt]
                     dist.all_gather_into_tensor(got, x)
                 else:
                     dist.broadcast(x, src=world - 1)
@@ -359,7 +365,8 @@ def _bits_suite(rank: int, world: int, sizes: tuple) -> list:
                 want = reference.run_numeric(s, [i[:cnt] for i in ins])[rank]["output"][:got.size]
                 if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
                     bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
-                    fails.append(f"rank {rank}: {coll}:{s.algorithm} n={cnt} shared={shared}: {bad.size} elements "
+                    fails.append(f"rank {rank}: {coll}:{s.algorithm} n={cnt} shared={shared} in place={inplace}: "
+                                 f"{bad.size} elements "
                                  f"differ from the reference run of its Schedule, first {bad[:4]}")
     dist.destroy()
     return fails

@@ -506,14 +506,19 @@ class FastPath:
         rounds = prog.rounds
         base = ROUND_STRIDE * f
         rd = self.my_w[q] + RD
-        # the first round's local steps (into this rank's own slot and output) before the header: when
-        # they are the whole round, its end is published with the header (one publish, as the one-shot path)
-        key = (q, serial != 0, inplace)
+        # the ops bound for this parity and these facts of the call (_bind): whether the input is read in
+        # place, the call runs in place, and the input and output overlap at all
+        overlap = o is flat or (kind in (AG, RS) and np.may_share_memory(flat, o))
+        key = (q, serial != 0, inplace, overlap)
         bound = sc.bound.get(key)
         if bound is None:
-            bound = sc.bound[key] = self._bind(sc, q, serial != 0, inplace, a.dtype.itemsize)
-        early, steps, slot = bound
+            if len(sc.bound) > 64:
+                sc.bound.clear()
+            bound = sc.bound[key] = ({},) + self._bind(sc, q, key, (), a.dtype.itemsize, early=True)
+        by_map, early, slot = bound
         bufs = (flat, o, slot)
+        # the first round's local steps (into this rank's own slot and output) before the header: when
+        # they are the whole round, its end is published with the header (one publish, as the one-shot path)
         for run in early:
             run(bufs, None)
         skip = 1 if rounds and not rounds[0].ops and not rounds[0].before and not rounds[0].waits else 0
@@ -525,7 +530,14 @@ class FastPath:
             _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
             self._set(self.my_w[q], f)
         self._gather_headers(sc, f, q, seq, timeout)
-        mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in prog.maps} if prog.maps else _NOMAP
+        if prog.maps:
+            mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in prog.maps}
+            mk = tuple(i for i in prog.maps if mapped[i] is not None)
+        else:
+            mapped, mk = _NOMAP, ()
+        steps = by_map.get(mk)
+        if steps is None:
+            steps = by_map[mk] = self._bind(sc, q, key, mk, a.dtype.itemsize)
         for k in range(skip, len(rounds)):  # rounds first..end-1 of the Schedule; the progress word counts them
             rnd = rounds[k]
             if rnd.before:
@@ -543,13 +555,17 @@ class FastPath:
         if sc.avg:  # the sums, divided once every reader has them (each rank divides the same bits)
             finish_avg(o, self.n)
 
-    def _bind(self, sc: Small, q: int, serial: bool, inplace: bool, isz: int) -> tuple:
-        """The call shape's program bound for one parity of the slots: (early, [ops of each round], this
-        rank's slot), each op a callable (buffers, mapped) -> None. What is the same on every call is
-        decided here once: the ops that do nothing (empty, elided, no-op in place) go; a slot's view (this rank's, a peer's) is
-        made here; a copy or a chain whose sources all lie in this rank's buffers or the peers' slots runs
-        as a few slices and ufunc calls. An op that reads a peer's own buffer (mapped per call, or by
-        cross-memory attach), writes into one, or may overlap itself runs through _op."""
+    def _bind(self, sc: Small, q: int, key: tuple, mk: tuple, isz: int, early: bool = False) -> Any:
+        """The call shape's program bound for one slot parity and the facts of a call that decide what its
+        ops do: key = (parity, input read in place, in place, input and output overlap), mk = the peers
+        whose input is mapped in place. early: (the first round's early ops, this rank's slot); else the
+        ops of each round. Each op is a callable (buffers, mapped) -> None. What is the same on every such
+        call is decided here once: the ops that do nothing (empty, elided, no-op in place) go; a slot's
+        view (this rank's, a peer's) is made here; a copy or a chain whose sources all lie in this rank's
+        buffers or the peers' slots runs as a few slices and ufunc calls. An op that reads a peer's own
+        buffer (mapped, or by cross-memory attach), writes into one, or whose source may overlap its
+        destination in this call runs through _op."""
+        _, serial, inplace, overlap = key
         prog = sc.program
         stack = sc.stack[q] if prog.scratch else None
 
@@ -560,9 +576,12 @@ class FastPath:
             n = op.count
             if n == 0 or (op.elide and serial) or (op.noop and inplace):
                 return None
-            if op.hazard or any(s.peer != LOCAL and (s.buf != SCR or s.alt >= 0 or stack is None)
-                                for s in op.srcs):
-                return generic  # a peer's own buffer, or a source that may overlap the destination
+            if any(s.peer != LOCAL and (s.buf != SCR or (s.alt >= 0 and s.peer in mk) or stack is None)
+                   for s in op.srcs):
+                return generic  # a peer's own buffer (or its input, mapped, in place of its slot)
+            if op.hazard and (overlap or any(s.peer == LOCAL and s.buf == op.buf and s.off < op.off + n
+                                             and op.off < s.off + n for s in op.srcs)):
+                return generic  # a local source may overlap the destination in this call
 
             def spec(buf: int, peer: int, off: int) -> tuple:  # (fixed view, None) or (None, (buf, lo, hi))
                 if peer != LOCAL:
@@ -612,9 +631,10 @@ class FastPath:
             return run
 
         rounds = prog.rounds
-        early = tuple(r for r in (bind(op) for op in (rounds[0].early if rounds else ())) if r is not None)
-        steps = [tuple(r for r in (bind(op) for op in rnd.ops) if r is not None) for rnd in rounds]
-        return early, steps, stack[self.me] if stack is not None else None
+        if early:
+            return (tuple(r for r in (bind(op) for op in (rounds[0].early if rounds else ())) if r is not None),
+                    stack[self.me] if stack is not None else None)
+        return [tuple(r for r in (bind(op) for op in rnd.ops) if r is not None) for rnd in rounds]
 
     def _await_round(self, needs: tuple, q: int, base: int, seq: int, sc: Small, timeout: float) -> None:
         """Wait until every (peer, rounds) of needs has finished that many rounds of this call (pageplan)."""
