@@ -495,12 +495,14 @@ class FastPath:
         flat = a.reshape(-1)
         o = flat if out is None else out.reshape(-1)
         kind = sc.kind
-        op_ = o.ctypes.data if prog.out_addr or (prog.noops and kind in (AG, RS)) else 0
-        # in place: the input is the output's chunk the Schedule's no-op copies say (those are skipped)
-        inplace = kind in (AR, BC) or (prog.noops and (
+        # in place: the input is the output's chunk the Schedule's no-op copies say (those are skipped);
+        # the addresses are read only where the buffers overlap at all (.ctypes costs a microsecond)
+        overlap = o is flat or (kind in (AG, RS) and np.may_share_memory(flat, o))
+        op_ = o.ctypes.data if prog.out_addr or (overlap and prog.noops and kind in (AG, RS)) else 0
+        inplace = kind in (AR, BC) or (overlap and prog.noops and (
             (kind == AG and op_ + self.me * flat.nbytes == flat.ctypes.data) or (
                 kind == RS and flat.ctypes.data + self.me * o.nbytes == op_)))
-        desc = prog.readers or prog.slot_readers or prog.out_addr  # peers read my buffers' addresses
+        desc = prog.readers or prog.slot_readers or prog.out_addr  # peers may read my buffers' addresses
         reg = self._arena(sc, flat) if desc else None
         serial = reg[0] if reg is not None else 0
         rounds = prog.rounds
@@ -508,7 +510,6 @@ class FastPath:
         rd = self.my_w[q] + RD
         # the ops bound for this parity and these facts of the call (_bind): whether the input is read in
         # place, the call runs in place, and the input and output overlap at all
-        overlap = o is flat or (kind in (AG, RS) and np.may_share_memory(flat, o))
         key = (q, serial != 0, inplace, overlap)
         bound = sc.bound.get(key)
         if bound is None:
@@ -524,9 +525,11 @@ class FastPath:
         skip = 1 if rounds and not rounds[0].ops and not rounds[0].before and not rounds[0].waits else 0
         if skip and rounds[0].publish:
             self.W[rd] = base + rounds[0].end
-        if desc:
+        if prog.readers or prog.out_addr or serial:  # peers read or write my buffers: their addresses
             self._announce(sc, flat, f, q, seq, reg, op_)
-        else:  # the header alone (no peer reads this rank's input or output)
+        else:  # the header alone (peers read my slot only: my input is not mapped)
+            if desc:
+                self.W[self.my_w[q] + DESC + 2] = 0
             _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
             self._set(self.my_w[q], f)
         self._gather_headers(sc, f, q, seq, timeout)
