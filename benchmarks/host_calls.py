@@ -1,0 +1,66 @@
+"""Per-call time of one collective through the host page, for before/after comparisons of the executor.
+
+    interlink run -n 4 benchmarks/host_calls.py all_reduce 128K,256K,1M [--iters 300] [--reps 5]
+
+Each rank calls the collective on float32 zeros (the same buffers every call: no overflow, no page
+faults) 50 times to warm up, then ``--reps`` times ``--iters`` calls between barriers; rank 0 prints the
+median and the minimum of the per-call means. For A/B runs of two checkouts, alternate them and keep
+every line: on a shared VM a whole run falls into a slow mode now and then, so compare minima and
+medians of minima over several alternations (benchmarks/RESULTS.md section 16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def _size(s: str) -> int:
+    s = s.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("collective", choices=["all_reduce", "reduce_scatter", "all_gather", "broadcast"])
+    ap.add_argument("sizes", help="bytes of the largest buffer per call, comma-separated (128K,1M)")
+    ap.add_argument("--iters", type=int, default=300)
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    import interlink as dist
+
+    dist.init()
+    r, p = dist.get_rank(), dist.get_world_size()
+    for nb in (_size(x) for x in args.sizes.split(",")):
+        n = max(p, nb // 4 // p * p)
+        x = np.zeros(n, np.float32)
+        if args.collective == "reduce_scatter":
+            o = np.zeros(n // p, np.float32)
+            def call(): dist.reduce_scatter_tensor(o, x)  # noqa: E704
+        elif args.collective == "all_gather":
+            x, o = np.zeros(n // p, np.float32), np.zeros(n, np.float32)
+            def call(): dist.all_gather_into_tensor(o, x)  # noqa: E704
+        elif args.collective == "broadcast":
+            def call(): dist.broadcast(x, src=0)  # noqa: E704
+        else:
+            def call(): dist.all_reduce(x)  # noqa: E704
+        for _ in range(50):
+            call()
+        res = []
+        for _ in range(args.reps):
+            dist.barrier()
+            t = time.perf_counter()
+            for _ in range(args.iters):
+                call()
+            res.append((time.perf_counter() - t) / args.iters * 1e6)
+        if r == 0:
+            print(f"{args.collective} {p} ranks {nb >> 10:6d} KiB  median {sorted(res)[len(res) // 2]:7.1f} us  "
+                  f"min {min(res):7.1f}", flush=True)
+    dist.destroy()
+
+
+if __name__ == "__main__":
+    main()
