@@ -540,6 +540,8 @@ class FastPath:
             mapped, mk = _NOMAP, ()
         steps = by_map.get(mk)
         if steps is None:
+            if len(by_map) > 16:  # as many sets of mapped peers as calls have shown (few in practice)
+                by_map.clear()
             steps = by_map[mk] = self._bind(sc, q, key, mk, a.dtype.itemsize)
         for k in range(skip, len(rounds)):  # rounds first..end-1 of the Schedule; the progress word counts them
             rnd = rounds[k]
