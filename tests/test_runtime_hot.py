@@ -368,6 +368,19 @@ def _bits_suite(rank: int, world: int, sizes: tuple) -> list:
                     fails.append(f"rank {rank}: {coll}:{s.algorithm} n={cnt} shared={shared} in place={inplace}: "
                                  f"{bad.size} elements "
                                  f"differ from the reference run of its Schedule, first {bad[:4]}")
+    # the one-shot path (inlined, not a program): every slot reduced in rank order, the same bits everywhere
+    n = 101
+    ins = [np.random.default_rng([n, r]).standard_normal(n).astype(np.float32) for r in range(world)]
+    want = ins[0].copy()
+    for r in range(1, world):
+        want += ins[r]
+    x = ins[rank].copy()
+    dist.all_reduce(x)
+    sc = [s for s in g._fast.shapes.values() if s and s.schedule is not None and s.count == n]
+    if not sc or sc[-1].program is not None or sc[-1].schedule.algorithm not in ("fast", "fast_once"):
+        fails.append(f"rank {rank}: all_reduce n={n} did not take the one-shot path")
+    elif not np.array_equal(x.view(np.uint32), want.view(np.uint32)):
+        fails.append(f"rank {rank}: one-shot all_reduce n={n}: not the rank-order sum, bit for bit")
     dist.destroy()
     return fails
 
