@@ -10,7 +10,7 @@ import pytest
 
 from interlink.algorithms import get_schedule, one_sided, two_sided, verify_schedule
 from interlink.algorithms.hostpage import HOST_PAGE, host_plan
-from interlink.algorithms.schedule import Chunk, Copy, Get, Round, Schedule
+from interlink.algorithms.schedule import Chunk, Copy, Get, Reduce, Round, Schedule
 from interlink.errors import ScheduleError, VerificationError
 from interlink.runtime.pageplan import LOCAL, Move, PutOp, compile_page
 
@@ -64,9 +64,23 @@ def test_host_plan_reads_the_one_shot_form_and_refuses_what_it_cannot_run() -> N
         host_plan(get_schedule("all_reduce", "ring", 3, 10), 0)
     # a fast all_reduce that reads one peer twice and another not at all
     f = get_schedule("all_reduce", "fast", 3, 4)
-    twice = _mutate(f, 0, 1, lambda st: [Get(1, x.src, x.dst, x.reduce) for x in st])
+    twice = _mutate(f, 0, 1, lambda st: [Get(1, x.src, x.dst, x.reduce) if isinstance(x, Get) else x for x in st])
     with pytest.raises(ScheduleError, match="host-page executor cannot run"):
         host_plan(twice, 0)
+    # the executor reduces the slots in rank order, its own in its place: a Schedule that says another order
+    # (its own reduced after the reads, not inline; the peers swapped) is refused, though its sum verifies
+    s4 = get_schedule("all_reduce", "fast", 4, 6)
+    own_last = _mutate(s4, 2, 1, lambda st: [x for x in st if isinstance(x, Get)] +
+                       [Reduce(x.src, x.dst) for x in st if isinstance(x, Reduce)])
+    verify_schedule(own_last, dtypes=(np.int32,))
+    with pytest.raises(ScheduleError, match="rank order"):
+        host_plan(own_last, 2)
+    swapped = _mutate(s4, 0, 1, lambda st: [st[0], st[2], st[1], st[3]])
+    with pytest.raises(ScheduleError, match="rank order"):
+        host_plan(swapped, 0)
+    for coll in ("all_reduce", "reduce_scatter"):  # every rank's chain is in rank order
+        for r in range(5):
+            host_plan(get_schedule(coll, "fast", 5, 10), r)
 
 
 def test_host_paths_compile_into_the_steps_of_their_schedule() -> None:

@@ -368,7 +368,8 @@ def _bits_suite(rank: int, world: int, sizes: tuple) -> list:
                     fails.append(f"rank {rank}: {coll}:{s.algorithm} n={cnt} shared={shared} in place={inplace}: "
                                  f"{bad.size} elements "
                                  f"differ from the reference run of its Schedule, first {bad[:4]}")
-    # the one-shot path (inlined, not a program): every slot reduced in rank order, the same bits everywhere
+    # the one-shot path (inlined, not a program): every slot reduced in rank order, the same bits everywhere,
+    # which is what its Schedule says
     n = 101
     ins = [np.random.default_rng([n, r]).standard_normal(n).astype(np.float32) for r in range(world)]
     want = ins[0].copy()
@@ -381,6 +382,9 @@ def _bits_suite(rank: int, world: int, sizes: tuple) -> list:
         fails.append(f"rank {rank}: all_reduce n={n} did not take the one-shot path")
     elif not np.array_equal(x.view(np.uint32), want.view(np.uint32)):
         fails.append(f"rank {rank}: one-shot all_reduce n={n}: not the rank-order sum, bit for bit")
+    elif not np.array_equal(x.view(np.uint32), reference.run_numeric(sc[-1].schedule, ins)[rank]["output"].view(
+            np.uint32)):  # its Schedule says that order too (its own slot inline, in its place)
+        fails.append(f"rank {rank}: one-shot all_reduce n={n}: not its Schedule's bits")
     dist.destroy()
     return fails
 

@@ -11,11 +11,12 @@ else by cross-memory attach), and a Put writes into the peer's buffer the same w
 
 * ``fast`` (all_reduce, broadcast, all_gather, reduce_scatter, barrier): every writer copies its payload
   once into its slot (round 0), then every reader takes what it needs from every slot (round 1):
-  all_reduce and reduce_scatter reduce the slots in rank order (identical bits on every rank), broadcast
-  and all_gather copy. A reduce_scatter's writer copies every block but its own (its own it reduces
-  straight from its input). The barrier is signals only.
+  all_reduce and reduce_scatter reduce the slots in rank order (identical bits on every rank: rank 0's
+  chunk read plainly, every next one reduced in, a rank's own as an inline local step in its place),
+  broadcast and all_gather copy. A reduce_scatter's writer copies every block but its own (its own it
+  reduces straight from its input, in its place). The barrier is signals only.
 * ``fast_once`` (all_reduce of an oversubscribed host, more than two local ranks a core, up to the
-  one-shot size): slots written once; one rank reduces every slot, in rank order, into a result slot
+  one-shot size): slots written once; one rank reduces every slot, in rank order (its own inline), into a result slot
   (its ``scratch[n:2n]`` here: the host page's result slot) and the others copy it out: p times less
   arithmetic where ranks share cores. The runtime lets the last rank to publish be the reducer (its
   ``root``): every reducer's Schedule is verified and gives the same bits.
@@ -55,17 +56,28 @@ def _others(p: int, me: int) -> list[int]:
 
 # ---- fast: one write into the slot, every reader reads every slot --------------------------------------
 
+def _rank_order(b: Builder, rnd: int, r: int, p: int, src, dst, own) -> None:
+    """Rank r's dst = the reduction of every rank's chunk ``src`` of its slot in rank order (rank 0's
+    first), its own (``own``: its slot or its input) in its place: an inline local step among the reads.
+    Every rank that runs it computes the same bits (what the one-shot path's inlined kernel does)."""
+    for j in range(p):
+        if j == r:
+            (b.copy if j == 0 else b.reduce)(rnd, r, own, dst, inline=True)
+        else:
+            b.get(rnd, r, j, src, dst, reduce=j > 0)
+
+
 @register("all_reduce", "fast")
 def all_reduce_fast(nranks: int, count: int, root: int = 0) -> Schedule:
     """1 exchange on the host page: each rank writes its input into its slot once, then reduces every slot (rank order)."""
     p, n = nranks, count
     b = Builder("all_reduce", "fast", p, n, root, scratch=n)
     for r in range(p):
-        if p > 1:
-            b.copy(0, r, inp(0, n), scr(0, n))
-        b.copy(0, r, inp(0, n), out(0, n))
-        for j in _others(p, r):
-            b.get(1, r, j, scr(0, n), out(0, n), reduce=True)
+        if p == 1:
+            b.copy(0, r, inp(0, n), out(0, n))
+            continue
+        b.copy(0, r, inp(0, n), scr(0, n))
+        _rank_order(b, 1, r, p, scr(0, n), out(0, n), scr(0, n))
     return b.build()
 
 
@@ -77,9 +89,10 @@ def all_reduce_fast_once(nranks: int, count: int, root: int = 0) -> Schedule:
     for r in range(p):
         if p > 1:
             b.copy(0, r, inp(0, n), scr(0, n))
-    b.copy(0, root, inp(0, n), out(0, n))
-    for j in _others(p, root):
-        b.get(1, root, j, scr(0, n), out(0, n), reduce=True)
+    if p == 1:
+        b.copy(0, root, inp(0, n), out(0, n))
+    else:
+        _rank_order(b, 1, root, p, scr(0, n), out(0, n), scr(0, n))
     if p > 1:
         b.copy(1, root, out(0, n), scr(n, n))
     for r in _others(p, root):
@@ -122,9 +135,10 @@ def reduce_scatter_fast(nranks: int, count: int, root: int = 0) -> Schedule:
     for r in range(p):
         for j in _others(p, r):
             b.copy(0, r, inp(j * m, m), scr(j * m, m))
-        b.copy(0, r, inp(r * m, m), out(0, m))
-        for j in _others(p, r):
-            b.get(1, r, j, scr(r * m, m), out(0, m), reduce=True)
+        if p == 1:
+            b.copy(0, r, inp(0, m), out(0, m))
+        else:  # rank order, this rank's own block from its input in its place
+            _rank_order(b, 1, r, p, scr(r * m, m), out(0, m), inp(r * m, m))
     return b.build()
 
 
@@ -245,7 +259,7 @@ def host_plan(s: Schedule, rank: int) -> dict:
     slot or buffer; the two-phase write-back; pushes with their signals) and raises ScheduleError
     naming the step where it does not: the executor never runs a Schedule it does not match."""
     from ..errors import ScheduleError
-    from .schedule import Copy, Get, Put, Signal, Wait
+    from .schedule import Copy, Get, Put, Reduce, Signal, Wait
 
     coll, algo, p, n = s.collective, s.algorithm, s.nranks, s.count
     where = f"{coll}/{algo}"
@@ -265,17 +279,27 @@ def host_plan(s: Schedule, rank: int) -> dict:
         return [st for st in (prog[k] if k < len(prog) else []) if isinstance(st, kind)]
 
     out: dict = {}
-    known = (Copy, Get, Put, Signal, Wait)
+    known = (Copy, Reduce, Get, Put, Signal, Wait)
     for k, rnd in enumerate(prog):
         for st in rnd:
             if not isinstance(st, known):
                 raise bad(f"round {k} has a {type(st).__name__} step")
+
+    def rank_order(k: int) -> None:
+        """The executor reduces every slot in rank order, its own in its place: the Schedule must say so."""
+        chain = [st.peer if isinstance(st, Get) else rank for st in (prog[k] if k < len(prog) else [])
+                 if isinstance(st, Get) or (isinstance(st, (Copy, Reduce)) and st.inline)]
+        if chain != list(range(p)):
+            raise bad(f"round {k} reduces the ranks' chunks in the order {chain}; the executor reduces them in "
+                      f"rank order, this rank's own in its place (inline)")
     if algo == "fast_once":
         red = s.root
         r1, r2 = steps(Get, 1), steps(Get, 2)
         read = sorted(st.peer for st in (r1 if rank == red else r2))
         if p > 1 and n and read != (peers if rank == red else [red]):
             raise bad("the reducer must read every peer's slot and the others the reducer's result slot")
+        if p > 1 and n and rank == red:
+            rank_order(1)
         out["reducer"] = red
     else:
         # fast: the reads of the last round cover each peer once
@@ -288,6 +312,8 @@ def host_plan(s: Schedule, rank: int) -> dict:
             got = sorted(st.peer for st in reads)
             if got != want:
                 raise bad(f"it reads or writes ranks {got}, the executor one step with each of {want}")
+            if coll in ("all_reduce", "reduce_scatter"):
+                rank_order(len(prog) - 1)
     return out
 
 

@@ -57,6 +57,12 @@ def run_numeric(s: Schedule, inputs: Sequence[np.ndarray], op: ReduceOp | str = 
     def view(r: int, c) -> np.ndarray:
         return state[r][c.buffer][c.offset:c.end]
 
+    def local(r: int, st) -> None:
+        if isinstance(st, Copy):
+            view(r, st.dst)[...] = view(r, st.src).copy()
+        else:
+            reduce_into(rop, view(r, st.dst), view(r, st.src).copy())
+
     for k in range(s.nrounds):
         # 1. snapshot every send
         inflight: dict[tuple[int, int], list[np.ndarray]] = {}
@@ -92,13 +98,13 @@ def run_numeric(s: Schedule, inputs: Sequence[np.ndarray], op: ReduceOp | str = 
                         view(g, st.dst)[...] = data
                 elif isinstance(st, Put):
                     view(st.peer, st.dst)[...] = got[r].pop(0)
+                elif isinstance(st, (Copy, Reduce)) and st.inline:  # at its place among the deliveries
+                    local(r, st)
         # 3. local steps
         for r in range(p):
             for st in s.ranks[r][k].steps:
-                if isinstance(st, Copy):
-                    view(r, st.dst)[...] = view(r, st.src).copy()
-                elif isinstance(st, Reduce):
-                    reduce_into(rop, view(r, st.dst), view(r, st.src).copy())
+                if isinstance(st, (Copy, Reduce)) and not st.inline:
+                    local(r, st)
     if rop is ReduceOp.AVG:
         for r in range(p):
             finish_avg(state[r]["output"], p)
@@ -178,6 +184,13 @@ def run_symbolic(s: Schedule) -> tuple[list[dict[str, _Sym]], list[np.ndarray]]:
         dst.counts += src_counts
         dst.origin[...] = np.where(bad, POISON, dst.origin)
 
+    def local(r: int, st) -> None:
+        v = get(r, st.src)
+        if isinstance(st, Copy):
+            store(r, st.dst, v.counts.copy(), v.origin.copy())
+        else:
+            combine(get(r, st.dst), v.counts.copy(), v.origin.copy())
+
     for k in range(s.nrounds):
         inflight: dict[tuple[int, int], list[tuple[np.ndarray, np.ndarray]]] = {}
         got: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
@@ -224,14 +237,12 @@ def run_symbolic(s: Schedule) -> tuple[list[dict[str, _Sym]], list[np.ndarray]]:
                     store(st.peer, st.dst, c, o)
                 elif isinstance(st, Wait):  # what the signaller knew reaches the waiter
                     knows[r] |= snapshot_knows[st.peer]
+                elif isinstance(st, (Copy, Reduce)) and st.inline:  # at its place among the deliveries
+                    local(r, st)
         for r in range(p):
             for st in s.ranks[r][k].steps:
-                if isinstance(st, Copy):
-                    v = get(r, st.src)
-                    store(r, st.dst, v.counts.copy(), v.origin.copy())
-                elif isinstance(st, Reduce):
-                    v = get(r, st.src)
-                    combine(get(r, st.dst), v.counts.copy(), v.origin.copy())
+                if isinstance(st, (Copy, Reduce)) and not st.inline:
+                    local(r, st)
     return state, knows
 
 

@@ -13,9 +13,15 @@ Glossary (used as names throughout):
 Semantics of one round on one rank:
   1. every Send reads its chunk as it is at the start of the round (a snapshot);
   2. every Recv writes its chunk at the end of the round's communication; with reduce=True it
-     combines: dst = dst (op) incoming (several reducing receives may target the same chunk);
+     combines: dst = dst (op) incoming (several reducing receives may target the same chunk, and a
+     plain receive of the same chunk listed before them may start the chain), in the listed order;
   3. then the local steps run in the listed order: Copy (dst = src), Reduce (dst = dst (op) src).
-A plain Recv's chunk must not overlap a Send's chunk or another receive's chunk of the same round.
+A plain Recv's chunk must not overlap a Send's chunk or another receive's chunk of the same round
+(other than as the head of such a chain).
+A local step marked ``inline`` runs instead at its place among the round's deliveries (in step 2: after
+the receives and reads listed before it, before those after it), so a chain of reductions can take this
+rank's own chunk at any position: the one-shot host-page all_reduce reduces every rank's slot in rank
+order, its own in its place, and every rank gets the same bits.
 
 One-sided form: a Get on rank r reads chunk ``src`` of rank ``peer`` as it is at the start of the round
 (like a Send's snapshot) and stores or reduces it into r's ``dst`` at the end of the round's communication
@@ -237,16 +243,22 @@ ONE_SIDED_WRITES = (Put, Signal, Wait)
 
 @dataclass(frozen=True, slots=True)
 class Copy:
+    """dst = src, after the round's communication (``inline``: at its place among the deliveries)."""
+
     src: Chunk
     dst: Chunk
     channel: int = 0
+    inline: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Reduce:
+    """dst = dst (op) src, after the round's communication (``inline``: at its place among the deliveries)."""
+
     src: Chunk
     dst: Chunk
     channel: int = 0
+    inline: bool = False
 
 
 Step = Union[Send, Recv, Get, Put, Signal, Wait, SwitchReduce, Multicast, Copy, Reduce]
@@ -436,7 +448,10 @@ class Schedule:
                         red_i = isinstance(si, (Recv, Get)) and si.reduce
                         red_j = isinstance(sj, (Recv, Get)) and sj.reduce
                         reduce_pair = (red_i and (isinstance(sj, Send) or red_j)) or (red_j and isinstance(si, Send))
-                        if not (both_sends or reduce_pair):
+                        # a plain read listed before reducing reads of the same chunk: they apply in order
+                        # (dst = first, then dst (op) each next: a chain in the order it is written)
+                        chain = isinstance(si, (Recv, Get)) and not si.reduce and red_j and ci == cj
+                        if not (both_sends or reduce_pair or chain):
                             raise ScheduleError(
                                 f"rank {r} round {k}: receive into {ci if isinstance(si, (Recv, Get)) else cj} "
                                 f"overlaps another chunk of the same round (sent, read by a peer, or received)",
@@ -498,9 +513,9 @@ class Schedule:
             elif isinstance(s, Multicast):
                 out = ["multicast", list(s.group), s.src.to_json(), s.dst.to_json()]
             elif isinstance(s, Copy):
-                out = ["copy", s.src.to_json(), s.dst.to_json()]
+                out = ["copy_inline" if s.inline else "copy", s.src.to_json(), s.dst.to_json()]
             else:
-                out = ["reduce", s.src.to_json(), s.dst.to_json()]
+                out = ["reduce_inline" if s.inline else "reduce", s.src.to_json(), s.dst.to_json()]
             if s.channel:  # channel 0 is implied (version 1 files read unchanged)
                 out.append(s.channel)
             return out
@@ -548,10 +563,10 @@ class Schedule:
                 return SwitchReduce(tuple(int(g) for g in s[1]), chunk(s[2]), chunk(s[3]), ch)
             if kind == "multicast":
                 return Multicast(tuple(int(g) for g in s[1]), chunk(s[2]), chunk(s[3]), ch)
-            if kind == "copy":
-                return Copy(chunk(s[1]), chunk(s[2]), ch)
-            if kind == "reduce":
-                return Reduce(chunk(s[1]), chunk(s[2]), ch)
+            if kind in ("copy", "copy_inline"):
+                return Copy(chunk(s[1]), chunk(s[2]), ch, kind == "copy_inline")
+            if kind in ("reduce", "reduce_inline"):
+                return Reduce(chunk(s[1]), chunk(s[2]), ch, kind == "reduce_inline")
             raise ScheduleError(f"unknown step kind {kind!r}")
 
         ranks = tuple(tuple(Round(tuple(step(s) for s in rnd)) for rnd in prog) for prog in data["ranks"])
@@ -925,15 +940,17 @@ class Builder:
             return
         self._slot(rank, rnd).append(Multicast(tuple(group), src, dst, channel))
 
-    def copy(self, rnd: int, rank: int, src: Chunk, dst: Chunk, channel: int = 0) -> None:
+    def copy(self, rnd: int, rank: int, src: Chunk, dst: Chunk, channel: int = 0, inline: bool = False) -> None:
+        """``inline``: at its place among the round's deliveries, not after them (module docstring)."""
         if (src.count == 0 and not self.keep_empty) or src == dst:
             return
-        self._slot(rank, rnd).append(Copy(src, dst, channel))
+        self._slot(rank, rnd).append(Copy(src, dst, channel, inline))
 
-    def reduce(self, rnd: int, rank: int, src: Chunk, dst: Chunk, channel: int = 0) -> None:
+    def reduce(self, rnd: int, rank: int, src: Chunk, dst: Chunk, channel: int = 0, inline: bool = False) -> None:
+        """``inline``: at its place among the round's deliveries, not after them (module docstring)."""
         if src.count == 0:
             return
-        self._slot(rank, rnd).append(Reduce(src, dst, channel))
+        self._slot(rank, rnd).append(Reduce(src, dst, channel, inline))
 
     def build(self) -> Schedule:
         nr = max((len(p) for p in self._rounds), default=0)
@@ -946,9 +963,11 @@ class Builder:
                 steps = prog[k] if k < len(prog) else []
                 # communication first (channel by channel, in the order given within a channel: the
                 # i-th message between two ranks is then the i-th on both sides whatever order the
-                # channels were built in), then local steps in the order given
-                comm = sorted((s for s in steps if isinstance(s, COMM_STEPS)), key=_channel_of)
-                loc = [s for s in steps if isinstance(s, LOCAL_STEPS)]
+                # channels were built in), then local steps in the order given; an inline local step
+                # keeps its place among the communication of its channel
+                inl = [isinstance(s, COMM_STEPS) or s.inline for s in steps]
+                comm = sorted((s for s, c in zip(steps, inl) if c), key=_channel_of)
+                loc = [s for s, c in zip(steps, inl) if not c]
                 rounds.append(Round(tuple(comm + loc)))
             ranks.append(tuple(rounds))
         return Schedule(

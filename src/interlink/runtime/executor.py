@@ -168,6 +168,16 @@ class Plan:
             # never skip a step this executor does not know (Gets and in-switch steps: two_sided first)
             raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the host executor runs Send, Recv, "
                                 f"Copy and Reduce steps only (lower the Schedule with two_sided)")
+        if any(isinstance(a, Recv) and not a.reduce and any(isinstance(b, Recv) and b.reduce and b.dst == a.dst
+                                                             for b in rnd.steps)
+               for rnd in schedule.ranks[rank] for a in rnd.steps):
+            raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the host executor applies a round's "
+                                f"receives as they arrive; this Schedule chains a plain receive and reducing ones "
+                                f"into one chunk")
+        if any(isinstance(st, (Copy, Reduce)) and st.inline for rnd in schedule.ranks[rank] for st in rnd.steps):
+            # its local steps run after a round's receives: never in another order than the Schedule says
+            raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the host executor runs a round's "
+                                f"local steps after its receives; this Schedule has inline local steps")
 
         bulk_min = max(1, cma_threshold(schedule.collective))  # one-copy transfers from this size
         nl: dict[int, int] = {}

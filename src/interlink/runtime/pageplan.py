@@ -205,8 +205,9 @@ def compile_page(s: Schedule, rank: int) -> PageProgram:
                                             "the host page writes only into outputs", op=where, ranks=[r, st.peer])
                     remote.append(PutOp(st.peer, _chunk_buf(st.src, where), st.src.offset, st.src.count, st.dst.offset))
                     need(st.peer, k)
-                elif isinstance(st, (Copy, Reduce)):
-                    local.append((st.dst, Src(LOCAL, _chunk_buf(st.src, where), st.src.offset, isinstance(st, Reduce))))
+                elif isinstance(st, (Copy, Reduce)):  # inline: in its place among the round's reads
+                    (remote if st.inline else local).append(
+                        (st.dst, Src(LOCAL, _chunk_buf(st.src, where), st.src.offset, isinstance(st, Reduce))))
                 elif isinstance(st, Wait):
                     waits.append(st.peer)
                 elif not isinstance(st, Signal):  # a Signal is the end of the round's puts: the progress word
