@@ -13,8 +13,10 @@ Glossary (used as names throughout):
 Semantics of one round on one rank:
   1. every Send reads its chunk as it is at the start of the round (a snapshot);
   2. every Recv writes its chunk at the end of the round's communication; with reduce=True it
-     combines: dst = dst (op) incoming (several reducing receives may target the same chunk, and a
-     plain receive of the same chunk listed before them may start the chain), in the listed order;
+     combines: dst = dst (op) incoming (several reducing receives may target the same chunk: the
+     reference interpreter and the host page's programs combine them in the listed order, the host
+     executor as they arrive; a plain receive of the same chunk listed before them starts the chain, and
+     a round with such a chain or an inline local step runs in the listed order everywhere);
   3. then the local steps run in the listed order: Copy (dst = src), Reduce (dst = dst (op) src).
 A plain Recv's chunk must not overlap a Send's chunk or another receive's chunk of the same round
 (other than as the head of such a chain).

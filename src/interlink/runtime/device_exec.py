@@ -79,12 +79,13 @@ class DevicePlan:
         os_ = one_sided(schedule)
         if has_switch_steps(os_):  # never skip a step the executor does not know
             raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: in-switch steps need a lowering")
-        if any(isinstance(a, Get) and not a.reduce and any(isinstance(b, Get) and b.reduce and b.dst == a.dst
+        # (checked over every rank's program, so that every rank refuses the same Schedule)
+        if any(isinstance(a, Get) and not a.reduce and any(isinstance(b, Get) and b.reduce and b.dst.overlaps(a.dst)
                                                             for b in rnd.steps)
-               for rnd in os_.ranks[rank] for a in rnd.steps):
+               for prog in os_.ranks for rnd in prog for a in rnd.steps):
             raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the device executor pulls a round's "
                                 f"chunks at once; this Schedule chains a plain read and reducing ones into one chunk")
-        if any(isinstance(st, (Copy, Reduce)) and st.inline for rnd in os_.ranks[rank] for st in rnd.steps):
+        if any(isinstance(st, (Copy, Reduce)) and st.inline for prog in os_.ranks for rnd in prog for st in rnd.steps):
             raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the device executor runs a round's "
                                 f"local steps after its pulls; this Schedule has inline local steps")
 

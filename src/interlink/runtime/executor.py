@@ -33,7 +33,7 @@ from .policy import cma_threshold
 
 IN, OUT, SCR = 0, 1, 2
 _BUF = {"input": IN, "output": OUT, "scratch": SCR}
-PLAIN, REDUCE, DEFERRED = 0, 1, 2
+PLAIN, REDUCE, DEFERRED, ORDERED = 0, 1, 2, 3
 _U8 = np.dtype(np.uint8)
 _EMPTY = np.empty(0, dtype=np.uint8)
 # Scratch and input copies come from buffers kept between calls (calls run one at a time: the runner's
@@ -168,17 +168,6 @@ class Plan:
             # never skip a step this executor does not know (Gets and in-switch steps: two_sided first)
             raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the host executor runs Send, Recv, "
                                 f"Copy and Reduce steps only (lower the Schedule with two_sided)")
-        if any(isinstance(a, Recv) and not a.reduce and any(isinstance(b, Recv) and b.reduce and b.dst == a.dst
-                                                             for b in rnd.steps)
-               for rnd in schedule.ranks[rank] for a in rnd.steps):
-            raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the host executor applies a round's "
-                                f"receives as they arrive; this Schedule chains a plain receive and reducing ones "
-                                f"into one chunk")
-        if any(isinstance(st, (Copy, Reduce)) and st.inline for rnd in schedule.ranks[rank] for st in rnd.steps):
-            # its local steps run after a round's receives: never in another order than the Schedule says
-            raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the host executor runs a round's "
-                                f"local steps after its receives; this Schedule has inline local steps")
-
         bulk_min = max(1, cma_threshold(schedule.collective))  # one-copy transfers from this size
         nl: dict[int, int] = {}
 
@@ -195,7 +184,26 @@ class Plan:
             sends, recvs, locs = [], [], []
             send_chunks = [s.src for s in rnd.steps if isinstance(s, Send)]
             nth: dict[int, int] = {}
-            for s in rnd.steps:
+            # a round whose deliveries must apply in step order (an inline local step among them, or a plain
+            # receive heading reducing ones into the same chunk): every receive lands in a buffer of its
+            # own, then deliveries and inline local steps apply in the listed order (``order``)
+            ordered = any(isinstance(s, (Copy, Reduce)) and s.inline for s in rnd.steps) or any(
+                isinstance(a, Recv) and not a.reduce and any(isinstance(b, Recv) and b.reduce and b.dst.overlaps(a.dst)
+                                                             for b in rnd.steps) for a in rnd.steps)
+            order: list = []
+            for j, s in enumerate(rnd.steps):
+                if ordered and isinstance(s, Recv):
+                    c = s.dst
+                    g = global_rank(s.peer)
+                    order.append(("recv", j, s.reduce, _BUF[c.buffer], c.offset * isz, c.end * isz))
+                    recvs.append((s.channel, (g, _BUF[c.buffer], c.offset * isz, c.end * isz, ORDERED,
+                                              lane(g, s.channel), j)))
+                    continue
+                if ordered and isinstance(s, (Copy, Reduce)) and s.inline:
+                    a, b = s.src, s.dst
+                    order.append(("local", isinstance(s, Reduce), _BUF[a.buffer], a.offset, a.end, _BUF[b.buffer],
+                                  b.offset, b.end))
+                    continue
                 if isinstance(s, Send):
                     c = s.src
                     i = nth[s.peer] = nth.get(s.peer, -1) + 1
@@ -210,7 +218,7 @@ class Plan:
                         mode = DEFERRED if any(overlaps(c, sc) for sc in send_chunks) else REDUCE
                     g = global_rank(s.peer)
                     recvs.append((s.channel, (g, _BUF[c.buffer], c.offset * isz, c.end * isz, mode,
-                                              lane(g, s.channel))))
+                                              lane(g, s.channel), j)))
                 else:
                     a, b = s.src, s.dst
                     if isinstance(s, Copy) and space(a) == space(b):
@@ -222,7 +230,8 @@ class Plan:
                 # both ranks of a pair (sorted is stable: step order within a channel)
                 sends.sort(key=lambda x: x[0])
                 recvs.sort(key=lambda x: x[0])
-                rounds.append((tuple(x[1] for x in sends), tuple(x[1] for x in recvs), tuple(locs)))
+                rounds.append((tuple(x[1] for x in sends), tuple(x[1] for x in recvs), tuple(locs),
+                               tuple(order) if ordered else None))
         self.rounds = tuple(rounds)
 
 
@@ -263,13 +272,17 @@ def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: i
     sigb = plan.sigb
     reducer = plan.reducer
     fn = plan.ufunc
-    for sends, recvs, locs in plan.rounds:
+    for sends, recvs, locs, order in plan.rounds:
+        landed: dict = {}
         if sends or recvs:
             ops = [Op("send", peer, B[b][lo:hi], seq, 0, sigb, None, bulk, lane)
                    for peer, b, lo, hi, bulk, lane in sends]
             deferred = None
-            for peer, b, lo, hi, mode, lane in recvs:
-                if mode == DEFERRED:
+            for peer, b, lo, hi, mode, lane, j in recvs:
+                if mode == ORDERED:  # applied below, in step order
+                    landed[j] = np.empty(hi - lo, dtype=_U8)
+                    ops.append(Op("recv", peer, landed[j], seq, 0, sigb, None, 0, lane))
+                elif mode == DEFERRED:
                     tmp = np.empty(hi - lo, dtype=_U8)
                     ops.append(Op("recv", peer, tmp, seq, 0, sigb, None, 0, lane))
                     if deferred is None:
@@ -282,6 +295,20 @@ def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: i
             if deferred:
                 for dst, tmp in deferred:
                     reducer(dst, tmp)
+        for st in order or ():  # an ordered round: its deliveries and inline local steps as listed
+            if st[0] == "recv":
+                _, j, red, b, lo, hi = st
+                if red:
+                    reducer(B[b][lo:hi], landed[j])
+                else:
+                    B[b][lo:hi] = landed[j]
+            else:
+                _, is_reduce, sb, slo, shi, db, dlo, dhi = st
+                dst = T[db][dlo:dhi]
+                if is_reduce:
+                    fn(dst, T[sb][slo:shi], out=dst)
+                else:
+                    dst[...] = T[sb][slo:shi]
         for is_reduce, sb, slo, shi, db, dlo, dhi in locs:
             dst = T[db][dlo:dhi]
             if is_reduce:
