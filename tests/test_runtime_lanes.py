@@ -294,13 +294,13 @@ def test_plan_posts_each_channel_on_its_lane_in_channel_order() -> None:
     s = get_schedule("all_reduce", "ring", 4, 1000, 0, channels=3)
     for rank in range(4):
         plan = Plan(s, rank, np.dtype(np.float32), ReduceOp.SUM, None, lambda g: g, "x", lambda g: 2)
-        for (sends, recvs, _locs), rnd in zip(plan.rounds, s.ranks[rank]):
+        for (sends, recvs, _locs, _order), rnd in zip(plan.rounds, s.ranks[rank]):
             chans = sorted(st.channel for st in rnd.steps if type(st).__name__ == "Send")
             assert [x[5] for x in sends] == [c % 2 for c in chans]
             chans = sorted(st.channel for st in rnd.steps if type(st).__name__ == "Recv")
             assert [x[5] for x in recvs] == [c % 2 for c in chans]
         one = Plan(s, rank, np.dtype(np.float32), ReduceOp.SUM, None, lambda g: g, "x")
-        assert all(x[5] == 0 for sends, recvs, _ in one.rounds for x in sends + recvs)
+        assert all(x[5] == 0 for sends, recvs, _, _ in one.rounds for x in sends + recvs)
 
 
 # ---- the model and the simulator of hosts with several NICs -------------------------------------------

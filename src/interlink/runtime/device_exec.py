@@ -45,7 +45,7 @@ from .executor import aliasing, averages
 
 IN, OUT, SCR = 0, 1, 2
 _BUF = {"input": IN, "output": OUT, "scratch": SCR}
-PLAIN, REDUCE, DEFERRED = 0, 1, 2
+PLAIN, REDUCE, DEFERRED, INLINE_COPY, INLINE_REDUCE = 0, 1, 2, 3, 4
 _SIG = np.zeros(8, dtype=np.uint8)
 TAG_DESC = 1
 
@@ -79,16 +79,6 @@ class DevicePlan:
         os_ = one_sided(schedule)
         if has_switch_steps(os_):  # never skip a step the executor does not know
             raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: in-switch steps need a lowering")
-        # (checked over every rank's program, so that every rank refuses the same Schedule)
-        if any(isinstance(a, Get) and not a.reduce and any(isinstance(b, Get) and b.reduce and b.dst.overlaps(a.dst)
-                                                            for b in rnd.steps)
-               for prog in os_.ranks for rnd in prog for a in rnd.steps):
-            raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the device executor pulls a round's "
-                                f"chunks at once; this Schedule chains a plain read and reducing ones into one chunk")
-        if any(isinstance(st, (Copy, Reduce)) and st.inline for prog in os_.ranks for rnd in prog for st in rnd.steps):
-            raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: the device executor runs a round's "
-                                f"local steps after its pulls; this Schedule has inline local steps")
-
         rounds = []
         serve: set[int] = set()
         pull_from: set[int] = set()
@@ -100,6 +90,10 @@ class DevicePlan:
             ready_to = sorted({global_rank(q) for q, _ in read})
             pulls = []
             for g in rnd.steps:
+                if isinstance(g, (Copy, Reduce)) and g.inline:  # in its place among the pulls (one stream)
+                    pulls.append((None, _BUF[g.src.buffer], g.src.offset * isz, g.dst.count, _BUF[g.dst.buffer],
+                                  g.dst.offset * isz, INLINE_REDUCE if isinstance(g, Reduce) else INLINE_COPY))
+                    continue
                 if not isinstance(g, Get):
                     continue
                 mode = PLAIN
@@ -107,10 +101,14 @@ class DevicePlan:
                     mode = DEFERRED if any(overlaps(g.dst, c) for _, c in read) else REDUCE
                 pulls.append((global_rank(g.peer), _BUF[g.src.buffer], g.src.offset * isz, g.dst.count,
                               _BUF[g.dst.buffer], g.dst.offset * isz, mode))
-            wait_from = sorted({pl[0] for pl in pulls})
+            if any(pl[6] == DEFERRED for pl in pulls) and any(pl[0] is None for pl in pulls):
+                # (decided from the Schedule alone: every rank refuses it alike)
+                raise ScheduleError(f"{schedule.collective}:{schedule.algorithm}: rank {rank} round {k}: an inline "
+                                    f"local step in a round whose reductions wait for the peers' reads")
+            wait_from = sorted({pl[0] for pl in pulls if pl[0] is not None})
             locs = []
             for st in rnd.steps:
-                if isinstance(st, (Copy, Reduce)):
+                if isinstance(st, (Copy, Reduce)) and not st.inline:
                     a, b = st.src, st.dst
                     if isinstance(st, Copy) and space(a) == space(b):
                         continue  # aliased in-place copy
@@ -210,12 +208,12 @@ def _execute(plan: DevicePlan, engine: Engine, be: Any, kern: "cuda_ipc.Kernels"
             exchange(k, 0, ready_to, wait_from)
         deferred = []
         dirty = dirty or bool(pulls)
-        for q, pb, plo, count, mb, mlo, mode in pulls:  # 2. pull
-            src = peers[q][pb] + plo
+        for q, pb, plo, count, mb, mlo, mode in pulls:  # 2. pull (and inline local steps), in order
+            src = (mine if q is None else peers[q])[pb] + plo
             dst = mine[mb] + mlo
-            if mode == PLAIN:
+            if mode == PLAIN or mode == INLINE_COPY:
                 kern.copy(dst, src, count * isz)
-            elif mode == REDUCE:
+            elif mode == REDUCE or mode == INLINE_REDUCE:
                 kern.reduce(dst, src, count)
             else:
                 tmp, tptr = kern.empty(count * isz)
