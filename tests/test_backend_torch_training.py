@@ -107,11 +107,19 @@ def _ddp_all(rank: int, world: int, backend: str) -> dict:
     return out
 
 
+def _labelled(fn, what: str, *args, **kw):
+    """fn(*args, **kw), its failure saying which run failed."""
+    try:
+        return fn(*args, **kw)
+    except Exception as e:
+        raise AssertionError(f"{what} failed: {e}") from e
+
+
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_ddp_options_and_hooks_train_as_gloo(nranks: int) -> None:
     _installed()
-    a = run_ranks(nranks, _ddp_all, "interlink", timeout=400)
-    b = run_ranks(nranks, _ddp_all, "gloo", timeout=400)
+    a = _labelled(run_ranks, "the interlink run", nranks, _ddp_all, "interlink", timeout=400)
+    b = _labelled(run_ranks, "the gloo reference run", nranks, _ddp_all, "gloo", timeout=400)
     torch.manual_seed(0)
     start = [p.detach().numpy().copy() for p in _Net().double().parameters()]
     for v in VARIANTS:
