@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -258,6 +258,15 @@ def alias_delta(inp: np.ndarray, out: np.ndarray) -> Optional[int]:
     return d // inp.dtype.itemsize
 
 
+def _local(T: tuple, fn: Any, is_reduce: bool, sb: int, slo: int, shi: int, db: int, dlo: int, dhi: int) -> None:
+    """A local step on the call's typed buffers: dst = src, or dst = dst (op) src."""
+    dst = T[db][dlo:dhi]
+    if is_reduce:
+        fn(dst, T[sb][slo:shi], out=dst)
+    else:
+        dst[...] = T[sb][slo:shi]
+
+
 def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: int, deadline: float) -> None:
     """Run a compiled plan on this call's buffers (flat, typed, same dtype)."""
     dtype = plan.dtype
@@ -303,17 +312,8 @@ def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: i
                 else:
                     B[b][lo:hi] = landed[j]
             else:
-                _, is_reduce, sb, slo, shi, db, dlo, dhi = st
-                dst = T[db][dlo:dhi]
-                if is_reduce:
-                    fn(dst, T[sb][slo:shi], out=dst)
-                else:
-                    dst[...] = T[sb][slo:shi]
-        for is_reduce, sb, slo, shi, db, dlo, dhi in locs:
-            dst = T[db][dlo:dhi]
-            if is_reduce:
-                fn(dst, T[sb][slo:shi], out=dst)
-            else:
-                dst[...] = T[sb][slo:shi]
+                _local(T, fn, *st[1:])
+        for loc in locs:
+            _local(T, fn, *loc)
     if plan.avg:
         finish_avg(out, plan.nranks)
