@@ -3,7 +3,8 @@
     interlink run -n 4 benchmarks/host_calls.py all_reduce 128K,256K,1M [--iters 300] [--reps 5]
 
 Each rank calls the collective on float32 zeros (the same buffers every call: no overflow, no page
-faults) 50 times to warm up, then ``--reps`` times ``--iters`` calls between barriers; rank 0 prints the
+faults; written once first, as nccl-tests does: a buffer never written is the kernel's shared zero page,
+which a copy reads from cache at any size) 50 times to warm up, then ``--reps`` times ``--iters`` calls between barriers; rank 0 prints the
 median and the minimum of the per-call means. For A/B runs of two checkouts, alternate them and keep
 every line: on a shared VM a whole run falls into a slow mode now and then, so compare minima and
 medians of minima over several alternations (benchmarks/RESULTS.md section 16).
@@ -23,6 +24,13 @@ def _size(s: str) -> int:
     return int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
 
 
+def _zeros(n: int) -> np.ndarray:
+    """n float32 zeros in pages of their own (written, not the zero page np.zeros maps)."""
+    x = np.empty(n, np.float32)
+    x.fill(0)
+    return x
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("collective", choices=["all_reduce", "reduce_scatter", "all_gather", "broadcast"])
@@ -36,12 +44,12 @@ def main() -> None:
     r, p = dist.get_rank(), dist.get_world_size()
     for nb in (_size(x) for x in args.sizes.split(",")):
         n = max(p, nb // 4 // p * p)
-        x = np.zeros(n, np.float32)
+        x = _zeros(n)
         if args.collective == "reduce_scatter":
-            o = np.zeros(n // p, np.float32)
+            o = _zeros(n // p)
             def call(): dist.reduce_scatter_tensor(o, x)  # noqa: E704
         elif args.collective == "all_gather":
-            x, o = np.zeros(n // p, np.float32), np.zeros(n, np.float32)
+            x, o = _zeros(n // p), _zeros(n)
             def call(): dist.all_gather_into_tensor(o, x)  # noqa: E704
         elif args.collective == "broadcast":
             def call(): dist.broadcast(x, src=0)  # noqa: E704
