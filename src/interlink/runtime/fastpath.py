@@ -71,6 +71,10 @@ def _crc(sig: bytes) -> int:
 # the calls of the hot path
 AR, BC, AG, RS, BAR = range(5)
 NAMES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
+#: most places per parity a call shape's payload rotates through in the slots (FastPath._rotation)
+MAX_ROTATION = 16
+#: most bytes of the host page that the rotation cycles through, all ranks' slots together
+ROTATION_BUDGET = 32 << 20
 
 
 class Small:
@@ -78,7 +82,7 @@ class Small:
     the typed views of the slots it reads and writes, made once so that a call does no lookups."""
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
-                 "avg", "count", "block", "root", "res", "schedule", "program", "bound")
+                 "avg", "count", "block", "root", "res", "schedule", "program", "bound", "npos")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -87,19 +91,22 @@ class Small:
         self.crc = _crc(sigb)
         self.nbytes = nbytes
         self.sends = sends  # this rank writes its input into its slot
-        self.mine: list = []  # [parity] -> this rank's slot as an array of the input's dtype and shape
-        self.parts: list = []  # [parity] -> the slots (or slices) this rank reduces or copies, rank order
-        self.stack: list = []  # [parity] -> every rank's slot as one [ranks, count] array (all_gather)
+        # the payload's places in the slots: [position] with position = call % npos, its parity
+        # position & 1 (rotation: FastPath._rotation)
+        self.npos = 2
+        self.mine: list = []  # [position] -> this rank's slot as an array of the input's dtype and shape
+        self.parts: list = []  # [position] -> the slots (or slices) this rank reduces or copies, rank order
+        self.stack: list = []  # [position] -> every rank's slot as one [ranks, count] array
         self.oshape: tuple = ()
         self.fn: Any = None
         self.avg = False
         self.count = 0  # input elements
         self.block = 0  # reduce_scatter: elements per rank
         self.root = 0
-        self.res: Optional[list] = None  # [parity] -> the shared result slot (all_reduce reduced once)
+        self.res: Optional[list] = None  # [position] -> the shared result slot (all_reduce reduced once)
         self.schedule: Any = None  # the Schedule this call shape runs (algorithms/hostpage.py)
         self.program: Any = None  # fastd: this rank's program of it (runtime/pageplan.py)
-        self.bound: dict = {}  # (parity, read in place, in place, mapped peers) -> the program's ops bound
+        self.bound: dict = {}  # (position, read in place, in place, overlap) -> the program's ops bound
 
 
 class FastPath:
@@ -120,6 +127,7 @@ class FastPath:
         # broadcast, root and receiver each moving half, 72.7 -> 34.6 us; reduce_scatter 93 -> 86 us)
         self.move_max = min(self.page.fast_max, policy.slots_max_bytes_two_ranks()) if self.n == 2 else self.page.fast_max
         self.chunk = policy.fast_chunk_bytes()
+        self.rot_bytes, self.rot_min = policy.slot_rotation_bytes(), policy.slot_rotation_min_bytes()
         self.cma_piece = 64 * self.chunk  # bytes per cross-memory read or write (8 MiB)
         self.f = 0  # fast-path calls so far (the same on every rank)
         self.headers = [[self.page.slot_header(i, q) for q in (0, 1)] for i in range(self.n)]
@@ -152,8 +160,16 @@ class FastPath:
         # cores, 64 KiB: 227 -> 148 us; 4 ranks: no better); INTERLINK_FAST_REDUCE_ONCE=1/0 forces it
         once = os.environ.get("INTERLINK_FAST_REDUCE_ONCE", "")
         self.once = once == "1" or (once != "0" and engine.nlocal > 2 * engine.ncpu)
-        agreed = self._agree(int(self.cma) | 2 * int(self.once))
+        # the slots' rotation (_rotation) where every rank has a core of its own: ranks that share a core
+        # share its cache, and rotating then only spreads the calls over more memory (4 ranks on 2 cores,
+        # 1 MiB: all_reduce 270 -> 317 us, reduce_scatter 164 -> 192 us)
+        # (INTERLINK_SLOT_ROTATE=1/0 forces it on or off)
+        force = os.environ.get("INTERLINK_SLOT_ROTATE", "")
+        rotate = self.rot_bytes > 0 and (force == "1" or (force != "0" and not engine.oversub))
+        agreed = self._agree(int(self.cma) | 2 * int(self.once) | 4 * int(rotate))
         self.cma, self.once = bool(agreed & 1), bool(agreed & 2)
+        if not agreed & 4:
+            self.rot_bytes = 0
         self.ready_w = [page.slot_word(self.n, q) for q in (0, 1)]  # [parity] -> the result slot's ready word
         self.pids = [0] * self.n
         for i, c in zip(self.peers, chans):
@@ -197,7 +213,8 @@ class FastPath:
         and `small` read. The differential tests draw sizes on both sides of each."""
         return {"fast.max": self.max, "fast2.max": self.direct_max, "slots.max": self.move_max,
                 "fastd.all_reduce.min": self.ar_direct_min, "fast.chunk": self.chunk,
-                "fastd.piece": 2 * self.chunk, "fastd.cma_piece": 64 * self.chunk}
+                "fastd.piece": 2 * self.chunk, "fastd.cma_piece": 64 * self.chunk,
+                "slots.rotation_min": self.rot_min if self.rot_bytes > 0 else 0}
 
     def remember(self, key: tuple, sc: Any) -> Any:
         """Cache a call shape's Small (or False: not for these paths); the cache stays bounded."""
@@ -205,6 +222,20 @@ class FastPath:
             self.shapes.clear()
         self.shapes[key] = sc
         return sc
+
+    def _rotation(self, nbytes: int) -> tuple[int, int]:
+        """(places per parity, bytes between them) for a payload of nbytes in each rank's slot. A slot line
+        written again while a reader's cache still holds it from the last call costs an invalidation per
+        line: on the project's VM such a copy runs at 6 GB/s, against 40 for a local copy
+        (benchmarks/coherence.py). So from ``slot_rotation_min_bytes`` up, successive calls of a parity
+        put their payload at successive places of the slot (page-aligned), cycling through about
+        ``slot_rotation_bytes`` (a reader's L2 size or more): by the time a place comes round again, the
+        readers have let its lines go. The place is a function of the call count, the same on every rank."""
+        if self.rot_bytes <= 0 or nbytes < max(self.rot_min, 1):
+            return 1, 0
+        stride = -(-nbytes // 4096) * 4096
+        cap = ROTATION_BUDGET // (2 * self.n * stride)  # every rank's slots, both parities, all places
+        return max(1, min(MAX_ROTATION, cap, self.page.fast_max // stride, -(-self.rot_bytes // stride))), stride
 
     @staticmethod
     def usable(engine: Engine, world_size: int) -> bool:
@@ -295,32 +326,38 @@ class FastPath:
         # the flight recorder and `interlink bench` name the path: the registered Schedule it runs
         once = kind == AR and not big and self.once and self.n > 1
         path = "fastd" if direct else "fast2" if two_phase else "fast_once" if once else "fast"
-        sigb = f"{NAMES[kind]}:{path} {dt} n={count} {op.name.lower()} root={root} {group}".encode()
-        sc = Small(kind, sigb, a.nbytes if sends else 0, sends)
-        sc.count, sc.root = count, root
         # the call shape's plan comes from its Schedule (checked to be of the form this executor runs)
         # (fast_once: the reducer is whichever rank publishes last; the plan is the Schedule of the last
         # rank, and every reducer's Schedule computes the same bits: tests/test_algorithms_hostpage.py)
-        sc.schedule = registry.get_schedule(NAMES[kind], path, self.n,
-                                            count // self.n if kind == RS else 0 if kind == BAR else count,
-                                            self.n - 1 if once else root)
+        schedule = registry.get_schedule(NAMES[kind], path, self.n,
+                                         count // self.n if kind == RS else 0 if kind == BAR else count,
+                                         self.n - 1 if once else root)
+        # where in its slot each call's payload lies (the Schedule's scratch, or the one-shot's count)
+        rot, stride = self._rotation((schedule.buffers.get("scratch", 0) if big else count if kind != BAR else 0)
+                                     * dt.itemsize)
+        # (the rotation is in the signature: ranks whose policy placed the payload differently mismatch)
+        sigb = (f"{NAMES[kind]}:{path} {dt} n={count} {op.name.lower()} root={root} {group}"
+                + (f" rot={rot}" if rot > 1 else "")).encode()
+        sc = Small(kind, sigb, a.nbytes if sends else 0, sends)
+        sc.count, sc.root, sc.schedule, sc.npos = count, root, schedule, 2 * rot
+        places = [(pos & 1, (pos >> 1) * stride) for pos in range(sc.npos)]
         if kind in (AR, RS):
             sc.fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op)
             sc.avg = op is ReduceOp.AVG
         sc.block = count // self.n
         if big:  # above the one-shot size: run step by step from the Schedule (runtime/pageplan.py)
             sc.program = prog = compile_page(sc.schedule, me)
-            if prog.scratch:  # every rank's slot of each parity, [ranks, scratch]
-                sc.stack = [self.page.stacked(q, dt, prog.scratch) for q in (0, 1)]
+            if prog.scratch:  # every rank's slot at each position, [ranks, scratch]
+                sc.stack = [self.page.stacked(q, dt, prog.scratch, at) for q, at in places]
             return sc
         # the one-shot latency path, inlined: the views of the slots it reads, from its Schedule's form
         host_plan(sc.schedule, me)
-        rows = [self.page.stacked(q, dt, count) for q in (0, 1)] if kind != BAR else []
+        rows = [self.page.stacked(q, dt, count, at) for q, at in places] if kind != BAR else []
         sc.mine = [r[me].reshape(a.shape) for r in rows]
         if kind == AR:
             sc.parts = [[row.reshape(a.shape) for row in r] for r in rows]
             if once:
-                sc.res = [self.page.result(q, dt, count).reshape(a.shape) for q in (0, 1)]
+                sc.res = [self.page.result(q, dt, count, at).reshape(a.shape) for q, at in places]
         elif kind == BC:
             sc.parts = [[r[root].reshape(a.shape)] for r in rows]
         elif kind == AG:
@@ -336,15 +373,16 @@ class FastPath:
         page program (_program)."""
         self.f = f = self.f + 1
         q = f & 1
+        pos = f % sc.npos  # where this call's payload lies (its parity is q)
         W, B = self.W, self.B
         if f > 2 and self.safe < f - 2:  # every peer must have finished reading call f-2 (this slot)
             done = self.page.done
             self._wait(lambda: int(done.min()) >= f - 2, lambda: [i for i in self.peers if int(done[i]) < f - 2],
                        time.monotonic() + timeout, seq, sc.sigb)
         if sc.program is not None:
-            return self._program(sc, a, out, f, q, seq, timeout)
+            return self._program(sc, a, out, f, q, pos, seq, timeout)
         if sc.sends:
-            sc.mine[q][...] = a
+            sc.mine[pos][...] = a
         _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
         W[self.my_w[q]] = f  # publish last
         wake = self.wake
@@ -352,12 +390,12 @@ class FastPath:
             if B[flag]:
                 bell.ring()
         if sc.res is not None:
-            return self._reduce_once(sc, a, f, q, seq, timeout)
+            return self._reduce_once(sc, a, f, q, pos, seq, timeout)
         self._gather_headers(sc, f, q, seq, timeout)
         kind = sc.kind
         if kind == AR or kind == RS:
             dst = a if kind == AR else out
-            parts = sc.parts[q]
+            parts = sc.parts[pos]
             fn = sc.fn
             if len(parts) > 1:
                 fn(parts[0], parts[1], out=dst)
@@ -369,15 +407,15 @@ class FastPath:
                 finish_avg(dst, self.n)
         elif kind == BC:
             if not sc.sends:
-                a[...] = sc.parts[q][0]
+                a[...] = sc.parts[pos][0]
         elif kind == AG:
-            out.reshape(sc.oshape)[...] = sc.stack[q]
+            out.reshape(sc.oshape)[...] = sc.stack[pos]
         W[self.done_w] = f
         for flag, bell in wake:
             if B[flag]:
                 bell.ring()
 
-    def _reduce_once(self, sc: Small, a: np.ndarray, f: int, q: int, seq: int, timeout: float) -> None:
+    def _reduce_once(self, sc: Small, a: np.ndarray, f: int, q: int, pos: int, seq: int, timeout: float) -> None:
         """The one-shot all_reduce of an oversubscribed host (this rank has published): the rank that
         finds every peer published reduces every slot, in rank order, and writes the result into the
         shared result slot; the others wait for it and copy it out. Two ranks publishing at once may
@@ -390,13 +428,13 @@ class FastPath:
             except CollectiveMismatchError:
                 self._set(rw, f)  # the waiters check the signatures themselves
                 raise
-            parts, fn = sc.parts[q], sc.fn
+            parts, fn = sc.parts[pos], sc.fn
             fn(parts[0], parts[1], out=a)
             for k in range(2, len(parts)):
                 fn(a, parts[k], out=a)
             if sc.avg:
                 finish_avg(a, self.n)
-            sc.res[q][...] = a
+            sc.res[pos][...] = a
             self._set(rw, f)
         else:
             if W[rw] < f:
@@ -404,7 +442,7 @@ class FastPath:
                 self._wait(lambda: W[rw] >= f, lambda: [i for i, x in zip(self.peers, peer_w) if W[x] < f],
                            time.monotonic() + timeout, seq, sc.sigb)
             self._gather_headers(sc, f, q, seq, timeout)  # every peer has published: no wait
-            a[...] = sc.res[q]
+            a[...] = sc.res[pos]
         self._set(self.done_w, f)
 
     def _set(self, w: int, f: int) -> None:
@@ -482,7 +520,7 @@ class FastPath:
             self._wait(lambda: all(int(done[i]) >= f for i in peers), lambda: [i for i in peers if int(done[i]) < f],
                        time.monotonic() + timeout, seq, sc.sigb)
 
-    def _program(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, q: int, seq: int,
+    def _program(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, q: int, pos: int, seq: int,
                  timeout: float) -> None:
         """A call too large for a slot (fastd), run step by step from its Schedule's program for this rank
         (runtime/pageplan.py): every rank publishes the addresses of its input and output with its header;
@@ -508,14 +546,14 @@ class FastPath:
         rounds = prog.rounds
         base = ROUND_STRIDE * f
         rd = self.my_w[q] + RD
-        # the ops bound for this parity and these facts of the call (_bind): whether the input is read in
-        # place, the call runs in place, and the input and output overlap at all
-        key = (q, serial != 0, inplace, overlap)
+        # the ops bound for this position in the slots and these facts of the call (_bind): whether the
+        # input is read in place, the call runs in place, and the input and output overlap at all
+        key = (pos, serial != 0, inplace, overlap)
         bound = sc.bound.get(key)
         if bound is None:
-            if len(sc.bound) > 64:
+            if len(sc.bound) > 8 * sc.npos:
                 sc.bound.clear()
-            bound = sc.bound[key] = ({},) + self._bind(sc, q, key, (), a.dtype.itemsize, early=True)
+            bound = sc.bound[key] = ({},) + self._bind(sc, pos, key, (), a.dtype.itemsize, early=True)
         by_map, early, slot = bound
         bufs = (flat, o, slot)
         # the first round's local steps (into this rank's own slot and output) before the header: when
@@ -542,7 +580,7 @@ class FastPath:
         if steps is None:
             if len(by_map) > 16:  # as many sets of mapped peers as calls have shown (few in practice)
                 by_map.clear()
-            steps = by_map[mk] = self._bind(sc, q, key, mk, a.dtype.itemsize)
+            steps = by_map[mk] = self._bind(sc, pos, key, mk, a.dtype.itemsize)
         for k in range(skip, len(rounds)):  # rounds first..end-1 of the Schedule; the progress word counts them
             rnd = rounds[k]
             if rnd.before:
@@ -560,7 +598,7 @@ class FastPath:
         if sc.avg:  # the sums, divided once every reader has them (each rank divides the same bits)
             finish_avg(o, self.n)
 
-    def _bind(self, sc: Small, q: int, key: tuple, mk: tuple, isz: int, early: bool = False) -> Any:
+    def _bind(self, sc: Small, pos: int, key: tuple, mk: tuple, isz: int, early: bool = False) -> Any:
         """The call shape's program bound for one slot parity and the facts of a call that decide what its
         ops do: key = (parity, input read in place, in place, input and output overlap), mk = the peers
         whose input is mapped in place. early: (the first round's early ops, this rank's slot); else the
@@ -572,10 +610,10 @@ class FastPath:
         destination in this call runs through _op."""
         _, serial, inplace, overlap = key
         prog = sc.program
-        stack = sc.stack[q] if prog.scratch else None
+        stack = sc.stack[pos] if prog.scratch else None
 
         def bind(op: Any) -> Any:
-            generic = (lambda bufs, mapped, op=op: self._op(sc, op, bufs, mapped, q, serial, inplace))
+            generic = (lambda bufs, mapped, op=op: self._op(sc, op, bufs, mapped, pos, serial, inplace))
             if isinstance(op, PutOp):
                 return generic if op.count else None
             n = op.count
@@ -676,11 +714,13 @@ class FastPath:
             raise PeerClosed(self.members[i], f"({'writing into' if write else 'reading'} its buffer failed: "
                                               f"{e})") from None
 
-    def _op(self, sc: Small, op: Any, bufs: tuple, mapped: Optional[dict], q: int, serial: int,
+    def _op(self, sc: Small, op: Any, bufs: tuple, mapped: Optional[dict], pos: int, serial: int,
             inplace: bool) -> None:
         """One operation of a page program (pageplan.Move or PutOp) on this call's buffers (input, output,
-        slot); mapped: the peers' inputs mapped in place; serial: this rank's input is read in place;
-        inplace: the call's input is its output's chunk (the Schedule's no-op copies are skipped)."""
+        slot); mapped: the peers' inputs mapped in place; pos: the call's place in the slots (its parity
+        pos & 1); serial: this rank's input is read in place; inplace: the call's input is its output's
+        chunk (the Schedule's no-op copies are skipped)."""
+        q = pos & 1
         if isinstance(op, PutOp):
             if op.count:
                 self._cross(op.peer, q, DESC + 6, op.dst_off, bufs[op.buf][op.off:op.off + op.count], True)
@@ -695,13 +735,13 @@ class FastPath:
             if s.peer == LOCAL:
                 dst[...] = bufs[s.buf][s.off:s.off + n]
                 return
-            view, far = self._source(sc, s, n, mapped, q)
+            view, far = self._source(sc, s, n, mapped, pos)
             if view is None:
                 self._cross(far[0], q, far[1], far[2], dst, False)
             else:
                 dst[...] = view
             return
-        srcs = [self._source(sc, s, n, mapped, q) + (s.reduce,) if s.peer != LOCAL else
+        srcs = [self._source(sc, s, n, mapped, pos) + (s.reduce,) if s.peer != LOCAL else
                 (bufs[s.buf][s.off:s.off + n], None, s.reduce) for s in srcs]
         aligned: set = set()
         save = False
@@ -755,16 +795,16 @@ class FastPath:
                     self._cross(far[0], q, far[1], far[2] + lo, tmp, False)
                     fn(acc, tmp, out=acc)
 
-    def _source(self, sc: Small, s: Any, n: int, mapped: dict, q: int) -> tuple:
+    def _source(self, sc: Small, s: Any, n: int, mapped: dict, pos: int) -> tuple:
         """A peer's source chunk: (a view to read, None), or (None, (peer, word, offset)) to read by
         cross-memory attach. A peer's slot is shared memory, or its input itself where it skipped the copy
         into the slot; its input (or its output, when that is its input) is read in place when mapped."""
         if s.buf == SCR:
             v = mapped.get(s.peer) if s.alt >= 0 else None
-            return (sc.stack[q][s.peer][s.off:s.off + n] if v is None else v[s.alt:s.alt + n]), None
+            return (sc.stack[pos][s.peer][s.off:s.off + n] if v is None else v[s.alt:s.alt + n]), None
         v = mapped.get(s.peer)
         if v is not None and s.buf == OUT:  # a peer's output is its mapped input only when they are one
-            w = self.slot_w[s.peer][q] + DESC
+            w = self.slot_w[s.peer][pos & 1] + DESC
             if self.W[w + 6] != self.W[w + 1]:
                 v = None
         if v is not None:

@@ -107,6 +107,21 @@ def ar_direct_min_bytes() -> int:
     return env_int("INTERLINK_SHM_AR_DIRECT_MIN_BYTES", 2 << 20)
 
 
+def slot_rotation_bytes() -> int:
+    """Successive calls of one shape put their payload at successive places of the slots, cycling
+    through about this many bytes (INTERLINK_SLOT_ROTATION_BYTES, 2 MiB; 0: always at the start), so that
+    a slot line is written again only after the readers' caches have let it go: writing lines another core
+    holds ran at 6 GB/s against 40 for a local copy on the project's VM (benchmarks/coherence.py;
+    runtime.fastpath.FastPath._rotation)."""
+    return env_int("INTERLINK_SLOT_ROTATION_BYTES", 2 << 20)
+
+
+def slot_rotation_min_bytes() -> int:
+    """Payloads below this many bytes stay at the start of the slots (INTERLINK_SLOT_ROTATION_MIN_BYTES,
+    16 KiB): a few lines cost little to invalidate, and each place is a view kept per call shape."""
+    return env_int("INTERLINK_SLOT_ROTATION_MIN_BYTES", 16 << 10)
+
+
 def fast_chunk_bytes() -> int:
     """The host page's base piece (INTERLINK_FAST_CHUNK_BYTES, at least 4 KiB): 128 KiB; a page program's
     chain reduces twice that at a time (runtime/pageplan.py), cross-memory attach moves 64 times it a call."""

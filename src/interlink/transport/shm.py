@@ -436,16 +436,23 @@ class HostPage:
         """The first ``words`` u64 words of slot (index, parity)'s header."""
         return np.frombuffer(self.mm, dtype=np.uint64, count=words, offset=self.slot_offset(index, parity))
 
-    def result(self, parity: int, dtype: np.dtype, count: int) -> np.ndarray:
-        """The shared result slot of this parity (after the ranks' slots) as count elements."""
-        off = self.slot_offset(self.nlocal, parity) + FAST_SLOT_HDR
+    def result(self, parity: int, dtype: np.dtype, count: int, at: int = 0) -> np.ndarray:
+        """The shared result slot of this parity (after the ranks' slots) as count elements, ``at`` bytes
+        into its payload."""
+        self._fits(dtype, count, at)
+        off = self.slot_offset(self.nlocal, parity) + FAST_SLOT_HDR + at
         return np.ndarray((count,), dtype=dtype, buffer=self.mm, offset=off)
 
-    def stacked(self, parity: int, dtype: np.dtype, count: int) -> np.ndarray:
-        """[nlocal, count] view of every rank's payload of this parity."""
-        off = self.slot_offset(0, parity) + FAST_SLOT_HDR
+    def stacked(self, parity: int, dtype: np.dtype, count: int, at: int = 0) -> np.ndarray:
+        """[nlocal, count] view of every rank's payload of this parity, ``at`` bytes into each payload."""
+        self._fits(dtype, count, at)
+        off = self.slot_offset(0, parity) + FAST_SLOT_HDR + at
         return np.ndarray((self.nlocal, count), dtype=dtype, buffer=self.mm, offset=off,
                           strides=(2 * self.slot_stride, dtype.itemsize))
+
+    def _fits(self, dtype: np.dtype, count: int, at: int) -> None:
+        if at < 0 or at + count * np.dtype(dtype).itemsize > max(self.fast_max, 0):
+            raise ValueError(f"{count} x {np.dtype(dtype)} at byte {at} overruns a {self.fast_max}-byte slot")
 
 
 class Bell:

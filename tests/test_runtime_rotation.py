@@ -1,0 +1,126 @@
+"""The slots' rotation (FastPath._rotation): successive calls of one shape put their payload at
+successive places of the host page's slots, the place a function of the call count.
+
+What it could get wrong is where a rank reads: a stale place (a previous call's data), a place the
+writer has not written, or ranks that place one call differently. So every call here carries data of
+its own (a function of the call's index), each shape is called more than twice around its cycle of
+places, on every slot path (one-shot, reduce-once, the page programs of `fast` and `fast2`), in place
+and out of place, and every result is compared with numpy. Ranks whose policy places a call differently
+must get a mismatch error, not a result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mp import RankFailure, run_ranks
+
+
+def _rotated(rank: int, world: int, sizes: list[int]) -> tuple[int, list[str], dict]:
+    import interlink as dist
+    from interlink.runtime import api
+
+    dist.init(timeout=60)
+    p = world
+    fails: list[str] = []
+    checks = 0
+    npos: dict = {}
+    fp = api._world()._fast
+    for nbytes in sizes:
+        for dt in (np.float32, np.int64):
+            isz = np.dtype(dt).itemsize
+            n = max(p, nbytes // isz // p * p)
+            m = n // p
+            for call in range(40):
+                def val(r: int, count: int, salt: int) -> np.ndarray:
+                    return ((np.arange(count) * 7 + 13 * r + 101 * call + salt) % 251).astype(dt)
+
+                xs = [val(r, n, 0) for r in range(p)]
+                total = sum(x.astype(np.int64) for x in xs).astype(dt)
+                got = {}
+                # all_reduce, in place
+                x = xs[rank].copy()
+                dist.all_reduce(x)
+                got["all_reduce"] = (x, total)
+                # broadcast from a root that moves with the call, in place
+                root = call % p
+                y = xs[rank].copy() if rank == root else np.zeros(n, dt)
+                dist.broadcast(y, src=root)
+                got["broadcast"] = (y, xs[root])
+                # all_gather, out of place and in place (the input is this rank's block of the output)
+                blocks = [val(r, m, 5) for r in range(p)]
+                o = np.zeros(n, dt)
+                dist.all_gather_into_tensor(o, blocks[rank])
+                got["all_gather"] = (o, np.concatenate(blocks))
+                o2 = np.zeros(n, dt)
+                o2[rank * m:(rank + 1) * m] = blocks[rank]
+                dist.all_gather_into_tensor(o2, o2[rank * m:(rank + 1) * m])
+                got["all_gather in place"] = (o2, np.concatenate(blocks))
+                # reduce_scatter, out of place
+                rs = np.zeros(m, dt)
+                dist.reduce_scatter_tensor(rs, xs[rank])
+                got["reduce_scatter"] = (rs, total[rank * m:(rank + 1) * m])
+                for name, (g, e) in got.items():
+                    checks += 1
+                    if not np.array_equal(g, e):
+                        bad = np.flatnonzero(g != e)
+                        fails.append(f"rank {rank} {name} {nbytes}B {np.dtype(dt)} call {call}: {bad.size} wrong, "
+                                     f"first at {bad[0]}: {g[bad[0]]} != {e[bad[0]]}")
+            for key, sc in fp.shapes.items():
+                if sc:  # (positions, distinct payload addresses among them)
+                    views = sc.stack if sc.program is not None else sc.mine
+                    places = {v.__array_interface__["data"][0] for v in views}
+                    npos[f"{sc.sigb.decode().split()[0]} {sc.count}"] = (sc.npos, len(places))
+    dist.destroy()
+    return checks, fails[:10], npos
+
+
+@pytest.mark.parametrize("nranks,once", [(2, ""), (3, ""), (3, "1"), (5, "0")])
+def test_rotated_slots_against_numpy(nranks: int, once: str) -> None:
+    # 16 KiB (the rotation's lower edge), the one-shot size, and the page programs above it
+    sizes = [16 << 10, 48 << 10, 64 << 10, 200 << 10]
+    env = {"INTERLINK_SLOT_ROTATE": "1", "INTERLINK_FAST_REDUCE_ONCE": once, "INTERLINK_SLOT_ROTATION_BYTES": str(1 << 20)}
+    res = run_ranks(nranks, _rotated, sizes, env=env, timeout=400)
+    for checks, fails, _ in res:
+        assert checks == 40 * 2 * len(sizes) * 5 and not fails, fails
+    npos = res[0][2]
+    # the calls did rotate, each position at a place of its own: 16 KiB payloads through 16 places per
+    # parity (the cap; 1 MiB / 16 KiB = 64), the one-shot and the programs' paths alike
+    assert all(places == n for n, places in npos.values()), npos
+    assert max(n for n, _ in npos.values()) == 32, npos
+    for coll in ("all_reduce", "broadcast", "all_gather", "reduce_scatter"):
+        assert any(n > 2 for k, (n, _) in npos.items() if k.startswith(coll + ":fast")), (coll, npos)
+
+
+def _misplaced(rank: int, world: int) -> str:
+    import os
+
+    # rank 0 cycles through 1 MiB of its slot, the others through 2 MiB: a 256 KiB broadcast has 4 places
+    # per parity on one side and 8 on the other
+    os.environ["INTERLINK_SLOT_ROTATION_BYTES"] = str((1 << 20) if rank == 0 else (2 << 20))
+    import interlink as dist
+
+    dist.init(timeout=20)
+    x = np.full(1 << 16, rank, np.float32)
+    try:
+        for _ in range(3):
+            dist.broadcast(x, src=0)
+    except Exception as e:  # noqa: BLE001 - the test reads the error
+        return f"{type(e).__name__}: {e}"
+    finally:
+        try:
+            dist.destroy()
+        except Exception:  # noqa: BLE001
+            pass
+    return f"no error, x[0] = {x[0]}"
+
+
+def test_ranks_that_place_a_call_differently_mismatch() -> None:
+    try:
+        res = run_ranks(2, _misplaced, env={"INTERLINK_SLOT_ROTATE": "1"}, timeout=120)
+    except RankFailure as e:  # a rank may die of the error instead of returning it
+        res = [str(e)] * 2
+    for r in res:
+        assert "CollectiveMismatchError" in r or "mismatch" in r.lower(), res
+        assert "broadcast" in r, res
