@@ -184,12 +184,14 @@ class Plan:
             sends, recvs, locs = [], [], []
             send_chunks = [s.src for s in rnd.steps if isinstance(s, Send)]
             nth: dict[int, int] = {}
-            # a round whose deliveries must apply in step order (an inline local step among them, or a plain
-            # receive heading reducing ones into the same chunk): every receive lands in a buffer of its
-            # own, then deliveries and inline local steps apply in the listed order (``order``)
+            # a round whose deliveries must apply in step order (an inline local step among them, or two
+            # receives into overlapping chunks: a plain one heading reducing ones, or several reducing into
+            # one chunk, whose sum in arrival order would differ from the Schedule's in the last bits):
+            # every receive lands in a buffer of its own, then deliveries and inline local steps apply in
+            # the listed order (``order``), as the reference interpreter applies them
+            rs = [s for s in rnd.steps if isinstance(s, Recv)]
             ordered = any(isinstance(s, (Copy, Reduce)) and s.inline for s in rnd.steps) or any(
-                isinstance(a, Recv) and not a.reduce and any(isinstance(b, Recv) and b.reduce and b.dst.overlaps(a.dst)
-                                                             for b in rnd.steps) for a in rnd.steps)
+                b.dst.overlaps(a.dst) for i, a in enumerate(rs) for b in rs[i + 1:])
             order: list = []
             for j, s in enumerate(rnd.steps):
                 if ordered and isinstance(s, Recv):
