@@ -25,11 +25,7 @@ import time
 
 import numpy as np
 
-
-def _size(s: str) -> int:
-    s = s.strip().upper()
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
+from interlink.cli.bench import parse_size
 
 
 def _pin(cpu: int) -> None:
@@ -46,7 +42,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="64K,256K,1M,4M")
     ap.add_argument("--iters", type=int, default=2000)
     args = ap.parse_args()
-    sizes = [_size(x) for x in args.sizes.split(",")]
+    sizes = [parse_size(x) for x in args.sizes.split(",")]
     top = max(sizes)
     mm = mmap.mmap(-1, top + 4096)
     ctl = np.frombuffer(mm, np.int64, 8, 0)  # [turn of the writer, turn of the reader, size, reader ns]

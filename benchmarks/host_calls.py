@@ -17,11 +17,7 @@ import time
 
 import numpy as np
 
-
-def _size(s: str) -> int:
-    s = s.strip().upper()
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
+from interlink.cli.bench import parse_size
 
 
 def _zeros(n: int) -> np.ndarray:
@@ -42,7 +38,7 @@ def main() -> None:
 
     dist.init()
     r, p = dist.get_rank(), dist.get_world_size()
-    for nb in (_size(x) for x in args.sizes.split(",")):
+    for nb in (parse_size(x) for x in args.sizes.split(",")):
         n = max(p, nb // 4 // p * p)
         x = _zeros(n)
         if args.collective == "reduce_scatter":

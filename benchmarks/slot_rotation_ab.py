@@ -18,11 +18,7 @@ import time
 
 import numpy as np
 
-
-def _size(s: str) -> int:
-    s = s.strip().upper()
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
+from interlink.cli.bench import parse_size
 
 
 def _filled(n: int) -> np.ndarray:
@@ -48,7 +44,7 @@ def main() -> None:
     if fp is None:
         raise SystemExit("no host page here (one host, INTERLINK_FAST not 0, shared memory)")
     settings = {"off": 0, "on": args.rotation_bytes}
-    for nb in (_size(s) for s in args.sizes.split(",")):
+    for nb in (parse_size(s) for s in args.sizes.split(",")):
         n = max(p, nb // 4 // p * p)
         x, o, blk = _filled(n), _filled(n), _filled(n // p)
         call = {"broadcast": lambda: dist.broadcast(x, src=0),

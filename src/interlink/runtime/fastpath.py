@@ -380,7 +380,7 @@ class FastPath:
             self._wait(lambda: int(done.min()) >= f - 2, lambda: [i for i in self.peers if int(done[i]) < f - 2],
                        time.monotonic() + timeout, seq, sc.sigb)
         if sc.program is not None:
-            return self._program(sc, a, out, f, q, pos, seq, timeout)
+            return self._program(sc, a, out, f, pos, seq, timeout)
         if sc.sends:
             sc.mine[pos][...] = a
         _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
@@ -390,7 +390,7 @@ class FastPath:
             if B[flag]:
                 bell.ring()
         if sc.res is not None:
-            return self._reduce_once(sc, a, f, q, pos, seq, timeout)
+            return self._reduce_once(sc, a, f, pos, seq, timeout)
         self._gather_headers(sc, f, q, seq, timeout)
         kind = sc.kind
         if kind == AR or kind == RS:
@@ -415,12 +415,12 @@ class FastPath:
             if B[flag]:
                 bell.ring()
 
-    def _reduce_once(self, sc: Small, a: np.ndarray, f: int, q: int, pos: int, seq: int, timeout: float) -> None:
+    def _reduce_once(self, sc: Small, a: np.ndarray, f: int, pos: int, seq: int, timeout: float) -> None:
         """The one-shot all_reduce of an oversubscribed host (this rank has published): the rank that
         finds every peer published reduces every slot, in rank order, and writes the result into the
         shared result slot; the others wait for it and copy it out. Two ranks publishing at once may
         both reduce: they write the same bits. The signature check runs on every rank."""
-        W = self.W
+        W, q = self.W, pos & 1
         rw = self.ready_w[q]
         if self._all_published(f, q):
             try:
@@ -520,7 +520,7 @@ class FastPath:
             self._wait(lambda: all(int(done[i]) >= f for i in peers), lambda: [i for i in peers if int(done[i]) < f],
                        time.monotonic() + timeout, seq, sc.sigb)
 
-    def _program(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, q: int, pos: int, seq: int,
+    def _program(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, pos: int, seq: int,
                  timeout: float) -> None:
         """A call too large for a slot (fastd), run step by step from its Schedule's program for this rank
         (runtime/pageplan.py): every rank publishes the addresses of its input and output with its header;
@@ -529,6 +529,7 @@ class FastPath:
         memory by cross-memory attach), each PutOp writes into a peer's output by cross-memory attach.
         Between rounds a rank waits only for the peers the next round touches; it returns when every peer
         that reads its buffers is done."""
+        q = pos & 1  # the call's parity: its slot header and progress words
         prog = sc.program
         flat = a.reshape(-1)
         o = flat if out is None else out.reshape(-1)
