@@ -475,7 +475,7 @@ class FastPath:
         where every pair of local ranks may read each other's memory: the same permission), else None."""
         if not sc.sends or not shmalloc._starts or not self.cma:
             return None
-        return shmalloc.lookup(flat.ctypes.data, flat.nbytes)
+        return shmalloc.lookup(cma.address(flat), flat.nbytes)
 
     def _announce(self, sc: Small, flat: np.ndarray, f: int, q: int, seq: int,
                   reg: Optional[tuple[int, int, int, int]] = None, dst: int = 0) -> int:
@@ -488,7 +488,7 @@ class FastPath:
         W[mw + DESC] = self.pids[self.me]
         W[mw + DESC + 6] = dst
         if sc.sends:
-            W[mw + DESC + 1] = flat.ctypes.data
+            W[mw + DESC + 1] = cma.address(flat)
             if reg is not None:
                 serial = reg[0]
                 W[mw + DESC + 3], W[mw + DESC + 4], W[mw + DESC + 5] = reg[1], reg[2], reg[3]
@@ -535,12 +535,12 @@ class FastPath:
         o = flat if out is None else out.reshape(-1)
         kind = sc.kind
         # in place: the input is the output's chunk the Schedule's no-op copies say (those are skipped);
-        # the addresses are read only where the buffers overlap at all (.ctypes costs a microsecond)
+        # the addresses are read only where the buffers overlap at all, or peers push into the output
         overlap = o is flat or (kind in (AG, RS) and np.may_share_memory(flat, o))
-        op_ = o.ctypes.data if prog.out_addr or (overlap and prog.noops and kind in (AG, RS)) else 0
+        op_ = cma.address(o) if prog.out_addr or (overlap and prog.noops and kind in (AG, RS)) else 0
         inplace = kind in (AR, BC) or (overlap and prog.noops and (
-            (kind == AG and op_ + self.me * flat.nbytes == flat.ctypes.data) or (
-                kind == RS and flat.ctypes.data + self.me * o.nbytes == op_)))
+            (kind == AG and op_ + self.me * flat.nbytes == cma.address(flat)) or (
+                kind == RS and cma.address(flat) + self.me * o.nbytes == op_)))
         desc = prog.readers or prog.slot_readers or prog.out_addr  # peers may read my buffers' addresses
         reg = self._arena(sc, flat) if desc else None
         serial = reg[0] if reg is not None else 0
@@ -572,9 +572,12 @@ class FastPath:
             _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
             self._set(self.my_w[q], f)
         self._gather_headers(sc, f, q, seq, timeout)
-        if prog.maps:
-            mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in prog.maps}
-            mk = tuple(i for i in prog.maps if mapped[i] is not None)
+        # the peers whose input lives in an interlink.empty arena (a serial in their header) are mapped
+        W, slot_w = self.W, self.slot_w
+        shared = [i for i in prog.maps if W[slot_w[i][q] + DESC + 2]] if prog.maps else ()
+        if shared:
+            mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in shared}
+            mk = tuple(i for i in shared if mapped[i] is not None)
         else:
             mapped, mk = _NOMAP, ()
         steps = by_map.get(mk)
@@ -704,11 +707,11 @@ class FastPath:
         move = cma.write if write else cma.read
         try:
             if buf.size <= piece:
-                move(pid, base, buf.ctypes.data, buf.nbytes)
+                move(pid, base, cma.address(buf), buf.nbytes)
             else:
+                at = cma.address(buf)
                 for lo in range(0, buf.size, piece):
-                    part = buf[lo:lo + piece]
-                    move(pid, base + lo * isz, part.ctypes.data, part.nbytes)
+                    move(pid, base + lo * isz, at + lo * isz, min(piece, buf.size - lo) * isz)
         except OSError as e:
             from ..transport.base import PeerClosed
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import threading
 
 PR_SET_PTRACER = 0x59616D61
 PR_SET_PTRACER_ANY = ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF)
@@ -21,18 +22,36 @@ class _Iovec(ctypes.Structure):
     _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
 
 
+# The calls take the iovecs' addresses as plain integers (c_void_p), not POINTER(_Iovec) with byref:
+# ctypes converts an int in a fraction of the time (a 4 KiB read of a peer: 6.7 -> ~2 us a call on the
+# project's VM, most of it the syscall). Each thread fills its own pair of iovecs (_iov).
+_ARGTYPES = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
 try:
     _libc = ctypes.CDLL(None, use_errno=True)
     _readv = _libc.process_vm_readv
     _readv.restype = ctypes.c_ssize_t
-    _readv.argtypes = [ctypes.c_int, ctypes.POINTER(_Iovec), ctypes.c_ulong, ctypes.POINTER(_Iovec), ctypes.c_ulong,
-                       ctypes.c_ulong]
+    _readv.argtypes = _ARGTYPES
     _writev = _libc.process_vm_writev
     _writev.restype = ctypes.c_ssize_t
-    _writev.argtypes = _readv.argtypes
+    _writev.argtypes = _ARGTYPES
     available = platform.system() == "Linux" and os.environ.get("INTERLINK_CMA", "1") != "0"
 except (OSError, AttributeError):  # pragma: no cover
     available = False
+
+_local = threading.local()
+_addressof, _c_char = ctypes.addressof, ctypes.c_char
+_SIZE = ctypes.sizeof(_Iovec)
+
+
+def _iov() -> tuple:
+    """This thread's (local iovec, remote iovec, address of the local one; the remote one follows)."""
+    try:
+        return _local.iov
+    except AttributeError:
+        pair = (_Iovec * 2)()
+        _local.iov = (pair[0], pair[1], ctypes.addressof(pair))
+        return _local.iov
+
 
 _declared = False
 
@@ -49,12 +68,23 @@ def allow_peers() -> None:
         pass
 
 
+def address(a) -> int:
+    """The address of a contiguous numpy array's first byte. ``ctypes.addressof(c_char.from_buffer(a))``
+    takes a third of the time of ``a.ctypes.data`` (0.33 against 1.2 us on the project's VM), which the
+    host-page paths pay several times a call; read-only and empty arrays take the slow way."""
+    try:
+        return _addressof(_c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
 def _copy(call, what: str, pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
+    loc, rem, at = _iov()
     done = 0
-    while done < nbytes:
-        loc = _Iovec(local_addr + done, nbytes - done)
-        rem = _Iovec(remote_addr + done, nbytes - done)
-        n = call(pid, ctypes.byref(loc), 1, ctypes.byref(rem), 1, 0)
+    while done < nbytes:  # the kernel may move fewer bytes than asked: go on from where it stopped
+        loc.iov_base, loc.iov_len = local_addr + done, nbytes - done
+        rem.iov_base, rem.iov_len = remote_addr + done, nbytes - done
+        n = call(pid, at, 1, at + _SIZE, 1, 0)
         if n <= 0:
             err = ctypes.get_errno()
             raise OSError(err, f"{what} pid {pid}: {os.strerror(err)}")
