@@ -3,7 +3,7 @@
     python benchmarks/compare.py [--ranks 2,4] [--collectives all_reduce,all_gather,reduce_scatter,broadcast]
                                  [--sizes 8,64K,1M,64M]
                                  [--systems interlink-shm,interlink-shm-empty,interlink-tcp,mpich,gloo]
-                                 [--runs 1] [--json out.json] [--plot out.png]
+                                 [--runs 1] [--touch] [--json out.json] [--plot out.png]
 
 Runs the same sweep (same sizes, same timing loop: warm-up, 3 repetitions, max over ranks, median
 over repetitions) on interlink over shared memory, interlink over shared memory with the inputs
@@ -14,6 +14,11 @@ ratios interlink-shm / MPICH and interlink-shm / memcpy. Peers come from `pip in
 --runs N repeats the whole sweep N times, the systems taking turns (a noisy minute on a shared machine
 then hits every system, not one), and reports each point's median over the runs (all runs are kept in
 the JSON under "runs").
+
+--touch: before every call each rank writes its input (outside the timing, each call timed alone), as an
+application does between calls. Without it the inputs never change, and a system that reads a peer's
+buffer by cross-memory attach (MPICH's broadcast from 64 KiB) finds the lines in its own cache on every
+call after the first (benchmarks/RESULTS.md section 20).
 """
 
 from __future__ import annotations
@@ -24,16 +29,9 @@ import sys
 import time
 
 from interlink.bench import peers
+from interlink.cli.bench import parse_size
 
 DEFAULT_SIZES = "8,64,512,4K,64K,256K,1M,4M,16M,64M"
-
-
-def parse_size(s: str) -> int:
-    s = s.strip().upper().removesuffix("B")
-    mult = {"K": 2**10, "M": 2**20, "G": 2**30}
-    if s and s[-1] in mult:
-        return int(float(s[:-1]) * mult[s[-1]])
-    return int(s)
 
 
 def human(n: int) -> str:
@@ -43,8 +41,9 @@ def human(n: int) -> str:
     return str(n)
 
 
-def run(ranks: list[int], collectives: list[str], sizes: list[int], systems: list[str], runs: int = 1) -> dict:
-    result = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": peers.machine(), "rows": [],
+def run(ranks: list[int], collectives: list[str], sizes: list[int], systems: list[str], runs: int = 1,
+        touch: bool = False) -> dict:
+    result = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": peers.machine(), "rows": [], "touch": touch,
               "memcpy_gbps": peers.memcpy_bandwidth()}
     every: list[list[dict]] = [[] for _ in range(runs)]
     for p in ranks:
@@ -53,15 +52,15 @@ def run(ranks: list[int], collectives: list[str], sizes: list[int], systems: lis
             print(f"# {system}, {p} ranks{f' (run {k + 1} of {runs})' if runs > 1 else ''} ...", file=sys.stderr,
                   flush=True)
             if system == "interlink-shm":
-                rows = peers.run_interlink(p, sizes, collectives, "shm")
+                rows = peers.run_interlink(p, sizes, collectives, "shm", touch=touch)
             elif system == "interlink-shm-empty":
-                rows = peers.run_interlink(p, sizes, collectives, "shm", shared_inputs=True)
+                rows = peers.run_interlink(p, sizes, collectives, "shm", shared_inputs=True, touch=touch)
             elif system == "interlink-tcp":
-                rows = peers.run_interlink(p, sizes, collectives, "tcp")
+                rows = peers.run_interlink(p, sizes, collectives, "tcp", touch=touch)
             elif system == "mpich":
-                rows = peers.run_mpi(p, sizes, collectives)
+                rows = peers.run_mpi(p, sizes, collectives, touch=touch)
             elif system == "gloo":
-                rows = peers.run_gloo(p, sizes, collectives)
+                rows = peers.run_gloo(p, sizes, collectives, touch=touch)
             else:
                 raise SystemExit(f"unknown system {system}")
             print(f"#   {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
@@ -92,6 +91,7 @@ def table(result: dict) -> str:
                   key=lambda k: (peers.COLLECTIVES.index(k[0]) if k[0] in peers.COLLECTIVES else 9, k[1], k[2]))
     memcpy = result["memcpy_gbps"]
     out = [f"memcpy (numpy copy of 64 MiB): {memcpy:.2f} GB/s before, {result.get('memcpy_gbps_after', 0):.2f} after",
+           "inputs written before every call (--touch)" if result.get("touch") else "inputs unchanged between calls",
            "",
            "| collective | ranks | size | " + " | ".join(f"{s} time us / busbw GB/s" for s in systems)
            + " | shm/mpich busbw | shm-empty/mpich | shm/memcpy |",
@@ -149,11 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default=DEFAULT_SIZES)
     ap.add_argument("--systems", default="interlink-shm,interlink-shm-empty,interlink-tcp,mpich,gloo")
     ap.add_argument("--runs", type=int, default=1, help="repeat the sweep, systems taking turns; medians")
+    ap.add_argument("--touch", action="store_true",
+                    help="each rank writes its input before every call (outside the timing), as an application does")
     ap.add_argument("--json", default=None)
     ap.add_argument("--plot", default=None)
     a = ap.parse_args(argv)
     result = run([int(x) for x in a.ranks.split(",")], a.collectives.split(","),
-                 [parse_size(s) for s in a.sizes.split(",")], a.systems.split(","), max(1, a.runs))
+                 [parse_size(s) for s in a.sizes.split(",")], a.systems.split(","), max(1, a.runs), a.touch)
     print(table(result))
     if a.json:
         with open(a.json, "w") as f:

@@ -169,7 +169,7 @@ BCAST = ["bench", "broadcast", "-b", "64K", "-e", "1M", "-f", "4", "--ranks", "2
 
 def test_bench_prints_each_row_when_its_size_is_done(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("INTERLINK_PROFILE", str(tmp_path / "none.json"))
-    rows = [_row(65536, "fast"), _row(262144, "fast"), _row(1048576, "fastd")]
+    rows = [_row(65536, "fast"), _row(1048576, "fast"), _row(4194304, "fastd")]
     seen: list[str] = []
 
     def after_row(i: int) -> None:  # what a user sees while the next size runs
@@ -186,18 +186,18 @@ def test_bench_prints_each_row_when_its_size_is_done(tmp_path, monkeypatch, caps
     assert _data(rest) == [] and "# Wrong values        : 0 OK" in rest and "# Avg bus bandwidth" in rest
     # the JSON is what it was: every row, with the model column's value
     doc = json.loads(out_json.read_text())
-    assert [r["size"] for r in doc["rows"]] == [65536, 262144, 1048576]
-    # every host-page path the runtime takes is priced from its Schedule (the streamed slots at 256 KiB,
-    # the own-buffer broadcast at 1 MiB)
+    assert [r["size"] for r in doc["rows"]] == [65536, 1048576, 4194304]
+    # every host-page path the runtime takes is priced from its Schedule (the streamed slots at 1 MiB,
+    # the own-buffer broadcast at 4 MiB)
     assert all(r["pred_busbw"] > 0 for r in doc["rows"])
     assert doc["dtype"] == "float32" and doc["nranks"] == 2 and doc["wrong"] == 0
 
 
 def test_bench_notes_why_model_is_na_and_how_to_calibrate(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("INTERLINK_PROFILE", str(tmp_path / "none.json"))  # an uncalibrated host
-    # a 'fast' row where the runtime would not take that path (2 ranks: above 256 KiB it reads the
+    # a 'fast' row where the runtime would not take that path (2 ranks: above 2 MiB it reads the
     # root's buffer, 'fastd'): the model refuses it, and says why
-    _fake_launch(monkeypatch, [_row(65536, "fast"), _row(262144, "fast"), _row(1048576, "fast")])
+    _fake_launch(monkeypatch, [_row(65536, "fast"), _row(1048576, "fast"), _row(4194304, "fast")])
     assert main(BCAST) == 0
     out = capsys.readouterr().out
     data = _data(out)
@@ -206,7 +206,7 @@ def test_bench_notes_why_model_is_na_and_how_to_calibrate(tmp_path, monkeypatch,
     assert out.splitlines().index(notes[0]) > out.splitlines().index("# Wrong values        : 0 OK")  # under the table
     na = [n for n in notes if "N/A" in n]
     assert len(na) == 1  # one line for every N/A of the table
-    assert "'fast' at 1048576 B" in na[0] and "outside (0, 262144]" in na[0]
+    assert "'fast' at 4194304 B" in na[0] and "outside (0, 2097152]" in na[0]
     assert any("interlink bench --calibrate" in n and "default host parameters" in n for n in notes)
 
 
@@ -224,10 +224,10 @@ def test_bench_no_calibrate_note_with_a_profile(tmp_path, monkeypatch, capsys):
 
 def test_bench_json_to_stdout_stays_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("INTERLINK_PROFILE", str(tmp_path / "none.json"))
-    _fake_launch(monkeypatch, [_row(65536, "fast"), _row(1048576, "fast")])
+    _fake_launch(monkeypatch, [_row(65536, "fast"), _row(4194304, "fast")])  # 'fast' at 4 MiB: model N/A
     assert main([*BCAST, "--json", "-"]) == 0
     cap = capsys.readouterr()
-    assert [r["size"] for r in json.loads(cap.out)["rows"]] == [65536, 1048576]
+    assert [r["size"] for r in json.loads(cap.out)["rows"]] == [65536, 4194304]
     assert "interlink bench: note: model N/A" in cap.err
 
 

@@ -38,3 +38,38 @@ def test_repeated_sweep_keeps_every_run(compare) -> None:
     assert sorted(r["size"] for r in res["rows"]) == [8, 4096]
     assert all(r["time_us"] > 0 for r in res["rows"])
     assert "| all_reduce | 2 | 4K |" in compare.table(res)
+
+
+def test_touch_writes_the_input_before_every_call_outside_the_timing() -> None:
+    import time
+
+    import numpy as np
+
+    from interlink.bench import peers
+
+    inp = np.zeros(16, np.float32)
+    seen: list[float] = []
+    calls: list[int] = []
+
+    def touch(k: int) -> None:
+        peers.toucher(inp)(k)
+        time.sleep(0.002)  # an expensive write: must not count
+
+    def call() -> None:
+        calls.append(1)
+        seen.append(float(inp[0]))
+
+    t = peers.time_loop(call, lambda: None, lambda v: v, 1 << 30, warmup=2, reps=3, touch=touch)
+    assert t < 0.001, t  # the 2 ms of each touch are outside the timing
+    iters = peers.iters_for(1 << 30)
+    assert len(calls) == 2 + 3 * iters
+    assert seen == [float(k % 7) for k in range(2)] + [float(k % 7) for _ in range(3) for k in range(iters)]
+    # without touch the loop times the whole run of calls
+    slow = peers.time_loop(lambda: time.sleep(0.002), lambda: None, lambda v: v, 1 << 30, warmup=1, reps=1)
+    assert slow >= 0.002
+
+
+def test_touched_sweep_says_so(compare) -> None:
+    res = compare.run([2], ["broadcast"], [65536], ["interlink-shm"], touch=True)
+    assert res["touch"] is True and len(res["rows"]) == 1 and res["rows"][0]["time_us"] > 0
+    assert "(--touch)" in compare.table(res)

@@ -39,18 +39,40 @@ def row(system: str, collective: str, nranks: int, nbytes: int, t: float) -> dic
 
 
 def time_loop(call: Callable[[], None], barrier: Callable[[], None], max_over_ranks: Callable[[float], float],
-              nbytes: int, warmup: int = 3, reps: int = 3) -> float:
+              nbytes: int, warmup: int = 3, reps: int = 3, touch: Callable[[int], None] | None = None) -> float:
+    """Seconds per call: the median over reps of (max over ranks of the mean over a loop of calls).
+
+    touch: called with the call's index before each call, outside the timing (each call then times
+    alone, summed): it writes the rank's input, as an application does between calls. Without it the
+    input never changes, and a library that reads a peer's buffer by cross-memory attach finds its lines
+    in its own cache on every call but the first (benchmarks/RESULTS.md section 20)."""
     iters = iters_for(nbytes)
-    for _ in range(max(warmup, iters // 10)):  # past the first calls' page faults and cache fills
+    for k in range(max(warmup, iters // 10)):  # past the first calls' page faults and cache fills
+        if touch is not None:
+            touch(k)
         call()
     ts = []
     for _ in range(reps):
         barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
+        if touch is None:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                call()
+            ts.append(max_over_ranks((time.perf_counter() - t0) / iters))
+            continue
+        took = 0.0
+        for k in range(iters):
+            touch(k)
+            t0 = time.perf_counter()
             call()
-        ts.append(max_over_ranks((time.perf_counter() - t0) / iters))
+            took += time.perf_counter() - t0
+        ts.append(max_over_ranks(took / iters))
     return statistics.median(ts)
+
+
+def toucher(inp: np.ndarray) -> Callable[[int], None]:
+    """A touch for time_loop: call k fills the input with k % 7 (small values: sums stay exact)."""
+    return lambda k: inp.fill(k % 7)
 
 
 def buffers(collective: str, nbytes: int, nranks: int, rank: int, dtype=np.float32):
@@ -98,7 +120,7 @@ def memcpy_bandwidth(nbytes: int = 64 * 2**20, reps: int = 7) -> float:
 
 # ---- MPICH via mpi4py ------------------------------------------------------------------------
 
-def _mpi_worker(sizes: Sequence[int], collectives: Sequence[str], out_path: str) -> None:
+def _mpi_worker(sizes: Sequence[int], collectives: Sequence[str], out_path: str, touch: bool = False) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -119,7 +141,7 @@ def _mpi_worker(sizes: Sequence[int], collectives: Sequence[str], out_path: str)
                 call = lambda: comm.Reduce_scatter_block(inp, out, op=MPI.SUM)
             else:
                 call = lambda: comm.Bcast(inp, root=0)
-            t = time_loop(call, comm.Barrier, mx, nbytes)
+            t = time_loop(call, comm.Barrier, mx, nbytes, touch=toucher(inp) if touch else None)
             rows.append(row("mpich", coll, p, actual_bytes(coll, nbytes, p), t))
     if rank == 0:
         with open(out_path, "w") as f:
@@ -132,7 +154,7 @@ def mpiexec() -> str | None:
 
 
 def run_mpi(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLLECTIVES,
-            timeout: float = 900) -> list[dict]:
+            timeout: float = 900, touch: bool = False) -> list[dict]:
     """Run the sweep under MPICH's mpiexec; [] with a note on stderr if mpi4py/mpich is missing."""
     exe = mpiexec()
     try:
@@ -145,7 +167,7 @@ def run_mpi(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLL
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "mpi.json")
         code = (f"from interlink.bench.peers import _mpi_worker; "
-                f"_mpi_worker({list(sizes)!r}, {list(collectives)!r}, {out!r})")
+                f"_mpi_worker({list(sizes)!r}, {list(collectives)!r}, {out!r}, {touch!r})")
         subprocess.run([exe, "-n", str(nranks), sys.executable, "-c", code], check=True, timeout=timeout)
         with open(out) as f:
             return json.load(f)
@@ -154,7 +176,7 @@ def run_mpi(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLL
 # ---- torch.distributed gloo ----------------------------------------------------------------
 
 def _gloo_worker(rank: int, nranks: int, port: int, sizes: Sequence[int], collectives: Sequence[str],
-                 out_path: str) -> None:
+                 out_path: str, touch: bool = False) -> None:
     import torch
     import torch.distributed as td
 
@@ -178,7 +200,7 @@ def _gloo_worker(rank: int, nranks: int, port: int, sizes: Sequence[int], collec
                 call = lambda: td.reduce_scatter_tensor(out, inp)
             else:
                 call = lambda: td.broadcast(inp, src=0)
-            t = time_loop(call, td.barrier, mx, nbytes)
+            t = time_loop(call, td.barrier, mx, nbytes, touch=toucher(inp_np) if touch else None)
             rows.append(row("gloo", coll, nranks, actual_bytes(coll, nbytes, nranks), t))
     if rank == 0:
         with open(out_path, "w") as f:
@@ -187,7 +209,7 @@ def _gloo_worker(rank: int, nranks: int, port: int, sizes: Sequence[int], collec
 
 
 def run_gloo(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLLECTIVES,
-             timeout: float = 1800) -> list[dict]:
+             timeout: float = 1800, touch: bool = False) -> list[dict]:
     try:
         import torch.distributed as td
 
@@ -198,13 +220,13 @@ def run_gloo(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COL
         return []
     port = free_port()
     return _spawn_ranks(nranks, "gloo", timeout,
-                        lambda r, out: (_gloo_worker, (r, nranks, port, list(sizes), list(collectives), out)))
+                        lambda r, out: (_gloo_worker, (r, nranks, port, list(sizes), list(collectives), out, touch)))
 
 
 # ---- interlink itself, with the very same loop ------------------------------------------------
 
 def _interlink_worker(rank: int, nranks: int, env: dict, sizes: Sequence[int], collectives: Sequence[str],
-                      out_path: str, system: str, shared_inputs: bool = False) -> None:
+                      out_path: str, system: str, shared_inputs: bool = False, touch: bool = False) -> None:
     os.environ.update(env)
     os.environ["RANK"] = str(rank)
     os.environ["WORLD_SIZE"] = str(nranks)
@@ -233,7 +255,7 @@ def _interlink_worker(rank: int, nranks: int, env: dict, sizes: Sequence[int], c
                 call = lambda: dist.reduce_scatter_tensor(out, inp)
             else:
                 call = lambda: dist.broadcast(inp, src=0)
-            t = time_loop(call, dist.barrier, mx, nbytes)
+            t = time_loop(call, dist.barrier, mx, nbytes, touch=toucher(inp) if touch else None)
             rows.append(row(system, coll, nranks, actual_bytes(coll, nbytes, nranks), t))
     if rank == 0:
         with open(out_path, "w") as f:
@@ -243,7 +265,7 @@ def _interlink_worker(rank: int, nranks: int, env: dict, sizes: Sequence[int], c
 
 def run_interlink(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLLECTIVES,
                   transport: str = "shm", timeout: float = 1800, extra_env: dict | None = None,
-                  shared_inputs: bool = False) -> list[dict]:
+                  shared_inputs: bool = False, touch: bool = False) -> list[dict]:
     import secrets
 
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "INTERLINK_SECRET": secrets.token_hex(16),
@@ -252,7 +274,7 @@ def run_interlink(nranks: int, sizes: Sequence[int], collectives: Sequence[str] 
     system = f"interlink-{transport}" + ("-empty" if shared_inputs else "")
     return _spawn_ranks(nranks, system, timeout,
                         lambda r, out: (_interlink_worker, (r, nranks, env, list(sizes), list(collectives), out, system,
-                                                            shared_inputs)))
+                                                            shared_inputs, touch)))
 
 
 def machine() -> str:

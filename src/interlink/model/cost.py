@@ -1054,7 +1054,7 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
             lo = max(params.value("host.fastd.min_bytes"), slots if two_phase else params.value("host.fast.max_bytes"))
             top = float("inf")
         if not lo < payload <= top:
-            why = f"the payload ({payload} bytes) is outside ({max(lo, 0):g}, {top:g}] bytes"
+            why = f"the payload ({payload} bytes) is outside ({max(lo, 0):.0f}, {top:.0f}] bytes"
         elif kind == "fast2" and not two_phase:
             why = f"the two-phase path needs {params.value('host.fast2.min_ranks'):g}+ ranks"
         elif collective == "all_reduce" and kind == "fast" and not explicit \

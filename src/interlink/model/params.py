@@ -192,7 +192,7 @@ def _defaults() -> list[Param]:
         _p("host.fast2.min_ranks", 3.0, "ranks", "interlink.runtime.fastpath: two-phase all_reduce from 3 ranks"),
         _p("host.fast2.max_bytes", 4.0 * 2**20, "B",
            "interlink.runtime.policy.fast_max_bytes() default: the slot size (all_reduce in shared memory up to it)"),
-        _p("host.slots.max_bytes_2", 256.0 * 2**10, "B",
+        _p("host.slots.max_bytes_2", 2.0 * 2**20, "B",
            "interlink.runtime.policy.slots_max_bytes_two_ranks() default: on 2 ranks broadcast, all_gather and "
            "reduce_scatter above this read the peer's buffer (fastd)"),
         _p("host.fastd.min_bytes", 2.0 * 2**20, "B",

@@ -122,9 +122,8 @@ class FastPath:
         # the pipelined ring over the channels measured faster (both cores copy at once), so not there
         self.direct_max = self.page.fast_max if self.n >= 3 else self.max
         # broadcast, all_gather and reduce_scatter go through the slots up to their size (above `max`:
-        # the fast Schedule), except on 2 ranks: there one copy by cross-memory attach (fastd) wins above 256
-        # KiB (1 MiB: all_gather, each rank pushing its block into the peer's output, 80 -> 61 us;
-        # broadcast, root and receiver each moving half, 72.7 -> 34.6 us; reduce_scatter 93 -> 86 us)
+        # the fast Schedule), except on 2 ranks: there one copy by cross-memory attach (fastd) takes over
+        # above policy.slots_max_bytes_two_ranks (2 MiB; the rotated slots win below it)
         self.move_max = min(self.page.fast_max, policy.slots_max_bytes_two_ranks()) if self.n == 2 else self.page.fast_max
         self.chunk = policy.fast_chunk_bytes()
         self.rot_bytes, self.rot_min = policy.slot_rotation_bytes(), policy.slot_rotation_min_bytes()
