@@ -73,3 +73,21 @@ def test_touched_sweep_says_so(compare) -> None:
     res = compare.run([2], ["broadcast"], [65536], ["interlink-shm"], touch=True)
     assert res["touch"] is True and len(res["rows"]) == 1 and res["rows"][0]["time_us"] > 0
     assert "(--touch)" in compare.table(res)
+
+
+def test_mpich_same_process_runs_both_systems_in_one_job() -> None:
+    pytest.importorskip("mpi4py")
+    import subprocess
+    import sys
+
+    from interlink.bench import peers
+
+    if peers.mpiexec() is None:
+        pytest.skip("mpiexec not installed (pip install -e '.[compare]')")
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "mpich_same_process.py")
+    env = {k: v for k, v in os.environ.items() if k != "INTERLINK_SAME_PROCESS_CHILD"}
+    out = subprocess.run([sys.executable, script, "broadcast", "4K", "--turns", "2", "--touch"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("broadcast 2 ranks 4 KiB touched:")]
+    assert len(line) == 1 and "interlink med" in line[0] and "mpich med" in line[0], out.stdout
