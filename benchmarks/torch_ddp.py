@@ -12,6 +12,9 @@ runs, slowest rank):
                reduce_scatter, optimizer)
   compute   -- the same step without communication (local model)
   exposed   -- step - compute: the communication the step waits for
+  DDP without communication -- DDP with a comm hook that returns each bucket as it is: DDP's own work
+               (bucket copies, hooks) with no communication; gloo's step minus it is the communication's
+               share of gloo's step (the issue's condition for its step-time target)
   allreduce -- one all_reduce of a buffer the size of all gradients (the collective alone)
 The interlink backend returns asynchronous Works for DDP's buckets and FSDP's prefetches, so its
 communication overlaps with the backward pass; gloo's does too (its own worker threads).
@@ -51,6 +54,15 @@ def _model(params: int):
     return torch.nn.Sequential(*mods[:-1]), width
 
 
+def _no_comm(state, bucket):
+    """A DDP comm hook that communicates nothing: each bucket comes back as it is."""
+    import torch
+
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
 def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch
@@ -88,6 +100,12 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
                 fully_shard(m, mesh=mesh)
             models[f"{mode}_{name}"] = m
             opts[f"{mode}_{name}"] = torch.optim.SGD(m.parameters(), lr=1e-4)
+        if mode == "ddp":  # DDP's own work (bucket copies, hooks) without communication: a no-op comm hook
+            m = DDP(copy.deepcopy(base), device_ids=[0] if cuda else None, gradient_as_bucket_view=args["bucket_view"],
+                    bucket_cap_mb=args["bucket_mb"])
+            m.register_comm_hook(None, _no_comm)
+            models["ddp_nocomm"] = m
+            opts["ddp_nocomm"] = torch.optim.SGD(m.parameters(), lr=1e-4)
     local = copy.deepcopy(base)
     opt_local = torch.optim.SGD(local.parameters(), lr=1e-4)
     x = torch.randn(args["batch"], width, device=dev)
@@ -179,6 +197,12 @@ def main(argv=None) -> int:
         print(f"# {world} ranks, {nparams / 1e6:.1f}M parameters ({row['grad_MB']:.0f} MB of gradients), "
               f"batch {a.batch}, {a.device}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
         print(f"  compute:   {med['compute'] * 1e3:8.1f} ms (no communication)")
+        if "ddp_nocomm" in med:
+            nc, gl = med["ddp_nocomm"], med["ddp_gloo"]
+            row["ddp_comm_share_gloo"] = (gl - nc) / gl
+            print(f"  ddp    without communication: {nc * 1e3:8.1f} ms (a no-op comm hook: DDP's own work)   "
+                  f"communication's share of gloo's step: {(gl - nc) / gl:.0%}   exposed: interlink "
+                  f"{(med['ddp_interlink'] - nc) * 1e3:7.1f} ms   gloo {(gl - nc) * 1e3:7.1f} ms")
         for mode in args["modes"]:
             il, gl = med[f"{mode}_interlink"], med[f"{mode}_gloo"]
             row[f"{mode}_exposed_interlink_s"] = il - med["compute"]
