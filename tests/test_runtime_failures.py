@@ -398,7 +398,9 @@ class InitStalled(Exception):
 
 
 def test_silent_stranger_on_mesh_listener_does_not_stall_init() -> None:
-    res = run_ranks(3, mesh_stranger, True, timeout=90, env={"INTERLINK_TRANSPORT": "tcp"})
+    # the listener closes a silent connection after INTERLINK_AUTH_TIMEOUT_S (10 s by default; 2 s here)
+    res = run_ranks(3, mesh_stranger, True, timeout=90,
+                    env={"INTERLINK_TRANSPORT": "tcp", "INTERLINK_AUTH_TIMEOUT_S": "2"})
     seen = res[2]["seen"]
     # refused (closed after the challenge went unanswered), the others too, and the job went on
     assert seen["tcp-silent"] == ["closed", "ILNK"], seen

@@ -245,7 +245,7 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
     def admit(conn: socket.socket, left: float) -> None:
         conn.settimeout(max(1.0, min(30.0, left)))
         try:
-            hello = json.loads(authenticate_server(conn, secret, timeout=min(10.0, max(1.0, left)),
+            hello = json.loads(authenticate_server(conn, secret, timeout=min(policy.auth_timeout_s(), max(1.0, left)),
                                                    hello=str(rank).encode()))
             j, key = int(hello["rank"]), str(hello["purpose"])
             with lock:

@@ -17,6 +17,14 @@ def env_int(name: str, default: int) -> int:
     return int(v) if v else default
 
 
+def auth_timeout_s() -> float:
+    """How long rank 0's listener gives an incoming connection to complete the authentication handshake
+    before closing it (INTERLINK_AUTH_TIMEOUT_S, 10 s): a stranger that connects and stays silent costs
+    its own accept thread this long, never the real ranks' joins."""
+    v = os.environ.get("INTERLINK_AUTH_TIMEOUT_S")
+    return max(0.1, float(v)) if v else 10.0
+
+
 # ---- the channels' transfers ----------------------------------------------------------------------
 
 def cma_threshold(collective: str = "") -> int:
