@@ -469,25 +469,26 @@ class FastPath:
                 for i in self.peers:
                     self._check(i, q, seq, crc, sc.sigb)
 
-    def _arena(self, sc: Small, flat: np.ndarray) -> Optional[tuple[int, int, int, int]]:
+    def _arena(self, sc: Small, flat: np.ndarray, addr: int) -> Optional[tuple[int, int, int, int]]:
         """Where this rank's input lives when it is in an interlink.empty arena the peers may map (only
         where every pair of local ranks may read each other's memory: the same permission), else None."""
         if not sc.sends or not shmalloc._starts or not self.cma:
             return None
-        return shmalloc.lookup(cma.address(flat), flat.nbytes)
+        return shmalloc.lookup(addr, flat.nbytes)
 
-    def _announce(self, sc: Small, flat: np.ndarray, f: int, q: int, seq: int,
+    def _announce(self, sc: Small, addr: int, f: int, q: int, seq: int,
                   reg: Optional[tuple[int, int, int, int]] = None, dst: int = 0) -> int:
         """Publish this rank's header for call f, with (pid, address) of its input and, when the input
         lives in an interlink.empty arena (reg), where (serial, fd, offset, size): peers then read it in
-        place; dst: the address peers push into. Returns the arena serial (0: not shared)."""
+        place; addr: the input's address; dst: the address peers push into. Returns the arena serial (0: not
+        shared)."""
         W = self.W
         mw = self.my_w[q]
         serial = 0
         W[mw + DESC] = self.pids[self.me]
         W[mw + DESC + 6] = dst
         if sc.sends:
-            W[mw + DESC + 1] = cma.address(flat)
+            W[mw + DESC + 1] = addr
             if reg is not None:
                 serial = reg[0]
                 W[mw + DESC + 3], W[mw + DESC + 4], W[mw + DESC + 5] = reg[1], reg[2], reg[3]
@@ -536,12 +537,13 @@ class FastPath:
         # in place: the input is the output's chunk the Schedule's no-op copies say (those are skipped);
         # the addresses are read only where the buffers overlap at all, or peers push into the output
         overlap = o is flat or (kind in (AG, RS) and np.may_share_memory(flat, o))
-        op_ = cma.address(o) if prog.out_addr or (overlap and prog.noops and kind in (AG, RS)) else 0
-        inplace = kind in (AR, BC) or (overlap and prog.noops and (
-            (kind == AG and op_ + self.me * flat.nbytes == cma.address(flat)) or (
-                kind == RS and cma.address(flat) + self.me * o.nbytes == op_)))
+        check = overlap and prog.noops and kind in (AG, RS)
+        op_ = cma.address(o) if prog.out_addr or check else 0
         desc = prog.readers or prog.slot_readers or prog.out_addr  # peers may read my buffers' addresses
-        reg = self._arena(sc, flat) if desc else None
+        ia = cma.address(flat) if check or (desc and sc.sends) else 0  # my input's address, read once
+        inplace = kind in (AR, BC) or (check and (
+            (kind == AG and op_ + self.me * flat.nbytes == ia) or (kind == RS and ia + self.me * o.nbytes == op_)))
+        reg = self._arena(sc, flat, ia) if desc else None
         serial = reg[0] if reg is not None else 0
         rounds = prog.rounds
         base = ROUND_STRIDE * f
@@ -564,7 +566,7 @@ class FastPath:
         if skip and rounds[0].publish:
             self.W[rd] = base + rounds[0].end
         if prog.readers or prog.out_addr or serial:  # peers read or write my buffers: their addresses
-            self._announce(sc, flat, f, q, seq, reg, op_)
+            self._announce(sc, ia, f, q, seq, reg, op_)
         else:  # the header alone (peers read my slot only: my input is not mapped)
             if desc:
                 self.W[self.my_w[q] + DESC + 2] = 0
