@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from interlink.algorithms import get_schedule, one_sided, two_sided, verify_schedule
+from interlink.algorithms import get_schedule, hostpage, one_sided, two_sided, verify_schedule
 from interlink.algorithms.hostpage import HOST_PAGE, host_plan
-from interlink.algorithms.schedule import Chunk, Copy, Get, Reduce, Round, Schedule
+from interlink.algorithms.schedule import Builder, Chunk, Copy, Get, Reduce, Round, Schedule, inp, out
 from interlink.errors import ScheduleError, VerificationError
 from interlink.runtime.pageplan import LOCAL, Move, PutOp, compile_page
 
@@ -102,15 +102,20 @@ def test_host_paths_compile_into_the_steps_of_their_schedule() -> None:
     rs = compile_page(get_schedule("reduce_scatter", "fastd", 3, 5), 1)
     (chain,) = rs.rounds[0].ops
     assert [(x.peer, x.off, x.reduce) for x in chain.srcs] == [(0, 5, False), (2, 5, True), (LOCAL, 5, True)]
-    # all_reduce fastd, 3 ranks: reduce the own slice, then (once each peer has finished its slice, its
-    # second round) copy theirs out of their outputs
+    # all_reduce fastd, 3 ranks: reduce the own slice from the peers' inputs, then put it into their
+    # outputs. Nobody else touches those chunks, so the puts wait for nothing and the three rounds run as
+    # one, ending when both peers' puts have landed
     ar = compile_page(get_schedule("all_reduce", "fastd", 3, 10), 0)
-    assert [(rnd.first, rnd.end, rnd.before) for rnd in ar.rounds] == [(0, 2, ()), (2, 3, ((1, 2), (2, 2)))]
+    assert [(rnd.first, rnd.end, rnd.before, rnd.waits) for rnd in ar.rounds] == [(0, 3, (), (1, 2))]
     # the first round's copy of the own slice joins the chain that reduces into it; all_reduce runs in
-    # place, so the chain starts from what the destination holds: the peers' slices reduced into it
+    # place, so the chain starts from what the destination holds: the peers' slices reduced into it; the
+    # puts of the finished slice become the chain's pushes (each piece written out while in cache)
     (chain,) = ar.rounds[0].ops
     assert not ar.rounds[0].early and [(x.peer, x.reduce) for x in chain.srcs] == [(1, True), (2, True)]
-    assert not chain.hazard
+    assert not chain.hazard and chain.pushes == ((1, 0), (2, 0)) and (chain.off, chain.count) == (0, 4)
+    # the two-phase form (fast2's, on the own buffers) instead waits for each owner's slice before copying
+    tp = compile_page(hostpage.two_phase("fastd", 3, 10), 0)
+    assert [(rnd.first, rnd.end, rnd.before) for rnd in tp.rounds] == [(0, 2, ()), (2, 3, ((1, 2), (2, 2)))]
     # reduce_scatter may run out of place: its sunk copy stays the chain's first source
     rs2 = compile_page(get_schedule("reduce_scatter", "fast", 3, 4), 0)
     (chain,) = rs2.rounds[1].ops
@@ -137,3 +142,36 @@ def test_a_schedule_that_overwrites_what_a_peer_reads_in_the_same_round_is_refus
     bad = _mutate(s, 0, 1, lambda st: st + [Copy(Chunk("input", 0, 4), Chunk("scratch", 0, 4))])
     with pytest.raises(ScheduleError, match="same round"):
         compile_page(bad, 0)
+
+
+def test_a_put_waits_for_what_touches_its_chunk_and_nothing_else() -> None:
+    """pageplan's rule for a Put into peer j's output chunk d in round k: j must have finished its last
+    earlier round that touches d, every other rank its earlier rounds that read d from j; a read of d in
+    the same round is refused; with nobody touching d the put waits for nobody (it may fuse with the
+    rounds before it)."""
+    def prog(touch: str):
+        b = Builder("all_gather", "t", 3, 4, 0)
+        b.copy(0, 0, inp(0, 4), out(0, 4))
+        if touch == "owner":  # rank 1 itself writes the chunk in round 0
+            b.copy(0, 1, inp(0, 4), out(4, 4))
+        elif touch == "reader":  # rank 2 reads rank 1's chunk in round 0
+            b.get(0, 2, 1, out(4, 4), out(8, 4))
+        elif touch == "race":  # ... in the round of the put
+            b.get(1, 2, 1, out(4, 4), out(8, 4))
+        elif touch == "other":  # rank 1 writes another chunk (its own input is chunk d in place: not that)
+            b.get(0, 1, 2, inp(0, 4), out(8, 4))
+        elif touch == "alias":  # rank 1 reads its input, which is chunk d when it runs in place
+            b.copy(0, 1, inp(0, 4), out(8, 4))
+        b.get(1, 0, 2, inp(0, 4), out(8, 4))
+        b.put(1, 0, 1, inp(0, 4), out(4, 4))
+        b.signal(1, 0, 1)
+        return b.build()
+
+    assert [r.before for r in compile_page(prog("owner"), 0).rounds] == [(), ((1, 1),)]
+    assert [r.before for r in compile_page(prog("reader"), 0).rounds] == [(), ((2, 1),)]
+    assert [r.before for r in compile_page(prog("alias"), 0).rounds] == [(), ((1, 1),)]
+    with pytest.raises(ScheduleError, match="puts into .* while rank 2 reads it in the same round"):
+        compile_page(prog("race"), 0)
+    for touch in ("other", "none"):
+        (rnd,) = compile_page(prog(touch), 0).rounds
+        assert rnd.before == () and (rnd.first, rnd.end) == (0, 2)

@@ -255,7 +255,7 @@ def _uneven_split_suite(rank: int, world: int, sizes: tuple) -> dict:
         return hostpage.two_phase("fast2", nranks, count, root, split0(count, nranks))
 
     def fastd(nranks, count, root=0):
-        return hostpage.two_phase("fastd", nranks, count, root, split0(count, nranks))
+        return hostpage.reduce_push("fastd", nranks, count, root, split0(count, nranks))
 
     def bc_pull_all(nranks, count, root=0):
         b = Builder("broadcast", "fastd", nranks, count, root)
@@ -315,10 +315,10 @@ def test_host_paths_follow_their_schedules(nranks: int) -> None:
     chain = sp["all_reduce:fast2 n=1001"][1].rounds[1].ops[0]
     assert (chain.off, chain.count) == (0, want(1001)[1]) and all(x.reduce for x in chain.srcs[1:]), sp
     if "all_reduce:fastd n=30011" in sp:  # fastd needs cross-memory attach between the ranks
-        # rank 0 reduces its (doubled) slice, then copies the others' slices out after their rounds
+        # rank 0 reduces its (doubled) slice and pushes it into every peer's output as it goes
         prog = sp["all_reduce:fastd n=30011"][1]
-        (own,) = prog.rounds[0].ops
-        assert len(prog.rounds[1].ops) == nranks - 1, prog
+        ((own,),) = [rnd.ops for rnd in prog.rounds]
+        assert [peer for peer, _ in own.pushes] == list(range(1, nranks)), prog
         assert (own.off, own.count) == (0, want(30011)[1]), prog
         # the variant's receivers pull everything (rank 0 is one: the root is the last rank)
         (pull,) = sp["broadcast:fastd n=30011"][1].rounds[0].ops

@@ -26,8 +26,10 @@ else by cross-memory attach), and a Put writes into the peer's buffer the same w
   shared-memory all_reduce.
 * ``fastd`` (all_reduce, broadcast, all_gather, reduce_scatter; too large for a slot): one copy, from
   and into the ranks' own buffers, no slot. all_reduce: each rank reduces its slice reading that slice of
-  every peer's input, then copies the other slices from their owners' outputs (``twoshot``, one-sided,
-  without scratch). broadcast: the receivers pull the first p-1/p of the payload from the root while the
+  every peer's input, then puts it into every peer's output (:func:`reduce_push`; the executor pushes
+  each piece as soon as it is final, while it is in cache, so no rank reads a reduced slice back from
+  memory: 2 ranks, 64 MiB, 9.7 -> 8.3 ms; 4 ranks 31.7 -> 24.0 ms, against the two-phase form that
+  copies the slices out of their owners' outputs). broadcast: the receivers pull the first p-1/p of the payload from the root while the
   root pushes the last 1/p into every receiver (on 2 ranks each moves half). all_gather: every rank
   pushes its block into every peer's output. reduce_scatter: every rank reads its block from every
   peer's input (the first straight into its output) and reduces its own in last.
@@ -191,8 +193,30 @@ def all_reduce_fast2(nranks: int, count: int, root: int = 0) -> Schedule:
 
 @register("all_reduce", "fastd")
 def all_reduce_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
-    """2 exchanges from the ranks' own buffers: each rank reduces its 1/p slice reading every peer's input, then copies the other slices from their owners."""
-    return two_phase("fastd", nranks, count, root)
+    """1 exchange from and into the ranks' own buffers: each rank reduces its 1/p slice reading every peer's input, and pushes it into every peer's output."""
+    return reduce_push("fastd", nranks, count, root)
+
+
+def reduce_push(algorithm: str, nranks: int, count: int, root: int = 0,
+                blocks: list[tuple[int, int]] | None = None) -> Schedule:
+    """The all_reduce that reduces each slice once and pushes it: rank r reduces its slice (its
+    ``blocks[r]``, even by default) from its own input and every peer's, and puts the result into every
+    peer's output (one signal each); a rank is done when every owner's put has landed. Each byte of a
+    rank's output is written once, by the owner of its slice, right after that owner computed it: the
+    executor pushes each cache-sized piece as soon as it is reduced (runtime/pageplan.py), so the sum is
+    never read back from memory, where the two-phase form reads every owner's output again."""
+    p, n = nranks, count
+    blocks = split(n, p) if blocks is None else blocks
+    b = Builder("all_reduce", algorithm, p, n, root)
+    for r in range(p):
+        ro, rn = blocks[r]
+        b.copy(0, r, inp(ro, rn), out(ro, rn))
+        for j in _others(p, r):
+            b.get(1, r, j, inp(ro, rn), out(ro, rn), reduce=True)
+        for j in _others(p, r) if rn > 0 else ():
+            b.put(2, r, j, out(ro, rn), out(ro, rn))
+            b.signal(2, r, j)
+    return b.build()
 
 
 def broadcast_cut(nranks: int, count: int) -> int:
@@ -418,9 +442,15 @@ def all_reduce_fast2_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     return _twophase("fast2", nranks, count)
 
 
-@register_traffic("all_reduce", "fastd", messages=lambda p, n=0, **_: 2 * _quadratic(p))
+@register_traffic("all_reduce", "fastd", messages=lambda p, n=0, **_: 3 * _quadratic(p))
 def all_reduce_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
-    return _twophase("fastd", nranks, count)
+    p, n = nranks, count
+    ph = _Phases(p)
+    if n > 0 and p > 1:
+        blk = split_sizes(n, p)
+        _gets(ph, p, blk, (p - 1) * blk)
+        _pushes(ph, p, blk, np.arange(p))
+    return ph.traffic("all_reduce", "fastd", n)
 
 
 def _twophase(algo: str, p: int, n: int) -> Traffic:

@@ -621,6 +621,8 @@ class FastPath:
             generic = (lambda bufs, mapped, op=op: self._op(sc, op, bufs, mapped, pos, serial, inplace))
             if isinstance(op, PutOp):
                 return generic if op.count else None
+            if op.pushes:
+                return generic
             n = op.count
             if n == 0 or (op.elide and serial) or (op.noop and inplace):
                 return None
@@ -735,7 +737,7 @@ class FastPath:
             return  # nothing to do, the peers read this part of my input in place, or it is already there
         dst = bufs[op.buf][op.off:op.off + n]
         srcs = op.srcs
-        if len(srcs) == 1 and not srcs[0].reduce:  # one copy
+        if len(srcs) == 1 and not srcs[0].reduce and not op.pushes:  # one copy
             s = srcs[0]
             if s.peer == LOCAL:
                 dst[...] = bufs[s.buf][s.off:s.off + n]
@@ -799,6 +801,8 @@ class FastPath:
                 else:
                     self._cross(far[0], q, far[1], far[2] + lo, tmp, False)
                     fn(acc, tmp, out=acc)
+            for peer, at in op.pushes:  # the piece is final: into the peers' outputs while it is in cache
+                self._cross(peer, q, DESC + 6, at + lo, acc, True)
 
     def _source(self, sc: Small, s: Any, n: int, mapped: dict, pos: int) -> tuple:
         """A peer's source chunk: (a view to read, None), or (None, (peer, word, offset)) to read by

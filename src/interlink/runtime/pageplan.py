@@ -22,7 +22,7 @@ steps of the first round that touch nothing the round's one-sided steps touch ru
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 from ..algorithms.schedule import Chunk, Copy, Get, Put, Reduce, Schedule, Signal, Wait
@@ -57,6 +57,9 @@ class Move:
     elide: bool = False
     noop: bool = False  # a copy of the input onto the output chunk it is when the call runs in place
     hazard: bool = False  # a local source may overlap the destination (same buffer, or in place)
+    #: (peer, offset in its output): the PutOps of the same round that write this destination chunk, as it
+    #: is once the chain is done, into peers' outputs; the executor pushes each piece as soon as it is final
+    pushes: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +207,7 @@ def compile_page(s: Schedule, rank: int) -> PageProgram:
                         raise ScheduleError(f"{where}: rank {r} round {k}: a put into a peer's {st.dst.buffer}; "
                                             "the host page writes only into outputs", op=where, ranks=[r, st.peer])
                     remote.append(PutOp(st.peer, _chunk_buf(st.src, where), st.src.offset, st.src.count, st.dst.offset))
-                    need(st.peer, k)
+                    _put_needs(s, r, k, st, need, where)
                 elif isinstance(st, (Copy, Reduce)):  # inline: in its place among the round's reads
                     (remote if st.inline else local).append(
                         (st.dst, Src(LOCAL, _chunk_buf(st.src, where), st.src.offset, isinstance(st, Reduce))))
@@ -274,7 +277,7 @@ def compile_page(s: Schedule, rank: int) -> PageProgram:
         rounds.append(PageRound(k, end, tuple(sorted(needs.items())), early, _fuse(items, where, mine_elide),
                                 waits))
         k = end
-    rounds = [PageRound(r.first, r.end, r.before, _flag(s, rank, r.early), _flag(s, rank, r.ops), r.waits,
+    rounds = [PageRound(r.first, r.end, r.before, _flag(s, rank, r.early), _push(_flag(s, rank, r.ops)), r.waits,
                         any(r.first < e <= r.end for e in wanted))
               for r in _sink(s, rank, rounds)]
     readers = set()
@@ -292,6 +295,32 @@ def compile_page(s: Schedule, rank: int) -> PageProgram:
 
 
 _NAME = {IN: "input", OUT: "output", SCR: "scratch"}
+
+
+def _put_needs(s: Schedule, rank: int, k: int, st: Put, need, where: str) -> None:
+    """What a put of ``rank`` in round k into chunk d of peer j's output waits for: j must have finished
+    the last earlier round in which it touches d (or the input chunk d is in place); every other rank that
+    reads d from j in an earlier round must have finished that round. ScheduleError for another rank that
+    reads d from j in the same round (the put would race its read). The putting rank's own reads of d come
+    before its put in program order. Nothing else: a put into a chunk that nobody touches before it waits
+    only for j to have joined the call (its header, with its output's address)."""
+    j = st.peer
+    ds = [st.dst] + [c for c in (_alias(s, j, st.dst),) if c is not None]
+    hit = lambda c: any(c.overlaps(x) for x in ds)  # noqa: E731
+    for kk in range(min(k, len(s.ranks[j])) - 1, -1, -1):
+        if any((isinstance(x, (Get, Copy, Reduce)) and hit(x.dst)) or (isinstance(x, (Copy, Reduce, Put)) and hit(x.src))
+               or isinstance(x, Wait) for x in s.ranks[j][kk].steps):
+            need(j, kk + 1)
+            break
+    for i in range(s.nranks):
+        if i in (rank, j):
+            continue
+        for kk, rr in enumerate(s.ranks[i][:k + 1]):
+            if any(isinstance(g, Get) and g.peer == j and hit(g.src) for g in rr.steps):
+                if kk == k:
+                    raise ScheduleError(f"{where}: rank {rank} round {k} puts into {st.dst} of rank {j} while rank "
+                                        f"{i} reads it in the same round", op=where, ranks=[rank, i])
+                need(i, kk + 1)
 
 
 def _touched(s: Schedule, rank: int, op: Op) -> list[Chunk]:
@@ -366,6 +395,21 @@ def _flag(s: Schedule, rank: int, ops: tuple) -> tuple:
                          for c in locs)
             op = Move(op.buf, op.off, op.count, op.srcs, op.elide, noop, hazard and not noop)
         res.append(op)
+    return tuple(res)
+
+
+def _push(ops: tuple) -> tuple:
+    """A Move and the PutOps right after it that write exactly its destination chunk into peers' outputs
+    become one Move that pushes each piece once it is final (the Schedule's order: the puts read the chunk
+    after the chain has written it; pushed a piece at a time, the piece is still in cache)."""
+    res: list = []
+    for op in ops:
+        last = res[-1] if res else None
+        if isinstance(op, PutOp) and isinstance(last, Move) and op.count and \
+                (op.buf, op.off, op.count) == (last.buf, last.off, last.count):
+            res[-1] = replace(last, pushes=last.pushes + ((op.peer, op.dst_off),))
+        else:
+            res.append(op)
     return tuple(res)
 
 
