@@ -113,6 +113,13 @@ def test_host_paths_compile_into_the_steps_of_their_schedule() -> None:
     (chain,) = ar.rounds[0].ops
     assert not ar.rounds[0].early and [(x.peer, x.reduce) for x in chain.srcs] == [(1, True), (2, True)]
     assert not chain.hazard and chain.pushes == ((1, 0), (2, 0)) and (chain.off, chain.count) == (0, 4)
+    # all_gather fastd: the copy of the own block into the own output leaves the early steps and carries
+    # the puts of that block (the same chunk of the input) as pushes: the input is read once
+    for p in (2, 4):
+        ag = compile_page(get_schedule("all_gather", "fastd", p, 7), 1)
+        ((cp,),) = [rnd.ops for rnd in ag.rounds]
+        assert not ag.rounds[0].early and (cp.buf, cp.off, cp.count) == (1, 7, 7)
+        assert cp.pushes == tuple((j, 7) for j in range(p) if j != 1) and cp.noop
     # the two-phase form (fast2's, on the own buffers) instead waits for each owner's slice before copying
     tp = compile_page(hostpage.two_phase("fastd", 3, 10), 0)
     assert [(rnd.first, rnd.end, rnd.before) for rnd in tp.rounds] == [(0, 2, ()), (2, 3, ((1, 2), (2, 2)))]

@@ -77,6 +77,7 @@ MAX_ROTATION = 16
 ROTATION_BUDGET = 32 << 20
 
 
+
 class Small:
     """One cached call shape of the hot path (collective, dtypes, shapes, op or root): its signature and
     the typed views of the slots it reads and writes, made once so that a call does no lookups."""
@@ -128,6 +129,9 @@ class FastPath:
         self.chunk = policy.fast_chunk_bytes()
         self.rot_bytes, self.rot_min = policy.slot_rotation_bytes(), policy.slot_rotation_min_bytes()
         self.cma_piece = 64 * self.chunk  # bytes per cross-memory read or write (8 MiB)
+        # a copy whose pieces are pushed into peers' outputs (fastd all_gather) walks 2 MiB at a time: it
+        # does no arithmetic to keep in L2, and each piece costs a cross-memory write per peer
+        self.push_piece = 16 * self.chunk
         self.f = 0  # fast-path calls so far (the same on every rank)
         self.headers = [[self.page.slot_header(i, q) for q in (0, 1)] for i in range(self.n)]
         self.peers = [i for i in range(self.n) if i != self.me]
@@ -213,6 +217,7 @@ class FastPath:
         return {"fast.max": self.max, "fast2.max": self.direct_max, "slots.max": self.move_max,
                 "fastd.all_reduce.min": self.ar_direct_min, "fast.chunk": self.chunk,
                 "fastd.piece": 2 * self.chunk, "fastd.cma_piece": 64 * self.chunk,
+                "fastd.push_piece": self.push_piece,
                 "slots.rotation_min": self.rot_min if self.rot_bytes > 0 else 0}
 
     def remember(self, key: tuple, sc: Any) -> Any:
@@ -734,6 +739,10 @@ class FastPath:
             return
         n = op.count
         if n == 0 or (op.elide and serial) or (op.noop and inplace):
+            if n and op.noop and inplace and op.pushes:  # already there: only the pushes remain
+                dst = bufs[op.buf][op.off:op.off + n]
+                for peer, at in op.pushes:
+                    self._cross(peer, q, DESC + 6, at, dst, True)
             return  # nothing to do, the peers read this part of my input in place, or it is already there
         dst = bufs[op.buf][op.off:op.off + n]
         srcs = op.srcs
@@ -765,6 +774,8 @@ class FastPath:
         isz = dst.dtype.itemsize
         fn = sc.fn
         step = max(1, 2 * self.chunk // isz)
+        if op.pushes and len(srcs) == 1 and not srcs[0][2] and srcs[0][0] is not None:
+            step = max(1, self.push_piece // isz)  # a plain copy pushed out: fewer, larger writes
         # a copy then a reduction, both readable in place: one operation (acc = s0 op s1)
         pair = len(srcs) > 1 and not srcs[0][2] and srcs[1][2] and srcs[0][0] is not None and \
             srcs[1][0] is not None and not (aligned & {0, 1})
