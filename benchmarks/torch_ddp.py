@@ -133,7 +133,7 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
             opt.step()
         sync()
         took = (time.perf_counter() - t0) / args["steps"]
-        backend._ASYNC = True
+        backend._ASYNC = "env"
         return slowest(took)
 
     res = {k: [] for k in (*models, "compute", "ar_interlink", "ar_gloo")}
@@ -207,13 +207,19 @@ def main(argv=None) -> int:
             il, gl = med[f"{mode}_interlink"], med[f"{mode}_gloo"]
             row[f"{mode}_exposed_interlink_s"] = il - med["compute"]
             row[f"{mode}_exposed_gloo_s"] = gl - med["compute"]
-            print(f"  {mode:6s} step: interlink {il * 1e3:8.1f} ms   gloo {gl * 1e3:8.1f} ms   "
+            print(f"  {mode:6s} step: interlink (async Works) {il * 1e3:8.1f} ms   gloo {gl * 1e3:8.1f} ms   "
                   f"gloo/interlink {gl / il:.2f}x   exposed: interlink {(il - med['compute']) * 1e3:7.1f} ms   "
                   f"gloo {(gl - med['compute']) * 1e3:7.1f} ms")
             if f"{mode}_interlink_inline" in med:
                 il2 = med[f"{mode}_interlink_inline"]
                 print(f"  {mode:6s} inline (no overlap): {il2 * 1e3:8.1f} ms   gloo/inline {gl / il2:.2f}x   "
                       f"exposed {(il2 - med['compute']) * 1e3:7.1f} ms")
+        if a.device == "cpu":  # which of the two INTERLINK_TORCH_ASYNC unset ("auto") runs on this host
+            from interlink.backends.torch import cores_scarce
+
+            row["default"] = "inline" if cores_scarce(len(os.sched_getaffinity(0)), world) else "async"
+            print(f"  default here (INTERLINK_TORCH_ASYNC unset): {row['default']} "
+                  f"({len(os.sched_getaffinity(0))} cores, {world} ranks)")
         print(f"  allreduce: interlink {med['ar_interlink'] * 1e3:8.1f} ms   gloo {med['ar_gloo'] * 1e3:8.1f} ms   "
               f"gloo/interlink {med['ar_gloo'] / med['ar_interlink']:.2f}x")
         out.append(row)

@@ -281,7 +281,10 @@ def _calls(rank: int, world: int) -> dict:
 def test_every_call_matches_gloo(nranks: int) -> None:
     if not _entry_point_installed():
         pytest.skip("interlink is not installed with its entry points (pip install -e .)")
-    res = run_ranks(nranks, _calls, timeout=300)
+    # 2 ranks: every call the caller lets overlap goes to interlink's runner; 3 ranks: the default, which
+    # on a host with fewer than two cores a rank runs CPU calls inline (cores_scarce)
+    env = {"INTERLINK_TORCH_ASYNC": "1"} if nranks == 2 else {}
+    res = run_ranks(nranks, _calls, timeout=300, env=env)
     for out in res:
         assert out["backend"] == "interlink" and out["autoloaded"], out
         assert out["checks"] > 100 and out["fails"] == [], out["fails"][:5]
@@ -545,3 +548,54 @@ def test_torchrun_runs_unmodified_ddp_on_interlink(nranks: int, tmp_path) -> Non
         for a, b in zip(out["params"]["interlink"], out["params"]["gloo"]):
             assert np.allclose(a, b, rtol=0, atol=1e-9)
         assert out["params"]["interlink"] == outs[0]["params"]["interlink"]  # replicas agree
+
+
+def _mode_probe(rank: int, world: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    import interlink.runtime.api as api
+    from interlink.backends.torch import cores_scarce
+
+    dist.init_process_group("interlink")
+    g = api._WORLD
+    seen = []
+    real = g.all_reduce
+
+    def spy(*args, **kw):  # the backend passes async_op third: False runs inline, True on the runner
+        seen.append(args[2])
+        return real(*args, **kw)
+
+    g.all_reduce = spy
+    t = torch.ones(4)
+    w = dist.all_reduce(t, async_op=True)  # the caller lets it overlap, as DDP's reducer does
+    w.wait()
+    dist.all_reduce(t)  # async_op=False: inline in every mode
+    eng = api._CTX.engine
+    res = {"scarce": cores_scarce(eng.ncpu, eng.nlocal), "runner": seen, "sum": t.tolist()}
+    dist.destroy_process_group()
+    return res
+
+
+def test_async_mode_runs_cpu_calls_inline_where_cores_are_scarce() -> None:
+    """INTERLINK_TORCH_ASYNC: 0 inline, 1 on the runner, auto (the default) inline for CPU tensors on a
+    host with fewer than two cores a local rank."""
+    from interlink.backends import torch as tb
+
+    assert tb._async_mode(None) is None and tb._async_mode("auto") is None
+    assert tb._async_mode("0") is False and tb._async_mode("1") is True
+    with pytest.raises(ValueError, match="0, 1 or auto"):
+        tb._async_mode("yes")
+    assert tb.cores_scarce(2, 2) and tb.cores_scarce(3, 2) and not tb.cores_scarce(4, 2)
+    assert tb._on_cpu([[torch.ones(1)]]) and tb._on_cpu([]) and tb._on_cpu(torch.ones(1))
+    meta = torch.empty(1, device="meta")
+    assert not tb._on_cpu([meta])
+    if not _entry_point_installed():
+        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    import os
+
+    scarce = tb.cores_scarce(len(os.sched_getaffinity(0)), 2)
+    for mode, runner in (("auto", not scarce), ("1", True), ("0", False)):
+        for out in run_ranks(2, _mode_probe, timeout=120, env={"INTERLINK_TORCH_ASYNC": mode}):
+            assert out["sum"] == [4.0] * 4 and out["scarce"] == scarce
+            assert out["runner"] == [runner, False], (mode, out)

@@ -161,13 +161,45 @@ def _scaled(t: Any, factor: Any) -> Any:
 def _async(opts: Any) -> bool:
     """Whether the caller may overlap this call: torch sets ``asyncOp`` from ``async_op`` (False: it waits
     at once, so the call runs inline, no thread hop); C++ callers (DDP's reducer, functional
-    collectives) leave it True. ``INTERLINK_TORCH_ASYNC=0`` runs every call inline."""
-    if not _ASYNC:
-        return False
+    collectives) leave it True."""
     return bool(getattr(opts, "asyncOp", True)) if opts is not None else True
 
 
-_ASYNC = os.environ.get("INTERLINK_TORCH_ASYNC", "1") != "0"
+def _async_mode(value: Optional[str]) -> Optional[bool]:
+    """INTERLINK_TORCH_ASYNC: "1" every call the caller lets overlap goes to interlink's runner, "0" every
+    call runs inline, unset or "auto" (None): as "1", except CPU tensors on a host with fewer than two
+    cores per local rank run inline (see :func:`cores_scarce`)."""
+    v = (value or "auto").strip().lower()
+    if v in ("auto", ""):
+        return None
+    if v in ("0", "1"):
+        return v == "1"
+    raise ValueError(f"INTERLINK_TORCH_ASYNC must be 0, 1 or auto, not {value!r}")
+
+
+def cores_scarce(ncpu: int, nlocal: int) -> bool:
+    """Whether this host has no core to spare for each local rank's progress: fewer than two cores a
+    local rank. An overlapped CPU collective then runs on the core the training's own compute needs (the
+    runner thread and the backward pass take turns, and every thread hop costs a wake-up): inline is
+    faster there. DDP, 21M parameters, batch 1, 2 cores: gloo / interlink 1.33-1.56x with async Works,
+    1.45-1.87x inline at 2 ranks; 1.42-1.55x and 1.45-1.61x at 4 (benchmarks/RESULTS.md section 21)."""
+    return ncpu < 2 * nlocal
+
+
+def _on_cpu(result: Any) -> bool:
+    """Whether a call's tensors (a tensor, or lists of them, as torch hands them) are CPU tensors."""
+    t = result
+    while isinstance(t, (list, tuple)):
+        if not t:
+            return True
+        t = t[0]
+    dev = getattr(t, "device", None)
+    return getattr(dev, "type", "cpu") == "cpu"
+
+
+#: "env": each process group reads INTERLINK_TORCH_ASYNC when it is created; True / False / None (auto)
+#: force a mode on every group of the process (benchmarks/torch_ddp.py compares them in one run)
+_ASYNC: Any = "env"
 
 
 def _timeout(opts: Any) -> Optional[float]:
@@ -283,6 +315,10 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
         super().__init__(rank, size)
         self.g = group
         self._group_name: Optional[str] = None
+        eng = getattr(getattr(group, "ctx", None), "engine", None)
+        # INTERLINK_TORCH_ASYNC unset: CPU tensors run inline where the host has no core to spare a rank
+        self._scarce = eng is not None and cores_scarce(eng.ncpu, eng.nlocal)
+        self._mode = _async_mode(os.environ.get("INTERLINK_TORCH_ASYNC"))
 
     @property
     def group_name(self) -> str:  # type: ignore[override]
@@ -303,7 +339,8 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
     def _go(self, opts: Any, result: Any, calls: list, after: Any = None, keep: Any = ()) -> _Work:
         """Issue ``calls`` (each: ``async_op -> interlink Work or None``) in order; inline when the caller
         waits at once, else on the runner."""
-        if not _async(opts):
+        mode = self._mode if isinstance(_ASYNC, str) else _ASYNC
+        if mode is False or not _async(opts) or (mode is None and self._scarce and _on_cpu(result)):
             for c in calls:
                 c(False)
             if after is not None:
