@@ -26,12 +26,13 @@ NOT_YET = [(r.id, r.collective, r.nbytes, r.topology, r.algorithm, r.nranks, r.b
 
 
 def _check(coll, nbytes, topo, algo, nranks, pub):
+    """Both within TOL; predict is checked first, so a row the model misses fails without the (slower)
+    simulation: a strict xfail of 1,984 ranks costs the prediction alone until the model meets it."""
     pr = predict(coll, nbytes, topo, algorithm=algo, nranks=nranks)
-    got = {"predict": pr.best.busbw_gbps}
-    sim = simulate_collective(coll, nbytes, topo, algorithm=algo or pr.best.algorithm, nranks=nranks)
-    got["simulate"] = sim.busbw_gbps
-    for what, v in got.items():
-        assert abs(v / pub - 1) <= TOL, f"{what}: {v:.1f} GB/s vs published {pub} ({pr.best.algorithm})"
+    v = pr.best.busbw_gbps
+    assert abs(v / pub - 1) <= TOL, f"predict: {v:.1f} GB/s vs published {pub} ({pr.best.algorithm})"
+    v = simulate_collective(coll, nbytes, topo, algorithm=algo or pr.best.algorithm, nranks=nranks).busbw_gbps
+    assert abs(v / pub - 1) <= TOL, f"simulate: {v:.1f} GB/s vs published {pub} ({pr.best.algorithm})"
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
