@@ -77,7 +77,6 @@ MAX_ROTATION = 16
 ROTATION_BUDGET = 32 << 20
 
 
-
 class Small:
     """One cached call shape of the hot path (collective, dtypes, shapes, op or root): its signature and
     the typed views of the slots it reads and writes, made once so that a call does no lookups."""

@@ -277,7 +277,7 @@ def compile_page(s: Schedule, rank: int) -> PageProgram:
         rounds.append(PageRound(k, end, tuple(sorted(needs.items())), early, _fuse(items, where, mine_elide),
                                 waits))
         k = end
-    rounds = [PageRound(r.first, r.end, r.before, *_push(_flag(s, rank, r.early), _flag(s, rank, r.ops)), r.waits,
+    rounds = [PageRound(r.first, r.end, r.before, *_push(s, rank, _flag(s, rank, r.early), _flag(s, rank, r.ops)), r.waits,
                         any(r.first < e <= r.end for e in wanted))
               for r in _sink(s, rank, rounds)]
     readers = set()
@@ -405,23 +405,29 @@ def _copy_of(m: Move) -> tuple | None:
     return None
 
 
-def _push(early: tuple, ops: tuple) -> tuple[tuple, tuple]:
+def _push(s: Schedule, rank: int, early: tuple, ops: tuple) -> tuple[tuple, tuple]:
     """PutOps that write what a Move has just made into peers' outputs become that Move's pushes: the
     executor writes each piece out as soon as it is final, while it is in cache, instead of reading the
     chunk again. Two forms: the PutOps right after a Move that read its destination chunk (the Schedule's
     order: the puts read it after the chain has written it), and the PutOps of a round that read the same
     chunk as an early local copy (an all_gather's block, copied into the own output and put into every
     peer's): that copy moves from the early steps to just before the puts (it commutes with the round's
-    one-sided steps, which is why it was early) and the copied pieces are pushed."""
+    one-sided steps, which is why it was early; it is not moved past a later early step that touches what
+    it touches) and the copied pieces are pushed."""
     early, ops = list(early), list(ops)
-    for i, op in enumerate(ops):
-        if not isinstance(op, PutOp) or not op.count:
-            continue
-        for e, m in enumerate(early):
-            if isinstance(m, Move) and _copy_of(m) == (op.buf, op.off, op.count) and not any(
-                    _overlap(m, x) for x in early[e + 1:]):
-                ops.insert(i, early.pop(e))
-                break
+    i = 0
+    while i < len(ops):
+        op = ops[i]
+        if isinstance(op, PutOp) and op.count:
+            for e, m in enumerate(early):
+                if isinstance(m, Move) and _copy_of(m) == (op.buf, op.off, op.count):
+                    mine = _touched(s, rank, m)
+                    if not any(c.overlaps(x) for later in early[e + 1:] for c in _touched(s, rank, later)
+                               for x in mine):
+                        ops.insert(i, early.pop(e))
+                        i += 1
+                    break
+        i += 1
     res: list = []
     for op in ops:
         last = res[-1] if res else None
@@ -432,17 +438,6 @@ def _push(early: tuple, ops: tuple) -> tuple[tuple, tuple]:
         else:
             res.append(op)
     return tuple(early), tuple(res)
-
-
-def _overlap(a: Move, b: Op) -> bool:
-    """Whether a later op b touches a's destination or writes a's sources (b is not moved past a then)."""
-    da = Chunk(_NAME[a.buf], a.off, a.count)
-    srcs = [Chunk(_NAME[x.buf], x.off, a.count) for x in a.srcs if x.peer == LOCAL]
-    if isinstance(b, PutOp):
-        return Chunk(_NAME[b.buf], b.off, b.count).overlaps(da)
-    db = Chunk(_NAME[b.buf], b.off, b.count)
-    return db.overlaps(da) or any(db.overlaps(c) for c in srcs) or any(
-        Chunk(_NAME[x.buf], x.off, b.count).overlaps(da) for x in b.srcs if x.peer == LOCAL)
 
 
 def _fuse(items: list, where: str, elide: dict | None = None) -> tuple[Op, ...]:
