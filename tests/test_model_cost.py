@@ -232,9 +232,9 @@ def test_thousands_of_ranks_in_one_numpy_pass() -> None:
     src = np.arange(p, dtype=np.int64)
     # 8 rings (channels), rail-aligned: channel c leaves every host from local rank c
     tr = traffic("all_reduce", "ring", p, p << 20, **rail_plan(topo).params())
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # this process's CPU: another test worker does not inflate it
     e = schedule_time(tr, topo)
-    assert time.perf_counter() - t0 < 5.0
+    assert time.process_time() - t0 < 5.0
     # NVLink-bound: 2(p-1) rounds of 4 MiB at 370.8 GB/s (8 rings over 8 NICs of 47 GB/s = 376 GB/s)
     assert e.transfer_us == pytest.approx(2 * (p - 1) * (4 << 20) / 370.8e3, rel=0.02)
     # pipelined steady state: the network latency is paid once per host crossing, not in every round
@@ -300,17 +300,17 @@ def test_tuner_caches_and_is_consistent() -> None:
     topo = parse_topology("dgx-h100")
     a = tuner.choose("all_reduce", 64 << 20, 8, topo)
     assert a in ("ring", "rabenseifner", "twoshot")  # nvls is not a runtime algorithm
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # this process's CPU: another test worker does not inflate it
     for _ in range(1000):
         assert tuner.choose("all_reduce", 64 << 20, 8, topo) == a
-    assert (time.perf_counter() - t0) / 1000 < 50e-6
+    assert (time.process_time() - t0) / 1000 < 50e-6
     # the same bucket gives the same answer whatever size of the bucket came first
     assert tuner.choose("all_reduce", (64 << 20) + 12345, 8, topo) == a
     assert tuner.choose("all_reduce", 8, 8, topo, candidates=["ring"]) == "ring"
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for _ in range(1000):
         tuner.choose_for_group("all_reduce", 4096, 4, (1, 4))
-    assert (time.perf_counter() - t0) / 1000 < 50e-6
+    assert (time.process_time() - t0) / 1000 < 50e-6
 
 
 def test_runtime_default_algorithm_uses_the_tuner(monkeypatch: pytest.MonkeyPatch) -> None:

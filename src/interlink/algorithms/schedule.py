@@ -391,6 +391,27 @@ class Schedule:
         for r in range(p):
             if len(self.ranks[r]) != nr:
                 raise ScheduleError(f"rank {r} has {len(self.ranks[r])} rounds, rank 0 has {nr}", ranks=[r], **where)
+        # per round, what other ranks' steps do to each rank r (in the order of rank, then step): a Get from
+        # r or a reduction over r's chunk reads it like a Send; a Put into r or a multicast to r writes it
+        # like a plain receive. One pass per round (not p passes: validate is O(steps), not O(p x steps))
+        touched: list[list[list[tuple[Step, Chunk]]]] = [[[] for _ in range(p)] for _ in range(nr)]
+        for q in range(p):
+            for k, rnd in enumerate(self.ranks[q]):
+                tk = touched[k]
+                for g in rnd.steps:
+                    if isinstance(g, Get):
+                        if g.peer != q and 0 <= g.peer < p:
+                            tk[g.peer].append((Send(q, g.src), g.src))
+                    elif isinstance(g, SwitchReduce):
+                        for t in dict.fromkeys(g.group):  # a repeated member counts once (its own check names it)
+                            if 0 <= t < p:
+                                tk[t].append((Send(q, g.src), g.src))
+                    elif isinstance(g, Multicast):
+                        for t in dict.fromkeys(g.group):
+                            if 0 <= t < p:
+                                tk[t].append((Recv(q, g.dst, False, g.channel), g.dst))
+                    elif isinstance(g, Put) and 0 <= g.peer < p:
+                        tk[g.peer].append((Recv(q, g.dst, False, g.channel), g.dst))
         for r in range(p):
             for k, rnd in enumerate(self.ranks[r]):
                 chunks: list[tuple[Step, Chunk]] = []
@@ -432,43 +453,30 @@ class Schedule:
                         chunks.append((Send(r, s.src), s.src))
                 # the chunks of this rank that peers read in this round (Get, in-switch reduction): read
                 # like a Send's; multicasts of other ranks into it: plain receives
-                for q in range(p):
-                    for g in self.ranks[q][k].steps:
-                        if isinstance(g, Get) and g.peer == r and q != r:
-                            chunks.append((Send(q, g.src), g.src))
-                        elif isinstance(g, SwitchReduce) and r in g.group:
-                            chunks.append((Send(q, g.src), g.src))
-                        elif isinstance(g, Multicast) and r in g.group:
-                            chunks.append((Recv(q, g.dst, False, g.channel), g.dst))
-                        elif isinstance(g, Put) and g.peer == r:
-                            chunks.append((Recv(q, g.dst, False, g.channel), g.dst))
-                for i, (si, ci) in enumerate(chunks):
-                    for sj, cj in chunks[i + 1:]:
-                        if not ci.overlaps(cj):
-                            continue
-                        both_sends = isinstance(si, Send) and isinstance(sj, Send)
-                        red_i = isinstance(si, (Recv, Get)) and si.reduce
-                        red_j = isinstance(sj, (Recv, Get)) and sj.reduce
-                        reduce_pair = (red_i and (isinstance(sj, Send) or red_j)) or (red_j and isinstance(si, Send))
-                        # a plain read listed before reducing reads of the same chunk: they apply in order
-                        # (dst = first, then dst (op) each next: a chain in the order it is written)
-                        chain = isinstance(si, (Recv, Get)) and not si.reduce and red_j and ci == cj
-                        if not (both_sends or reduce_pair or chain):
-                            raise ScheduleError(
-                                f"rank {r} round {k}: receive into {ci if isinstance(si, (Recv, Get)) else cj} "
-                                f"overlaps another chunk of the same round (sent, read by a peer, or received)",
-                                ranks=[r],
-                                **where,
-                            )
+                chunks += touched[k][r]
+                bad = _overlap_conflict(chunks)
+                if bad is not None:
+                    si, ci, cj = chunks[bad[0]][0], chunks[bad[0]][1], chunks[bad[1]][1]
+                    raise ScheduleError(
+                        f"rank {r} round {k}: receive into {ci if isinstance(si, (Recv, Get)) else cj} "
+                        f"overlaps another chunk of the same round (sent, read by a peer, or received)",
+                        ranks=[r],
+                        **where,
+                    )
         for k in range(nr):
+            # per (sender, receiver) pair: the sends and the receives of the round, in step order; the
+            # first pair (by sender, then receiver) that differs is reported
+            sent: dict[tuple[int, int], list] = {}
+            got: dict[tuple[int, int], list] = {}
             for a in range(p):
-                for b in range(p):
-                    if a == b:
-                        continue
-                    sends = [(s.src.count, s.channel) for s in self.ranks[a][k].steps
-                             if isinstance(s, Send) and s.peer == b]
-                    recvs = [(s.dst.count, s.channel) for s in self.ranks[b][k].steps
-                             if isinstance(s, Recv) and s.peer == a]
+                for s in self.ranks[a][k].steps:
+                    if isinstance(s, Send):
+                        sent.setdefault((a, s.peer), []).append((s.src.count, s.channel))
+                    elif isinstance(s, Recv):
+                        got.setdefault((s.peer, a), []).append((s.dst.count, s.channel))
+            for a, b in sorted(sent.keys() | got.keys()):
+                if a != b:
+                    sends, recvs = sent.get((a, b), []), got.get((a, b), [])
                     if sends != recvs:
                         show = (lambda m: [c for c, _ in m]) if [c for c, _ in sends] != [c for c, _ in recvs] \
                             else (lambda m: [f"{c} on channel {ch}" for c, ch in m])
@@ -654,6 +662,44 @@ def _check_puts(s: "Schedule") -> None:
                     raise ScheduleError(f"rank {a} round {k}: puts {st.dst} into rank {st.peer}, which reads it in "
                                         f"round {first} with no signal from rank {a} in rounds {k}..{first - 1}",
                                         ranks=[a, st.peer], **where)
+
+
+def _allowed_overlap(si: Step, ci: Chunk, sj: Step, cj: Chunk) -> bool:
+    """Whether two overlapping chunks of one rank's round may overlap (``si`` listed before ``sj``): two
+    reads by senders, a reducing receive with a send or another reducing receive, or a plain receive
+    followed by reducing receives of the same chunk (they apply in order: dst = first, then dst (op) each
+    next: a chain in the order it is written)."""
+    both_sends = isinstance(si, Send) and isinstance(sj, Send)
+    red_i = isinstance(si, (Recv, Get)) and si.reduce
+    red_j = isinstance(sj, (Recv, Get)) and sj.reduce
+    reduce_pair = (red_i and (isinstance(sj, Send) or red_j)) or (red_j and isinstance(si, Send))
+    chain = isinstance(si, (Recv, Get)) and not si.reduce and red_j and ci == cj
+    return bool(both_sends or reduce_pair or chain)
+
+
+def _overlap_conflict(chunks: list) -> tuple[int, int] | None:
+    """The first pair (i < j, in list order) of overlapping chunks that may not overlap, or None. A sweep
+    over each buffer's chunks sorted by offset: only pairs that overlap are looked at (not all n^2)."""
+    by_buf: dict[str, list[tuple[int, int, int]]] = {}
+    for idx, (_, c) in enumerate(chunks):
+        if c.count > 0:
+            by_buf.setdefault(c.buffer, []).append((c.offset, c.offset + c.count, idx))
+    bad: tuple[int, int] | None = None
+    for lst in by_buf.values():
+        if len(lst) < 2:
+            continue
+        lst.sort()
+        for x, (_, e, i) in enumerate(lst):
+            for y in range(x + 1, len(lst)):
+                o2, _, j = lst[y]
+                if o2 >= e:
+                    break
+                a, b = (i, j) if i < j else (j, i)
+                if bad is not None and (a, b) >= bad:
+                    continue
+                if not _allowed_overlap(chunks[a][0], chunks[a][1], chunks[b][0], chunks[b][1]):
+                    bad = (a, b)
+    return bad
 
 
 def _chunks_of(s: Step) -> tuple[Chunk, ...]:
