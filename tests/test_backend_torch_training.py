@@ -1,7 +1,12 @@
 """Training code on backend="interlink", unchanged, against gloo in the same kind of run: DDP with its
 options and comm hooks (gradient_as_bucket_view, static_graph, find_unused_parameters, no_sync, fp16
-compression, PowerSGD), FSDP1, DTensor and functional collectives. Trained parameters must equal gloo's
-(float64: within 1e-9; fp16-compressed gradients: within fp16's rounding)."""
+compression, PowerSGD), FSDP1, FSDP2 (fully_shard), DTensor and functional collectives. Trained parameters must equal gloo's
+(float64: within 1e-9; fp16-compressed gradients: within fp16's rounding).
+
+One launch per (rank count, backend) runs all of it in one world group (the three workloads used to take
+a launch each, FSDP2 and plain DDP two more: 16 launches, 152 s of the default suite on 2 cores; 4 launches
+now); each workload's check
+says which failed."""
 
 from __future__ import annotations
 
@@ -89,19 +94,21 @@ def _ddp_variant(rank: int, world: int, backend: str, variant: str, pg) -> list:
 VARIANTS = ("plain", "bucket_view", "static_graph", "unused", "no_sync", "fp16", "powersgd")
 
 
-def _ddp_all(rank: int, world: int, backend: str) -> dict:
+def _train_all(rank: int, world: int, backend: str) -> dict:
+    """DDP (every variant), FSDP1 and DTensor with functional collectives, in one world group of
+    ``backend``."""
     import gc
+    from datetime import timedelta
 
     import torch.distributed as dist
 
-    from datetime import timedelta
-
-    dist.init_process_group("interlink")
-    # the reference group gets a timeout, so that a gloo call that never completes (seen once on a loaded
-    # 2-core VM: a rank hung, "terminate called ... Resource deadlock avoided") fails in a minute
-    pg = None if backend == "interlink" else dist.new_group(backend="gloo", timeout=timedelta(seconds=60))
-    out = {v: _ddp_variant(rank, world, backend, v, pg) for v in VARIANTS}
-    del pg
+    # gloo gets a timeout, so that a gloo call that never completes (seen once on a loaded 2-core VM: a rank
+    # hung, "terminate called ... Resource deadlock avoided") fails in a minute
+    dist.init_process_group(backend, **({"timeout": timedelta(seconds=60)} if backend == "gloo" else {}))
+    out = {"ddp": {v: _ddp_variant(rank, world, backend, v, None) for v in VARIANTS}}
+    out["fsdp1"] = _fsdp1(rank, world)
+    out["fsdp2"] = _fsdp2(rank, world)
+    out["dtensor"] = _dtensor(rank, world)
     gc.collect()
     _teardown()
     return out
@@ -131,13 +138,7 @@ def _labelled(fn, what: str, *args, **kw):
         raise AssertionError(f"{what} failed: {e}") from e
 
 
-@pytest.mark.parametrize("nranks", [2, 3])
-def test_ddp_options_and_hooks_train_as_gloo(nranks: int) -> None:
-    _installed()
-    # 2 ranks: the async runner; 3 ranks: the default (inline on a host with fewer than 2 cores a rank)
-    a = _labelled(run_ranks, "the interlink run", nranks, _ddp_all, "interlink", timeout=400,
-                  env={"INTERLINK_TORCH_ASYNC": "1"} if nranks == 2 else {})
-    b = _labelled(run_ranks, "the gloo reference run", nranks, _ddp_all, "gloo", timeout=400)
+def _check_ddp(a: dict, b: dict, nranks: int) -> None:
     torch.manual_seed(0)
     start = [p.detach().numpy().copy() for p in _Net().double().parameters()]
     for v in VARIANTS:
@@ -154,14 +155,12 @@ def test_ddp_options_and_hooks_train_as_gloo(nranks: int) -> None:
 
 # ---- FSDP1 ------------------------------------------------------------------------------------------
 
-def _fsdp1(rank: int, world: int, backend: str) -> list:
+def _fsdp1(rank: int, world: int) -> list:
     import gc
 
     import torch
-    import torch.distributed as dist
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    dist.init_process_group(backend)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5)).double()
     fsdp = FSDP(model, device_id=torch.device("cpu"), use_orig_params=True)
@@ -177,30 +176,56 @@ def _fsdp1(rank: int, world: int, backend: str) -> list:
         full = [p.detach().clone().numpy() for p in fsdp.parameters()]  # clone: .numpy() pins the storage FSDP frees
     del fsdp, opt, model
     gc.collect()
-    _teardown()
     return full
 
 
-@pytest.mark.parametrize("nranks", [2, 3])
-def test_fsdp1_trains_as_gloo(nranks: int) -> None:
-    _installed()
-    a = run_ranks(nranks, _fsdp1, "interlink", timeout=300)
-    b = run_ranks(nranks, _fsdp1, "gloo", timeout=300)
+def _check_fsdp1(a: list, b: list, nranks: int) -> None:
+    """FSDP1 or FSDP2: the full parameters after training equal gloo's."""
     for r in range(nranks):
         for x, y in zip(a[r], b[r]):
             assert x.shape == y.shape and np.allclose(x, y, rtol=0, atol=1e-9), np.abs(x - y).max()
 
 
+# ---- FSDP2 ------------------------------------------------------------------------------------------
+
+def _fsdp2(rank: int, world: int) -> list:
+    """fully_shard over a DeviceMesh: sharded parameters all-gathered, gradients reduce-scattered through
+    interlink's functional-collective path (groups found by name)."""
+    import gc
+
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    mesh = init_device_mesh("cpu", (world,))
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).double()
+    for m in model:
+        if isinstance(m, torch.nn.Linear):
+            fully_shard(m, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(10 + rank)
+    for _ in range(3):
+        x = torch.randn(8, 16, generator=gen, dtype=torch.float64)
+        y = torch.randn(8, 4, generator=gen, dtype=torch.float64)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    full = [p.full_tensor().detach().numpy().copy() for p in model.parameters()]  # DTensor -> whole
+    del model, opt, mesh
+    gc.collect()
+    return full
+
+
 # ---- DTensor and functional collectives -------------------------------------------------------------
 
-def _dtensor(rank: int, world: int, backend: str) -> dict:
+def _dtensor(rank: int, world: int) -> dict:
     import torch
-    import torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-    dist.init_process_group(backend)
     mesh = init_device_mesh("cpu", (world,))
     out: dict = {}
     x = torch.arange(7 * world * 3, dtype=torch.float64).reshape(7 * world, 3) * (rank + 1)
@@ -222,15 +247,10 @@ def _dtensor(rank: int, world: int, backend: str) -> dict:
     out["dt_sum"] = dg.sum().full_tensor().numpy().copy()
     out["dt_shard1"] = dg.redistribute(mesh, [Shard(1)]).to_local().numpy().copy()
     out["dt_replicate"] = dg.redistribute(mesh, [Replicate()]).to_local().numpy().copy()
-    _teardown()
     return out
 
 
-@pytest.mark.parametrize("nranks", [2, 3])
-def test_dtensor_and_functional_collectives_as_gloo(nranks: int) -> None:
-    _installed()
-    a = run_ranks(nranks, _dtensor, "interlink", timeout=300)
-    b = run_ranks(nranks, _dtensor, "gloo", timeout=300)
+def _check_dtensor(a: dict, b: dict, nranks: int) -> None:
     for r in range(nranks):
         assert a[r].keys() == b[r].keys()
         for k in a[r]:
@@ -246,3 +266,15 @@ def test_dtensor_and_functional_collectives_as_gloo(nranks: int) -> None:
         assert np.array_equal(a[r]["fc_all_to_all"], np.concatenate([xs[s][r * 7:(r + 1) * 7] for s in range(world)]))
         assert np.array_equal(a[r]["fc_broadcast"], xs[-1])
         assert np.array_equal(a[r]["fc_max"], xs[-1])
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_ddp_fsdp_dtensor_train_as_gloo(nranks: int) -> None:
+    _installed()
+    # 2 ranks: the async runner; 3 ranks: the default (inline on a host with fewer than 2 cores a rank)
+    a = _labelled(run_ranks, "the interlink run", nranks, _train_all, "interlink", timeout=500,
+                  env={"INTERLINK_TORCH_ASYNC": "1"} if nranks == 2 else {})
+    b = _labelled(run_ranks, "the gloo reference run", nranks, _train_all, "gloo", timeout=500)
+    for what, check in (("ddp", _check_ddp), ("fsdp1", _check_fsdp1), ("fsdp2", _check_fsdp1),
+                        ("dtensor", _check_dtensor)):
+        _labelled(check, f"{what} against gloo", [x[what] for x in a], [x[what] for x in b], nranks)
