@@ -132,13 +132,21 @@ class Clocks:
         a_e = None
         if after is not None and (after >= 0).any():
             a_e = np.where(after >= 0, src.astype(np.int64) * C + np.maximum(after, 0), s_e)
+        # the entries the round touches, sorted, and each one's position among them: a mask over the
+        # p x C entries and a position map (O(entries), not the sorts of np.unique and searchsorted)
+        npc = self.p * C
+        pos = np.zeros(npc, np.int64)
         if self.barrier:
-            ent = np.arange(self.p * C)
+            ent = np.arange(npc)
         else:
-            parts = [s_e, d_e] + ([red_e] if red_e is not None else []) + ([a_e] if a_e is not None else [])
-            ent = np.unique(np.concatenate(parts))
-        sp = np.searchsorted(ent, s_e)
-        dp = np.searchsorted(ent, d_e)
+            seen = np.zeros(npc, bool)
+            for part in (s_e, d_e, red_e, a_e):
+                if part is not None:
+                    seen[part] = True
+            ent = np.flatnonzero(seen)
+        pos[ent] = np.arange(ent.size)
+        sp = pos[s_e]
+        dp = pos[d_e]
         tgt = np.concatenate([sp, dp])
         order = np.argsort(tgt, kind="stable")
         tsorted = tgt[order]
@@ -146,7 +154,7 @@ class Clocks:
         uniq = tsorted[starts]
         off = np.concatenate([tx, arr], axis=1)[:, order] if tsorted.size else None
         src_of = np.concatenate([sp, sp[kept]])[order]
-        ap = np.searchsorted(ent, a_e) if a_e is not None else None
+        ap = pos[a_e] if a_e is not None else None
         aft_of = np.concatenate([ap, ap[kept]])[order] if ap is not None else None
         land_off = landing[1] if landing is not None else None
         lsp = sp[landing[0]] if landing is not None else sp  # the senders of the messages that only land
@@ -154,7 +162,7 @@ class Clocks:
         redp = None
         if red_v is not None:
             redp = np.zeros(ent.size)
-            redp[np.searchsorted(ent, red_e)] = red_v
+            redp[pos[red_e]] = red_v
         ov = float(overlap)
 
         def step(Tp: np.ndarray) -> np.ndarray:
