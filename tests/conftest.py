@@ -19,9 +19,12 @@ import tempfile
 
 
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto``: one worker per usable core, at most 4 (or INTERLINK_TEST_WORKERS)."""
+    """``-n auto``: one worker per usable core, at most 4 (or INTERLINK_TEST_WORKERS); none (this process)
+    for ``-m gpu``: the GPU tests share one device and time their own failures."""
     if os.environ.get("INTERLINK_TEST_WORKERS"):
         return max(0, int(os.environ["INTERLINK_TEST_WORKERS"]))
+    if "gpu" in (config.getoption("markexpr", "") or ""):
+        return 0
     return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
