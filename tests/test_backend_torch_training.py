@@ -155,6 +155,22 @@ def _check_ddp(a: dict, b: dict, nranks: int) -> None:
 
 # ---- FSDP1 ------------------------------------------------------------------------------------------
 
+def _sgd_steps(module, rank: int, nout: int):
+    """Three SGD steps of ``module`` (16 inputs, ``nout`` outputs) on this rank's own batches; returns the
+    optimizer (for the caller to drop)."""
+    import torch
+
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(10 + rank)
+    for _ in range(3):
+        x = torch.randn(8, 16, generator=gen, dtype=torch.float64)
+        y = torch.randn(8, nout, generator=gen, dtype=torch.float64)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(module(x), y).backward()
+        opt.step()
+    return opt
+
+
 def _fsdp1(rank: int, world: int) -> list:
     import gc
 
@@ -164,14 +180,7 @@ def _fsdp1(rank: int, world: int) -> list:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5)).double()
     fsdp = FSDP(model, device_id=torch.device("cpu"), use_orig_params=True)
-    opt = torch.optim.SGD(fsdp.parameters(), lr=0.1)
-    gen = torch.Generator().manual_seed(10 + rank)
-    for _ in range(3):
-        x = torch.randn(8, 16, generator=gen, dtype=torch.float64)
-        y = torch.randn(8, 5, generator=gen, dtype=torch.float64)
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(fsdp(x), y).backward()
-        opt.step()
+    opt = _sgd_steps(fsdp, rank, 5)
     with FSDP.summon_full_params(fsdp):
         full = [p.detach().clone().numpy() for p in fsdp.parameters()]  # clone: .numpy() pins the storage FSDP frees
     del fsdp, opt, model
@@ -204,14 +213,7 @@ def _fsdp2(rank: int, world: int) -> list:
         if isinstance(m, torch.nn.Linear):
             fully_shard(m, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    gen = torch.Generator().manual_seed(10 + rank)
-    for _ in range(3):
-        x = torch.randn(8, 16, generator=gen, dtype=torch.float64)
-        y = torch.randn(8, 4, generator=gen, dtype=torch.float64)
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
+    opt = _sgd_steps(model, rank, 4)
     full = [p.full_tensor().detach().numpy().copy() for p in model.parameters()]  # DTensor -> whole
     del model, opt, mesh
     gc.collect()
