@@ -128,3 +128,48 @@ def test_predict_and_simulate_price_the_same_channels(spec, coll):
         assert sim.time_us == pytest.approx(row.time_us, rel=1e-6), row.protocol
     # by default the simulator runs the protocol the model chose
     assert simulate_collective(coll, G, spec, algorithm="ring").time_us == pytest.approx(pr.time_us, rel=1e-6)
+
+
+# ---- the hand-over: a chunk passes from one channel to another once -----------------------------------
+
+def _handover(second_round: int = 2, hand_back: bool = False) -> Schedule:
+    """2-rank all_reduce: channel 0 reduces rank 1's input into rank 0's output (round 1), channel 1
+    sends the sum back into rank 1's output (``second_round``), which channel 0 filled in round 0; with
+    ``hand_back`` channel 0 reads rank 1's output again afterwards."""
+    from interlink.algorithms.schedule import Builder, inp, out, scr
+
+    n = 5
+    b = Builder("all_reduce", "handover", 2, n, scratch=n if hand_back else 0)
+    for r in (0, 1):
+        b.copy(0, r, inp(0, n), out(0, n), 0)
+    b.transfer(1, 1, 0, inp(0, n), out(0, n), True, 0)
+    b.transfer(second_round, 0, 1, out(0, n), out(0, n), False, 1)
+    if hand_back:
+        b.transfer(second_round + 1, 1, 0, out(0, n), scr(0, n), False, 0)
+    return b.build()
+
+
+def test_a_chunk_handed_over_to_another_channel_is_written_there():
+    s = _handover()
+    assert s.channels == 2
+    verify_schedule(s, dtypes=(np.float64, np.int32))  # rank 1's output: filled on 0, then the sum on 1
+
+
+def test_a_hand_over_in_the_same_round_or_back_again_is_refused():
+    _handover().validate()
+    with pytest.raises(ScheduleError, match="the same round"):
+        _handover(second_round=1).validate()
+    with pytest.raises(ScheduleError, match="on both sides"):
+        _handover(hand_back=True).validate()
+
+
+@pytest.mark.parametrize("C", [1, 2, 3])
+def test_nccl_tree_runs_its_down_flow_on_channels_of_its_own(C):
+    """The up flow (reducing receives) on channels 0..C-1, the down flow (plain receives) on C..2C-1, as
+    NCCL's split tree: the two flows never share a rank-channel's rounds."""
+    s = get_schedule("all_reduce", "nccl_tree", 8, 1000, channels=C, local_size=4, segments=3)
+    assert s.channels == 2 * C
+    kinds = {(st.channel, st.reduce) for prog in s.ranks for rnd in prog for st in rnd.steps if isinstance(st, Recv)}
+    assert {ch for ch, red in kinds if red} == set(range(C))
+    assert {ch for ch, red in kinds if not red} == set(range(C, 2 * C))
+    verify_schedule(s, dtypes=(np.float64,))

@@ -101,11 +101,15 @@ def test_nvls_and_nvls_tree(p, L):
 
 
 def test_nccl_tree_at_scale():
-    # 248 x 8 ranks (beyond what a Schedule of objects builds): 16 channels, 128 segments each
+    # 248 x 8 ranks (beyond what a Schedule of objects builds): 16 channels, 128 segments each; the down
+    # flow of channel c runs on channel c + 16
     t = tr.traffic("all_reduce", "nccl_tree", 1984, (1 << 29) // 4, channels=16, local_size=8,
                    exits=tuple(range(8)))
     assert t.rounds == len([ph for ph in t.phases if ph.nmessages]) or t.rounds > 0
-    assert int(t.sent_per_rank().sum()) > 0 and max(int(ph.channels().max()) for ph in t.phases) == 15
+    assert int(t.sent_per_rank().sum()) > 0 and max(int(ph.channels().max()) for ph in t.phases) == 31
+    # only the root's down sends wait for the up channel that handed them its sum
+    aft = [ph for ph in t.phases if ph.after is not None]
+    assert aft and all(set(np.unique(ph.after[ph.after >= 0]).tolist()) <= set(range(16)) for ph in aft)
 
 
 def test_compact_at_scale():

@@ -288,9 +288,10 @@ class _Phases:
 
     def add(self, src: np.ndarray, dst: np.ndarray, elems: np.ndarray, reduced: np.ndarray | None,
             repeat: int = 1, merge: bool = True, channel: np.ndarray | None = None,
-            by: int | np.ndarray | None = None) -> None:
+            by: int | np.ndarray | None = None, after: np.ndarray | None = None) -> None:
         """``by``: which end of the messages does the copying (traffic.SENDER / RECEIVER, for every message
-        or per message: one-sided steps; None: both, two-sided sends)."""
+        or per message: one-sided steps; None: both, two-sided sends). ``after``: per message, the channel
+        that handed its chunk over (-1: none; Phase.after)."""
         if reduced is not None and not reduced.any():
             reduced = None
         if src.size == 0 and reduced is None:
@@ -300,7 +301,9 @@ class _Phases:
         if by is not None:
             by = np.broadcast_to(np.asarray(by, dtype=np.int64), src.shape).copy()
             by = by if by.any() else None
-        ph = Phase(src, dst, elems, reduced, repeat, channel, by=by)
+        if after is not None and not (after >= 0).any():
+            after = None
+        ph = Phase(src, dst, elems, reduced, repeat, channel, after=after, by=by)
         if merge and self.list:
             last = self.list[-1]
             if last.same_as(ph):

@@ -55,9 +55,13 @@ Channels and dependencies. Every step names a ``channel`` (default 0). A Schedul
 independent programs per rank, each over its own part of the buffers (checked: a chunk one channel
 writes on a rank must not overlap a chunk another channel uses there), each with a route of its own (a
 ring per NIC: the builder orders each channel's ranks so that it leaves a host through another NIC).
-One exception, the hand-off: channel d may read what channel c wrote on the same rank when all those
-writes come in rounds before all those reads and d never writes there; d's step then waits for c's
-write (NVLS: the multicast channel takes each reduced segment over from the reduction channel).
+One exception, the hand-over: a chunk may pass from channel c to channel d on a rank once, never back:
+every step of c that touches it comes in a round before every step of d that conflicts with it (checked
+per step: the conflicting steps of another channel are all earlier or all later). d's step then waits
+for c's: a read for c's write (NVLS: the multicast channel takes each reduced segment over from the
+reduction channel; Traffic ``after``), a write for c's last read and write there (nccl_tree: the down
+flow writes the sum where the up flow reduced and sent the rank's partial; the sum that arrives depends
+on that send, and the interlink executors run a rank's rounds in order).
 Rounds are not barriers: a rank-channel pair runs its rounds in order, and round k starts when that
 pair's round k - 1 is done, i.e. when the messages it receives have arrived (a send is eager: its
 data is buffered until the receiver gets to that round). With two-sided steps this gives the same
@@ -714,11 +718,14 @@ def _chunks_of(s: Step) -> tuple[Chunk, ...]:
 
 def _check_channels(s: "Schedule") -> None:
     """Channels run independently (each rank-channel pair is its own stream of rounds), so each works on
-    its own part of every rank's buffers: a chunk one channel writes must not overlap a chunk another
-    channel reads or writes on that rank (a Get's source, an in-switch reduction's sources, count as reads
-    on their owners; a multicast's destinations as writes there). One exception, the hand-off: channel d
-    may read what channel c wrote on the same rank when every such write comes in a round before every
-    such read and d never writes there (d's round then waits for c's: see the module docstring)."""
+    its own part of every rank's buffers: two steps of different channels that touch overlapping chunks of
+    a rank, one of them writing, conflict (a Get's source, an in-switch reduction's sources, count as reads
+    on their owners; a multicast's destinations as writes there). The exception is the hand-over: a chunk
+    passes from channel c to channel d once, never back. Conflicting steps must be in different rounds,
+    and for every step, the steps of another channel it conflicts with come all in earlier rounds or all
+    in later ones (c writes, d reads: the read hand-off of NVLS's multicast; c reduces and sends up, then
+    d writes the result there: the tree's down flow). d's step then waits for c's on that rank (see the
+    module docstring)."""
     import numpy as np
 
     where = dict(op=f"{s.collective}/{s.algorithm}")
@@ -734,21 +741,29 @@ def _check_channels(s: "Schedule") -> None:
         order = np.argsort(a[:, 0], kind="stable")
         a = a[order]
         lo, hi, ch, w, k = a.T
+        side: dict[tuple[int, int], tuple[int, int]] = {}  # (step, other channel) -> (+1 later / -1 earlier, witness)
+
+        def refuse(i: int, j: int, why: str) -> None:
+            x, y = (i, j) if w[i] else (j, i)
+            raise ScheduleError(
+                f"rank {r}: channel {int(ch[x])} writes {buf}[{int(lo[x])}:{int(hi[x])}] in round {int(k[x])}, "
+                f"which channel {int(ch[y])} also uses in round {int(k[y])}{why}; channels work on disjoint "
+                f"parts of the buffers, or hand a chunk over once (all of one channel's steps on it before "
+                f"all of the other's)", ranks=[r], **where)
+
         # every pair of overlapping intervals on different channels with a write among them: sweep by start
         for i in range(a.shape[0]):
             j = i + 1
             while j < a.shape[0] and lo[j] < hi[i]:
                 if ch[j] != ch[i] and (w[i] or w[j]):
-                    # the hand-off: the writer's rounds all before the reader's, the reader never writes
-                    wi, rj = (i, j) if w[i] and not w[j] else (j, i) if w[j] and not w[i] else (-1, -1)
-                    if wi < 0 or k[wi] >= k[rj]:
-                        cw = int(ch[i] if w[i] else ch[j])
-                        other = int(ch[j] if cw == int(ch[i]) else ch[i])
-                        raise ScheduleError(
-                            f"rank {r}: channel {cw} writes {buf}[{int(lo[i if w[i] else j])}:"
-                            f"{int(hi[i if w[i] else j])}], which channel {other} also uses in the same or an "
-                            f"earlier round; channels work on disjoint parts of the buffers, or hand a chunk "
-                            f"over (written in earlier rounds, then only read)", ranks=[r], **where)
+                    if k[i] == k[j]:
+                        refuse(i, j, " (the same round)")
+                    for x, y in ((i, j), (j, i)):
+                        d = 1 if k[y] > k[x] else -1
+                        key = (x, int(ch[y]))
+                        seen = side.setdefault(key, (d, y))
+                        if seen[0] != d:  # x sits between two steps of channel ch[y]: handed back
+                            refuse(x, y, f" and in round {int(k[seen[1]])}, on both sides of it")
                 j += 1
 
 

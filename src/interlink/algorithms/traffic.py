@@ -377,15 +377,17 @@ def _next_reader(reads: dict | None, r: int, k: int, c) -> int:
 
 def _handoff(writes: dict, x: int, k: int, c, ch: int) -> int:
     """The channel other than ``ch`` that last wrote (in a round before k) a part of chunk c on rank x
-    (a hand-off between channels), or -1."""
+    (a hand-off between channels), or -1 (also when ``ch`` itself wrote it last: a chunk handed over to
+    ``ch`` and written there since)."""
     a = writes.get((x, c.buffer))
     if a is None or not a.size:
         return -1
-    hit = (a[:, 0] < k) & (a[:, 3] != ch) & (a[:, 1] < c.end) & (c.offset < a[:, 2])
+    hit = (a[:, 0] < k) & (a[:, 1] < c.end) & (c.offset < a[:, 2])
     if not hit.any():
         return -1
     i = np.flatnonzero(hit)
-    return int(a[i[np.argmax(a[i, 0])], 3])
+    last = int(a[i[np.argmax(a[i, 0])], 3])
+    return -1 if last == ch else last
 
 
 TrafficFn = Callable[..., Traffic]

@@ -300,6 +300,13 @@ def all_reduce_nccl_tree(nranks: int, count: int, root: int = 0, segments: int |
     tail to the head (stage i for chain position L - 1 - i), up the tree (a host of height h sends in
     stage L - 1 + h), and broadcast from the tree's root down the tree and each chain. Round = 1 +
     stage + s. Each rank sends about 2x the buffer, like the ring, in 2(L - 1 + tree height) + S rounds.
+
+    The two flows run at once, as NCCL's Simple tree runs them on separate warps (runTreeSplit): the up
+    flow (reduce) on channel c, the down flow (broadcast) on channel c + C. On a rank, channel c reduces a
+    segment into the output and sends it up, then hands it over to c + C, which writes the sum there (the
+    root: sends it down); on one channel a parent and a child would wait for each other's segment every
+    round (a two-hop cycle: transfer + hop latency per segment), apart each flow goes at its own rate. The
+    Schedule has 2C channels; the bytes each rank moves are those of one channel per slice.
     """
     p, n = nranks, count
     L, H = host_blocks(p, local_size)  # not in host blocks: one chain over every rank
@@ -343,13 +350,14 @@ def all_reduce_nccl_tree(nranks: int, count: int, root: int = 0, segments: int |
                 if u >= 0:
                     src = out(so, sn) if (L > 1 or kids[h]) else inp(so, sn)
                     b.transfer(1 + L - 1 + height[h] + s, rank(h, 0), rank(u, 0), src, out(so, sn), True, c)
-                # down the tree: a head at depth d sends to its children in stage U + 1 + d
+                # down the tree, on channel c + C: a head at depth d sends to its children in stage U + 1 + d
                 for k in kids[h]:
-                    b.transfer(1 + U + 1 + depth[h] + s, rank(h, 0), rank(k, 0), out(so, sn), out(so, sn), False, c)
+                    b.transfer(1 + U + 1 + depth[h] + s, rank(h, 0), rank(k, 0), out(so, sn), out(so, sn), False,
+                               c + C)
                 # down the chain: position i sends to i + 1 in stage U + 1 + depth + i
                 for i in range(L - 1):
                     b.transfer(1 + U + 1 + depth[h] + i + s, rank(h, i), rank(h, i + 1), out(so, sn), out(so, sn),
-                               False, c)
+                               False, c + C)
     b.meta["segments"] = nseg
     return b.build()
 
@@ -549,14 +557,15 @@ def all_reduce_nccl_tree_traffic(nranks: int, count: int, root: int = 0, segment
         chans.append((c, parents, kids, depth, height, U, head, S, seg))
         last = max(last, 1 + U + 1 + int(depth.max(initial=0)) + max(L - 2, 0) + S - 1, 1 + L - 1 + Ht + S - 1)
     for k in range(1, last + 1):
-        srcs, dsts, els, chs = [], [], [], []
+        srcs, dsts, els, chs, afts = [], [], [], [], []
         red = np.zeros(p, dtype=np.int64)
 
-        def emit(src, dst, el, c, reduce):
+        def emit(src, dst, el, c, reduce, aft=-1):
             srcs.append(src)
             dsts.append(dst)
             els.append(el)
             chs.append(np.full(src.size, c, dtype=np.int64))
+            afts.append(np.broadcast_to(np.asarray(aft, dtype=np.int64), src.shape))
             if reduce:
                 red[:] += np.bincount(dst, weights=el, minlength=p).astype(np.int64)
 
@@ -579,12 +588,13 @@ def all_reduce_nccl_tree_traffic(nranks: int, count: int, root: int = 0, segment
             x = kids[ok]
             if x.size:
                 emit(rank(x, 0), rank(parents[x], 0), seg[s[ok]], c, True)
-            # down the tree: host x's parent (at depth d - 1) sends s = k - 2 - U - (d - 1)
+            # down the tree, on channel c + C: host x's parent (at depth d - 1) sends s = k - 2 - U - (d - 1);
+            # the root's sends wait for channel c, which handed it the sum
             s = k - 2 - U - (depth[kids] - 1)
             ok = (s >= 0) & (s < S)
             x = kids[ok]
             if x.size:
-                emit(rank(parents[x], 0), rank(x, 0), seg[s[ok]], c, False)
+                emit(rank(parents[x], 0), rank(x, 0), seg[s[ok]], c + C, False, np.where(depth[x] == 1, c, -1))
             if L > 1:
                 # down the chain: position i (0..L-2) of host h sends s = k - 2 - U - depth[h] - i
                 i = np.arange(L - 1, dtype=np.int64)
@@ -592,8 +602,10 @@ def all_reduce_nccl_tree_traffic(nranks: int, count: int, root: int = 0, segment
                 s = k - 2 - U - depth[hh] - ii
                 ok = (s >= 0) & (s < S)
                 if ok.any():
-                    emit(rank(hh[ok], ii[ok]), rank(hh[ok], ii[ok] + 1), seg[s[ok]], c, False)
+                    hk, ik = hh[ok], ii[ok]
+                    emit(rank(hk, ik), rank(hk, ik + 1), seg[s[ok]], c + C, False,
+                         np.where((ik == 0) & (parents[hk] < 0), c, -1))
         if srcs:
             out.add(np.concatenate(srcs), np.concatenate(dsts), np.concatenate(els).astype(np.int64),
-                    red, channel=np.concatenate(chs))
+                    red, channel=np.concatenate(chs), after=np.concatenate(afts))
     return out.traffic("all_reduce", "nccl_tree", n)

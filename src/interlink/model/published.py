@@ -68,11 +68,7 @@ PUBLISHED: tuple[Published, ...] = (
     Published("C11", "all_reduce", 8 * G, "4xdgx-h100:net=roce-400g", None, None, 320.0,
               "NVIDIA/nccl#1221, 4 nodes H100 8x400G RoCE (the preset with its scale-out fabric RoCE v2 400 GbE)"),
     Published("C15", "all_reduce", G // 2, "248xhgx-h200", None, None, 350.0,
-              "NVIDIA/nccl-tests#283, 248 nodes H200, 512M",
-              "1,984 ranks: nccl_tree gives 279 (-20%), nvls_tree 213: mid-pipeline the tree's up (reduce) "
-              "and down (broadcast) flows share each rank-channel's rounds, so a parent and a child wait "
-              "for each other's chunk every round (period: transfer + hop latency); NCCL's Simple tree "
-              "runs the two flows on separate warps (RESULTS section 22)"),
+              "NVIDIA/nccl-tests#283, 248 nodes H200, 512M"),
 )
 
 
