@@ -83,6 +83,36 @@ def test_periodic_extrapolation_is_exact(p, rep):
     np.testing.assert_allclose(fast, exact, rtol=1e-12, atol=1e-9)
 
 
+def _two_rings(p, rep, after_of_slow, after_of_fast, start_fast=0.0):
+    """Channel 0: a ring of transfer 3 per hop; channel 1: one of 1. ``after_of_slow`` / ``after_of_fast``:
+    the channel-0 / channel-1 messages also wait for the sender's other channel. Run with the default
+    extrapolation and round by round (settle=None both); returns (default clocks, exact, its RunResult)."""
+    src = np.r_[np.arange(p), np.arange(p)].astype(I)
+    dst = (src + 1) % p
+    ch = np.r_[np.zeros(p), np.ones(p)].astype(I)
+    tx = np.r_[np.full(p, 3.0), np.full(p, 1.0)][None]
+    aft = np.r_[np.full(p, 1 if after_of_slow else -1), np.full(p, 0 if after_of_fast else -1)].astype(I)
+    out = []
+    for kw in ({"settle": None}, {"max_period": 0, "settle": None}):
+        c = Clocks(p, 2, rows=1, **kw)
+        c.T[0].reshape(p, 2)[:, 1] = start_fast
+        r = c.run(src, dst, ch, tx, tx + 0.5, None, 0.0, rep, after=aft)
+        out.append((c.T[0].copy(), r))
+    return out[0][0], out[1][0], out[0][1]
+
+
+def test_each_channel_at_its_own_rate_is_extrapolated_exactly():
+    """A generalized period (a pipeline's two flows at different rates: the slow one only waits for the
+    fast one) is extrapolated exactly; one where a faster source would later set its target's clock is
+    not (channel 1 starts far behind, runs at its own rate until channel 0 catches up and holds it)."""
+    fast, exact, r = _two_rings(6, 400, after_of_slow=True, after_of_fast=False)
+    assert r.period > 0 and r.rounds_evaluated < 50
+    np.testing.assert_allclose(fast, exact, rtol=1e-12, atol=1e-9)
+    fast, exact, r = _two_rings(6, 400, after_of_slow=False, after_of_fast=True, start_fast=300.0)
+    assert r.rounds_evaluated > 150  # nothing extrapolated before channel 0 catches up (round ~150)
+    np.testing.assert_allclose(fast, exact, rtol=1e-12, atol=1e-9)
+
+
 def test_mean_rate_beyond_settle_is_close():
     # no period: the hop latencies do not repeat along the ring (random), the ring is latency-bound
     p, rep = 64, 2000

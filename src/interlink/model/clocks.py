@@ -23,7 +23,12 @@ every entry the run touches, the run is periodic from there on (``T_{k+j} = T_{k
 induction) and the rest is extrapolated exactly. A ring whose hops have a few latency classes (NVLink
 inside a host, the NIC across) becomes periodic with period ``q`` = the pattern's length after a few
 rounds; the check looks at periods up to ``max_period`` (as many as ``history_bytes`` of kept clocks
-allow). A run with no period after ``settle`` rounds (a latency-bound ring whose hop pattern does not
+allow). Entries may also settle at rates of their own (a pipelined tree's reduce and broadcast flows on
+channels of their own, the slower falling behind): once ``T_k - T_{k-q} = T_{k-q} - T_{k-2q} = c``, c per
+entry, and no term of the round's maxima comes from an entry whose clock grows faster than its target's
+(such a term, not setting the target's clock now, could catch up later), the run goes on as
+``T_{k+j} = T_{k-q+j} + c``: the terms that set each clock repeat with period q and the others fall
+further behind, so this is exact too (a generalized period). A run with no period after ``settle`` rounds (a latency-bound ring whose hop pattern does not
 repeat along it, e.g. the last leaf switch partly filled: its critical cycle is the whole ring) goes on
 at one rate per channel, the mean increment of the channel's entries over the last window of W rounds
 (``RunResult.period = -W``): in max-plus terms every entry of a ring grows at the critical cycle's mean
@@ -156,6 +161,11 @@ class Clocks:
         src_of = np.concatenate([sp, sp[kept]])[order]
         ap = pos[a_e] if a_e is not None else None
         aft_of = np.concatenate([ap, ap[kept]])[order] if ap is not None else None
+        # every term of the round's maxima, as (source entry, target entry) positions: what the rates check
+        # of a generalized period looks at (a source no faster than its target never overtakes it)
+        tgt_of = np.repeat(uniq, np.diff(np.r_[starts, tsorted.size])) if tsorted.size else np.zeros(0, np.int64)
+        edges = (np.concatenate([src_of] + ([aft_of] if aft_of is not None else [])),
+                 np.concatenate([tgt_of] + ([tgt_of] if aft_of is not None else [])))
         land_off = landing[1] if landing is not None else None
         lsp = sp[landing[0]] if landing is not None else sp  # the senders of the messages that only land
         lap = ap[landing[0]] if landing is not None and ap is not None else None
@@ -200,7 +210,7 @@ class Clocks:
                 hist.append(Tp)
                 continue
             ts = Tp[:, sample]
-            q = self._period(hist, hs, Tp, ts, qmax)
+            q = self._period(hist, hs, Tp, ts, qmax) or self._rates(hist, hs, Tp, ts, qmax, edges)
             hist.append(Tp)
             hs.append(ts)
             if not q and self.settle is not None and done >= max(self.settle, qmax) and repeat - done > qmax:
@@ -235,6 +245,33 @@ class Clocks:
             np.maximum(self.landed, (st + land_off).max(axis=1), out=self.landed)
         self.T[:, ent] = Tp
         return RunResult(ent, T0, first if first is not None else T0, Tp, done, period)
+
+    @staticmethod
+    def _rates(hist: deque, hs: deque, Tp: np.ndarray, ts: np.ndarray, qmax: int,
+               edges: tuple[np.ndarray, np.ndarray]) -> int:
+        """A generalized period: the smallest q with ``T_k - T_{k-q} = T_{k-q} - T_{k-2q} = c``, c per entry
+        (each entry at its own rate: a pipeline's reduce and broadcast flows on channels of their own, the
+        slower one falling behind), provided no term of the round's maxima comes from an entry faster than
+        its target (``c[source] <= c[target]``): a term that does not set its target's clock then never
+        will, the terms that do repeat with period q, and the run goes on as ``T_{k+j} = T_{k-q+j} + c``
+        (exactly, as the uniform case). 0: none."""
+        n = len(hist)
+        m = min(qmax, n // 2)
+        if m < 1:
+            return 0
+        tol = float(np.abs(Tp).max(initial=0.0)) * _TOL + 1e-9
+        hl = list(hs)[::-1]  # hl[q - 1] = sample of T_{k-q}
+        for q in range(1, m + 1):
+            if float(np.abs(ts - 2 * hl[q - 1] + hl[2 * q - 1]).max(initial=0.0)) > 2 * tol:
+                continue
+            c = Tp - hist[-q]
+            if float(np.abs(c - (hist[-q] - hist[-2 * q])).max(initial=0.0)) > 2 * tol:
+                continue
+            src, tgt = edges
+            if src.size and bool((c[:, src] > c[:, tgt] + 2 * tol).any()):
+                return 0  # a faster source would catch up with its target: no extrapolation
+            return q
+        return 0
 
     @staticmethod
     def _period(hist: deque, hs: deque, Tp: np.ndarray, ts: np.ndarray, qmax: int) -> int:
