@@ -188,3 +188,21 @@ def test_gates_send_an_arrival_to_the_channel_that_reads_it():
     # and a message that also waits for another channel of its sender (a hand-off)
     c.run(_a(1), _a(2), _a(0), np.array([[1.0]]), np.array([[1.0]]), None, 0.0, 1, after=_a(1))
     assert c.T[0].reshape(3, 2)[2, 0] == 6.0  # starts at max(channel 0: 4, channel 1: 5) + 1
+
+
+@pytest.mark.parametrize("spec", ["2xdgx-h100", "8xdgx-h100"])
+def test_a_repeated_block_of_rounds_is_priced_as_round_by_round(spec, monkeypatch):
+    """NVLSTree's steady state cycles through three distinct phases per round (into the switch, out of its
+    multicast, out of its reduction): the model runs the repeated block as one map (Clocks.run_block),
+    with the same periods; the time equals the phases run one by one."""
+    from interlink.algorithms import traffic
+    from interlink.model.cost import predict
+
+    found = []
+    real = traffic.blocks
+    monkeypatch.setattr(traffic, "blocks", lambda ph, *a, **k: found.append(real(ph, *a, **k)) or found[-1])
+    fast = predict("all_reduce", 1 << 30, spec, algorithm="nvls_tree")
+    assert any(b for b in found), found  # a block was found and run as one
+    monkeypatch.setattr(traffic, "blocks", lambda ph, *a, **k: {})
+    slow = predict("all_reduce", 1 << 30, spec, algorithm="nvls_tree")
+    assert fast.time_us == pytest.approx(slow.time_us, rel=1e-9)

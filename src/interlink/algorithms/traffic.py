@@ -336,6 +336,31 @@ def merge_rounds(phases: Iterable[Phase], tol: int = 1) -> list[list[Phase]]:
 
 
 
+def blocks(phases: list[Phase], max_len: int = 4, min_reps: int = 3) -> dict[int, tuple[int, int]]:
+    """Runs of a block of 2..``max_len`` distinct single rounds repeated at least ``min_reps`` times in a
+    row (NVLS's rounds are three phases each: into the switch, out of its multicast, out of its
+    reduction): {first phase: (block length, repetitions)}, found greedily from the start. The clocks run
+    such a run as one block map (:meth:`interlink.model.clocks.Clocks.run_block`)."""
+    out: dict[int, tuple[int, int]] = {}
+    n = len(phases)
+    i = 0
+    while i < n:
+        found = 0
+        for b in range(2, max_len + 1):
+            if i + b * min_reps > n or any(ph.repeat != 1 for ph in phases[i:i + b]):
+                continue
+            r = 1
+            while i + (r + 1) * b <= n and all(phases[i + r * b + j].repeat == 1
+                                               and phases[i + r * b + j].same_as(phases[i + j]) for j in range(b)):
+                r += 1
+            if r >= min_reps:
+                out[i] = (b, r)
+                found = b * r
+                break
+        i += found or 1
+    return out
+
+
 def merged(group: list[Phase]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int]:
     """A :func:`merge_rounds` group as one run: (elements per message at their largest, reductions per rank
     at their largest, elements per message summed over all its rounds (exact bytes), rounds)."""

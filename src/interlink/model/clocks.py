@@ -28,7 +28,8 @@ channels of their own, the slower falling behind): once ``T_k - T_{k-q} = T_{k-q
 entry, and no term of the round's maxima comes from an entry whose clock grows faster than its target's
 (such a term, not setting the target's clock now, could catch up later), the run goes on as
 ``T_{k+j} = T_{k-q+j} + c``: the terms that set each clock repeat with period q and the others fall
-further behind, so this is exact too (a generalized period). A run with no period after ``settle`` rounds (a latency-bound ring whose hop pattern does not
+further behind, so this is exact too (a generalized period). A block of distinct rounds repeated in a row
+(NVLS's rounds are three phases each) is one map too (:meth:`Clocks.run_block`): the same periods apply. A run with no period after ``settle`` rounds (a latency-bound ring whose hop pattern does not
 repeat along it, e.g. the last leaf switch partly filled: its critical cycle is the whole ring) goes on
 at one rate per channel, the mean increment of the channel's entries over the last window of W rounds
 (``RunResult.period = -W``): in max-plus terms every entry of a ring grows at the critical cycle's mean
@@ -67,6 +68,18 @@ class RunResult:
     period: int
 
 
+@dataclass
+class _Round:
+    """A prepared round (:meth:`Clocks.prepare`): the entries it touches (sorted), its map on their clocks
+    (``step(T, landing=True)``), what lands from a given start (``land``), and the terms of its maxima as
+    (source, target) positions among ``ent`` (``edges``)."""
+
+    ent: np.ndarray
+    step: object
+    land: object
+    edges: tuple
+
+
 class Clocks:
     """``rows`` independent sets of clocks (the simulator keeps two: with contention and without) over
     ``nranks x nchannels`` entries (entry = rank x nchannels + channel)."""
@@ -93,7 +106,14 @@ class Clocks:
     def run(self, src: np.ndarray, dst: np.ndarray, ch: np.ndarray | None, tx: np.ndarray, arr: np.ndarray,
             red: np.ndarray | None, overlap: float, repeat: int, recv_elems: np.ndarray | None = None,
             wait: bool = True, after: np.ndarray | None = None, gate: np.ndarray | None = None) -> RunResult:
-        """Apply ``repeat`` identical rounds. ``src``/``dst``/``ch``: per message (``ch`` None: channel 0);
+        """Apply ``repeat`` identical rounds (arguments: :meth:`prepare`)."""
+        return self.run_block([self.prepare(src, dst, ch, tx, arr, red, overlap, recv_elems, wait, after, gate)],
+                              repeat)
+
+    def prepare(self, src: np.ndarray, dst: np.ndarray, ch: np.ndarray | None, tx: np.ndarray, arr: np.ndarray,
+                red: np.ndarray | None, overlap: float, recv_elems: np.ndarray | None = None,
+                wait: bool = True, after: np.ndarray | None = None, gate: np.ndarray | None = None) -> "_Round":
+        """One round, ready to run (:meth:`run_block`). ``src``/``dst``/``ch``: per message (``ch`` None: channel 0);
         ``tx``/``arr``: (rows, messages) transfer end and arrival relative to the message's start;
         ``red``: per rank, the time its reductions of one round take (split over its channels by the
         elements each receives, ``recv_elems`` per message; a rank that reduces without receiving does it
@@ -175,12 +195,16 @@ class Clocks:
             redp[pos[red_e]] = red_v
         ov = float(overlap)
 
-        def step(Tp: np.ndarray) -> np.ndarray:
-            if self.barrier:
-                Tp = np.broadcast_to(Tp.max(axis=1, keepdims=True), Tp.shape).copy()
+        def land(Tp: np.ndarray) -> None:  # the arrivals nobody waits for, of a round started at Tp
             if land_off is not None and land_off.size:
                 st = Tp[:, lsp] if lap is None else np.maximum(Tp[:, lsp], Tp[:, lap])
                 np.maximum(self.landed, (st + land_off).max(axis=1), out=self.landed)
+
+        def step(Tp: np.ndarray, landing: bool = True) -> np.ndarray:
+            if self.barrier:
+                Tp = np.broadcast_to(Tp.max(axis=1, keepdims=True), Tp.shape).copy()
+            if landing:
+                land(Tp)
             c = Tp.copy()
             if off is not None:
                 st = Tp[:, src_of] if aft_of is None else np.maximum(Tp[:, src_of], Tp[:, aft_of])
@@ -189,6 +213,37 @@ class Clocks:
             if redp is not None:
                 c = c + redp - ov * np.minimum(c - Tp, redp)
             return c
+
+        return _Round(ent, step, land, edges)
+
+    def run_block(self, rounds: "list[_Round]", repeat: int) -> RunResult:
+        """Apply ``repeat`` times the block of rounds (one after the other, each as :meth:`prepare` made it):
+        a Schedule whose steady state cycles through several distinct rounds (NVLS's rounds are three
+        phases: into the switch, out of its multicast, out of its reduction) repeats as a whole, and the
+        block map is shift-invariant as a round's is, so the same periods apply. ``entries``: the union of
+        the rounds' entries; ``first``: after the first block."""
+        if len(rounds) == 1:
+            ent = rounds[0].ent
+            parts = [(rounds[0], None)]
+            edges = rounds[0].edges
+        else:
+            seen = np.zeros(self.p * self.C, bool)
+            for r in rounds:
+                seen[r.ent] = True
+            ent = np.flatnonzero(seen)
+            pos = np.zeros(self.p * self.C, np.int64)
+            pos[ent] = np.arange(ent.size)
+            parts = [(r, pos[r.ent]) for r in rounds]
+            edges = (np.concatenate([pos[r.ent][r.edges[0]] for r in rounds]),
+                     np.concatenate([pos[r.ent][r.edges[1]] for r in rounds]))
+
+        def step(Tp: np.ndarray, landing: bool = True) -> np.ndarray:
+            if len(parts) == 1:
+                return parts[0][0].step(Tp, landing)
+            Tp = Tp.copy()
+            for r, ix in parts:
+                Tp[:, ix] = r.step(Tp[:, ix], landing)
+            return Tp
 
         T0 = self.T[:, ent]
         # periods up to max_period, as far as the history fits in history_bytes
@@ -240,9 +295,14 @@ class Clocks:
                 last_start = hl[-1 - q + b1] + a1 * c
                 period = q
                 break
-        if last_start is not None and land_off is not None and land_off.size:
-            st = last_start[:, lsp] if lap is None else np.maximum(last_start[:, lsp], last_start[:, lap])
-            np.maximum(self.landed, (st + land_off).max(axis=1), out=self.landed)
+        if last_start is not None:  # what lands in the last block, from its start
+            if len(parts) == 1:
+                parts[0][0].land(last_start)
+            else:
+                S = last_start.copy()
+                for r, ix in parts:
+                    r.land(S[:, ix])
+                    S[:, ix] = r.step(S[:, ix], False)
         self.T[:, ent] = Tp
         return RunResult(ent, T0, first if first is not None else T0, Tp, done, period)
 

@@ -438,13 +438,38 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
                   default=1)
         clocks = Clocks(nentries, nch, rows=len(PROTOCOLS))
         overlap_gpu = params.value("reduce.overlap.gpu")
+        # a block of distinct rounds repeated (NVLS's three phases per round) runs as one block map; its
+        # later repetitions are counted in the first one's rep
+        runs = _traffic.blocks(list(phases))
+    block: list = []  # the prepared rounds of the block being collected
+    block_end = block_reps = -1
+    skip_to = 0
+
+    def tick(*args, **kw) -> None:
+        if i < block_end:
+            block.append(clocks.prepare(*args[:7], *args[8:], **kw))
+            if i == block_end - 1:
+                clocks.run_block(block, block_reps)
+                block.clear()
+        else:
+            clocks.run(*args, **kw)
+
     for i, ph in enumerate(phases):
+        if block_end <= i < skip_to:  # a later repetition of the block
+            rep[i] = 0.0
+            continue
+        if clocks is not None and i in runs:
+            bl, block_reps = runs[i]
+            block_end = i + bl
+            skip_to = i + bl * block_reps
+        if i < block_end:
+            rep[i] = float(block_reps)
         red_us = None
         if clocks is not None and ph.reduced is not None:
             red_us = ph.reduced[:p] * itemsize * gamma[: min(p, ph.reduced.size)] * 1e6
         if clocks is not None and ph.src.size == 0 and red_us is not None:
             none = np.zeros((len(PROTOCOLS), 0))
-            clocks.run(ph.src, ph.dst, ph.channel, none, none, red_us, overlap_gpu, ph.repeat)
+            tick(ph.src, ph.dst, ph.channel, none, none, red_us, overlap_gpu, ph.repeat)
         if ph.reduced is not None:
             gam[i] = float((ph.reduced[:p] * itemsize * gamma[: ph.reduced.size]).max(initial=0.0))
             if g_tcp is not None and ph.src.size and (tcp_all or info.nhosts > 1):
@@ -455,7 +480,7 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
                 gam[i] = float((ph.reduced[:p] * itemsize * g).max(initial=0.0))
         if ph.src.size == 0:
             continue
-        rounds += ph.repeat
+        rounds += int(rep[i])
         src, dst = ph.src, ph.dst
         nbytes = ph.elems.astype(np.float64) * itemsize
         bw, plat, kind, cross = classify(src, dst, tcp=tcp_all and not gpu)
@@ -472,8 +497,8 @@ def _rounds(tr: Traffic, info: _TopoInfo, params: Params, itemsize: int, transpo
                            np.where(dst >= p, t_us, load_r[dst * 2 + port]))
             over = np.vstack([params.step_overhead_us(kind, plat, pr) for pr in PROTOCOLS])
             tx = over + d[None, :] / eff[:, None]
-            clocks.run(src, dst, ph.channel, tx, tx + plat[None, :], red_us, overlap_gpu, ph.repeat,
-                       recv_elems=ph.elems, wait=ph.wait, after=ph.after, gate=ph.gate)
+            tick(src, dst, ph.channel, tx, tx + plat[None, :], red_us, overlap_gpu, ph.repeat,
+                 recv_elems=ph.elems, wait=ph.wait, after=ph.after, gate=ph.gate)
         else:
             tcp = cross | tcp_all
             wire = 1.0 / (bw * 1e9)
