@@ -69,7 +69,11 @@ def test_a_receive_on_another_channel_is_refused():
     raise AssertionError("no channel-1 receive found")
 
 
-def test_channels_sharing_a_chunk_are_refused():
+@pytest.mark.parametrize("at_once", [1024, 0])
+def test_channels_sharing_a_chunk_are_refused(at_once, monkeypatch):
+    from interlink.algorithms import schedule
+
+    monkeypatch.setattr(schedule, "_PAIRS_AT_ONCE", at_once)
     s = get_schedule("all_reduce", "ring", 3, 12, channels=2)
     # a channel-1 send moved onto channel 0's slice: validate refuses it (overlapping writes) before the
     # verifier would see a wrong sum
@@ -155,8 +159,13 @@ def test_a_chunk_handed_over_to_another_channel_is_written_there():
     verify_schedule(s, dtypes=(np.float64, np.int32))  # rank 1's output: filled on 0, then the sum on 1
 
 
-def test_a_hand_over_in_the_same_round_or_back_again_is_refused():
+@pytest.mark.parametrize("at_once", [1024, 0])  # the check's matrices and its sweep (large buffers)
+def test_a_hand_over_in_the_same_round_or_back_again_is_refused(at_once, monkeypatch):
+    from interlink.algorithms import schedule
+
+    monkeypatch.setattr(schedule, "_PAIRS_AT_ONCE", at_once)
     _handover().validate()
+    get_schedule("all_reduce", "nccl_tree", 8, 1000, channels=2, local_size=4, segments=3).validate()
     with pytest.raises(ScheduleError, match="the same round"):
         _handover(second_round=1).validate()
     with pytest.raises(ScheduleError, match="on both sides"):

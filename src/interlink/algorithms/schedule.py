@@ -716,6 +716,9 @@ def _chunks_of(s: Step) -> tuple[Chunk, ...]:
     return (s.src, s.dst)  # Copy, Reduce; Get (its src is in the peer's buffers, of the same sizes)
 
 
+_PAIRS_AT_ONCE = 1024  # _check_channels: up to this many accesses of a rank's buffer, pairs as matrices
+
+
 def _check_channels(s: "Schedule") -> None:
     """Channels run independently (each rank-channel pair is its own stream of rounds), so each works on
     its own part of every rank's buffers: two steps of different channels that touch overlapping chunks of
@@ -751,6 +754,27 @@ def _check_channels(s: "Schedule") -> None:
                 f"parts of the buffers, or hand a chunk over once (all of one channel's steps on it before "
                 f"all of the other's)", ranks=[r], **where)
 
+        if a.shape[0] <= _PAIRS_AT_ONCE:  # all pairs at once (the rule below, as matrices)
+            conf = ((lo[:, None] < hi[None, :]) & (lo[None, :] < hi[:, None]) & (ch[:, None] != ch[None, :])
+                    & (w[:, None] | w[None, :]))
+            if not conf.any():
+                continue
+            same = conf & (k[:, None] == k[None, :])
+            if same.any():
+                i, j = np.argwhere(same)[0]
+                refuse(int(i), int(j), " (the same round)")
+            later = conf & (k[None, :] > k[:, None])
+            earlier = conf & (k[None, :] < k[:, None])
+            for c in np.unique(ch).tolist():
+                col = ch == c
+                both = later[:, col].any(axis=1) & earlier[:, col].any(axis=1)
+                if both.any():
+                    x = int(np.flatnonzero(both)[0])
+                    ys = np.flatnonzero(col)
+                    y_after = int(ys[later[x, col]][0])
+                    y_before = int(ys[earlier[x, col]][0])
+                    refuse(x, y_after, f" and in round {int(k[y_before])}, on both sides of it")
+            continue
         # every pair of overlapping intervals on different channels with a write among them: sweep by start
         for i in range(a.shape[0]):
             j = i + 1
