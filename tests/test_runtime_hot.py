@@ -451,3 +451,54 @@ def test_schedules_by_name_compute_the_bits_of_what_ran(nranks: int) -> None:
     res = run_ranks(nranks, _explicit_suite, timeout=120)
     fails = [f for r in res for f in r]
     assert not fails, "\n".join(fails[:10])
+
+
+def _all_gather_leaves_slots_suite(rank: int, world: int) -> tuple[list[str], list[tuple[str, int, str]]]:
+    """all_gather and broadcast on both sides of the 2-rank slot limits (all_gather's own, lower), against
+    numpy, in and out of place; which Schedule each call ran (the flight recorder)."""
+    import interlink as dist
+    from interlink.runtime import api
+
+    g = dist.init(timeout=30)
+    fp = api._world()._fast
+    fails: list[str] = []
+    ran: list[tuple[str, int, str]] = []
+    for n in (1000, 3000, 9000):  # float32: 4, 12, 36 KB per rank
+        blocks = [((np.arange(n) * (q + 2)) % 251).astype(np.float32) for q in range(world)]
+        out = np.full(n * world, -1, np.float32)
+        dist.all_gather_into_tensor(out, blocks[rank].copy())
+        ran.append(("all_gather", n, g.recorder[-1].plan.schedule.algorithm))
+        if not np.array_equal(out, np.concatenate(blocks)):
+            fails.append(f"rank {rank}: all_gather n={n}")
+        buf = np.zeros(n * world, np.float32)  # in place: my block already in the output
+        buf[rank * n:(rank + 1) * n] = blocks[rank]
+        dist.all_gather_into_tensor(buf, buf[rank * n:(rank + 1) * n])
+        if not np.array_equal(buf, np.concatenate(blocks)):
+            fails.append(f"rank {rank}: all_gather in place n={n}")
+        x = blocks[0].copy() if rank == 0 else np.zeros(n, np.float32)
+        dist.broadcast(x, src=0)
+        ran.append(("broadcast", n, g.recorder[-1].plan.schedule.algorithm))
+        if not np.array_equal(x, blocks[0]):
+            fails.append(f"rank {rank}: broadcast n={n}")
+    ran.append(("cma", int(fp.cma), ""))
+    dist.destroy()
+    return fails, ran
+
+
+def test_two_ranks_all_gather_leaves_the_slots_before_broadcast_does() -> None:
+    """On 2 ranks all_gather reads the peer's input by cross-memory attach (fastd) above its own limit
+    (INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG, below the slots' limit for broadcast and reduce_scatter): here 8 KB
+    and 32 KB. Every result against numpy; without cross-memory attach both stay in the slots."""
+    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_CHUNK_BYTES": "4096",
+           "INTERLINK_SHM_SLOTS_MAX_BYTES_2": str(32 << 10), "INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG": str(8 << 10)}
+    res = run_ranks(2, _all_gather_leaves_slots_suite, env=env, timeout=120)
+    fails = [f for fl, _ in res for f in fl]
+    assert not fails, fails
+    for _, ran in res:
+        cma = ran[-1][1] == 1
+        got = {(c, n): a for c, n, a in ran[:-1]}
+        assert got[("all_gather", 1000)] == "fast" and got[("broadcast", 1000)] == "fast", got
+        assert got[("all_gather", 3000)] == ("fastd" if cma else "fast"), got  # 12 KB: above 8 KB
+        assert got[("broadcast", 3000)] == "fast", got  # below 32 KB: still the slots
+        assert got[("all_gather", 9000)] == ("fastd" if cma else "fast") and got[("broadcast", 9000)] == \
+            ("fastd" if cma else "fast"), got

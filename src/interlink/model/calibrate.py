@@ -243,6 +243,8 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None,
             params["host.fastd.min_bytes"] = float(limits[2])
         if len(limits) > 3:
             params["host.slots.max_bytes_2"] = float(limits[3])
+        if len(limits) > 4:
+            params["host.slots.max_bytes_2_all_gather"] = float(limits[4])
     return params, quality
 
 

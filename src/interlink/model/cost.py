@@ -1047,7 +1047,7 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
     """A host-page path of an all-local CPU group (the world group of a one-host job), priced from its
     Schedule's steps like any algorithm (its traffic, on the host page's rates ``host.page.*``), or None
     where the runtime would not take it (the sizes of runtime.fastpath: ``host.fast.max_bytes``,
-    ``host.fast2.*``, ``host.fastd.min_bytes``, ``host.slots.max_bytes_2``)."""
+    ``host.fast2.*``, ``host.fastd.min_bytes``, ``host.slots.max_bytes_2[_all_gather]``)."""
     why = None
     p = info.n
     moves = ("broadcast", "all_gather", "reduce_scatter")
@@ -1064,6 +1064,8 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
         slots = params.value("host.fast2.max_bytes")  # the slot size
         if p == 2:  # 2 ranks: broadcast, all_gather, reduce_scatter leave the slots early (fastd)
             slots_moves = min(slots, params.value("host.slots.max_bytes_2"))
+            if collective == "all_gather":  # earlier still (its output is twice its input)
+                slots_moves = min(slots_moves, params.value("host.slots.max_bytes_2_all_gather"))
         else:
             slots_moves = slots
         two_phase = p >= params.value("host.fast2.min_ranks")

@@ -125,6 +125,9 @@ class FastPath:
         # the fast Schedule), except on 2 ranks: there one copy by cross-memory attach (fastd) takes over
         # above policy.slots_max_bytes_two_ranks (2 MiB; the rotated slots win below it)
         self.move_max = min(self.page.fast_max, policy.slots_max_bytes_two_ranks()) if self.n == 2 else self.page.fast_max
+        # all_gather leaves them earlier (its output is twice its input), where cross-memory attach works
+        self.move_max_ag = min(self.move_max, policy.slots_max_bytes_two_ranks_all_gather()) \
+            if self.n == 2 else self.move_max
         self.chunk = policy.fast_chunk_bytes()
         self.rot_bytes, self.rot_min = policy.slot_rotation_bytes(), policy.slot_rotation_min_bytes()
         self.cma_piece = 64 * self.chunk  # bytes per cross-memory read or write (8 MiB)
@@ -214,6 +217,7 @@ class FastPath:
         """The sizes (bytes of a call's input) at which this host's choice of path changes: what `takes`
         and `small` read. The differential tests draw sizes on both sides of each."""
         return {"fast.max": self.max, "fast2.max": self.direct_max, "slots.max": self.move_max,
+                "slots.max.all_gather": self.move_max_ag,
                 "fastd.all_reduce.min": self.ar_direct_min, "fast.chunk": self.chunk,
                 "fastd.piece": 2 * self.chunk, "fastd.cma_piece": 64 * self.chunk,
                 "fastd.push_piece": self.push_piece,
@@ -325,7 +329,7 @@ class FastPath:
         big = a.nbytes > self.max
         two_phase = big and kind == AR and a.nbytes <= self.direct_max
         direct = big and not two_phase and (
-            kind == AR or a.nbytes > self.move_max)
+            kind == AR or a.nbytes > (self.move_max_ag if kind == AG and self.cma else self.move_max))
         # the flight recorder and `interlink bench` name the path: the registered Schedule it runs
         once = kind == AR and not big and self.once and self.n > 1
         path = "fastd" if direct else "fast2" if two_phase else "fast_once" if once else "fast"

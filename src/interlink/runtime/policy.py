@@ -111,6 +111,18 @@ def slots_max_bytes_two_ranks() -> int:
     return env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_2", 2 << 20)
 
 
+def slots_max_bytes_two_ranks_all_gather() -> int:
+    """On 2 ranks, an all_gather whose per-rank input is larger than this reads the peer's input by
+    cross-memory attach (fastd) instead of going through the slots, where cross-memory attach works
+    (INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG, 1 MiB; at most :func:`slots_max_bytes_two_ranks`). The
+    all_gather's output is twice its input, so the slots' copies leave the cache earlier than a
+    broadcast's: in-process A/B, inputs rewritten before each call (benchmarks/slots_cma_ab.py, RESULTS
+    section 23), slots / fastd at 1, 2, 3, 4 MiB of output: 0.78, 1.04, 1.40, 1.81 (1.40-2.85 in the VM's
+    slow mode, 1 MiB output included), while broadcast and reduce_scatter keep the slots up to 2 MiB
+    (0.55-0.70)."""
+    return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG", 1 << 20), slots_max_bytes_two_ranks())
+
+
 def ar_direct_min_bytes() -> int:
     """all_reduce of an all-local group reads the ranks' own buffers above this size
     (INTERLINK_SHM_AR_DIRECT_MIN_BYTES; 2 ranks with plain numpy buffers: 1 MiB 155 us by the ring vs
