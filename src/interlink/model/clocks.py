@@ -320,10 +320,11 @@ class Clocks:
         if m < 1:
             return 0
         tol = float(np.abs(Tp).max(initial=0.0)) * _TOL + 1e-9
-        hl = list(hs)[::-1]  # hl[q - 1] = sample of T_{k-q}
-        for q in range(1, m + 1):
-            if float(np.abs(ts - 2 * hl[q - 1] + hl[2 * q - 1]).max(initial=0.0)) > 2 * tol:
-                continue
+        old = np.stack(list(hs)[::-1][: 2 * m])  # old[q - 1] = sample of T_{k-q}
+        qs = np.arange(1, m + 1)
+        # the sampled entries first, every q at once (as _period does): the candidates' full check below
+        d = np.abs(ts[None] - 2 * old[qs - 1] + old[2 * qs - 1]).reshape(m, -1).max(axis=1, initial=0.0)
+        for q in (np.flatnonzero(d <= 2 * tol) + 1).tolist():
             c = Tp - hist[-q]
             if float(np.abs(c - (hist[-q] - hist[-2 * q])).max(initial=0.0)) > 2 * tol:
                 continue
