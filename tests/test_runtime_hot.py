@@ -218,7 +218,8 @@ _PATHS = [(p, path) for p in (2, 3, 5) for path in ("streamed", "direct", "strea
 
 @pytest.mark.parametrize("nranks,path", _PATHS, ids=[f"{path}-{p}" for p, path in _PATHS])
 def test_streamed_and_direct_paths_against_numpy(nranks: int, path: str) -> None:
-    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_CHUNK_BYTES": "4096",
+    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": "1024",
+           "INTERLINK_FAST_CHUNK_BYTES": "4096",
            "INTERLINK_SHM_DIRECT_MAX_BYTES": str(1 << 20)}
     sizes: tuple = (1021, 4099, 9001)
     if path.startswith("direct"):  # slots of 2 KiB: larger goes by cross-memory attach, 256 KiB a read
@@ -303,7 +304,8 @@ def _uneven_split_suite(rank: int, world: int, sizes: tuple) -> dict:
 def test_host_paths_follow_their_schedules(nranks: int) -> None:
     """The runtime's host-page executor takes its plan from the registered Schedule: builders that split
     the buffer otherwise change what it does (and it stays right)."""
-    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_SHM_DIRECT_MAX_BYTES": "65536",
+    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": "1024",
+           "INTERLINK_SHM_DIRECT_MAX_BYTES": "65536",
            "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": "65536"}
     sizes = (1001, 30011)  # 8 KB: fast2 in the slots; 240 KB: fastd from the ranks' own buffers
     res = run_ranks(nranks, _uneven_split_suite, sizes, env=env, timeout=300)
@@ -396,7 +398,8 @@ def _bits_suite(rank: int, world: int, sizes: tuple) -> list:
 
 @pytest.mark.parametrize("nranks", [3, 4])
 def test_host_programs_compute_the_bits_of_their_schedule(nranks: int) -> None:
-    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_SHM_DIRECT_MAX_BYTES": "65536",
+    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": "1024",
+           "INTERLINK_SHM_DIRECT_MAX_BYTES": "65536",
            "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": "65536", "INTERLINK_FAST_CHUNK_BYTES": "4096"}
     # 4 KB: fast2 and the streamed slot paths (chains in 8 KB pieces); 120 KB: fastd from the own buffers
     res = run_ranks(nranks, _bits_suite, (1009, 30011), env=env, timeout=300)
@@ -489,7 +492,8 @@ def test_two_ranks_all_gather_leaves_the_slots_before_broadcast_does() -> None:
     """On 2 ranks all_gather reads the peer's input by cross-memory attach (fastd) above its own limit
     (INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG, below the slots' limit for broadcast and reduce_scatter): here 8 KB
     and 32 KB. Every result against numpy; without cross-memory attach both stay in the slots."""
-    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_CHUNK_BYTES": "4096",
+    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": "1024",
+           "INTERLINK_FAST_CHUNK_BYTES": "4096",
            "INTERLINK_SHM_SLOTS_MAX_BYTES_2": str(32 << 10), "INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG": str(8 << 10)}
     res = run_ranks(2, _all_gather_leaves_slots_suite, env=env, timeout=120)
     fails = [f for fl, _ in res for f in fl]
@@ -502,3 +506,67 @@ def test_two_ranks_all_gather_leaves_the_slots_before_broadcast_does() -> None:
         assert got[("broadcast", 3000)] == "fast", got  # below 32 KB: still the slots
         assert got[("all_gather", 9000)] == ("fastd" if cma else "fast") and got[("broadcast", 9000)] == \
             ("fastd" if cma else "fast"), got
+
+
+def _inline_limit_suite(rank: int, world: int) -> tuple[list[str], dict]:
+    """broadcast, all_gather and reduce_scatter through the slots on both sides of the inlined executor's
+    limit, in place and out of place, against numpy; which executor each call shape took."""
+    import interlink as dist
+    from interlink.runtime import api
+
+    dist.init(timeout=30)
+    fp = api._world()._fast
+    fails: list[str] = []
+    for n in (1000, 5003):  # float64: 8 KB and 40 KB a rank, either side of 16 KiB
+        blocks = [((np.arange(n) * (q + 3)) % 241).astype(np.float64) / (q + 1) for q in range(world)]
+        out = np.full(n * world, -1.0)
+        dist.all_gather_into_tensor(out, blocks[rank].copy())
+        if not np.array_equal(out, np.concatenate(blocks)):
+            fails.append(f"rank {rank}: all_gather n={n}")
+        buf = np.zeros(n * world)
+        buf[rank * n:(rank + 1) * n] = blocks[rank]
+        dist.all_gather_into_tensor(buf, buf[rank * n:(rank + 1) * n])
+        if not np.array_equal(buf, np.concatenate(blocks)):
+            fails.append(f"rank {rank}: all_gather in place n={n}")
+        x = blocks[world - 1].copy() if rank == world - 1 else np.zeros(n)
+        dist.broadcast(x, src=world - 1)
+        if not np.array_equal(x, blocks[world - 1]):
+            fails.append(f"rank {rank}: broadcast n={n}")
+        full = [np.concatenate([blocks[(q + k) % world] for k in range(world)]) for q in range(world)]
+        want = full[0].copy()  # in rank order, as the Schedule reduces (bit for bit)
+        for q in range(1, world):
+            want = want + full[q]
+        m = n
+        got = np.full(m, -1.0)
+        dist.reduce_scatter_tensor(got, full[rank].copy())
+        if not np.array_equal(got, want[rank * m:(rank + 1) * m]):
+            fails.append(f"rank {rank}: reduce_scatter n={n}")
+        mine = full[rank].copy()
+        dist.reduce_scatter_tensor(mine[rank * m:(rank + 1) * m], mine)
+        if not np.array_equal(mine[rank * m:(rank + 1) * m], want[rank * m:(rank + 1) * m]):
+            fails.append(f"rank {rank}: reduce_scatter in place n={n}")
+    took = {}
+    for sc in fp.shapes.values():
+        if sc and sc.schedule is not None and sc.kind != 0:
+            took[(sc.sigb.decode().split()[0], sc.count)] = "program" if sc.program is not None else "inline"
+    dist.destroy()
+    return fails, took
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_moves_through_the_slots_run_inline_up_to_their_limit(nranks: int) -> None:
+    """The inlined executor runs the `fast` broadcast, all_gather and reduce_scatter up to its limit
+    (INTERLINK_FAST_INLINE_MAX_BYTES, here 16 KiB, above the one-shot size of 1 KiB), the step-by-step
+    executor above it; the same Schedule and the same bits either way."""
+    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": str(16 << 10),
+           "INTERLINK_SHM_SLOTS_MAX_BYTES_2": str(1 << 20)}
+    res = run_ranks(nranks, _inline_limit_suite, env=env, timeout=120)
+    fails = [f for fl, _ in res for f in fl]
+    assert not fails, fails
+    for _, took in res:
+        p = nranks
+        for coll in ("broadcast:fast", "all_gather:fast"):
+            assert took[(coll, 1000)] == "inline" and took[(coll, 5003)] == "program", took
+        # reduce_scatter's payload is its whole input: 8 KB x p inline, 40 KB x p step by step
+        assert took[("reduce_scatter:fast", 1000 * p)] == ("inline" if 8000 * p <= 16 << 10 else "program"), took
+        assert took[("reduce_scatter:fast", 5003 * p)] == "program", took

@@ -278,7 +278,8 @@ def reduce_scatter_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
 def host_plan(s: Schedule, rank: int) -> dict:
     """What the runtime's inlined one-shot executor (runtime/fastpath.py) takes from this rank's program of
     a ``fast`` or ``fast_once`` Schedule: ``reducer`` (fast_once). ``fast2``, ``fastd`` and ``fast`` above the
-    one-shot size are not read this way: the runtime runs their steps (runtime/pageplan.py).
+    inlined executor's sizes (the one-shot size; a broadcast, all_gather or reduce_scatter's
+    ``policy.fast_inline_max_bytes``) are not read this way: the runtime runs their steps (runtime/pageplan.py).
     Checks that the program has the form that executor runs (a slot write, then reads of every peer's
     slot or buffer; the two-phase write-back; pushes with their signals) and raises ScheduleError
     naming the step where it does not: the executor never runs a Schedule it does not match."""

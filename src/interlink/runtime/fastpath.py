@@ -4,15 +4,17 @@ Every path is a registered Schedule (algorithms/hostpage.py: fast, fast_once, fa
 the reference interpreter, priced from its steps by the model and run by the simulator. Two executors
 here run them:
 
-- **The one-shot latency path, inlined** (`hot`: `fast` up to 64 KiB, `fast_once`, the barrier): every
+- **The one-shot latency path, inlined** (`hot`: `fast` up to 64 KiB, and broadcast, all_gather and
+  reduce_scatter through the slots up to policy.fast_inline_max_bytes, 512 KiB; `fast_once`, the barrier): every
   rank writes its payload once into its own slot on the host page and publishes it; every reader then
   takes all ranks' payloads as one strided array (all_reduce reduces them in rank order, so every rank
   gets bit-identical results). Its views come from the Schedule's form (``hostpage.host_plan`` refuses
   a Schedule of another form). On an oversubscribed host (more than two local ranks a core) the
   all_reduce is reduced once, by the last rank to publish, into a shared result slot that every rank
   copies (_reduce_once).
-- **Everything larger runs step by step** (`_program`): `fast` above 64 KiB (broadcast, all_gather,
-  reduce_scatter through the slots), `fast2` (the two-phase all_reduce in the slots) and `fastd` (from
+- **Everything larger runs step by step** (`_program`): `fast` above 512 KiB (broadcast, all_gather,
+  reduce_scatter through the slots: the chains walk cache-sized pieces, and a peer's interlink.empty
+  input is read in place), `fast2` (the two-phase all_reduce in the slots) and `fastd` (from
   and into the ranks' own buffers, mapped when they live in an interlink.empty arena, else by
   cross-memory attach). Each call shape's Schedule is compiled for this rank by runtime/pageplan.py into
   Moves (a destination chunk and its chain of sources) and PutOps, with the rounds each waits for; ranks
@@ -118,6 +120,9 @@ class FastPath:
         self.me = bell.index
         self.n = self.page.nlocal
         self.max = min(self.page.fast_max, policy.fast_small_bytes())  # one-shot all_reduce
+        # broadcast, all_gather and reduce_scatter through the slots: the inlined executor up to this payload
+        # (the same `fast` Schedule; above it step by step, runtime/pageplan.py)
+        self.inline_max = min(self.page.fast_max, max(self.max, policy.fast_inline_max_bytes()))
         # two-phase all_reduce (reduce-scatter + all-gather in place) up to the slot size; with 2 ranks
         # the pipelined ring over the channels measured faster (both cores copy at once), so not there
         self.direct_max = self.page.fast_max if self.n >= 3 else self.max
@@ -216,7 +221,8 @@ class FastPath:
     def thresholds(self) -> dict[str, int]:
         """The sizes (bytes of a call's input) at which this host's choice of path changes: what `takes`
         and `small` read. The differential tests draw sizes on both sides of each."""
-        return {"fast.max": self.max, "fast2.max": self.direct_max, "slots.max": self.move_max,
+        return {"fast.max": self.max, "fast.inline.max": self.inline_max, "fast2.max": self.direct_max,
+                "slots.max": self.move_max,
                 "slots.max.all_gather": self.move_max_ag,
                 "fastd.all_reduce.min": self.ar_direct_min, "fast.chunk": self.chunk,
                 "fastd.piece": 2 * self.chunk, "fastd.cma_piece": 64 * self.chunk,
@@ -333,6 +339,9 @@ class FastPath:
         # the flight recorder and `interlink bench` name the path: the registered Schedule it runs
         once = kind == AR and not big and self.once and self.n > 1
         path = "fastd" if direct else "fast2" if two_phase else "fast_once" if once else "fast"
+        # the inlined executor: the one-shot sizes, and a broadcast, all_gather or reduce_scatter through the
+        # slots up to inline_max (the same `fast` Schedule, without the step-by-step executor's per-call cost)
+        inline = not big or (kind in (BC, AG, RS) and not direct and a.nbytes <= self.inline_max)
         # the call shape's plan comes from its Schedule (checked to be of the form this executor runs)
         # (fast_once: the reducer is whichever rank publishes last; the plan is the Schedule of the last
         # rank, and every reducer's Schedule computes the same bits: tests/test_algorithms_hostpage.py)
@@ -340,8 +349,8 @@ class FastPath:
                                          count // self.n if kind == RS else 0 if kind == BAR else count,
                                          self.n - 1 if once else root)
         # where in its slot each call's payload lies (the Schedule's scratch, or the one-shot's count)
-        rot, stride = self._rotation((schedule.buffers.get("scratch", 0) if big else count if kind != BAR else 0)
-                                     * dt.itemsize)
+        rot, stride = self._rotation((schedule.buffers.get("scratch", 0) if not inline else count if kind != BAR
+                                      else 0) * dt.itemsize)
         # (the rotation is in the signature: ranks whose policy placed the payload differently mismatch)
         sigb = (f"{NAMES[kind]}:{path} {dt} n={count} {op.name.lower()} root={root} {group}"
                 + (f" rot={rot}" if rot > 1 else "")).encode()
@@ -352,7 +361,7 @@ class FastPath:
             sc.fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op)
             sc.avg = op is ReduceOp.AVG
         sc.block = count // self.n
-        if big:  # above the one-shot size: run step by step from the Schedule (runtime/pageplan.py)
+        if not inline:  # run step by step from the Schedule (runtime/pageplan.py)
             sc.program = prog = compile_page(sc.schedule, me)
             if prog.scratch:  # every rank's slot at each position, [ranks, scratch]
                 sc.stack = [self.page.stacked(q, dt, prog.scratch, at) for q, at in places]

@@ -92,6 +92,20 @@ def fast_small_bytes() -> int:
     return env_int("INTERLINK_FAST_MAX_BYTES", 65536)
 
 
+def fast_inline_max_bytes() -> int:
+    """Largest payload of a broadcast, all_gather or reduce_scatter that the inlined executor runs through
+    the slots (INTERLINK_FAST_INLINE_MAX_BYTES, 512 KiB; never below :func:`fast_small_bytes`); above it,
+    up to the slots' limit, the runtime runs the same ``fast`` Schedule step by step (runtime/pageplan.py),
+    which walks a reduction a cache-sized piece at a time and reads a peer's ``interlink.empty`` input in
+    place. The step-by-step executor costs 10-15 us more a call on the project's VM (2 ranks, 4 KiB
+    forced through both: broadcast 22 against 12 us); in-process A/B, inputs rewritten before each call,
+    program / inline at 256 KiB and 512 KiB: 2 ranks broadcast 1.36-1.42x and 1.38x, all_gather (output)
+    1.41x at 256 KiB, reduce_scatter 1.23-1.43x and 1.09x; 4 ranks all_gather 1.31x, broadcast 1.24x,
+    reduce_scatter 1.30x at 512 KiB; above 1 MiB the two are within the noise, and reduce_scatter at 2 MiB
+    favours the pieces (0.82-0.96x) (benchmarks/RESULTS.md section 24)."""
+    return max(fast_small_bytes(), env_int("INTERLINK_FAST_INLINE_MAX_BYTES", 512 << 10))
+
+
 def fast_max_bytes() -> int:
     """Slot size on the host page: the largest all_reduce done in place in shared memory
     (INTERLINK_SHM_DIRECT_MAX_BYTES; 0 disables the shared-page paths)."""
