@@ -241,10 +241,14 @@ def _local(group: Optional[Group], r: int, what: str) -> int:
 
 
 def all_reduce(tensor, op="sum", group=None, async_op=False, **kw):
+    if group is None and not kw and _WORLD is not None:  # the common call, without the layers (latency)
+        return _WORLD.all_reduce(tensor, op, async_op)
     return _group(group).all_reduce(tensor, op, async_op, **kw)
 
 
 def broadcast(tensor, src=0, group=None, async_op=False, **kw):
+    if group is None and not kw and _WORLD is not None:
+        return _WORLD.broadcast(tensor, src, async_op)
     return _group(group).broadcast(tensor, _local(group, src, 'src'), async_op, **kw)
 
 
@@ -253,6 +257,8 @@ def reduce(tensor, dst=0, op="sum", group=None, async_op=False, **kw):
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False, **kw):
+    if group is None and not kw and _WORLD is not None:
+        return _WORLD.all_gather_into_tensor(output_tensor, input_tensor, async_op)
     return _group(group).all_gather_into_tensor(output_tensor, input_tensor, async_op, **kw)
 
 
@@ -261,6 +267,8 @@ def all_gather(tensor_list, tensor, group=None, async_op=False, **kw):
 
 
 def reduce_scatter_tensor(output, input, op="sum", group=None, async_op=False, **kw):
+    if group is None and not kw and _WORLD is not None:
+        return _WORLD.reduce_scatter_tensor(output, input, op, async_op)
     return _group(group).reduce_scatter_tensor(output, input, op, async_op, **kw)
 
 
@@ -278,6 +286,8 @@ def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False, **kw):
 
 
 def barrier(group=None, async_op=False, **kw):
+    if group is None and not kw and _WORLD is not None:
+        return _WORLD.barrier(async_op)
     return _group(group).barrier(async_op, **kw)
 
 

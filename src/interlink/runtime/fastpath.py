@@ -407,7 +407,13 @@ class FastPath:
                 bell.ring()
         if sc.res is not None:
             return self._reduce_once(sc, a, f, pos, seq, timeout)
-        self._gather_headers(sc, f, q, seq, timeout)
+        crc = sc.crc
+        for pw in self.peer_w[q]:  # every peer's header published and of this call (else wait or raise there)
+            if W[pw] < f or W[pw + GSEQ] != seq or W[pw + CRC] != crc:
+                self._gather_headers(sc, f, q, seq, timeout)
+                break
+        else:
+            self.safe = f - 1  # a peer publishes call f only after finishing call f-1
         kind = sc.kind
         if kind == AR or kind == RS:
             dst = a if kind == AR else out
