@@ -15,10 +15,7 @@ benchmarks/mpich_same_process.py; they must fit the slots (2 ranks: 2 MiB, all_g
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-
-import numpy as np
+import host_ab
 
 from interlink.cli.bench import parse_size
 
@@ -38,41 +35,19 @@ def main() -> None:
     fp = api._world()._fast
     if fp is None:
         raise SystemExit("needs ranks on one host with the host page (INTERLINK_FAST not 0, shared memory)")
-    settings = {"program": fp.max, "inline": 1 << 40}
-    for nb in (parse_size(s) for s in args.sizes.split(",")):
-        n = max(p, nb // 4 // p * p)
-        x, o, blk = np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(n // p, np.float32)
-        if args.arena:
-            x, blk = dist.zeros(n, np.float32), dist.zeros(n // p, np.float32)
-        src = blk if args.collective == "all_gather" else x
-        call = {"broadcast": lambda: dist.broadcast(x, src=0),
-                "all_gather": lambda: dist.all_gather_into_tensor(o, blk),
-                "reduce_scatter": lambda: dist.reduce_scatter_tensor(blk, x)}[args.collective]
-        res: dict[str, list[float]] = {k: [] for k in settings}
-        for _ in range(args.turns):
-            for name, lim in settings.items():
-                fp.inline_max = lim
-                fp.shapes.clear()
-                for _ in range(5):
-                    src += 1
-                    call()
-                dist.barrier()
-                tot = 0.0
-                for _ in range(40):
-                    src += 1
-                    t = time.perf_counter()
-                    call()
-                    tot += time.perf_counter() - t
-                y = np.array([tot / 40])
-                dist.all_reduce(y, op="max")
-                res[name].append(float(y[0]) * 1e6)
-        ran = {sc.sigb.decode().split()[0] for sc in fp.shapes.values() if sc and sc.schedule is not None}
+    one_shot = fp.max
+
+    def limit(lim: int):
+        def apply() -> None:
+            fp.inline_max = lim
+        return apply
+
+    settings = {"program": limit(one_shot), "inline": limit(1 << 40)}
+    for nb, res, ran in host_ab.turns(dist, fp, args.collective, [parse_size(s) for s in args.sizes.split(",")],
+                                      settings, args.turns, warm=5, calls=40, arena=args.arena):
         if r == 0:
-            ratio = statistics.median(a / b for a, b in zip(res["program"], res["inline"]))
-            print(f"{args.collective} {p} ranks {nb >> 10:6d} KiB{' arena' if args.arena else ''} "
-                  f"({', '.join(sorted(ran))})  " + "  ".join(
-                      f"{k}: min {min(v):7.1f} med {statistics.median(v):7.1f} us" for k, v in res.items())
-                  + f"  program/inline {ratio:.2f}", flush=True)
+            extra = (" arena" if args.arena else "") + f" ({', '.join(sorted(ran))})"
+            print(host_ab.line(args.collective, p, nb, res, "program", "inline", extra), flush=True)
     dist.destroy()
 
 

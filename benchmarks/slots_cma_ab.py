@@ -14,10 +14,7 @@ Sizes are the largest buffer of a call (all_gather: its output), as in benchmark
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-
-import numpy as np
+import host_ab
 
 from interlink.cli.bench import parse_size
 
@@ -36,37 +33,18 @@ def main() -> None:
     fp = api._world()._fast
     if fp is None or p != 2:
         raise SystemExit("needs 2 ranks on one host with the host page (INTERLINK_FAST not 0, shared memory)")
-    settings = {"slots": fp.move_max, "fastd": 64 << 10}  # slots up to 2 MiB (by default), or fastd
-    for nb in (parse_size(s) for s in args.sizes.split(",")):
-        n = max(p, nb // 4 // p * p)
-        x, o, blk = np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(n // p, np.float32)
-        src = blk if args.collective == "all_gather" else x
-        call = {"broadcast": lambda: dist.broadcast(x, src=0),
-                "all_gather": lambda: dist.all_gather_into_tensor(o, blk),
-                "reduce_scatter": lambda: dist.reduce_scatter_tensor(blk, x)}[args.collective]
-        res: dict[str, list[float]] = {k: [] for k in settings}
-        for _ in range(args.turns):
-            for name, mm in settings.items():
-                fp.move_max = fp.move_max_ag = mm
-                fp.shapes.clear()
-                for _ in range(10):
-                    src += 1
-                    call()
-                dist.barrier()
-                tot = 0.0
-                for _ in range(60):
-                    src += 1
-                    t = time.perf_counter()
-                    call()
-                    tot += time.perf_counter() - t
-                y = np.array([tot / 60])
-                dist.all_reduce(y, op="max")
-                res[name].append(float(y[0]) * 1e6)
+    slots = fp.move_max  # the slots up to 2 MiB (by default), or fastd above 64 KiB
+
+    def limit(mm: int):
+        def apply() -> None:
+            fp.move_max = fp.move_max_ag = mm
+        return apply
+
+    settings = {"slots": limit(slots), "fastd": limit(64 << 10)}
+    for nb, res, _ in host_ab.turns(dist, fp, args.collective, [parse_size(s) for s in args.sizes.split(",")],
+                                    settings, args.turns, warm=10, calls=60):
         if r == 0:
-            ratio = statistics.median(a / b for a, b in zip(res["slots"], res["fastd"]))
-            print(f"{args.collective} 2 ranks {nb >> 10:6d} KiB touched  " + "  ".join(
-                f"{k}: min {min(v):7.1f} med {statistics.median(v):7.1f} us" for k, v in res.items())
-                + f"  slots/fastd {ratio:.2f}", flush=True)
+            print(host_ab.line(args.collective, p, nb, res, "slots", "fastd", " touched"), flush=True)
     dist.destroy()
 
 
