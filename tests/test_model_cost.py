@@ -497,9 +497,10 @@ def test_fit_recovers_the_host_page_rates_from_the_schedules_steps() -> None:
     samples = []
     for p in (2, 3, 4):
         topo = cpu_topology(p, cores=2)
-        cases = [("fast", n) for n in (8, 1024, 16384, 65536)] + [("fastd", n) for n in (8 << 20, 16 << 20, 64 << 20)]
-        if p >= 3:
-            cases += [("fast2", n) for n in (256 << 10, 1 << 20, 4 << 20)]
+        cases = [("fast", n) for n in (8, 1024, 16384, 65536, 256 << 10)] + \
+            [("fastd", n) for n in (8 << 20, 16 << 20, 64 << 20)]
+        if p >= 3:  # above the one-shot size (host.fast.max_bytes, 256 KiB)
+            cases += [("fast2", n) for n in (512 << 10, 1 << 20, 4 << 20)]
         for algo, n in cases:
             t = predict("all_reduce", n, topo, algorithm=algo, params=params).time_us
             samples.append(Sample("shm", p, "all_reduce", algo, n, n // 4, t * 1e-6))

@@ -172,7 +172,7 @@ def test_policy_defaults_and_overrides(monkeypatch) -> None:
     assert policy.ring_params() == (256 << 10, 16)
     assert policy.transport_params() == {"shm.slot_bytes": 256 << 10, "shm.slots": 16}
     assert (policy.fast_small_bytes(), policy.fast_max_bytes(), policy.ar_direct_min_bytes(),
-            policy.fast_chunk_bytes()) == (64 << 10, 4 << 20, 2 << 20, 128 << 10)
+            policy.fast_chunk_bytes()) == (256 << 10, 4 << 20, 2 << 20, 128 << 10)
     monkeypatch.setenv("INTERLINK_SHM_SLOT_BYTES", "5000")
     monkeypatch.setenv("INTERLINK_SHM_SLOTS", "1")
     assert policy.ring_params() == (4096, 2)

@@ -189,7 +189,7 @@ def _defaults() -> list[Param]:
            "per byte a rank reduces reading the page (slots or peers' buffers); None: host.reduce_ns_per_byte"),
         _p("host.page.oversub_byte_factor", None, "x",
            "as host.oversub_byte_factor, for the host page's Schedules (None: that one); calibration fits it"),
-        _p("host.fast.max_bytes", 65536.0, "B", "interlink.runtime.policy.fast_small_bytes() default"),
+        _p("host.fast.max_bytes", 262144.0, "B", "interlink.runtime.policy.fast_small_bytes() default"),
         _p("host.fast2.min_ranks", 3.0, "ranks", "interlink.runtime.fastpath: two-phase all_reduce from 3 ranks"),
         _p("host.fast2.max_bytes", 4.0 * 2**20, "B",
            "interlink.runtime.policy.fast_max_bytes() default: the slot size (all_reduce in shared memory up to it)"),

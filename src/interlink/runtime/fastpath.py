@@ -4,7 +4,7 @@ Every path is a registered Schedule (algorithms/hostpage.py: fast, fast_once, fa
 the reference interpreter, priced from its steps by the model and run by the simulator. Two executors
 here run them:
 
-- **The one-shot latency path, inlined** (`hot`: `fast` up to 64 KiB, and broadcast, all_gather and
+- **The one-shot latency path, inlined** (`hot`: `fast` up to 256 KiB, and broadcast, all_gather and
   reduce_scatter through the slots up to policy.fast_inline_max_bytes, 512 KiB; `fast_once`, the barrier): every
   rank writes its payload once into its own slot on the host page and publishes it; every reader then
   takes all ranks' payloads as one strided array (all_reduce reduces them in rank order, so every rank

@@ -86,10 +86,14 @@ def transport_params() -> dict[str, int]:
 # ---- the shared-page paths of an all-local group (runtime/fastpath.py) ----------------------------
 
 def fast_small_bytes() -> int:
-    """Largest payload of the one-shot shared-page path (INTERLINK_FAST_MAX_BYTES): 64 KiB, where it beats
-    the rings on 2 ranks (all_reduce 64 KiB in place 24 -> 19 us, all_gather 28 -> 13 us, reduce_scatter
-    27 -> 16 us; from 128 KiB the pipelined ring wins all_reduce)."""
-    return env_int("INTERLINK_FAST_MAX_BYTES", 65536)
+    """Largest payload of the one-shot shared-page path (INTERLINK_FAST_MAX_BYTES): 256 KiB. Up to it the
+    one-shot all_reduce (every rank writes its slot, every rank reduces every slot) beats the next path:
+    in-process A/B, inputs rewritten before each call, default path / one-shot at 128 and 256 KiB:
+    2 ranks (the ring) 1.82 and 1.38, 3 ranks (fast2) 1.79 and 1.37, 4 ranks 1.47 and 1.14, 8 ranks on
+    2 cores (fast_once against fast2) 2.12 and 1.33; at 512 KiB 2 and 3 ranks still gain (1.16, 1.18) but
+    4 ranks lose (0.95), at 1 MiB 2 ranks are even (0.98) (benchmarks/RESULTS.md section 24). Broadcast,
+    all_gather and reduce_scatter go further inline (:func:`fast_inline_max_bytes`)."""
+    return env_int("INTERLINK_FAST_MAX_BYTES", 256 << 10)
 
 
 def fast_inline_max_bytes() -> int:
