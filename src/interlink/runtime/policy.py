@@ -102,11 +102,11 @@ def fast_inline_max_bytes() -> int:
     up to the slots' limit, the runtime runs the same ``fast`` Schedule step by step (runtime/pageplan.py),
     which walks a reduction a cache-sized piece at a time and reads a peer's ``interlink.empty`` input in
     place. The step-by-step executor costs 10-15 us more a call on the project's VM (2 ranks, 4 KiB
-    forced through both: broadcast 22 against 12 us); in-process A/B, inputs rewritten before each call,
-    program / inline at 256 KiB and 512 KiB: 2 ranks broadcast 1.36-1.42x and 1.38x, all_gather (output)
-    1.41x at 256 KiB, reduce_scatter 1.23-1.43x and 1.09x; 4 ranks all_gather 1.31x, broadcast 1.24x,
-    reduce_scatter 1.30x at 512 KiB; above 1 MiB the two are within the noise, and reduce_scatter at 2 MiB
-    favours the pieces (0.82-0.96x) (benchmarks/RESULTS.md section 24)."""
+    forced through both: broadcast 22 against 12 us); in-process A/B (benchmarks/inline_ab.py), inputs
+    rewritten before each call, program / inline at 256 KiB and 512 KiB: 2 ranks broadcast 1.56 and 1.38,
+    all_gather (its output) 1.68 and 1.32, reduce_scatter 1.34 and 1.01; 4 ranks at 512 KiB: all_gather 1.20,
+    broadcast 1.10, reduce_scatter 1.17; from 1 MiB the two are within the noise, and reduce_scatter at
+    2 MiB favours the pieces (0.70-0.93) (benchmarks/RESULTS.md section 24)."""
     return max(fast_small_bytes(), env_int("INTERLINK_FAST_INLINE_MAX_BYTES", 512 << 10))
 
 
