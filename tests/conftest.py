@@ -28,17 +28,6 @@ def pytest_xdist_auto_num_workers(config):
     return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
-# The longest files first: under --dist worksteal the suite then ends on short tests, not on one worker
-# finishing a 20-50 s test alone while the other idles (the order within and after them is unchanged).
-_LONG_FIRST = ("test_algorithms_verify.py", "test_backend_torch_training.py", "test_traffic_generators.py",
-               "test_differential.py", "test_model_cost.py", "test_model_published.py", "test_backend_torch.py")
-
-
-def pytest_collection_modifyitems(session, config, items):
-    rank = {name: i for i, name in enumerate(_LONG_FIRST)}
-    items.sort(key=lambda item: rank.get(os.path.basename(str(item.fspath)), len(_LONG_FIRST)))
-
-
 os.environ["INTERLINK_PROFILE"] = os.path.join(tempfile.gettempdir(), f"interlink-tests-{os.getpid()}-none",
                                                "profile.json")
 
