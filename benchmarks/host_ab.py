@@ -1,4 +1,5 @@
-"""The turn-taking loop of the host page's in-process A/B benchmarks (slots_cma_ab.py, inline_ab.py).
+"""The turn-taking loop of the host page's in-process A/B benchmarks (slots_cma_ab.py, inline_ab.py,
+fast2_ab.py).
 
 Both settings of a FastPath knob run in one job, alternating turn by turn, so that both see the same
 minutes of a noisy machine: each turn applies a setting on every rank, clears the call-shape cache,
@@ -26,20 +27,24 @@ def turns(dist, fp, collective: str, sizes: list[int], settings: dict[str, Calla
         x, o, blk = alloc(n, np.float32), np.zeros(n, np.float32), alloc(n // p, np.float32)
         src = blk if collective == "all_gather" else x
         call = {"broadcast": lambda: dist.broadcast(x, src=0),
+                "all_reduce": lambda: dist.all_reduce(x),
                 "all_gather": lambda: dist.all_gather_into_tensor(o, blk),
                 "reduce_scatter": lambda: dist.reduce_scatter_tensor(blk, x)}[collective]
+        # rewrite the input before each call; an all_reduce's in-place result is scaled back by 1/p (it would
+        # grow by p each call)
+        touch = (lambda: np.multiply(x, 1.0 / p, out=x)) if collective == "all_reduce" else (lambda: np.add(src, 1, out=src))
         res: dict[str, list[float]] = {k: [] for k in settings}
         for _ in range(nturns):
             for name, apply in settings.items():
                 apply()
                 fp.shapes.clear()
                 for _ in range(warm):
-                    src += 1
+                    touch()
                     call()
                 dist.barrier()
                 tot = 0.0
                 for _ in range(calls):
-                    src += 1
+                    touch()
                     t = time.perf_counter()
                     call()
                     tot += time.perf_counter() - t

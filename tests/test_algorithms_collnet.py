@@ -91,8 +91,10 @@ def test_interlink_algorithms_verify_covers_them():
     from interlink.algorithms.verify import verify_pair
 
     for algo in ALGOS:
-        res = verify_pair("all_reduce", algo, max_ranks=8)
-        assert res["cases"] > 100 and not res["failures"], res["failures"][:3]
+        # (up to 5 ranks here; `interlink algorithms --verify --max-ranks 11` in test_algorithms_verify.py
+        # runs them to 11 with everything else)
+        res = verify_pair("all_reduce", algo, max_ranks=5)
+        assert res["cases"] > 50 and not res["failures"], res["failures"][:3]
 
 
 @pytest.mark.parametrize("algo", ALGOS)

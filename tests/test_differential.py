@@ -93,8 +93,9 @@ def cases(draw, thresholds: dict, p: int):
                   async_op=draw(st.booleans()), seed=draw(st.integers(0, 2**31)))
 
 
-# the rank counts and transports: every pair is its own world, kept across that pair's examples
-WORLDS = [(p, t) for t in ("shm", "tcp") for p in (1, 2, 3, 4, 5)]
+# the rank counts and transports: every pair is its own world, kept across that pair's examples (one rank
+# has no peer to reach, so it runs once, on the default transport)
+WORLDS = [(p, t) for t in ("shm", "tcp") for p in (1, 2, 3, 4, 5) if p > 1 or t == "shm"]
 
 
 @pytest.mark.parametrize("p,transport", WORLDS, ids=[f"{p}ranks-{t}" for p, t in WORLDS])
