@@ -128,12 +128,15 @@ def test_host_paths_compile_into_the_steps_of_their_schedule() -> None:
     (chain,) = rs2.rounds[1].ops
     assert [(x.peer, x.reduce) for x in chain.srcs] == [(LOCAL, False), (1, True), (2, True)] and chain.hazard
     assert ar.readers == (1, 2)
-    # fast2, 3 ranks, in the slots: round 1 reads the peers' slots written in their round 0; round 2 reads
-    # the slices they wrote back in their round 1; the slot copy is not elided (written again)
+    # fast2, 3 ranks, in the slots: round 1 reads the peers' slots written in their round 0 (only the two
+    # slices the peers reduce); round 2 reads the slices they wrote back in their round 1; the round-0 copies
+    # may be skipped when the input is shared (the peers then read it in place: nothing writes those slices
+    # of the slot again)
     f2 = compile_page(get_schedule("all_reduce", "fast2", 3, 10), 1)
     assert [(rnd.first, rnd.end, rnd.before) for rnd in f2.rounds] == [(0, 1, ()), (1, 2, ((0, 1), (2, 1))),
                                                                        (2, 3, ((0, 2), (2, 2)))]
-    assert f2.scratch == 10 and f2.readers == () and not any(op.elide for op in f2.rounds[0].early)
+    assert f2.scratch == 10 and f2.readers == () and [op.elide for op in f2.rounds[0].early] == [True, True]
+    assert [(op.off, op.count) for op in f2.rounds[0].early] == [(0, 4), (7, 3)]
     # streamed all_gather in the slots: the copy into the slot may be skipped when the input is shared
     ag = compile_page(get_schedule("all_gather", "fast", 3, 4), 0)
     assert [op.elide for op in ag.rounds[0].early] == [True, False] and ag.slot_readers == (1, 2)

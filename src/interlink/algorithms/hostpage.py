@@ -20,8 +20,8 @@ else by cross-memory attach), and a Put writes into the peer's buffer the same w
   (its ``scratch[n:2n]`` here: the host page's result slot) and the others copy it out: p times less
   arithmetic where ranks share cores. The runtime lets the last rank to publish be the reducer (its
   ``root``): every reducer's Schedule is verified and gives the same bits.
-* ``fast2`` (all_reduce, 3+ ranks, up to the slot size): two phases in the slots: each rank reduces its
-  1/p slice from every slot into its output and writes it back into its own slot (round 1); then every
+* ``fast2`` (all_reduce, up to the slot size; 2 ranks: up to fastd's 2 MiB): two phases in the slots: each rank writes the
+  slices its peers reduce into its slot (round 0), reduces its 1/p slice from every slot into its output and writes it back into its own slot (round 1); then every
   rank copies the other ranks' final slices out of their slots (round 2). DeepSpeed's / vLLM's
   shared-memory all_reduce.
 * ``fastd`` (all_reduce, broadcast, all_gather, reduce_scatter; too large for a slot): one copy, from
@@ -161,8 +161,8 @@ def two_phase(algorithm: str, nranks: int, count: int, root: int = 0,
               blocks: list[tuple[int, int]] | None = None) -> Schedule:
     """The two-phase all_reduce on the host page over ``blocks`` (each rank's (offset, count) slice,
     tiling the buffer in rank order; even by default): each rank reduces its slice from every peer, then
-    copies the other slices from their owners. ``fast2`` reads the slots (each rank writes its input into
-    its slot first and its reduced slice back into it); ``fastd`` reads the peers' own input, then output."""
+    copies the other slices from their owners. ``fast2`` reads the slots (each rank writes the slices its
+    peers reduce into its slot first, and its own slice, reduced, after); ``fastd`` reads the peers' own input, then output."""
     p, n = nranks, count
     blocks = split(n, p) if blocks is None else blocks
     slots = algorithm == "fast2"
@@ -170,8 +170,10 @@ def two_phase(algorithm: str, nranks: int, count: int, root: int = 0,
     b = Builder("all_reduce", algorithm, p, n, root, scratch=n if slots else 0)
     for r in range(p):
         ro, rn = blocks[r]
-        if slots and p > 1:
-            b.copy(0, r, inp(0, n), scr(0, n))
+        if slots:  # only the slices the peers reduce: this rank's own is written once reduced (round 1)
+            for i in _others(p, r):
+                io, il = blocks[i]
+                b.copy(0, r, inp(io, il), scr(io, il))
         b.copy(0, r, inp(ro, rn), out(ro, rn))
         for j in _others(p, r):
             b.get(1, r, j, src(ro, rn), out(ro, rn), reduce=True)
@@ -185,7 +187,7 @@ def two_phase(algorithm: str, nranks: int, count: int, root: int = 0,
 
 @register("all_reduce", "fast2")
 def all_reduce_fast2(nranks: int, count: int, root: int = 0) -> Schedule:
-    """2 exchanges on the host page: slots written once; each rank reduces its 1/p slice from every slot into its own slot; every rank copies the other slices out."""
+    """2 exchanges on the host page: each rank writes its peers' slices into its slot; each reduces its 1/p slice from every slot into its output and its own slot; every rank copies the other slices out."""
     return two_phase("fast2", nranks, count, root)
 
 

@@ -1069,16 +1069,19 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
         else:
             slots_moves = slots
         two_phase = p >= params.value("host.fast2.min_ranks")
+        # the two-phase all_reduce runs up to the slot size; on 2 ranks up to where fastd takes over
+        top2 = slots if p >= 3 else max(params.value("host.fast.max_bytes"),
+                                        min(slots, params.value("host.fastd.min_bytes")))
         if kind == "fast":
             lo, top = -1.0, params.value("host.fast.max_bytes")
             if collective in moves:  # one-shot up to the slot (streamed through it above fast.max_bytes)
                 top = slots_moves
         elif kind == "fast2":
-            lo, top = params.value("host.fast.max_bytes"), slots
+            lo, top = params.value("host.fast.max_bytes"), top2
         elif collective in moves:  # fastd: above the slots
             lo, top = slots_moves, float("inf")
         else:  # fastd all_reduce: above the two-phase path (from 3 ranks) or the one-shot path, and its minimum
-            lo = max(params.value("host.fastd.min_bytes"), slots if two_phase else params.value("host.fast.max_bytes"))
+            lo = max(params.value("host.fastd.min_bytes"), top2 if two_phase else params.value("host.fast.max_bytes"))
             top = float("inf")
         if not lo < payload <= top:
             why = f"the payload ({payload} bytes) is outside ({max(lo, 0):.0f}, {top:.0f}] bytes"

@@ -123,9 +123,10 @@ class FastPath:
         # broadcast, all_gather and reduce_scatter through the slots: the inlined executor up to this payload
         # (the same `fast` Schedule; above it step by step, runtime/pageplan.py)
         self.inline_max = min(self.page.fast_max, max(self.max, policy.fast_inline_max_bytes()))
-        # two-phase all_reduce (reduce-scatter + all-gather in place) up to the slot size; with 2 ranks
-        # the pipelined ring over the channels measured faster (both cores copy at once), so not there
-        self.direct_max = self.page.fast_max if self.n >= 3 else self.max
+        # two-phase all_reduce (reduce-scatter + all-gather in place) up to the slot size; on 2 ranks up to
+        # the size where the ranks' own buffers take over (fastd, policy.ar_direct_min_bytes, 2 MiB)
+        self.direct_max = self.page.fast_max if self.n >= 3 else \
+            max(self.max, min(self.page.fast_max, policy.ar_direct_min_bytes()))
         # broadcast, all_gather and reduce_scatter go through the slots up to their size (above `max`:
         # the fast Schedule), except on 2 ranks: there one copy by cross-memory attach (fastd) takes over
         # above policy.slots_max_bytes_two_ranks (2 MiB; the rotated slots win below it)

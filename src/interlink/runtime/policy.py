@@ -145,7 +145,10 @@ def ar_direct_min_bytes() -> int:
     """all_reduce of an all-local group reads the ranks' own buffers above this size
     (INTERLINK_SHM_AR_DIRECT_MIN_BYTES; 2 ranks with plain numpy buffers: 1 MiB 155 us by the ring vs
     277 us, 4 MiB 605 vs 480 us; 4 ranks 16 MiB 7.9 vs 5.3 ms; in interlink.empty buffers it wins from
-    256 KiB)."""
+    256 KiB). On 2 ranks it is also where the two-phase all_reduce in the slots (fast2) stops: below it
+    fast2 beats the ring over the channels (benchmarks/fast2_ab.py, in-process A/B, ring / fast2 at
+    512 KiB, 1 and 2 MiB: 1.29-1.30, 1.47-1.51, 1.48-1.60; at 4 MiB fastd beats fast2 1.8x;
+    benchmarks/RESULTS.md section 25)."""
     return env_int("INTERLINK_SHM_AR_DIRECT_MIN_BYTES", 2 << 20)
 
 
