@@ -25,9 +25,23 @@ class Checks:
 
     def __call__(self, name: str, got, exp) -> None:
         self.count += 1
-        if not _eq(np.asarray(got), np.asarray(exp)):
-            self.fails.append(f"rank {self.rank} {name}: got {np.asarray(got).ravel()[:6]} "
-                              f"expected {np.asarray(exp).ravel()[:6]}")
+        g, e = np.asarray(got), np.asarray(exp)
+        if not _eq(g, e):
+            where = ""
+            if g.shape == e.shape:  # which elements (a wrong slice or piece shows in its first and last index)
+                gf, ef = g.ravel(), e.ravel()
+                bad = np.nonzero(~((gf == ef) | ((gf != gf) & (ef != ef))))[0]
+                if bad.size:
+                    i = int(bad[0])
+                    where = (f" ({bad.size} of {gf.size} wrong, indices {i}..{int(bad[-1])}: got {gf[i]} expected "
+                             f"{ef[i]}; buffer at {g.ctypes.data % 4096} mod 4 KiB)")
+            try:  # the path the last call took (its flight record)
+                from interlink.runtime import api
+
+                where += f" [{api._world().recorder[-1].plan.sigb.decode()}]"
+            except Exception:  # noqa: BLE001 - a diagnostic only
+                pass
+            self.fails.append(f"rank {self.rank} {name}: got {g.ravel()[:6]} expected {e.ravel()[:6]}{where}")
 
 
 def hot_suite(rank: int, world: int) -> tuple[int, list[str], int]:
@@ -624,3 +638,56 @@ def test_aliased_buffers_stage_and_stay_exact() -> None:
         if seen[0][2] != "fastd":
             pytest.skip("no cross-memory attach here: the calls stayed in the slots")
         assert seen == [("plain", False, "fastd"), ("aliased", True, "fastd")], seen
+
+
+def _aliased_all_reduce_suite(rank: int, world: int) -> tuple[list[str], list]:
+    """The fastd all_reduce in place where a reducer's destination lies 16 bytes past a peer's input mapped
+    in place (modulo 4 KiB): even ranks' inputs live in interlink.empty arenas (page-aligned, mapped by the
+    peers), odd ranks' 16 bytes past a page, so an odd rank's slice aliases the mapped view of every even
+    rank's and stages its pieces (FastPath._staging); its own contribution is in its destination already
+    (in place), not in a source. Every dtype's sum against numpy; whether this rank staged."""
+    import interlink as dist
+    from interlink.runtime import api
+    from interlink.transport import cma
+
+    dist.init(timeout=30)
+    fp = api._world()._fast
+    fails: list[str] = []
+    for dt, n in ((np.int64, 30011), (np.float64, 20011), (np.int32, 70001), (np.float32, 40009)):
+        ins = [((np.arange(n) * (q + 5) + 3 * q) % 1013).astype(dt) for q in range(world)]
+        if rank % 2 == 0:
+            a = dist.empty(n, dt)
+        else:
+            isz = np.dtype(dt).itemsize
+            pool = np.zeros(n + 8192 // isz, dt)
+            start = (-cma.address(pool) % 4096 + 16) // isz  # 16 bytes past a page
+            a = pool[start:start + n]
+        a[...] = ins[rank]
+        dist.all_reduce(a)
+        want = ins[0].copy()
+        for q in range(1, world):
+            want += ins[q]
+        if not np.array_equal(a, want):
+            bad = np.nonzero(a != want)[0]
+            fails.append(f"rank {rank}: all_reduce {np.dtype(dt)} n={n}: {bad.size} wrong, {bad[0]}..{bad[-1]}")
+    staged = fp._stage is not None
+    path = api._world().recorder[-1].plan.sigb.decode().split()[0]
+    dist.destroy()
+    return fails, [staged, path, fp.cma]
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_staged_reductions_keep_an_in_place_destination(nranks: int) -> None:
+    """A staged piece of the fastd all_reduce starts from what its destination holds (the rank's own
+    input, in place): fails when the staging buffer is reduced into without it (the sums then lack the
+    reducer's own input, and every rank receives them)."""
+    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": "1024",
+           "INTERLINK_SHM_DIRECT_MAX_BYTES": "2048", "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": "2048"}
+    res = run_ranks(nranks, _aliased_all_reduce_suite, env=env, timeout=120)
+    fails = [f for fl, _ in res for f in fl]
+    assert not fails, fails
+    for rank, (_, (staged, path, cma_ok)) in enumerate(res):
+        if not cma_ok:
+            pytest.skip("no cross-memory attach here: arenas are not mapped")
+        assert path == "all_reduce:fastd", path
+        assert staged == (rank % 2 == 1), (rank, staged)

@@ -810,11 +810,14 @@ class FastPath:
         # 0.62-0.95x)
         stage = not aligned and not save and n * isz >= cma.BOUNCE_MIN and any(red for _, _, red in srcs) and any(
             view is not None and cma.aliased(cma.address(dst), cma.address(view)) for view, _, _ in srcs)
+        first_reduces = not pair and srcs[0][2]
         for lo in range(0, n, step):
             hi = min(lo + step, n)
             out_piece = acc = dst[lo:hi]
             if stage:
                 acc = self._staging(out_piece)
+                if first_reduces:  # the destination holds the first operand (in place: this rank's input)
+                    acc[...] = out_piece
             if far_any:
                 both = self._scratch(2 * (hi - lo) * isz).view(dst.dtype)
                 tmp = both[:hi - lo]
