@@ -84,7 +84,7 @@ class Small:
     the typed views of the slots it reads and writes, made once so that a call does no lookups."""
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
-                 "avg", "count", "block", "root", "res", "schedule", "program", "bound", "npos")
+                 "avg", "count", "block", "root", "res", "schedule", "program", "bound", "npos", "push")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -109,6 +109,26 @@ class Small:
         self.schedule: Any = None  # the Schedule this call shape runs (algorithms/hostpage.py)
         self.program: Any = None  # fastd: this rank's program of it (runtime/pageplan.py)
         self.bound: dict = {}  # (position, read in place, in place, overlap) -> the program's ops bound
+        self.push: Optional[tuple] = None  # a push program's one step, run inlined (FastPath._push_form)
+
+
+def _push_form(prog: Any) -> Optional[tuple]:
+    """(offset, count, pushes, waits, end) when a rank's page program is one round of one plain copy of its
+    input into its output, pushed into every peer's output (the fastd all_gather), with nothing read from
+    its buffers, mapped or in the slots: FastPath._push runs it inlined; else None (FastPath._program)."""
+    if len(prog.rounds) != 1 or prog.readers or prog.maps or prog.slot_readers or prog.scratch \
+            or not prog.out_addr:
+        return None
+    rnd = prog.rounds[0]
+    if rnd.before or rnd.early or len(rnd.ops) != 1 or not rnd.publish or rnd.first != 0:
+        return None
+    op = rnd.ops[0]
+    if isinstance(op, PutOp) or len(op.srcs) != 1 or op.buf != OUT or op.elide or op.hazard or not op.pushes:
+        return None
+    s = op.srcs[0]
+    if s.peer != LOCAL or s.buf != IN or s.reduce or s.off != 0 or set(rnd.waits) != {i for i, _ in op.pushes}:
+        return None
+    return op.off, op.count, op.pushes, tuple((i, rnd.end) for i in rnd.waits), rnd.end
 
 
 class FastPath:
@@ -365,6 +385,7 @@ class FastPath:
         sc.block = count // self.n
         if not inline:  # run step by step from the Schedule (runtime/pageplan.py)
             sc.program = prog = compile_page(sc.schedule, me)
+            sc.push = _push_form(prog)
             if prog.scratch:  # every rank's slot at each position, [ranks, scratch]
                 sc.stack = [self.page.stacked(q, dt, prog.scratch, at) for q, at in places]
             return sc
@@ -398,6 +419,8 @@ class FastPath:
             self._wait(lambda: int(done.min()) >= f - 2, lambda: [i for i in self.peers if int(done[i]) < f - 2],
                        time.monotonic() + timeout, seq, sc.sigb)
         if sc.program is not None:
+            if sc.push is not None and out is not None and not np.may_share_memory(a, out):
+                return self._push(sc, a, out, f, pos, seq, timeout)
             return self._program(sc, a, out, f, pos, seq, timeout)
         if sc.sends:
             sc.mine[pos][...] = a
@@ -627,6 +650,40 @@ class FastPath:
             self._await_readers(f, seq, sc, timeout, list(readers))
         if sc.avg:  # the sums, divided once every reader has them (each rank divides the same bits)
             finish_avg(o, self.n)
+
+    def _push(self, sc: Small, a: np.ndarray, out: np.ndarray, f: int, pos: int, seq: int, timeout: float) -> None:
+        """A push program (_push_form: the fastd all_gather) run inlined, out of place: the same words and
+        the same order as _program (publish the header with this rank's output address; copy the input
+        into its place in the output a piece at a time, each piece pushed into every peer's output while it
+        is in cache; publish the round; wait for the peers' pushes into this rank's output; done), without
+        the general executor's per-call decisions (2 ranks, 1 MiB of output: 20-30 us a call less)."""
+        off, count, pushes, waits, end = sc.push
+        q = pos & 1
+        flat, o = a.reshape(-1), out.reshape(-1)
+        W = self.W
+        mw = self.my_w[q]
+        W[mw + DESC] = self.pids[self.me]
+        W[mw + DESC + 6] = cma.address(o)  # where the peers push
+        W[mw + DESC + 1] = cma.address(flat)
+        W[mw + DESC + 2] = 0  # not read in place: nobody maps it
+        _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
+        self._set(mw, f)  # publish
+        dst = o[off:off + count]
+        step = max(1, self.push_piece // flat.dtype.itemsize)
+        cross = self._cross
+        for lo in range(0, count, step):
+            piece = dst[lo:lo + step]
+            piece[...] = flat[lo:lo + step]
+            if lo == 0:  # the first piece was copied while the peers published
+                self._gather_headers(sc, f, q, seq, timeout)
+            for peer, at in pushes:
+                cross(peer, q, DESC + 6, at + lo, piece, True)
+        if not count:
+            self._gather_headers(sc, f, q, seq, timeout)
+        base = ROUND_STRIDE * f
+        self._set(mw + RD, base + end)
+        self._await_round(waits, q, base, seq, sc, timeout)
+        self._set(self.done_w, f)
 
     def _bind(self, sc: Small, pos: int, key: tuple, mk: tuple, isz: int, early: bool = False) -> Any:
         """The call shape's program bound for one slot parity and the facts of a call that decide what its
