@@ -18,6 +18,22 @@ import os
 import tempfile
 
 
+def pytest_configure(config):
+    """Byte-compile the package and the tests once, before any rank process starts. The suite starts a few
+    thousand Python processes (ranks, launchers, CLI runs); where PYTHONDONTWRITEBYTECODE is set (this
+    project's machines set it) none of them can cache what it compiles, and each compiled the ~50 modules
+    of `import interlink` from source again: 0.44 s of a 3-rank job's 1.2 s init (benchmarks/RESULTS.md
+    section 25). Imports read existing .pyc files whatever that variable says."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
+        return
+    import compileall
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for sub in ("src", "tests", "benchmarks", "examples"):
+        if os.path.isdir(os.path.join(root, sub)):
+            compileall.compile_dir(os.path.join(root, sub), quiet=2, workers=1)
+
+
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one worker per usable core, at most 4 (or INTERLINK_TEST_WORKERS); none (this process)
     for ``-m gpu``: the GPU tests share one device and time their own failures."""

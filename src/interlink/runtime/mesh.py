@@ -242,7 +242,24 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
             lanes[j] = chs
             controls[j] = ctrl
 
+    # an admitted (or refused) connection wakes the accept loop, which then sees whether every expected
+    # connection is in; it used to notice only at its next 0.5 s poll, and every init paid up to that
+    wake_r, wake_w = socket.socketpair()
+    wake_r.setblocking(False)
+
+    def wake() -> None:
+        try:
+            wake_w.send(b"x")
+        except OSError:  # the loop is gone (the init ended): nothing to wake
+            pass
+
     def admit(conn: socket.socket, left: float) -> None:
+        try:
+            _admit(conn, left)
+        finally:
+            wake()
+
+    def _admit(conn: socket.socket, left: float) -> None:
         conn.settimeout(max(1.0, min(30.0, left)))
         try:
             hello = json.loads(authenticate_server(conn, secret, timeout=min(policy.auth_timeout_s(), max(1.0, left)),
@@ -275,12 +292,19 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
         for tl in tcp_ls:
             sel.register(tl, selectors.EVENT_READ)
         sel.register(unix_l, selectors.EVENT_READ)
+        sel.register(wake_r, selectors.EVENT_READ)
         try:
             while not all(v is True for v in expected.values()):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
                 for key, _ in sel.select(min(left, 0.5)):
+                    if key.fileobj is wake_r:  # a connection was admitted or refused: check again
+                        try:
+                            wake_r.recv(4096)
+                        except OSError:
+                            pass
+                        continue
                     conn, _addr = key.fileobj.accept()  # type: ignore[union-attr]
                     # each connection proves itself on its own thread: a stranger that connects and
                     # never answers must not hold up the peers behind it
@@ -335,6 +359,8 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
         for x in tcp_ls:
             x.close()
         unix_l.close()
+        wake_r.close()
+        wake_w.close()
     by_name: dict[str, list[int]] = {}
     for j in sorted(chosen):
         by_name.setdefault(chosen[j].name, []).append(j)
