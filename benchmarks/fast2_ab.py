@@ -24,14 +24,7 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--arena", action="store_true", help="inputs in interlink.empty arrays")
     args = ap.parse_args()
-    import interlink as dist
-    from interlink.runtime import api
-
-    dist.init()
-    r, p = dist.get_rank(), dist.get_world_size()
-    fp = api._world()._fast
-    if fp is None:
-        raise SystemExit("needs ranks on one host with the host page (INTERLINK_FAST not 0, shared memory)")
+    dist, r, p, fp = host_ab.start()
 
     def limit(lim: int):
         def apply() -> None:

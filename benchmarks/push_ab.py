@@ -25,14 +25,7 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--slots-max", default="", help="the slots' all_gather limit (input bytes), e.g. 64K")
     args = ap.parse_args()
-    import interlink as dist
-    from interlink.runtime import api
-
-    dist.init()
-    r, p = dist.get_rank(), dist.get_world_size()
-    fp = api._world()._fast
-    if fp is None:
-        raise SystemExit("needs ranks on one host with the host page (INTERLINK_FAST not 0, shared memory)")
+    dist, r, p, fp = host_ab.start()
     if args.slots_max:
         fp.move_max_ag = fp.move_max = parse_size(args.slots_max)
     inlined = type(fp)._push.__get__(fp)

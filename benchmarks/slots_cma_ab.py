@@ -25,14 +25,7 @@ def main() -> None:
     ap.add_argument("sizes", help="bytes of the largest buffer per call, comma-separated (1M,2M,4M)")
     ap.add_argument("--turns", type=int, default=8)
     args = ap.parse_args()
-    import interlink as dist
-    from interlink.runtime import api
-
-    dist.init()
-    r, p = dist.get_rank(), dist.get_world_size()
-    fp = api._world()._fast
-    if fp is None or p != 2:
-        raise SystemExit("needs 2 ranks on one host with the host page (INTERLINK_FAST not 0, shared memory)")
+    dist, r, p, fp = host_ab.start(2)
     slots = fp.move_max  # the slots up to 2 MiB (by default), or fastd above 64 KiB
 
     def limit(mm: int):
