@@ -664,8 +664,7 @@ class FastPath:
         mw = self.my_w[q]
         W[mw + DESC] = self.pids[self.me]
         W[mw + DESC + 6] = cma.address(o)  # where the peers push
-        W[mw + DESC + 1] = cma.address(flat)
-        W[mw + DESC + 2] = 0  # not read in place: nobody maps it
+        W[mw + DESC + 2] = 0  # not read in place: nobody maps it (nor reads its address, DESC + 1)
         _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
         self._set(mw, f)  # publish
         dst = o[off:off + count]
