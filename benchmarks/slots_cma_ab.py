@@ -1,10 +1,11 @@
-"""2 ranks: the host page's slots against one cross-memory copy (``fastd``), in one job, taking turns.
+"""The host page's slots against one cross-memory copy (``fastd``), in one job, taking turns.
 
     interlink run -n 2 benchmarks/slots_cma_ab.py all_gather 1M,2M,4M [--turns 8]
+    interlink run -n 4 benchmarks/slots_cma_ab.py all_gather 4M,8M,16M
 
-Each turn sets the FastPath's ``move_max`` and ``move_max_ag`` (the 2-rank limits of the slots, policy
-``INTERLINK_SHM_SLOTS_MAX_BYTES_2`` and ``..._2_AG``) to the first's default (the slots up to 2 MiB) or to
-64 KiB (``fastd`` above it), clears
+Each turn sets the FastPath's ``move_max`` and ``move_max_ag`` (the limits of the slots: on 2 ranks policy
+``INTERLINK_SHM_SLOTS_MAX_BYTES_2`` and ``..._2_AG``, on 3+ the slot size and ``..._AG``) to the first's
+default (on 2 ranks the slots up to 2 MiB, on 3+ up to the slot size) or to 64 KiB (``fastd`` above it), clears
 the call-shape cache, and times 60 calls after 10 warm-up calls, each rank's input rewritten before every
 call outside the timing (as an application's is), max over ranks. Rank 0 prints each setting's minimum
 and median over the turns and the median of the per-turn ratio slots / fastd (> 1: fastd faster).
@@ -25,8 +26,8 @@ def main() -> None:
     ap.add_argument("sizes", help="bytes of the largest buffer per call, comma-separated (1M,2M,4M)")
     ap.add_argument("--turns", type=int, default=8)
     args = ap.parse_args()
-    dist, r, p, fp = host_ab.start(2)
-    slots = fp.move_max  # the slots up to 2 MiB (by default), or fastd above 64 KiB
+    dist, r, p, fp = host_ab.start()
+    slots = fp.move_max  # the slots up to their limit (2 ranks: 2 MiB; 3+: the slot size), or fastd above 64 KiB
 
     def limit(mm: int):
         def apply() -> None:

@@ -471,7 +471,7 @@ def test_schedules_by_name_compute_the_bits_of_what_ran(nranks: int) -> None:
 
 
 def _all_gather_leaves_slots_suite(rank: int, world: int) -> tuple[list[str], list[tuple[str, int, str]]]:
-    """all_gather and broadcast on both sides of the 2-rank slot limits (all_gather's own, lower), against
+    """all_gather and broadcast on both sides of the slot limits (all_gather's own, lower), against
     numpy, in and out of place; which Schedule each call ran (the flight recorder)."""
     import interlink as dist
     from interlink.runtime import api
@@ -502,14 +502,19 @@ def _all_gather_leaves_slots_suite(rank: int, world: int) -> tuple[list[str], li
     return fails, ran
 
 
-def test_two_ranks_all_gather_leaves_the_slots_before_broadcast_does() -> None:
-    """On 2 ranks all_gather reads the peer's input by cross-memory attach (fastd) above its own limit
-    (INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG, below the slots' limit for broadcast and reduce_scatter): here 8 KB
+@pytest.mark.parametrize("world", [2, 3])
+def test_all_gather_leaves_the_slots_before_broadcast_does(world: int) -> None:
+    """all_gather reads the peers' inputs by cross-memory attach (fastd) above its own limit (2 ranks:
+    INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG, below INTERLINK_SHM_SLOTS_MAX_BYTES_2; 3+ ranks:
+    INTERLINK_SHM_SLOTS_MAX_BYTES_AG, below the slot size that broadcast and reduce_scatter keep): here 8 KB
     and 32 KB. Every result against numpy; without cross-memory attach both stay in the slots."""
     env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": "1024",
-           "INTERLINK_FAST_CHUNK_BYTES": "4096",
-           "INTERLINK_SHM_SLOTS_MAX_BYTES_2": str(32 << 10), "INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG": str(8 << 10)}
-    res = run_ranks(2, _all_gather_leaves_slots_suite, env=env, timeout=120)
+           "INTERLINK_FAST_CHUNK_BYTES": "4096"}
+    if world == 2:
+        env.update(INTERLINK_SHM_SLOTS_MAX_BYTES_2=str(32 << 10), INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG=str(8 << 10))
+    else:
+        env.update(INTERLINK_SHM_DIRECT_MAX_BYTES=str(32 << 10), INTERLINK_SHM_SLOTS_MAX_BYTES_AG=str(8 << 10))
+    res = run_ranks(world, _all_gather_leaves_slots_suite, env=env, timeout=120)
     fails = [f for fl, _ in res for f in fl]
     assert not fails, fails
     for _, ran in res:

@@ -245,6 +245,8 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None,
             params["host.slots.max_bytes_2"] = float(limits[3])
         if len(limits) > 4:
             params["host.slots.max_bytes_2_all_gather"] = float(limits[4])
+        if len(limits) > 5:
+            params["host.slots.max_bytes_all_gather"] = float(limits[5])
     return params, quality
 
 

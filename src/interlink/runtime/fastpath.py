@@ -151,9 +151,9 @@ class FastPath:
         # the fast Schedule), except on 2 ranks: there one copy by cross-memory attach (fastd) takes over
         # above policy.slots_max_bytes_two_ranks (2 MiB; the rotated slots win below it)
         self.move_max = min(self.page.fast_max, policy.slots_max_bytes_two_ranks()) if self.n == 2 else self.page.fast_max
-        # all_gather leaves them earlier (its output is twice its input), where cross-memory attach works
-        self.move_max_ag = min(self.move_max, policy.slots_max_bytes_two_ranks_all_gather()) \
-            if self.n == 2 else self.move_max
+        # all_gather leaves them earlier (its output is p times its input), where cross-memory attach works
+        self.move_max_ag = min(self.move_max, policy.slots_max_bytes_two_ranks_all_gather() if self.n == 2
+                               else policy.slots_max_bytes_all_gather())
         self.chunk = policy.fast_chunk_bytes()
         self.rot_bytes, self.rot_min = policy.slot_rotation_bytes(), policy.slot_rotation_min_bytes()
         self.cma_piece = 64 * self.chunk  # bytes per cross-memory read or write (8 MiB)
