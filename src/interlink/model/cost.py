@@ -1047,7 +1047,8 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
     """A host-page path of an all-local CPU group (the world group of a one-host job), priced from its
     Schedule's steps like any algorithm (its traffic, on the host page's rates ``host.page.*``), or None
     where the runtime would not take it (the sizes of runtime.fastpath: ``host.fast.max_bytes``,
-    ``host.fast2.*``, ``host.fastd.min_bytes``, ``host.slots.max_bytes_2[_all_gather]``, ``host.slots.max_bytes_all_gather``)."""
+    ``host.fast2.*``, ``host.fastd.min_bytes``, ``host.slots.max_bytes_2[_all_gather]``,
+    ``host.slots.max_bytes_all_gather``)."""
     why = None
     p = info.n
     moves = ("broadcast", "all_gather", "reduce_scatter")

@@ -147,9 +147,9 @@ def slots_max_bytes_all_gather() -> int:
     cross-memory attach (fastd) instead of going through the slots, where cross-memory attach works
     (INTERLINK_SHM_SLOTS_MAX_BYTES_AG, 1 MiB; at most the slot size, :func:`fast_max_bytes`). Broadcast and
     reduce_scatter keep the slots up to the slot size. In-process A/B, inputs rewritten before each call
-    (`interlink run -n P benchmarks/slots_cma_ab.py`, RESULTS section 26), slots / fastd by per-rank input of 1, 2, 4
-    MiB: 3 ranks 0.95, 1.34, -; 4 ranks 0.99-1.10, 1.16-1.19, 1.19-1.25; 8 ranks (2 MiB, 4 MiB) 1.06, 1.21;
-    reduce_scatter and broadcast on 4 ranks at 1-4 MiB: 0.51-1.04 (the slots win)."""
+    (`interlink run -n P benchmarks/slots_cma_ab.py`, RESULTS section 26), slots / fastd by per-rank input
+    of 1, 2, 4 MiB: 3 ranks 0.95-1.21, 1.30-1.34, -; 4 ranks 0.99-1.10, 1.16-1.19, 1.19-1.25; 8 ranks (2 MiB,
+    4 MiB) 1.06, 1.21; reduce_scatter and broadcast on 4 ranks at 1-4 MiB: 0.51-1.04 (the slots win)."""
     return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_AG", 1 << 20), fast_max_bytes())
 
 
