@@ -13,7 +13,12 @@ ratios interlink-shm / MPICH and interlink-shm / memcpy. Peers come from `pip in
 
 --runs N repeats the whole sweep N times, the systems taking turns (a noisy minute on a shared machine
 then hits every system, not one), and reports each point's median over the runs (all runs are kept in
-the JSON under "runs").
+the JSON under "runs"). --turns collective (the default) starts one job per system and collective, the
+systems' jobs of one collective back to back (a few seconds apart: this VM's fast and slow modes last
+seconds, benchmarks/RESULTS.md sections 20 and 26); --turns sweep, one job per system for all of them;
+--turns same-process runs interlink-shm and MPICH in one MPICH job (every rank initialises both), the two
+taking turns per collective and size, a few milliseconds apart, --runs turns each (alternating which goes
+first), each a median: the only comparison on this VM that both systems see in the same mode.
 
 --touch: before every call each rank writes its input (outside the timing, each call timed alone), as an
 application does between calls. Without it the inputs never change, and a system that reads a peer's
@@ -42,34 +47,55 @@ def human(n: int) -> str:
 
 
 def run(ranks: list[int], collectives: list[str], sizes: list[int], systems: list[str], runs: int = 1,
-        touch: bool = False) -> dict:
+        touch: bool = False, turns: str = "collective") -> dict:
     result = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": peers.machine(), "rows": [], "touch": touch,
-              "memcpy_gbps": peers.memcpy_bandwidth()}
-    every: list[list[dict]] = [[] for _ in range(runs)]
-    for p in ranks:
-        for k, system in ((k, s) for k in range(runs) for s in systems):
+              "memcpy_gbps": peers.memcpy_bandwidth(), "turns": turns}
+    if turns == "same-process":  # interlink-shm and MPICH in one job, per size; the other systems apart
+        pair = [s for s in systems if s in ("interlink-shm", "mpich")]
+        if len(pair) != 2:
+            raise SystemExit("--turns same-process compares interlink-shm with mpich: name both in --systems")
+        systems = [s for s in systems if s not in pair]
+        for p in ranks:
             t0 = time.monotonic()
-            print(f"# {system}, {p} ranks{f' (run {k + 1} of {runs})' if runs > 1 else ''} ...", file=sys.stderr,
-                  flush=True)
-            if system == "interlink-shm":
-                rows = peers.run_interlink(p, sizes, collectives, "shm", touch=touch)
-            elif system == "interlink-shm-empty":
-                rows = peers.run_interlink(p, sizes, collectives, "shm", shared_inputs=True, touch=touch)
-            elif system == "interlink-tcp":
-                rows = peers.run_interlink(p, sizes, collectives, "tcp", touch=touch)
-            elif system == "mpich":
-                rows = peers.run_mpi(p, sizes, collectives, touch=touch)
-            elif system == "gloo":
-                rows = peers.run_gloo(p, sizes, collectives, touch=touch)
-            else:
-                raise SystemExit(f"unknown system {system}")
+            print(f"# interlink-shm and mpich in one job, {p} ranks, {runs} turns ...", file=sys.stderr, flush=True)
+            result["rows"].extend(peers.run_same_process(p, sizes, collectives, turns=runs, touch=touch))
+            print(f"#   {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        if not systems:
+            result["memcpy_gbps_after"] = peers.memcpy_bandwidth()
+            return result
+        turns = "collective"
+    every: list[list[dict]] = [[] for _ in range(runs)]
+    # a turn: one job per system over every collective (sweep) or over one collective (collective: the
+    # systems' jobs of one collective follow each other within seconds, inside one of the VM's modes)
+    groups = [collectives] if turns == "sweep" else [[c] for c in collectives]
+    for p in ranks:
+        for k, colls, system in ((k, g, s) for k in range(runs) for g in groups for s in systems):
+            t0 = time.monotonic()
+            print(f"# {system}, {p} ranks, {','.join(colls)}{f' (run {k + 1} of {runs})' if runs > 1 else ''} ...",
+                  file=sys.stderr, flush=True)
+            rows = _sweep(system, p, sizes, colls, touch)
             print(f"#   {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
             every[k].extend(rows)
-    result["rows"] = median_rows(every)
+    result["rows"] += median_rows(every)
     if runs > 1:
         result["runs"] = every
     result["memcpy_gbps_after"] = peers.memcpy_bandwidth()
     return result
+
+
+def _sweep(system: str, p: int, sizes: list[int], collectives: list[str], touch: bool) -> list[dict]:
+    """One job of one system: every size of every collective given, on p ranks."""
+    if system == "interlink-shm":
+        return peers.run_interlink(p, sizes, collectives, "shm", touch=touch)
+    if system == "interlink-shm-empty":
+        return peers.run_interlink(p, sizes, collectives, "shm", shared_inputs=True, touch=touch)
+    if system == "interlink-tcp":
+        return peers.run_interlink(p, sizes, collectives, "tcp", touch=touch)
+    if system == "mpich":
+        return peers.run_mpi(p, sizes, collectives, touch=touch)
+    if system == "gloo":
+        return peers.run_gloo(p, sizes, collectives, touch=touch)
+    raise SystemExit(f"unknown system {system}")
 
 
 def median_rows(runs: list[list[dict]]) -> list[dict]:
@@ -149,13 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default=DEFAULT_SIZES)
     ap.add_argument("--systems", default="interlink-shm,interlink-shm-empty,interlink-tcp,mpich,gloo")
     ap.add_argument("--runs", type=int, default=1, help="repeat the sweep, systems taking turns; medians")
+    ap.add_argument("--turns", choices=["collective", "sweep", "same-process"], default="collective",
+                    help="the systems take turns per collective (default), per whole sweep, or per size inside one "
+                         "MPICH job that runs interlink too (same-process: interlink-shm and mpich only)")
     ap.add_argument("--touch", action="store_true",
                     help="each rank writes its input before every call (outside the timing), as an application does")
     ap.add_argument("--json", default=None)
     ap.add_argument("--plot", default=None)
     a = ap.parse_args(argv)
     result = run([int(x) for x in a.ranks.split(",")], a.collectives.split(","),
-                 [parse_size(s) for s in a.sizes.split(",")], a.systems.split(","), max(1, a.runs), a.touch)
+                 [parse_size(s) for s in a.sizes.split(",")], a.systems.split(","), max(1, a.runs), a.touch,
+                 a.turns)
     print(table(result))
     if a.json:
         with open(a.json, "w") as f:

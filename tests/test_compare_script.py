@@ -91,3 +91,23 @@ def test_mpich_same_process_runs_both_systems_in_one_job() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("broadcast 2 ranks 4 KiB touched:")]
     assert len(line) == 1 and "interlink med" in line[0] and "mpich med" in line[0], out.stdout
+
+
+def test_same_process_turns_time_both_systems_in_one_mpich_job(compare) -> None:
+    """--turns same-process: interlink-shm and MPICH rows from one MPICH job (both initialised in every
+    rank), per collective and size; a system other than the pair runs apart; asking for one of the pair
+    alone is refused."""
+    pytest.importorskip("mpi4py")
+    from interlink.bench import peers
+
+    if peers.mpiexec() is None:
+        pytest.skip("mpiexec not installed (pip install -e '.[compare]')")
+    res = compare.run([2], ["all_reduce", "all_gather"], [8, 4096], ["interlink-shm", "mpich"], runs=2,
+                      turns="same-process")
+    got = {(r["system"], r["collective"], r["size"]) for r in res["rows"]}
+    assert got == {(s, c, n) for s in ("interlink-shm", "mpich") for c in ("all_reduce", "all_gather")
+                   for n in (8, 4096)}, got
+    assert all(r["time_us"] > 0 and r["nranks"] == 2 for r in res["rows"])
+    assert "| all_gather | 2 | 4K |" in compare.table(res)
+    with pytest.raises(SystemExit):
+        compare.run([2], ["all_reduce"], [8], ["interlink-shm"], turns="same-process")

@@ -133,14 +133,7 @@ def _mpi_worker(sizes: Sequence[int], collectives: Sequence[str], out_path: str,
     for coll in collectives:
         for nbytes in sizes:
             inp, out = buffers(coll, nbytes, p, rank)
-            if coll == "all_reduce":
-                call = lambda: comm.Allreduce(inp, out, op=MPI.SUM)
-            elif coll == "all_gather":
-                call = lambda: comm.Allgather(inp, out)
-            elif coll == "reduce_scatter":
-                call = lambda: comm.Reduce_scatter_block(inp, out, op=MPI.SUM)
-            else:
-                call = lambda: comm.Bcast(inp, root=0)
+            call = _mpi_call(comm, coll, inp, out)
             t = time_loop(call, comm.Barrier, mx, nbytes, touch=toucher(inp) if touch else None)
             rows.append(row("mpich", coll, p, actual_bytes(coll, nbytes, p), t))
     if rank == 0:
@@ -169,6 +162,85 @@ def run_mpi(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLL
         code = (f"from interlink.bench.peers import _mpi_worker; "
                 f"_mpi_worker({list(sizes)!r}, {list(collectives)!r}, {out!r}, {touch!r})")
         subprocess.run([exe, "-n", str(nranks), sys.executable, "-c", code], check=True, timeout=timeout)
+        with open(out) as f:
+            return json.load(f)
+
+
+# ---- interlink and MPICH in the same processes -------------------------------------------------
+
+def _mpi_call(comm, coll: str, inp: np.ndarray, out: np.ndarray) -> Callable[[], None]:
+    from mpi4py import MPI
+
+    if coll == "all_reduce":
+        return lambda: comm.Allreduce(inp, out, op=MPI.SUM)
+    if coll == "all_gather":
+        return lambda: comm.Allgather(inp, out)
+    if coll == "reduce_scatter":
+        return lambda: comm.Reduce_scatter_block(inp, out, op=MPI.SUM)
+    return lambda: comm.Bcast(inp, root=0)
+
+
+def _same_worker(sizes: Sequence[int], collectives: Sequence[str], out_path: str, touch: bool, turns: int) -> None:
+    """One rank of an MPICH job that also runs interlink: per collective and size, `turns` turns, each
+    timing both systems (the loop of time_loop, one repetition), in alternating order, on their own
+    buffers; per system the median over the turns."""
+    from mpi4py import MPI
+
+    import interlink as dist
+
+    comm = MPI.COMM_WORLD
+    rank, p = comm.Get_rank(), comm.Get_size()
+    dist.init(timeout=300)
+
+    def mx(t: float) -> float:
+        return comm.allreduce(t, op=MPI.MAX)
+
+    rows = []
+    for coll in collectives:
+        for nbytes in sizes:
+            bufs = {s: buffers(coll, nbytes, p, rank) for s in ("interlink-shm", "mpich")}
+            i_in, i_out = bufs["interlink-shm"]
+            calls = {"interlink-shm": {"all_reduce": lambda: dist.all_reduce(i_in),
+                                       "all_gather": lambda: dist.all_gather_into_tensor(i_out, i_in),
+                                       "reduce_scatter": lambda: dist.reduce_scatter_tensor(i_out, i_in),
+                                       "broadcast": lambda: dist.broadcast(i_in, src=0)}[coll],
+                     "mpich": _mpi_call(comm, coll, *bufs["mpich"])}
+            got: dict[str, list[float]] = {s: [] for s in calls}
+            for k in range(turns):
+                for s in (("interlink-shm", "mpich") if k % 2 == 0 else ("mpich", "interlink-shm")):
+                    got[s].append(time_loop(calls[s], comm.Barrier, mx, nbytes, reps=1,
+                                            touch=toucher(bufs[s][0]) if touch else None))
+            for s, ts in got.items():
+                rows.append(row(s, coll, p, actual_bytes(coll, nbytes, p), statistics.median(ts)))
+    dist.destroy()
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(rows, f)
+
+
+def run_same_process(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLLECTIVES,
+                     turns: int = 3, timeout: float = 1800, touch: bool = False) -> list[dict]:
+    """interlink (shared memory) and MPICH in one MPICH job, taking turns per collective and size, a few
+    milliseconds apart: both land in the same of this VM's fast and slow modes, which last seconds
+    (benchmarks/RESULTS.md sections 20 and 26). Rows of both systems, each the median over the turns;
+    [] with a note on stderr if mpi4py/mpich is missing."""
+    import secrets
+
+    exe = mpiexec()
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        exe = None
+    if exe is None:
+        print("compare: mpi4py/mpich not installed (pip install 'interlink[compare]'): skipping", file=sys.stderr)
+        return []
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               INTERLINK_SECRET=secrets.token_hex(16), INTERLINK_TRANSPORT="shm")
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "same.json")
+        code = (f"from interlink.bench.peers import _same_worker; "
+                f"_same_worker({list(sizes)!r}, {list(collectives)!r}, {out!r}, {touch!r}, {turns!r})")
+        subprocess.run([exe, "-n", str(nranks), sys.executable, "-c", code], check=True, timeout=timeout, env=env)
         with open(out) as f:
             return json.load(f)
 
