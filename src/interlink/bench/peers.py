@@ -146,9 +146,8 @@ def mpiexec() -> str | None:
     return cand if os.path.exists(cand) else shutil.which("mpiexec")
 
 
-def run_mpi(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLLECTIVES,
-            timeout: float = 900, touch: bool = False) -> list[dict]:
-    """Run the sweep under MPICH's mpiexec; [] with a note on stderr if mpi4py/mpich is missing."""
+def _mpi_launcher() -> str | None:
+    """MPICH's mpiexec where mpi4py imports too; else None, with a note on stderr."""
     exe = mpiexec()
     try:
         import mpi4py  # noqa: F401
@@ -156,6 +155,14 @@ def run_mpi(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLL
         exe = None
     if exe is None:
         print("compare: mpi4py/mpich not installed (pip install 'interlink[compare]'): skipping MPI", file=sys.stderr)
+    return exe
+
+
+def run_mpi(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLLECTIVES,
+            timeout: float = 900, touch: bool = False) -> list[dict]:
+    """Run the sweep under MPICH's mpiexec; [] with a note on stderr if mpi4py/mpich is missing."""
+    exe = _mpi_launcher()
+    if exe is None:
         return []
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "mpi.json")
@@ -226,13 +233,8 @@ def run_same_process(nranks: int, sizes: Sequence[int], collectives: Sequence[st
     [] with a note on stderr if mpi4py/mpich is missing."""
     import secrets
 
-    exe = mpiexec()
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        exe = None
+    exe = _mpi_launcher()
     if exe is None:
-        print("compare: mpi4py/mpich not installed (pip install 'interlink[compare]'): skipping", file=sys.stderr)
         return []
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                INTERLINK_SECRET=secrets.token_hex(16), INTERLINK_TRANSPORT="shm")
