@@ -756,3 +756,34 @@ def test_staged_reductions_keep_an_in_place_destination(nranks: int) -> None:
             pytest.skip("no cross-memory attach here: arenas are not mapped")
         assert path == "all_reduce:fastd", path
         assert staged == (rank % 2 == 1), (rank, staged)
+
+
+def _yield_rule(rank: int, world: int, cpus: int) -> tuple[bool, int, int]:
+    """(oversubscribed, the engine's and the fast path's spins before yielding) of a rank that may use
+    only `cpus` cores (0: as given)."""
+    import os
+
+    if cpus:
+        os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cpus]))
+    import interlink as dist
+    from interlink.runtime import api
+
+    g = dist.init(timeout=30)
+    eng = g.ctx.engine
+    got = (eng.oversub, eng.yield_after, api._world()._fast.yield_after)
+    dist.destroy()
+    return got
+
+
+@pytest.mark.parametrize("world,cpus", [(3, 1), (2, 0)])
+def test_ranks_that_share_cores_yield_at_once(world: int, cpus: int) -> None:
+    """Where a host runs more local ranks than cores, every spin of a wait yields the core (the peer that
+    shares it must run to publish); elsewhere the first 16 spins do not. The engine's channel waits and
+    the host page's waits follow the same rule (benchmarks/RESULTS.md section 26)."""
+    import os
+
+    res = run_ranks(world, _yield_rule, cpus, timeout=60)
+    for oversub, eng_after, fast_after in res:
+        if cpus or world > len(os.sched_getaffinity(0)):
+            assert oversub
+        assert eng_after == fast_after == (0 if oversub else 16), res

@@ -170,6 +170,7 @@ class FastPath:
         self.bells = [self.page.bell(i) for i in self.peers]
         self.members = bell.members
         self.spin = engine.spin
+        self.yield_after = engine.yield_after  # spins before each further one yields the core
         self.safe = 0  # every peer is known to have finished reading calls <= safe
         # the hot path reads and writes the page's control words as Python ints through memoryviews
         # (20 ns a word, against 70 ns through numpy scalars)
@@ -287,7 +288,7 @@ class FastPath:
         while not ready():
             spins += 1
             if spins < self.spin:
-                if spins > 16:
+                if spins > self.yield_after:
                     os.sched_yield()
                 continue
             self._peek_channels(seq, sig)
