@@ -120,6 +120,19 @@ def memcpy_bandwidth(nbytes: int = 64 * 2**20, reps: int = 7) -> float:
 
 # ---- MPICH via mpi4py ------------------------------------------------------------------------
 
+def _mpi_call(comm, coll: str, inp: np.ndarray, out: np.ndarray) -> Callable[[], None]:
+    """One MPICH call of the sweep on these buffers (mpi4py)."""
+    from mpi4py import MPI
+
+    if coll == "all_reduce":
+        return lambda: comm.Allreduce(inp, out, op=MPI.SUM)
+    if coll == "all_gather":
+        return lambda: comm.Allgather(inp, out)
+    if coll == "reduce_scatter":
+        return lambda: comm.Reduce_scatter_block(inp, out, op=MPI.SUM)
+    return lambda: comm.Bcast(inp, root=0)
+
+
 def _mpi_worker(sizes: Sequence[int], collectives: Sequence[str], out_path: str, touch: bool = False) -> None:
     from mpi4py import MPI
 
@@ -174,18 +187,6 @@ def run_mpi(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLL
 
 
 # ---- interlink and MPICH in the same processes -------------------------------------------------
-
-def _mpi_call(comm, coll: str, inp: np.ndarray, out: np.ndarray) -> Callable[[], None]:
-    from mpi4py import MPI
-
-    if coll == "all_reduce":
-        return lambda: comm.Allreduce(inp, out, op=MPI.SUM)
-    if coll == "all_gather":
-        return lambda: comm.Allgather(inp, out)
-    if coll == "reduce_scatter":
-        return lambda: comm.Reduce_scatter_block(inp, out, op=MPI.SUM)
-    return lambda: comm.Bcast(inp, root=0)
-
 
 def _same_worker(sizes: Sequence[int], collectives: Sequence[str], out_path: str, touch: bool, turns: int) -> None:
     """One rank of an MPICH job that also runs interlink: per collective and size, `turns` turns, each
