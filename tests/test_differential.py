@@ -8,7 +8,8 @@ torch tensors, the default algorithm or a named Schedule, synchronous or async. 
 result against numpy computed independently (tests/differential.py).
 
 Profiles (tests/conftest.py): `ci` (the default: a few hundred calls, a couple of minutes on 2 cores) and
-`long` to run by hand: `python3 -m pytest tests/test_differential.py --hypothesis-profile=long`.
+`long` to run by hand: `python3 -m pytest tests/test_differential.py --hypothesis-profile=long`
+(INTERLINK_DIFF_RANKS=6,7,8: other rank counts than 1-5).
 A deterministic sweep runs every collective at sizes on both sides of each threshold on 2 and 3 ranks, in
 place and out of place, and checks that it really took every shared-memory path.
 """
@@ -88,14 +89,16 @@ def cases(draw, thresholds: dict, p: int):
     count = draw(st.sampled_from(sizes_for(thresholds, coll, itemsize, p)))
     algos = registry.algorithms_for(SCHEDULED[coll]) if coll in SCHEDULED else []
     algorithm = draw(st.one_of(st.none(), st.none(), st.sampled_from(algos))) if algos else None
-    return D.Case(coll=coll, count=count, dtype=dtype, op=op, root=draw(st.integers(0, 4)),
+    return D.Case(coll=coll, count=count, dtype=dtype, op=op, root=draw(st.integers(0, max(4, p - 1))),
                   inplace=coll in D.IN_PLACE and draw(st.booleans()), kind=kind, algorithm=algorithm,
                   async_op=draw(st.booleans()), seed=draw(st.integers(0, 2**31)))
 
 
 # the rank counts and transports: every pair is its own world, kept across that pair's examples (one rank
-# has no peer to reach, so it runs once, on the default transport)
-WORLDS = [(p, t) for t in ("shm", "tcp") for p in (1, 2, 3, 4, 5) if p > 1 or t == "shm"]
+# has no peer to reach, so it runs once, on the default transport). INTERLINK_DIFF_RANKS=6,7,8 runs other
+# counts (a long run by hand: more ranks than cores, every rank count's own thresholds)
+_RANKS = tuple(int(x) for x in os.environ.get("INTERLINK_DIFF_RANKS", "1,2,3,4,5").split(",") if x.strip())
+WORLDS = [(p, t) for t in ("shm", "tcp") for p in _RANKS if p > 1 or t == "shm"]
 
 
 @pytest.mark.parametrize("p,transport", WORLDS, ids=[f"{p}ranks-{t}" for p, t in WORLDS])

@@ -229,3 +229,79 @@ def test_collectives(nranks: int, transport: str, part: str) -> None:
     fails = [f for _, fl in res for f in fl]
     assert not fails, "\n".join(fails[:20])
     assert all(checks > 20 for checks, _ in res)
+
+
+def _subgroups(rank: int, world: int) -> tuple[int, list[str]]:
+    """Sub-groups (a subset, a reversed subset, an unordered one, the reversed world) and the world, every
+    collective at sizes on both sides of the channels' thresholds (cross-memory attach from 256 KiB for
+    all_gather, 2 MiB for the rest; policy.cma_threshold), in place and out of place, each against numpy."""
+    import interlink as dist
+    from interlink.runtime.policy import cma_threshold
+
+    dist.init()
+    specs = [[0, 2, 4], [3, 1], [3, 0, 4], list(reversed(range(world)))]
+    groups = [(s, dist.new_group(s)) for s in specs] + [(list(range(world)), None)]
+    dts = (np.float32, np.int32, np.float64, np.uint8, np.int64, np.float16)
+    cuts = sorted({cma_threshold("all_gather"), cma_threshold("all_reduce")})
+    nbytes = [0, 4, 1021 * 4] + [c + d for c in cuts for d in (-8, 8)]
+    checks, fails, k = 0, [], 0
+    for coll in ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all"):
+        for members, g in groups:
+            for nb in nbytes:
+                k += 1
+                dt = np.dtype(dts[k % len(dts)])
+                q = len(members)
+                per = coll in ("all_gather", "reduce_scatter", "all_to_all")
+                n = max(0, nb // dt.itemsize // (q if per else 1))  # all_gather: nb is the output
+                ops = [o for o in (ReduceOp.SUM, ReduceOp.MAX, ReduceOp.MIN) if o in ops_for_dtype(dt)]
+                op = ops[k % len(ops)]
+                root = members[k % q]
+                inplace = k % 2 == 0
+                if rank not in members:
+                    continue
+                me = members.index(rank)
+                kw = {} if g is None else {"group": g}
+                full = n * q if per else n
+                ins = {m: data(m, k, full, dt, op) for m in members}
+                x = ins[rank].copy()
+                if coll == "all_reduce":
+                    dist.all_reduce(x, op=op.name.lower(), **kw)
+                    got, exp = x, numpy_reduce(op, [ins[m] for m in members])
+                elif coll == "reduce":
+                    dist.reduce(x, dst=root, op=op.name.lower(), **kw)
+                    got, exp = x, numpy_reduce(op, [ins[m] for m in members]) if rank == root else ins[rank]
+                elif coll == "broadcast":
+                    dist.broadcast(x, src=root, **kw)
+                    got, exp = x, ins[root]
+                elif coll == "all_gather":
+                    out = np.zeros(n * q, dt)
+                    if inplace:
+                        out[me * n:(me + 1) * n] = x[:n]
+                        dist.all_gather_into_tensor(out, out[me * n:(me + 1) * n], **kw)
+                    else:
+                        dist.all_gather_into_tensor(out, x[:n].copy(), **kw)
+                    got, exp = out, np.concatenate([ins[m][:n] for m in members])
+                elif coll == "reduce_scatter":
+                    out = x[me * n:(me + 1) * n] if inplace else np.zeros(n, dt)
+                    dist.reduce_scatter_tensor(out, x, op=op.name.lower(), **kw)
+                    got, exp = out, numpy_reduce(op, [ins[m] for m in members])[me * n:(me + 1) * n]
+                else:
+                    out = np.zeros(n * q, dt)
+                    dist.all_to_all_single(out, x, **kw)
+                    got, exp = out, np.concatenate([ins[m][me * n:(me + 1) * n] for m in members])
+                checks += 1
+                if not _eq(got, exp):
+                    fails.append(f"rank {rank}: {coll} group {members} {dt} n={n} {op.name} root={root} "
+                                 f"inplace={inplace}: {int(np.sum(got != exp))} elements wrong")
+    dist.barrier()
+    dist.destroy()
+    return checks, fails
+
+
+def test_subgroups_against_numpy_across_the_channel_thresholds() -> None:
+    """5 ranks over shared memory: every collective on sub-groups (subsets, reversed, unordered) and the
+    world, on both sides of each channel threshold; exact on every rank."""
+    res = run_ranks(5, _subgroups, timeout=300)
+    fails = [f for _, fl in res for f in fl]
+    assert not fails, "\n".join(fails[:20])
+    assert all(checks >= 6 * 3 * 7 for checks, _ in res)
