@@ -124,3 +124,37 @@ def test_ranks_that_place_a_call_differently_mismatch() -> None:
     for r in res:
         assert "CollectiveMismatchError" in r or "mismatch" in r.lower(), res
         assert "broadcast" in r, res
+
+
+def _host_page_resident(rank: int, world: int) -> tuple[int, int]:
+    """(KiB of the host page's mapping resident in this process right after init, its size in KiB)."""
+    import interlink as dist
+
+    dist.init()
+    rss = size = 0
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            if "-" in line.split()[0] and not line.split()[0].endswith(":"):  # a mapping's first line
+                inside = "interlink-host" in line
+                if inside:
+                    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                    size += (hi - lo) // 1024
+            elif inside and line.startswith("Rss:"):
+                rss += int(line.split()[1])
+    dist.barrier()
+    dist.destroy()
+    return rss, size
+
+
+@pytest.mark.parametrize("populate", ["1", "0"])
+def test_the_host_page_is_present_from_init(populate: str) -> None:
+    """INTERLINK_SHM_POPULATE=1 (the default) maps the host page with every page present in every rank,
+    so that no call pays for the first touch of a rotated slot place; 0 leaves it to the first touches."""
+    res = run_ranks(2, _host_page_resident, env={"INTERLINK_SHM_POPULATE": populate}, timeout=120)
+    for rss, size in res:
+        assert size >= 4 << 10, f"no host page mapping found ({size} KiB)"
+        if populate == "1":
+            assert rss >= 0.95 * size, f"{rss} of {size} KiB resident after init"
+        else:
+            assert rss <= 0.5 * size, f"{rss} of {size} KiB resident after init without populating"

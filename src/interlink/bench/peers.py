@@ -75,8 +75,26 @@ def toucher(inp: np.ndarray) -> Callable[[int], None]:
     return lambda k: inp.fill(k % 7)
 
 
+PAGE = 4096
+
+
+def aligned_empty(n: int, dtype=np.float32, align: int = PAGE) -> np.ndarray:
+    """n elements of dtype starting on an ``align``-byte boundary, as nccl-tests' (cudaMalloc) and the OSU
+    micro-benchmarks' (posix_memalign) buffers do. Two arrays allocated one after the other from the heap
+    lie 16 bytes apart modulo 4 KiB, and a copy from the first into the second runs 2-8x slower on this
+    project's x86 machines from 4 KiB to 256 KiB (4K aliasing: every load waits on the store just made;
+    benchmarks/RESULTS.md section 27), in whichever system copies: MPICH's out-of-place Allreduce of
+    256 KiB on 2 ranks took 258 us on such buffers and 99 us on page-aligned ones. A benchmark that
+    allocates its buffers in sequence measures the allocator, not the library."""
+    dt = np.dtype(dtype)
+    raw = np.empty(n * dt.itemsize + align, np.uint8)
+    at = (-raw.ctypes.data) % align
+    return raw[at:at + n * dt.itemsize].view(dt)
+
+
 def buffers(collective: str, nbytes: int, nranks: int, rank: int, dtype=np.float32):
-    """(input, output) numpy arrays for a collective of nccl-tests size nbytes.
+    """(input, output) numpy arrays for a collective of nccl-tests size nbytes, each page-aligned
+    (:func:`aligned_empty`: no system is timed on a layout the allocator happened to make).
 
     Both are written once before timing (like nccl-tests' data initialisation): an input that was never
     written is the kernel's shared zero page, which a copy reads from cache at any size (a 64 MiB
@@ -84,13 +102,13 @@ def buffers(collective: str, nbytes: int, nranks: int, rank: int, dtype=np.float
     isz = np.dtype(dtype).itemsize
     if collective in ("all_reduce", "broadcast"):
         n = max(nbytes // isz, 1)
-        inp, out = np.empty(n, dtype), np.empty(n, dtype)
+        inp, out = aligned_empty(n, dtype), aligned_empty(n, dtype)
     else:
         per = max(nbytes // isz // nranks, 1)
         if collective == "all_gather":
-            inp, out = np.empty(per, dtype), np.empty(per * nranks, dtype)
+            inp, out = aligned_empty(per, dtype), aligned_empty(per * nranks, dtype)
         elif collective == "reduce_scatter":
-            inp, out = np.empty(per * nranks, dtype), np.empty(per, dtype)
+            inp, out = aligned_empty(per * nranks, dtype), aligned_empty(per, dtype)
         else:
             raise ValueError(collective)
     inp.fill(0)  # zeros keep sums finite over any number of calls

@@ -424,10 +424,11 @@ def _host_page(rank: int, members: list[int], channels: dict, controls: dict, ti
     """The lowest rank of the page makes the host's doorbell page and passes it to every other member."""
     leader = members[0]
     if rank == leader:
-        page = HostPage.share(len(members), policy.fast_max_bytes(), [controls[j] for j in members[1:]])
+        page = HostPage.share(len(members), policy.fast_max_bytes(), [controls[j] for j in members[1:]],
+                              policy.host_page_populate())
     else:
         try:
-            page = HostPage.receive(controls[leader], timeout)
+            page = HostPage.receive(controls[leader], timeout, policy.host_page_populate())
         except (ConnectionError, OSError) as e:
             raise CommTimeoutError(f"rank {rank}: the host page from rank {leader} did not arrive ({e})",
                                    op="init", group="world", seq=0, ranks=[leader]) from None

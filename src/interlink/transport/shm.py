@@ -320,6 +320,17 @@ FAST_SLOT_HDR = 192  # bytes at the start of each slot for its user's header (ru
 _PAGE_HELLO = struct.Struct("<QQ")  # nlocal, slot payload bytes: sent with the page's descriptor
 
 
+def _map(fd: int, size: int, populate: bool) -> mmap.mmap:
+    """The host page mapped; with ``populate``, every page present from the start (MAP_POPULATE, where the
+    platform has it), so that no call pays for the first touch of a slot: successive calls of one shape
+    rotate through up to 16 places of each slot, and each place's first use faulted its pages in, in every
+    rank (2 ranks, all_reduce of 16 KiB: calls 2-32 took 2.1x the steady state's time; benchmarks/RESULTS.md
+    section 27). The cost: the page's memory is committed at init (the runtime's policy decides,
+    policy.host_page_populate)."""
+    flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
+    return mmap.mmap(fd, size, flags=flags)
+
+
 class HostPage:
     """One small shared page per host: a doorbell per local rank, and two small-message slots per rank.
 
@@ -357,24 +368,22 @@ class HostPage:
         return ((nlocal * BELL + 4095) // 4096) * 4096 + 2 * (nlocal + 1) * stride
 
     @classmethod
-    def create(cls, nlocal: int, fast_max: int) -> tuple["HostPage", int]:
+    def create(cls, nlocal: int, fast_max: int, populate: bool = True) -> tuple["HostPage", int]:
         """A new page for nlocal ranks whose slots carry up to fast_max bytes (0: doorbells only), and
         its descriptor (the caller closes it)."""
         size = cls.size(nlocal, fast_max)
         fd = os.memfd_create("interlink-host", os.MFD_CLOEXEC)
         os.ftruncate(fd, size)
-        mm = mmap.mmap(fd, size)
-        return cls(mm, nlocal, fast_max), fd
+        return cls(_map(fd, size, populate), nlocal, fast_max), fd
 
     @classmethod
-    def attach(cls, fd: int, nlocal: int, fast_max: int) -> "HostPage":
-        mm = mmap.mmap(fd, cls.size(nlocal, fast_max))
-        return cls(mm, nlocal, fast_max)
+    def attach(cls, fd: int, nlocal: int, fast_max: int, populate: bool = True) -> "HostPage":
+        return cls(_map(fd, cls.size(nlocal, fast_max), populate), nlocal, fast_max)
 
     @classmethod
-    def share(cls, nlocal: int, fast_max: int, socks: "list[socket.socket]") -> "HostPage":
+    def share(cls, nlocal: int, fast_max: int, socks: "list[socket.socket]", populate: bool = True) -> "HostPage":
         """Create the page (the host's lowest rank) and send it over each Unix socket in socks."""
-        page, fd = cls.create(nlocal, fast_max)
+        page, fd = cls.create(nlocal, fast_max, populate)
         try:
             for sock in socks:
                 socket.send_fds(sock, [_PAGE_HELLO.pack(nlocal, fast_max)], [fd])
@@ -383,7 +392,7 @@ class HostPage:
         return page
 
     @classmethod
-    def receive(cls, sock: socket.socket, timeout: float) -> "HostPage":
+    def receive(cls, sock: socket.socket, timeout: float, populate: bool = True) -> "HostPage":
         """The page a peer shares over the Unix socket sock; ConnectionError when it does not arrive."""
         sock.settimeout(timeout)
         try:
@@ -395,7 +404,7 @@ class HostPage:
                 os.close(fd)
             raise ConnectionError("the host page did not arrive")
         try:
-            return cls.attach(fds[0], *_PAGE_HELLO.unpack(msg))
+            return cls.attach(fds[0], *_PAGE_HELLO.unpack(msg), populate)
         finally:
             os.close(fds[0])
 
