@@ -22,22 +22,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
-import subprocess
 import sys
 import time
-
-
-def _launch(args: argparse.Namespace) -> int:
-    from interlink.bench.peers import free_port, mpiexec
-
-    exe = mpiexec()
-    if exe is None:
-        raise SystemExit("mpiexec not found: pip install -e '.[compare]'")
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               INTERLINK_SECRET=secrets.token_hex(16), INTERLINK_FLOORS_CHILD="1")
-    return subprocess.call([exe, "-n", str(args.ranks), sys.executable, os.path.abspath(__file__), *sys.argv[1:]],
-                           env=env)
 
 
 def _rank(args: argparse.Namespace) -> None:
@@ -133,7 +119,9 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=8)
     args = ap.parse_args()
     if os.environ.get("INTERLINK_FLOORS_CHILD") != "1":
-        return _launch(args)
+        from interlink.bench.peers import relaunch_under_mpiexec
+
+        return relaunch_under_mpiexec(__file__, args.ranks, "INTERLINK_FLOORS_CHILD", sys.argv[1:])
     _rank(args)
     return 0
 

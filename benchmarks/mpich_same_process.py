@@ -18,23 +18,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import statistics
-import subprocess
 import sys
 import time
-
-
-def _launch(args: argparse.Namespace) -> int:
-    from interlink.bench.peers import free_port, mpiexec
-
-    exe = mpiexec()
-    if exe is None:
-        raise SystemExit("mpiexec not found: pip install -e '.[compare]'")
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               INTERLINK_SECRET=secrets.token_hex(16), INTERLINK_SAME_PROCESS_CHILD="1")
-    return subprocess.call([exe, "-n", str(args.ranks), sys.executable, os.path.abspath(__file__), *sys.argv[1:]],
-                           env=env)
 
 
 def _rank(args: argparse.Namespace) -> None:
@@ -42,6 +28,7 @@ def _rank(args: argparse.Namespace) -> None:
     from mpi4py import MPI
 
     import interlink as dist
+    from interlink.bench.peers import aligned_empty
     from interlink.cli.bench import parse_size
 
     comm = MPI.COMM_WORLD
@@ -50,12 +37,10 @@ def _rank(args: argparse.Namespace) -> None:
     ops = {"all_reduce": MPI.SUM, "reduce_scatter": MPI.SUM}
     for nb in (parse_size(s) for s in args.sizes.split(",")):
         n = max(p, nb // 4 // p * p)
-        x = np.empty(n, np.float32)
-        x.fill(0)
-        o = np.empty(n, np.float32)
-        o.fill(0)
-        blk = np.empty(n // p, np.float32)
-        blk.fill(0)
+        # page-aligned, as compare.py's: MPICH's out-of-place copies are not timed on 4K-aliased buffers
+        x, o, blk = aligned_empty(n), aligned_empty(n), aligned_empty(n // p)
+        for a in (x, o, blk):
+            a.fill(0)
         inp = blk if args.collective == "all_gather" else x
         ours, theirs = {
             "broadcast": (lambda: dist.broadcast(x, src=0), lambda: comm.Bcast(x, root=0)),
@@ -106,7 +91,9 @@ def main() -> int:
     ap.add_argument("--touch", action="store_true", help="write the input before every call (outside the timing)")
     args = ap.parse_args()
     if os.environ.get("INTERLINK_SAME_PROCESS_CHILD") != "1":
-        return _launch(args)
+        from interlink.bench.peers import relaunch_under_mpiexec
+
+        return relaunch_under_mpiexec(__file__, args.ranks, "INTERLINK_SAME_PROCESS_CHILD", sys.argv[1:])
     _rank(args)
     return 0
 

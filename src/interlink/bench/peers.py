@@ -177,6 +177,21 @@ def mpiexec() -> str | None:
     return cand if os.path.exists(cand) else shutil.which("mpiexec")
 
 
+def relaunch_under_mpiexec(script: str, ranks: int, marker: str, argv: Sequence[str]) -> int:
+    """Start ``script argv`` on ``ranks`` ranks of MPICH's mpiexec, each able to init interlink too (a free
+    MASTER_ADDR/MASTER_PORT on loopback, a fresh INTERLINK_SECRET) and with ``marker``=1 in its environment,
+    so that the script knows it is a rank; its exit code. For the benchmarks that time interlink and MPICH
+    in the same processes (benchmarks/mpich_same_process.py, benchmarks/allgather_floors.py)."""
+    import secrets
+
+    exe = mpiexec()
+    if exe is None:
+        raise SystemExit("mpiexec not found: pip install -e '.[compare]'")
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               INTERLINK_SECRET=secrets.token_hex(16), **{marker: "1"})
+    return subprocess.call([exe, "-n", str(ranks), sys.executable, os.path.abspath(script), *argv], env=env)
+
+
 def _mpi_launcher() -> str | None:
     """MPICH's mpiexec where mpi4py imports too; else None, with a note on stderr."""
     exe = mpiexec()
