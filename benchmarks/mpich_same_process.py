@@ -24,7 +24,6 @@ import time
 
 
 def _rank(args: argparse.Namespace) -> None:
-    import numpy as np
     from mpi4py import MPI
 
     import interlink as dist
