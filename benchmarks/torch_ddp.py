@@ -16,6 +16,9 @@ runs, slowest rank):
                (bucket copies, hooks) with no communication; gloo's step minus it is the communication's
                share of gloo's step (the issue's condition for its step-time target)
   allreduce -- one all_reduce of a buffer the size of all gradients (the collective alone)
+  fsdp2 collectives alone -- (with fsdp2) per layer, an all_gather of its parameters and a reduce_scatter
+               of its gradients on flat buffers, the collectives of one FSDP2 step without FSDP's own
+               copies into and out of them (which the step times for both backends alike)
 The interlink backend returns asynchronous Works for DDP's buckets and FSDP's prefetches, so its
 communication overlaps with the backward pass; gloo's does too (its own worker threads).
 
@@ -136,8 +139,25 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
         backend._ASYNC = "env"
         return slowest(took)
 
-    res = {k: [] for k in (*models, "compute", "ar_interlink", "ar_gloo")}
+    fsdp = "fsdp2" in args["modes"]
+    res = {k: [] for k in (*models, "compute", "ar_interlink", "ar_gloo",
+                           *(("fc_interlink", "fc_gloo") if fsdp else ()))}
     buf = torch.ones(nparams, device=dev)
+    # FSDP2's collectives alone: per layer, the all_gather of its parameters (forward) and the
+    # reduce_scatter of its gradients (backward), on flat buffers of the sizes fully_shard uses
+    layer_sizes = [sum(p.numel() for p in layer.parameters()) for layer in base if isinstance(layer, torch.nn.Linear)]
+    shards = [(torch.ones(-(-n // world), device=dev), torch.ones(-(-n // world) * world, device=dev))
+              for n in layer_sizes] if fsdp else []
+
+    # (torch 2.13 names them *_single; the *_tensor names are deprecated there)
+    ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+    def fsdp_collectives(g) -> None:
+        for shard, full in shards:
+            ag(full, shard, group=g)
+        for shard, full in shards:
+            rs(shard, full, group=g)
     for name, m in models.items():  # warm-up: buckets built, buffers touched
         steps(m, opts[name])
     for _ in range(args["runs"]):
@@ -152,6 +172,15 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
                 dist.all_reduce(buf, group=g)
             sync()
             res[name].append(slowest((time.perf_counter() - t0) / 3))
+        if fsdp:
+            for name, g in (("fc_interlink", None), ("fc_gloo", gloo)):
+                fsdp_collectives(g)
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(3):
+                    fsdp_collectives(g)
+                sync()
+                res[name].append(slowest((time.perf_counter() - t0) / 3))
     dist.destroy_process_group()
     q.put((rank, nparams, res))
 
@@ -222,6 +251,10 @@ def main(argv=None) -> int:
                   f"({len(os.sched_getaffinity(0))} cores, {world} ranks)")
         print(f"  allreduce: interlink {med['ar_interlink'] * 1e3:8.1f} ms   gloo {med['ar_gloo'] * 1e3:8.1f} ms   "
               f"gloo/interlink {med['ar_gloo'] / med['ar_interlink']:.2f}x")
+        if "fc_interlink" in med:
+            print(f"  fsdp2 collectives alone (per layer: all_gather of its parameters, reduce_scatter of its "
+                  f"gradients): interlink {med['fc_interlink'] * 1e3:8.1f} ms   gloo {med['fc_gloo'] * 1e3:8.1f} ms   "
+                  f"gloo/interlink {med['fc_gloo'] / med['fc_interlink']:.2f}x")
         out.append(row)
     if a.json:
         with open(a.json, "w") as f:
