@@ -445,10 +445,10 @@ class FastPath:
             dst = a if kind == AR else out
             parts = sc.parts[pos]
             fn = sc.fn
-            if len(parts) > 1:
-                fn(parts[0], parts[1], out=dst)
+            if len(parts) > 1:  # (out passed by position: a ufunc parses a keyword in 0.25 us more)
+                fn(parts[0], parts[1], dst)
                 for k in range(2, len(parts)):
-                    fn(dst, parts[k], out=dst)
+                    fn(dst, parts[k], dst)
             else:
                 dst[...] = parts[0]
             if sc.avg:
@@ -477,9 +477,9 @@ class FastPath:
                 self._set(rw, f)  # the waiters check the signatures themselves
                 raise
             parts, fn = sc.parts[pos], sc.fn
-            fn(parts[0], parts[1], out=a)
+            fn(parts[0], parts[1], a)
             for k in range(2, len(parts)):
-                fn(a, parts[k], out=a)
+                fn(a, parts[k], a)
             if sc.avg:
                 finish_avg(a, self.n)
             sc.res[pos][...] = a
