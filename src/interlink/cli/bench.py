@@ -296,6 +296,18 @@ class ModelColumn:
         if any(n.startswith(_DEFAULTS_NOTE) for n in pred.notes):
             self.defaults = True
 
+    def warm(self, dtype: str) -> None:
+        """Make one prediction and forget it: the model's first one loads the host parameters and builds its
+        caches (about 20 ms, after 45 ms for the topology), which the benchmark does before its ranks time
+        anything (a parent busy on a 2-core host preempted a rank: one of the first rows read 5x its time)."""
+        if not self.available or self.collective == "sendrecv":
+            return
+        try:
+            self._predict(self.collective, 1 << 20, self.topology, dtype=dtype,
+                          transport="tcp" if self.tcp else None)
+        except Exception:  # noqa: BLE001 - warming must never break the benchmark
+            pass
+
     def notes(self) -> list[str]:
         """One line each (no '#'): why the model column says N/A, and how to calibrate the model."""
         out = []
@@ -365,6 +377,12 @@ def run(args: argparse.Namespace) -> int:
     dtype_name = str(parse_dtype(cfg.dtype))
     show_table = args.json_path != "-"  # '-': the JSON goes to stdout instead of the table
 
+    # the model column is built and warmed before the ranks start (imports, the topology, a first
+    # prediction: ~70 ms of CPU that, during the ranks' first timed sizes, took a core from one of them)
+    pre_transport = "tcp" if args.transport == "tcp" else "shm"
+    premodel = ModelColumn(cfg.collective, nranks, pre_transport, topology)
+    premodel.warm(dtype_name)
+
     # the table is printed as it goes, like nccl-tests: its header when the ranks are up, each row as
     # soon as its size is done (predicted column included), the footer and notes at the end
     state: dict[str, Any] = {"rows": [], "start": None, "end": False, "meta": None, "model": None, "extras": []}
@@ -377,7 +395,8 @@ def run(args: argparse.Namespace) -> int:
                              "algorithm": cfg.algorithm, "min_bytes": cfg.min_bytes, "max_bytes": cfg.max_bytes,
                              "factor": cfg.factor, "iters": cfg.iters, "warmup": cfg.warmup, "check": cfg.check,
                              "auto_bytes": AUTO_BYTES}
-            model = ModelColumn(cfg.collective, ev["nranks"], ev["transport"], topology)
+            model = (premodel if (ev["nranks"], ev["transport"]) == (nranks, pre_transport)
+                     else ModelColumn(cfg.collective, ev["nranks"], ev["transport"], topology))
             if hosts is not None and hosts > 1 and topology is None:
                 model.available = False  # the emulated hosts could not be modelled: no column
             state["model"] = model
