@@ -177,19 +177,25 @@ def mpiexec() -> str | None:
     return cand if os.path.exists(cand) else shutil.which("mpiexec")
 
 
+def _interlink_in_mpi_env(**extra: str) -> dict:
+    """The environment of an MPICH job whose ranks init interlink too: loopback rendezvous on a free port,
+    a fresh job secret, and ``extra``."""
+    import secrets
+
+    return dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                INTERLINK_SECRET=secrets.token_hex(16), **extra)
+
+
 def relaunch_under_mpiexec(script: str, ranks: int, marker: str, argv: Sequence[str]) -> int:
     """Start ``script argv`` on ``ranks`` ranks of MPICH's mpiexec, each able to init interlink too (a free
     MASTER_ADDR/MASTER_PORT on loopback, a fresh INTERLINK_SECRET) and with ``marker``=1 in its environment,
     so that the script knows it is a rank; its exit code. For the benchmarks that time interlink and MPICH
     in the same processes (benchmarks/mpich_same_process.py, benchmarks/allgather_floors.py)."""
-    import secrets
-
     exe = mpiexec()
     if exe is None:
         raise SystemExit("mpiexec not found: pip install -e '.[compare]'")
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               INTERLINK_SECRET=secrets.token_hex(16), **{marker: "1"})
-    return subprocess.call([exe, "-n", str(ranks), sys.executable, os.path.abspath(script), *argv], env=env)
+    return subprocess.call([exe, "-n", str(ranks), sys.executable, os.path.abspath(script), *argv],
+                           env=_interlink_in_mpi_env(**{marker: "1"}))
 
 
 def _mpi_launcher() -> str | None:
@@ -265,13 +271,10 @@ def run_same_process(nranks: int, sizes: Sequence[int], collectives: Sequence[st
     milliseconds apart: both land in the same of this VM's fast and slow modes, which last seconds
     (benchmarks/RESULTS.md sections 20 and 26). Rows of both systems, each the median over the turns;
     [] with a note on stderr if mpi4py/mpich is missing."""
-    import secrets
-
     exe = _mpi_launcher()
     if exe is None:
         return []
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               INTERLINK_SECRET=secrets.token_hex(16), INTERLINK_TRANSPORT="shm")
+    env = _interlink_in_mpi_env(INTERLINK_TRANSPORT="shm")
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "same.json")
         code = (f"from interlink.bench.peers import _same_worker; "
