@@ -200,9 +200,10 @@ def _defaults() -> list[Param]:
         _p("host.slots.max_bytes_2_all_gather", 512.0 * 2**10, "B",
            "interlink.runtime.policy.slots_max_bytes_two_ranks_all_gather() default: on 2 ranks an all_gather "
            "whose per-rank input is above this reads the peer's input (fastd)"),
-        _p("host.slots.max_bytes_all_gather", 1.0 * 2**20, "B",
+        _p("host.slots.max_bytes_all_gather", 4.0 * 2**20, "B",
            "interlink.runtime.policy.slots_max_bytes_all_gather() default: on 3+ ranks an all_gather whose "
-           "per-rank input is above this reads the peers' inputs (fastd)"),
+           "per-rank input is above this reads the peers' inputs (fastd); the slot size where the runtime "
+           "streams its copies out of the slots (transport/stream.py), else 1 MiB"),
         _p("host.fastd.min_bytes", 2.0 * 2**20, "B",
            "interlink.runtime.fastpath (INTERLINK_SHM_AR_DIRECT_MIN_BYTES): all_reduce from the ranks' own "
            "buffers above this size (and above the two-phase path's)"),

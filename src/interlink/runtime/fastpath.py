@@ -40,7 +40,7 @@ from ..algorithms import registry
 from ..algorithms.hostpage import host_plan
 from ..errors import CollectiveMismatchError
 from ..ops import ReduceOp, finish_avg, ufunc
-from ..transport import cma, shmalloc
+from ..transport import cma, shmalloc, stream
 from ..transport.base import MsgHeader
 from . import policy
 from .engine import BELL_TIMEOUT, Engine
@@ -155,6 +155,7 @@ class FastPath:
         self.move_max_ag = min(self.move_max, policy.slots_max_bytes_two_ranks_all_gather() if self.n == 2
                                else policy.slots_max_bytes_all_gather())
         self.chunk = policy.fast_chunk_bytes()
+        self.stream_min = policy.stream_min_bytes()
         self.rot_bytes, self.rot_min = policy.slot_rotation_bytes(), policy.slot_rotation_min_bytes()
         self.cma_piece = 64 * self.chunk  # bytes per cross-memory read or write (8 MiB)
         # a copy whose pieces are pushed into peers' outputs (fastd all_gather) walks 2 MiB at a time: it
@@ -698,6 +699,10 @@ class FastPath:
         _, serial, inplace, overlap = key
         prog = sc.program
         stack = sc.stack[pos] if prog.scratch else None
+        # the outputs of the host's ranks in this call: copies into them stream when they are too large
+        # to be in cache (policy.stream_min_bytes)
+        obytes = (sc.count * self.n if sc.kind == AG else sc.block if sc.kind == RS else sc.count) * isz
+        streamed = stream.available and obytes * self.n >= self.stream_min
 
         def bind(op: Any) -> Any:
             generic = (lambda bufs, mapped, op=op: self._op(sc, op, bufs, mapped, pos, serial, inplace))
@@ -727,6 +732,21 @@ class FastPath:
             fn = sc.fn
             if len(srcs) == 1 and not srcs[0][2]:  # one copy
                 sv, su, _ = srcs[0]
+                if du is not None and du[0] == OUT and streamed and n * isz >= stream.MIN_BYTES:
+                    # into an output too large to be in cache: streaming stores (transport/stream.py)
+                    if sv is not None:
+                        def run(bufs, mapped, s=sv, lo=du[1], hi=du[2], copy=stream.copy):
+                            copy(bufs[OUT][lo:hi], s)
+                    else:
+                        def run(bufs, mapped, lo=du[1], hi=du[2], sb=su[0], slo=su[1], shi=su[2], copy=stream.copy):
+                            copy(bufs[OUT][lo:hi], bufs[sb][slo:shi])
+                    return run
+                if dv is not None and sv is None and streamed and n * isz * self.n >= self.stream_min:
+                    # a payload this large into this rank's slot: its lines are not in cache either (the
+                    # peers read it from memory, as they would after the slot's rotation)
+                    def run(bufs, mapped, d=dv, b=su[0], lo=su[1], hi=su[2], copy=stream.copy):
+                        copy(d, bufs[b][lo:hi])
+                    return run
                 if dv is not None and sv is not None:
                     def run(bufs, mapped, d=dv, s=sv):
                         d[...] = s

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ..transport import cuda_ipc
+from ..transport import cuda_ipc, stream
 
 
 def env_int(name: str, default: int) -> int:
@@ -145,12 +145,16 @@ def slots_max_bytes_two_ranks_all_gather() -> int:
 def slots_max_bytes_all_gather() -> int:
     """On 3 or more ranks, an all_gather whose per-rank input is larger than this reads the peers' inputs by
     cross-memory attach (fastd) instead of going through the slots, where cross-memory attach works
-    (INTERLINK_SHM_SLOTS_MAX_BYTES_AG, 1 MiB; at most the slot size, :func:`fast_max_bytes`). Broadcast and
-    reduce_scatter keep the slots up to the slot size. In-process A/B, inputs rewritten before each call
-    (`interlink run -n P benchmarks/slots_cma_ab.py`, RESULTS section 26), slots / fastd by per-rank input
-    of 1, 2, 4 MiB: 3 ranks 0.95-1.21, 1.30-1.34, -; 4 ranks 0.99-1.10, 1.16-1.19, 1.19-1.25; 8 ranks (2 MiB,
-    4 MiB) 1.06, 1.21; reduce_scatter and broadcast on 4 ranks at 1-4 MiB: 0.51-1.04 (the slots win)."""
-    return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_AG", 1 << 20), fast_max_bytes())
+    (INTERLINK_SHM_SLOTS_MAX_BYTES_AG; at most the slot size, :func:`fast_max_bytes`). Broadcast and
+    reduce_scatter keep the slots up to the slot size. With streaming copies out of the slots
+    (transport/stream.py, :func:`stream_min_bytes`) the all_gather keeps them too: in-process A/B
+    (`interlink run -n P benchmarks/stream_ab.py all_gather ... --slots --fastd`, RESULTS section 28), slots
+    (streaming) / fastd by per-rank input of 1, 2, 4 MiB: 3 ranks 1.14, 0.90, 0.99; 4 ranks 0.79, 0.84,
+    0.90; 8 ranks 0.75, 0.83, 0.96 (slots faster below 1). Without them (another architecture) 1 MiB:
+    slots / fastd then (RESULTS section 26) 3 ranks 0.95-1.21, 1.30-1.34, -; 4 ranks 0.99-1.10, 1.16-1.19,
+    1.19-1.25; 8 ranks (2 MiB, 4 MiB) 1.06, 1.21."""
+    default = fast_max_bytes() if stream.available else 1 << 20
+    return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_AG", default), fast_max_bytes())
 
 
 def ar_direct_min_bytes() -> int:
@@ -187,6 +191,42 @@ def slot_rotation_min_bytes() -> int:
     """Payloads below this many bytes stay at the start of the slots (INTERLINK_SLOT_ROTATION_MIN_BYTES,
     16 KiB): a few lines cost little to invalidate, and each place is a view kept per call shape."""
     return env_int("INTERLINK_SLOT_ROTATION_MIN_BYTES", 16 << 10)
+
+
+def stream_min_bytes() -> int:
+    """Copies out of the slots into a call's output use streaming stores (transport/stream.py) when the
+    outputs every local rank writes in that call add up to at least this many bytes
+    (INTERLINK_STREAM_MIN_BYTES; 0: never): half the host's last-level cache (sysfs; 16 MiB where it
+    cannot be read). Outputs that large are not in cache when the call writes them, where a plain copy
+    reads every line before writing it; below, the lines may still be in cache from the last call and a
+    streaming copy, which evicts them, is slower. In-process A/B (benchmarks/stream_ab.py, benchmarks/
+    RESULTS.md section 28), plain / streaming, all_gather by the outputs of the host's ranks: 4 ranks
+    8 MiB 1.05, 16 MiB 1.47, 64 MiB 1.28; 2 ranks 4 MiB 0.74, 8 MiB 1.11, 16 MiB 1.44."""
+    v = env_int("INTERLINK_STREAM_MIN_BYTES", -1)
+    if v < 0:
+        v = last_level_cache_bytes() // 2
+    return v if v > 0 else 1 << 62
+
+
+def last_level_cache_bytes() -> int:
+    """The size of the largest CPU cache sysfs reports for cpu0 (the L3 on x86 servers), 32 MiB where it
+    cannot be read."""
+    best = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for d in os.listdir(base):
+            try:
+                with open(os.path.join(base, d, "size")) as f:
+                    txt = f.read().strip().upper()
+            except OSError:
+                continue
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(txt[-1:], 1)
+            num = txt[:-1] if txt[-1:] in "KMG" else txt
+            if num.isdigit():
+                best = max(best, int(num) * mult)
+    except OSError:
+        pass
+    return best or 32 << 20
 
 
 def fast_chunk_bytes() -> int:
