@@ -251,7 +251,11 @@ class FastPath:
                 "fastd.all_reduce.min": self.ar_direct_min, "fast.chunk": self.chunk,
                 "fastd.piece": 2 * self.chunk, "fastd.cma_piece": 64 * self.chunk,
                 "fastd.push_piece": self.push_piece,
-                "slots.rotation_min": self.rot_min if self.rot_bytes > 0 else 0}
+                "slots.rotation_min": self.rot_min if self.rot_bytes > 0 else 0,
+                # copies out of the slots stream from here (the host's outputs add up to policy.stream_min_bytes):
+                # an input as large as its output, and an all_gather's per-rank input
+                "stream.min": -(-self.stream_min // self.n) if self.stream_min < 1 << 61 else 0,
+                "stream.min.all_gather": -(-self.stream_min // self.n ** 2) if self.stream_min < 1 << 61 else 0}
 
     def remember(self, key: tuple, sc: Any) -> Any:
         """Cache a call shape's Small (or False: not for these paths); the cache stays bounded."""
