@@ -122,15 +122,19 @@ def _streamed_suite(rank: int, world: int) -> tuple[list[str], int]:
     return fails, made[0]
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_collectives_that_stream_equal_numpy(world: int) -> None:
-    """The threshold lowered to one byte and the slots' limits raised (every size here runs through the
-    slots, step by step), so every copy out of the slots of at least stream.MIN_BYTES streams."""
+@pytest.mark.parametrize("world,path", [(2, "slots"), (3, "slots"), (2, "fastd"), (3, "fastd")])
+def test_collectives_that_stream_equal_numpy(world: int, path: str) -> None:
+    """The threshold lowered to one byte, so every copy of at least stream.MIN_BYTES that may stream does.
+    slots: the slots' limits raised (every size here runs through the slots, step by step); fastd: the
+    all_gather's limit lowered to 1 KiB, so its own block is streamed into its output and pushed from the
+    input (FastPath._push), in pieces of 64 KiB."""
     env = {"INTERLINK_STREAM_MIN_BYTES": "1", "INTERLINK_FAST_MAX_BYTES": "1024",
            "INTERLINK_FAST_INLINE_MAX_BYTES": "1024", "INTERLINK_FAST_CHUNK_BYTES": "4096",
            "INTERLINK_SHM_DIRECT_MAX_BYTES": str(256 << 10), "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": str(256 << 10),
            "INTERLINK_SHM_SLOTS_MAX_BYTES_2": str(256 << 10), "INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG": str(256 << 10),
            "INTERLINK_SHM_SLOTS_MAX_BYTES_AG": str(256 << 10)}
+    if path == "fastd":
+        env.update(INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG="1024", INTERLINK_SHM_SLOTS_MAX_BYTES_AG="1024")
     res = run_ranks(world, _streamed_suite, env=env, timeout=180)
     fails = [f for fl, _ in res for f in fl]
     assert not fails, "\n".join(fails[:10])

@@ -676,13 +676,22 @@ class FastPath:
         dst = o[off:off + count]
         step = max(1, self.push_piece // flat.dtype.itemsize)
         cross = self._cross
+        # outputs too large for the cache (policy.stream_min_bytes): this rank's block goes into its output with
+        # streaming stores and is pushed from the input, which that copy has just read into the cache; else the
+        # copy is pushed (in cache)
+        streamed = stream.available and o.nbytes * self.n >= self.stream_min
         for lo in range(0, count, step):
+            src = flat[lo:lo + step]
             piece = dst[lo:lo + step]
-            piece[...] = flat[lo:lo + step]
+            if streamed:
+                stream.copy(piece, src)
+            else:
+                piece[...] = src
+                src = piece
             if lo == 0:  # the first piece was copied while the peers published
                 self._gather_headers(sc, f, q, seq, timeout)
             for peer, at in pushes:
-                cross(peer, q, DESC + 6, at + lo, piece, True)
+                cross(peer, q, DESC + 6, at + lo, src, True)
         if not count:
             self._gather_headers(sc, f, q, seq, timeout)
         base = ROUND_STRIDE * f
