@@ -716,6 +716,7 @@ class FastPath:
         # to be in cache (policy.stream_min_bytes)
         obytes = (sc.count * self.n if sc.kind == AG else sc.block if sc.kind == RS else sc.count) * isz
         streamed = stream.available and obytes * self.n >= self.stream_min
+        slot_streamed = stream.available and sc.count * isz * self.n >= self.stream_min  # the inputs, into the slots
 
         def bind(op: Any) -> Any:
             generic = (lambda bufs, mapped, op=op: self._op(sc, op, bufs, mapped, pos, serial, inplace))
@@ -754,9 +755,9 @@ class FastPath:
                         def run(bufs, mapped, lo=du[1], hi=du[2], sb=su[0], slo=su[1], shi=su[2], copy=stream.copy):
                             copy(bufs[OUT][lo:hi], bufs[sb][slo:shi])
                     return run
-                if dv is not None and sv is None and streamed and n * isz * self.n >= self.stream_min:
-                    # a payload this large into this rank's slot: its lines are not in cache either (the
-                    # peers read it from memory, as they would after the slot's rotation)
+                if dv is not None and sv is None and slot_streamed and n * isz >= stream.MIN_BYTES:
+                    # into this rank's slot, when the host's slots hold that much in this call: their lines
+                    # are not in cache either (the peers read them from memory, as after the slot's rotation)
                     def run(bufs, mapped, d=dv, b=su[0], lo=su[1], hi=su[2], copy=stream.copy):
                         copy(d, bufs[b][lo:hi])
                     return run
