@@ -252,10 +252,18 @@ class FastPath:
                 "fastd.piece": 2 * self.chunk, "fastd.cma_piece": 64 * self.chunk,
                 "fastd.push_piece": self.push_piece,
                 "slots.rotation_min": self.rot_min if self.rot_bytes > 0 else 0,
-                # copies out of the slots stream from here (the host's outputs add up to policy.stream_min_bytes):
-                # an input as large as its output, and an all_gather's per-rank input
-                "stream.min": -(-self.stream_min // self.n) if self.stream_min < 1 << 61 else 0,
-                "stream.min.all_gather": -(-self.stream_min // self.n ** 2) if self.stream_min < 1 << 61 else 0}
+                # copies stream from here (the host's outputs add up to policy.stream_min_bytes): an input as
+                # large as its output (where the slots still take it), and an all_gather's per-rank input
+                "stream.min": self._stream_at(self.n),
+                "stream.min.all_gather": self._stream_at(self.n ** 2, all_gather=True)}
+
+    def _stream_at(self, div: int, all_gather: bool = False) -> int:
+        """The input bytes from which a call's copies stream (0: never, or beyond any path that streams)."""
+        if not stream.available or self.stream_min >= 1 << 61:
+            return 0
+        at = -(-self.stream_min // div)
+        reach = self.move_max if self.n == 2 else self.page.fast_max  # broadcast, fast2: the slots' limit
+        return at if all_gather or at <= reach else 0
 
     def remember(self, key: tuple, sc: Any) -> Any:
         """Cache a call shape's Small (or False: not for these paths); the cache stays bounded."""
