@@ -438,6 +438,7 @@ t = torch.arange(10, dtype=torch.float64) * (rank + 1)
 dist.all_reduce(t)
 out["all_reduce"] = t.tolist()
 params = {}
+models = []
 for name, pg in (("interlink", None), ("gloo", gloo)):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2)).double()
@@ -450,11 +451,10 @@ for name, pg in (("interlink", None), ("gloo", gloo)):
         ddp(x).pow(2).mean().backward()
         opt.step()
     params[name] = [p.detach().clone().reshape(-1).tolist() for p in model.parameters()]
-    del ddp, opt
+    models.append((ddp, opt))  # alive past destroy_process_group, as in users' scripts
 out["params"] = params
 with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
     json.dump(out, f)
-del gloo
 dist.destroy_process_group()
 '''
 
@@ -462,7 +462,9 @@ dist.destroy_process_group()
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_torchrun_runs_unmodified_ddp_on_interlink(nranks: int, tmp_path) -> None:
     """``torchrun --standalone --nproc-per-node N script.py``: the script's init_process_group("interlink")
-    finds the backend by autoload, rendezvous goes through torchrun's store, DDP trains as on gloo."""
+    finds the backend by autoload, rendezvous goes through torchrun's store, DDP trains as on gloo. The DDP
+    models and the gloo group stay alive past destroy_process_group (an earlier version hung at exit in
+    about 1 run in 8 that way; 32 of 32 runs exited in session 36): a hang fails the test by its timeout."""
     if not _entry_point_installed():
         pytest.skip("interlink is not installed with its entry points (pip install -e .)")
     import json
@@ -473,7 +475,7 @@ def test_torchrun_runs_unmodified_ddp_on_interlink(nranks: int, tmp_path) -> Non
     script.write_text(_TORCHRUN_SCRIPT)
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            f"--nproc-per-node={nranks}", str(script), str(tmp_path)],
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     outs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nranks)]
     total = [float(i * sum(r + 1 for r in range(nranks))) for i in range(10)]
