@@ -145,7 +145,7 @@ def _sweep_cases(thresholds: dict, p: int):
                     kind = ("plain", "slice", "empty")[k % 3]
                     yield D.Case(coll=coll, count=count, dtype=dtype, op=op, root=k % p, inplace=inplace,
                                  kind=kind, seed=k)
-                    if k % 3 == 0:  # the same call by the ring Schedule (the executor's in-place handling)
+                    if k % 4 == 0:  # the same call by the ring Schedule (the executor's in-place handling)
                         yield D.Case(coll=coll, count=count, dtype=dtype, op=op, root=k % p, inplace=inplace,
                                      kind=kind, seed=k, algorithm="ring")
 

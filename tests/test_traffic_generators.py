@@ -17,10 +17,11 @@ from interlink.algorithms import traffic as tr
 
 #: every rank count to 9, the primes 11 and 13, then 12, 15 (odd, 3 x 5), 16 and 24 (10, 14 and 17-23 left
 #: out: the default suite's 15 minutes on 2 cores; they add no shape the others lack)
-NRANKS = list(range(1, 10)) + [11, 12, 13, 15, 16, 24]
+NRANKS = list(range(1, 10)) + [11, 12, 13, 15, 16]
 #: rank counts that also walk every builder parameter set (the defaults run at every rank count): all up
-#: to 12 of NRANKS, and hosts of 3, 5, 4 and 8 beyond
-PARAM_RANKS = frozenset(NRANKS) & (frozenset(range(1, 13)) | {15, 16, 24})
+#: to 12 of NRANKS, and hosts of 3, 5, 4 and 8 beyond (24 ranks, 3 hosts of 8, took a fifth of the file's
+#: time: the suite's 15 minutes on 2 cores)
+PARAM_RANKS = frozenset(NRANKS) & (frozenset(range(1, 13)) | {15, 16})
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
 
 
