@@ -153,7 +153,7 @@ class FastPath:
         self.move_max = min(self.page.fast_max, policy.slots_max_bytes_two_ranks()) if self.n == 2 else self.page.fast_max
         # all_gather leaves them earlier (its output is p times its input), where cross-memory attach works
         self.move_max_ag = min(self.move_max, policy.slots_max_bytes_two_ranks_all_gather() if self.n == 2
-                               else policy.slots_max_bytes_all_gather())
+                               else policy.slots_max_bytes_all_gather(self.n))
         self.chunk = policy.fast_chunk_bytes()
         self.stream_min = policy.stream_min_bytes()
         self.rot_bytes, self.rot_min = policy.slot_rotation_bytes(), policy.slot_rotation_min_bytes()

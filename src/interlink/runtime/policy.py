@@ -142,7 +142,7 @@ def slots_max_bytes_two_ranks_all_gather() -> int:
     return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG", 512 << 10), slots_max_bytes_two_ranks())
 
 
-def slots_max_bytes_all_gather() -> int:
+def slots_max_bytes_all_gather(nlocal: int | None = None) -> int:
     """On 3 or more ranks, an all_gather whose per-rank input is larger than this reads the peers' inputs by
     cross-memory attach (fastd) instead of going through the slots, where cross-memory attach works
     (INTERLINK_SHM_SLOTS_MAX_BYTES_AG; at most the slot size, :func:`fast_max_bytes`). Broadcast and
@@ -152,8 +152,13 @@ def slots_max_bytes_all_gather() -> int:
     (streaming) / fastd by per-rank input of 1, 2, 4 MiB: 3 ranks 1.14, 0.90, 0.99; 4 ranks 0.79, 0.84,
     0.90; 8 ranks 0.75, 0.83, 0.96 (slots faster below 1). Without them (another architecture) 1 MiB:
     slots / fastd then (RESULTS section 26) 3 ranks 0.95-1.21, 1.30-1.34, -; 4 ranks 0.99-1.10, 1.16-1.19,
-    1.19-1.25; 8 ranks (2 MiB, 4 MiB) 1.06, 1.21."""
-    default = fast_max_bytes() if stream.available else 1 << 20
+    1.19-1.25; 8 ranks (2 MiB, 4 MiB) 1.06, 1.21.
+    With ``nlocal`` (the host's ranks), the slot size only where every all_gather above 1 MiB of input
+    streams (its outputs on the host, nlocal^2 x the input, reach :func:`stream_min_bytes`): on a host
+    whose cache is large the slots' plain copies lose to fastd there (an Intel Xeon with 300 MiB of L3, 4
+    ranks, 16 MiB of output: 2708 against 2393 us), so the limit stays 1 MiB."""
+    big = stream.available and (nlocal is None or stream_min_bytes() <= nlocal * nlocal * (1 << 20))
+    default = fast_max_bytes() if big else 1 << 20
     return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_AG", default), fast_max_bytes())
 
 
