@@ -41,6 +41,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .cma import address as _address  # a contiguous array's first byte, fast
+
 _CODE = bytes.fromhex(
     "4885d27437f30f6f06f30f6f4e10f30f6f5620f30f6f5e30660fe707660f"
     "e74f10660fe75720660fe75f304883c6404883c7404883ea4075cc0faef8"
@@ -52,14 +54,6 @@ _fn: Optional[Any] = None
 _page: Optional[mmap.mmap] = None
 available = False
 why_not = "not built yet"
-_addressof, _c_char = ctypes.addressof, ctypes.c_char
-
-
-def _address(a: np.ndarray) -> int:
-    try:
-        return _addressof(_c_char.from_buffer(a))
-    except (TypeError, ValueError, BufferError):
-        return a.ctypes.data
 
 
 def _build() -> None:
