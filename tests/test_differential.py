@@ -132,7 +132,9 @@ def _sweep_cases(thresholds: dict, p: int):
     for coll in SWEEP:
         # (the pieces a transfer or a pushed copy is cut into are walked with a small chunk in
         # tests/test_runtime_hot.py: many pieces and a ragged last one, at a fraction of the bytes)
-        for t in sorted({v for key, v in thresholds.items() if key not in ("fastd.cma_piece", "fastd.push_piece")}):
+        # (cuda_ipc.min: device arrays only; the sweep's arrays are the host's)
+        for t in sorted({v for key, v in thresholds.items()
+                         if key not in ("fastd.cma_piece", "fastd.push_piece", "cuda_ipc.min")}):
             for d in (-1, 1):
                 for inplace in (False, True):
                     dtype = _DT[k % len(_DT)]

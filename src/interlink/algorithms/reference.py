@@ -359,13 +359,16 @@ def check_numeric(s: Schedule, dtype, op: ReduceOp | str) -> None:
 
 
 def verify_schedule(s: Schedule, dtypes: Sequence = (np.float32,), ops: Sequence[ReduceOp] | None = None,
-                    symbolic: bool = True) -> int:
+                    symbolic: bool = True, validate: bool = True) -> int:
     """Validate structure, prove contributions symbolically, and compare numerics against numpy for
     every (dtype, op) given (ops default to all valid ops of each dtype for reducing collectives).
-    Returns the number of numeric cases checked; raises ScheduleError/VerificationError."""
+    ``validate=False``: the caller has just validated ``s`` (a Schedule that :func:`one_sided` or
+    :func:`two_sided` returns is validated as it is made). Returns the number of numeric cases checked;
+    raises ScheduleError/VerificationError."""
     from .schedule import REDUCING
 
-    s.validate()
+    if validate:
+        s.validate()
     if symbolic:
         check_symbolic(s)
     cases = 0
