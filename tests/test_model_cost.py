@@ -545,15 +545,15 @@ def test_host_page_paths_are_priced_from_their_schedules_steps(collective, algor
 
 def test_two_ranks_all_gather_leaves_the_slots_where_the_runtime_does() -> None:
     """On 2 ranks the model prices the path the runtime takes: all_gather reads the peer's input (fastd)
-    above host.slots.max_bytes_2_all_gather of input (512 KiB), broadcast only above host.slots.max_bytes_2
+    above host.slots.max_bytes_2_all_gather of input (256 KiB), broadcast only above host.slots.max_bytes_2
     (2 MiB)."""
     topo = cpu_topology(2, cores=8)
 
     def page_rows(coll: str, nbytes: int) -> set:
         return {c.algorithm for c in predict(coll, nbytes, topo, profile=False).table if c.method == "host page"}
 
-    assert page_rows("all_gather", 1 << 20) == {"fast"}  # 512 KiB per rank: the slots
-    assert page_rows("all_gather", 2 << 20) == {"fastd"}  # 1 MiB per rank: one cross-memory write
+    assert page_rows("all_gather", 512 << 10) == {"fast"}  # 256 KiB per rank: the slots
+    assert page_rows("all_gather", 1 << 20) == {"fastd"}  # 512 KiB per rank: one cross-memory write
     assert page_rows("broadcast", 2 << 20) == {"fast"} and page_rows("broadcast", 4 << 20) == {"fastd"}
     params = default_params().replace({"host.slots.max_bytes_2_all_gather": float(4 << 20)}, "test")
     assert {c.algorithm for c in predict("all_gather", 4 << 20, topo, params=params, profile=False).table

@@ -197,7 +197,7 @@ def _defaults() -> list[Param]:
         _p("host.slots.max_bytes_2", 2.0 * 2**20, "B",
            "interlink.runtime.policy.slots_max_bytes_two_ranks() default: on 2 ranks broadcast, all_gather and "
            "reduce_scatter above this read the peer's buffer (fastd)"),
-        _p("host.slots.max_bytes_2_all_gather", 512.0 * 2**10, "B",
+        _p("host.slots.max_bytes_2_all_gather", 256.0 * 2**10, "B",
            "interlink.runtime.policy.slots_max_bytes_two_ranks_all_gather() default: on 2 ranks an all_gather "
            "whose per-rank input is above this reads the peer's input (fastd)"),
         _p("host.slots.max_bytes_all_gather", 4.0 * 2**20, "B",

@@ -132,14 +132,16 @@ def slots_max_bytes_two_ranks() -> int:
 def slots_max_bytes_two_ranks_all_gather() -> int:
     """On 2 ranks, an all_gather whose per-rank input is larger than this reads the peer's input by
     cross-memory attach (fastd) instead of going through the slots, where cross-memory attach works
-    (INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG, 512 KiB; at most :func:`slots_max_bytes_two_ranks`). The
+    (INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG, 256 KiB; at most :func:`slots_max_bytes_two_ranks`). The
     all_gather's output is twice its input, so the slots' copies leave the cache earlier than a
     broadcast's: in-process A/B, inputs rewritten before each call (benchmarks/slots_cma_ab.py, RESULTS
     section 23), slots / fastd at 1, 2, 3, 4 MiB of output: 0.78, 1.04, 1.40, 1.81 (1.40-2.85 in the VM's
     slow mode, 1 MiB output included), while broadcast and reduce_scatter keep the slots up to 2 MiB
     (0.55-0.70); since fastd's push runs inlined (FastPath._push, RESULTS section 25) 0.89-0.95 at 1 MiB
-    and 1.09 at 2 MiB of output."""
-    return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG", 512 << 10), slots_max_bytes_two_ranks())
+    and 1.09 at 2 MiB of output; session 37 (`interlink run -n 2 benchmarks/stream_ab.py all_gather
+    768K,1M --slots --fastd`, three jobs, medians of 8 turns): 768 KiB of output 1.71, 1.79, 1.02; 1 MiB
+    1.91, 2.03, 1.23 (fastd never slower), 512 KiB 1.00: so 256 KiB of input (512 KiB was)."""
+    return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG", 256 << 10), slots_max_bytes_two_ranks())
 
 
 def slots_max_bytes_all_gather(nlocal: int | None = None) -> int:
