@@ -10,11 +10,12 @@ SPEC`` does that; ``interlink bench`` starts the ranks). For each size from ``mi
   all_to_all, gather and scatter; the row's size is then recomputed from the count
   (``S = count * typesize``, times nranks for the second group), as nccl-tests prints it.
 * **Out-of-place, then in-place.** Out-of-place uses separate input and output buffers. In-place
-  uses one buffer, laid out as nccl-tests does: all_reduce, broadcast, reduce, all_to_all use the
-  same array as input and output; all_gather and gather take the rank's slice of the output as
-  input; reduce_scatter and scatter write into the rank's slice of the input. sendrecv has no
-  in-place form here (a concurrent send and receive on one buffer would race): its in-place
-  columns are None (N/A).
+  uses one buffer, laid out as nccl-tests does: all_reduce, broadcast, reduce use the same array as
+  input and output; all_gather and gather take the rank's slice of the output as input;
+  reduce_scatter and scatter write into the rank's slice of the input. sendrecv and all_to_all have
+  no in-place form (a concurrent send and receive on one buffer would race; the API refuses an
+  all_to_all whose input and output overlap, as NCCL has none either): their in-place columns are
+  None (N/A).
 * **Timing.** ``warmup`` untimed calls, a barrier, then ``iters`` calls timed with
   ``time.perf_counter``; time per op = elapsed / iters on each rank. The row reports the **maximum
   over ranks** (an all_reduce MAX of float64 through interlink itself, after the timed loop), i.e.
@@ -57,6 +58,8 @@ BENCH_COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_
 # collectives whose count per rank is size / typesize / nranks (nccl-tests)
 PER_RANK_SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 REDUCING = frozenset({"all_reduce", "reduce", "reduce_scatter"})
+# collectives timed out of place only (no in-place form; barrier moves no data): in-place columns N/A
+NO_IN_PLACE = frozenset({"sendrecv", "all_to_all", "barrier"})
 
 DEFAULT_ITERS = 20
 DEFAULT_WARMUP = 5
@@ -427,7 +430,7 @@ def run_size(g: Any, cfg: BenchConfig, size: int, transport: str = "") -> dict:
     times: list[float] = []
     wrong: list[int] = []
     paths: dict[str, Optional[str]] = {}
-    modes = ("oop",) if coll in ("sendrecv", "barrier") else ("oop", "ip")
+    modes = ("oop",) if coll in NO_IN_PLACE else ("oop", "ip")
     for mode in modes:
         if coll == "barrier":
             inp = out = np.empty(0, dtype=np.uint8)
@@ -440,7 +443,7 @@ def run_size(g: Any, cfg: BenchConfig, size: int, transport: str = "") -> dict:
         else:
             buf = aligned_empty(max(_input_size(coll, p, count), _output_size(coll, p, count)), dt)
             inp, out = _ip_views(coll, buf, rank, count)
-            if coll in ("all_reduce", "broadcast", "reduce", "all_to_all"):
+            if coll in ("all_reduce", "broadcast", "reduce"):
                 inp = out = buf
         if coll != "barrier":
             _fill_for_check(coll, inp, out, rank, p, count, rop)
