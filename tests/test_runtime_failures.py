@@ -423,7 +423,8 @@ def _tag_mismatch(rank: int, world: int) -> str:
     x = np.zeros(4, np.float32)
     try:
         if rank == 0:
-            dist.send(x, 1, tag=1)
+            dist.send(x, 1, tag=1)  # 16 bytes: eager, it may complete before the receiver looks at it
+            dist.barrier()  # the receiver's mismatch reaches the sender here at the latest
         else:
             dist.recv(x, 0, tag=2)
     except Exception as e:  # noqa: BLE001

@@ -34,7 +34,7 @@ from ..model.tuner import (ALGORITHM_TABLE, SMALL_BYTES, default_algorithm, env_
                            parse_algo_env, schedule_channels, switch_points)
 from .executor import Plan, alias_delta, execute
 from .fastpath import AG, AR, BAR, BC, NAMES, RS
-from .policy import DEVICE_ALGO, cuda_ipc_min_bytes
+from .policy import DEVICE_ALGO, cma_threshold, cuda_ipc_min_bytes
 from .work import Runner, Work
 
 log = logging.getLogger("interlink")
@@ -158,7 +158,7 @@ class Group:
         ring slot size) and the algorithm choice's switch points per collective (where the default
         algorithm changes, found by scanning the policy itself). A new threshold in any of them shows up
         here without the callers (the differential tests, the soak) being edited."""
-        from .policy import cma_threshold, ring_params
+        from .policy import ring_params
 
         out: dict[str, int] = {}
         if self._fast is not None:
@@ -675,8 +675,10 @@ class Group:
         g = self.ranks[peer]
         book = self.ctx.p2p_sent if kind == "send" else self.ctx.p2p_recv
         book[g] += 1
-        sigb = encode_sig(f"p2p {a.dtype} n={a.size} {self.name}")
-        op = Op(kind, g, a.view(np.uint8), book[g], int(tag), sigb, None, kind == "send")
+        sigb = _p2p_sig(a.dtype, a.size, self.name)
+        # a send from the policy's cross-memory threshold on lets the receiver read it in place (one copy);
+        # below it the message goes eagerly through the ring and the send completes without the receiver
+        op = Op(kind, g, a.view(np.uint8), book[g], int(tag), sigb, None, cma_threshold() if kind == "send" else 0)
         return op, g
 
     def isend(self, tensor: Any, dst: int, tag: int = 0) -> Work:
@@ -702,7 +704,7 @@ class Group:
             raise ValueError(f"recv from any source in {self.name}: the group has no other rank")
         st = devices.Staging()
         a = st.flat(tensor, "tensor", writable=True, download=False)
-        sigb = encode_sig(f"p2p {a.dtype} n={a.size} {self.name}")
+        sigb = _p2p_sig(a.dtype, a.size, self.name)
         peers = [g for g in self.ranks if g != self.ctx.rank]
         ctx = self.ctx
         tag = int(tag)
@@ -732,14 +734,50 @@ class Group:
         return work
 
     def send(self, tensor: Any, dst: int, tag: int = 0) -> None:
-        self.isend(tensor, dst, tag).wait()
+        if not self._p2p_now("send", tensor, dst, tag):
+            self.isend(tensor, dst, tag).wait()
 
     def recv(self, tensor: Any, src: int, tag: int = 0) -> int:
-        self.irecv(tensor, src, tag).wait()
+        if not self._p2p_now("recv", tensor, src, tag):
+            self.irecv(tensor, src, tag).wait()
         return src
+
+    def _p2p_now(self, kind: str, tensor: Any, peer: int, tag: int) -> bool:
+        """A blocking send or receive of a numpy array run in the calling thread when nothing is queued
+        before it: the same op, engine and errors as the runner's batch (run_p2p_batch), without handing
+        the message to the runner thread and waiting to be woken (a round trip of 8 bytes on 2 ranks: 189
+        -> 40 us, benchmarks/RESULTS.md section 30). False (nothing done): the caller queues it (work is
+        pending, another thread runs a call, a device array or a torch tensor, or on the runner itself)."""
+        runner = self.ctx.runner
+        if type(tensor) is not np.ndarray or runner._pending or runner.on_runner():
+            return False
+        if not runner._exec.acquire(blocking=False):
+            return False
+        try:
+            if runner._pending:
+                return False
+            self._check_usable(kind)
+            op, _ = self._p2p_op(kind, tensor, peer, tag)
+            ctx = self.ctx
+            try:
+                if ctx.broken is not None:
+                    raise ctx.broken
+                ctx.engine.run([op], time.monotonic() + ctx.timeout)
+            except BaseException as e:
+                seq = e.expected.seq if isinstance(e, HeaderMismatch) else op.seq
+                raise (e if isinstance(e, InterlinkError) else self._fail(e, kind, seq)) from None
+            return True
+        finally:
+            runner._exec.release()
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1024)
+def _p2p_sig(dtype: np.dtype, size: int, group: str) -> bytes:
+    """A point-to-point message's signature (what the receiver checks), by shape (str of a dtype is slow)."""
+    return encode_sig(f"p2p {dtype} n={size} {group}")
 
 
 @functools.lru_cache(maxsize=1024)
