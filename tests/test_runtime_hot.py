@@ -789,3 +789,80 @@ def test_ranks_that_share_cores_yield_at_once(world: int, cpus: int) -> None:
         if cpus or world > len(os.sched_getaffinity(0)):
             assert oversub
         assert eng_after == fast_after == (0 if oversub else 16), res
+
+
+def _all_to_all_suite(rank: int, world: int) -> tuple[list[str], list[tuple[int, str]]]:
+    """all_to_all_single on both sides of the slot limit (small: the slots, `fast`; larger: one put into
+    each peer's output, `fastd`), every dtype class, N-d, async, torch tensors and interlink.empty inputs
+    (peers may read them in place), against numpy; which Schedule each call ran; an overlapping call is
+    refused before any byte moves."""
+    import interlink as dist
+
+    g = dist.init(timeout=30)
+    fails: list[str] = []
+    ran: list[tuple[int, str]] = []
+
+    def block(src: int, dst: int, n: int, dt) -> np.ndarray:  # what rank src sends rank dst
+        return ((np.arange(n) * (src + 3) + 7 * dst + src) % 113).astype(dt)
+
+    for n in (0, 1, 5, 700, 2049, 9001):  # elements per block: around 8 KB and 32 KB per rank below
+        for dt in (np.float32, np.int8, np.float64, np.uint16):
+            want = np.concatenate([block(j, rank, n, dt) for j in range(world)])
+            for mode in ("plain", "nd", "async", "arena", "torch"):
+                x = np.concatenate([block(rank, j, n, dt) for j in range(world)])
+                if mode == "arena":
+                    xa = dist.empty(x.shape, dt)
+                    xa[...] = x
+                    x = xa
+                keep = x.copy()
+                out = np.full(n * world, 99, dt)
+                if mode == "nd" and n:
+                    dist.all_to_all_single(out.reshape(world, n), x.reshape(world, n))
+                elif mode == "async":
+                    dist.all_to_all_single(out, x, async_op=True).wait()
+                elif mode == "torch":
+                    try:
+                        import torch
+                    except ImportError:
+                        continue
+                    if dt == np.uint16:
+                        continue
+                    dist.all_to_all_single(torch.from_numpy(out), torch.from_numpy(x))
+                else:
+                    dist.all_to_all_single(out, x)
+                if n and mode == "plain":
+                    ran.append((n * world * np.dtype(dt).itemsize, g.recorder[-1].plan.schedule.algorithm))
+                if not np.array_equal(out, want) or not np.array_equal(x, keep):
+                    fails.append(f"rank {rank}: all_to_all {mode} {np.dtype(dt)} n={n}: {out[:6]} != {want[:6]}")
+    buf = np.zeros(8 * world, np.float32)
+    try:
+        dist.all_to_all_single(buf, buf)
+        fails.append(f"rank {rank}: an in-place all_to_all was not refused")
+    except ValueError as e:
+        if "no in-place form" not in str(e):
+            fails.append(f"rank {rank}: {e}")
+    dist.destroy()
+    return fails, ran
+
+
+@pytest.mark.parametrize("world", [2, 3, 5])
+def test_all_to_all_through_the_host_page_against_numpy(world: int) -> None:
+    """all_to_all_single of an all-local world runs the host page's Schedules: `fast` (each rank copies
+    its peers' blocks into its slot once, each reads its block out of every slot) up to the slot limit,
+    `fastd` (each rank puts block j of its input into rank j's output by cross-memory attach) above it;
+    here the limits are 16 KB (2 ranks: INTERLINK_SHM_SLOTS_MAX_BYTES_2) and 16 KB (3+ ranks: the slot,
+    INTERLINK_SHM_DIRECT_MAX_BYTES), and the slots run inlined up to 4 KB (INTERLINK_FAST_INLINE_MAX_BYTES),
+    step by step above. Without cross-memory attach every size stays in the slots."""
+    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": "4096",
+           "INTERLINK_FAST_CHUNK_BYTES": "4096",
+           "INTERLINK_SHM_SLOTS_MAX_BYTES_2": str(16 << 10), "INTERLINK_SHM_DIRECT_MAX_BYTES": str(16 << 10)}
+    res = run_ranks(world, _all_to_all_suite, env=env, timeout=240)
+    fails = [f for fl, _ in res for f in fl]
+    assert not fails, "\n".join(fails[:10])
+    import interlink.transport.cma as cma
+
+    for _, ran in res:
+        for nbytes, algo in ran:
+            want = "fast" if nbytes <= 16 << 10 or not cma.available else "fastd"
+            assert algo == want, (nbytes, algo, ran)
+        assert {a for _, a in ran} == ({"fast", "fastd"} if cma.available else {"fast"}), ran

@@ -9,12 +9,12 @@ registered memory), so a peer's Get of ``scratch`` reads that slot in place; a G
 ``output`` reads the rank's own buffer (mapped in place when it lives in an ``interlink.empty`` arena,
 else by cross-memory attach), and a Put writes into the peer's buffer the same way.
 
-* ``fast`` (all_reduce, broadcast, all_gather, reduce_scatter, barrier): every writer copies its payload
+* ``fast`` (all_reduce, broadcast, all_gather, reduce_scatter, all_to_all, barrier): every writer copies its payload
   once into its slot (round 0), then every reader takes what it needs from every slot (round 1):
   all_reduce and reduce_scatter reduce the slots in rank order (identical bits on every rank: rank 0's
   chunk read plainly, every next one reduced in, a rank's own as an inline local step in its place),
-  broadcast and all_gather copy. A reduce_scatter's writer copies every block but its own (its own it
-  reduces straight from its input, in its place). The barrier is signals only.
+  broadcast and all_gather copy. A reduce_scatter's or all_to_all's writer copies every block but its
+  own (its own it reduces, or copies, straight from its input, in its place). The barrier is signals only.
 * ``fast_once`` (all_reduce of an oversubscribed host, more than two local ranks a core, up to the
   one-shot size): slots written once; one rank reduces every slot, in rank order (its own inline), into a result slot
   (its ``scratch[n:2n]`` here: the host page's result slot) and the others copy it out: p times less
@@ -24,7 +24,7 @@ else by cross-memory attach), and a Put writes into the peer's buffer the same w
   slices its peers reduce into its slot (round 0), reduces its 1/p slice from every slot into its output and writes it back into its own slot (round 1); then every
   rank copies the other ranks' final slices out of their slots (round 2). DeepSpeed's / vLLM's
   shared-memory all_reduce.
-* ``fastd`` (all_reduce, broadcast, all_gather, reduce_scatter; too large for a slot): one copy, from
+* ``fastd`` (all_reduce, broadcast, all_gather, reduce_scatter, all_to_all; too large for a slot): one copy, from
   and into the ranks' own buffers, no slot. all_reduce: each rank reduces its slice reading that slice of
   every peer's input, then puts it into every peer's output (:func:`reduce_push`; the executor pushes
   each piece as soon as it is final, while it is in cache, so no rank reads a reduced slice back from
@@ -32,7 +32,8 @@ else by cross-memory attach), and a Put writes into the peer's buffer the same w
   copies the slices out of their owners' outputs). broadcast: the receivers pull the first p-1/p of the payload from the root while the
   root pushes the last 1/p into every receiver (on 2 ranks each moves half). all_gather: every rank
   pushes its block into every peer's output. reduce_scatter: every rank reads its block from every
-  peer's input (the first straight into its output) and reduces its own in last.
+  peer's input (the first straight into its output) and reduces its own in last. all_to_all: every rank
+  puts block j of its input into rank j's output (its own block copied locally).
 
 Where they are used (sizes, flags) is the runtime's policy (runtime/policy.py, FastPath.takes); the
 tuner never picks them for a group that is not all on one host's shared page (:data:`HOST_PAGE`).
@@ -144,6 +145,20 @@ def reduce_scatter_fast(nranks: int, count: int, root: int = 0) -> Schedule:
     return b.build()
 
 
+@register("all_to_all", "fast")
+def all_to_all_fast(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 exchange on the host page: each rank writes the blocks of its peers into its slot; each copies its block out of every slot."""
+    p, n = nranks, count
+    b = Builder("all_to_all", "fast", p, n, root, scratch=n * p)
+    for r in range(p):
+        for j in _others(p, r):
+            b.copy(0, r, inp(j * n, n), scr(j * n, n))
+        b.copy(0, r, inp(r * n, n), out(r * n, n))
+        for j in _others(p, r):
+            b.get(1, r, j, scr(r * n, n), out(j * n, n))
+    return b.build()
+
+
 @register("barrier", "fast")
 def barrier_fast(nranks: int, count: int = 0, root: int = 0) -> Schedule:
     """1 exchange on the host page: every rank signals every other (its slot's published word)."""
@@ -250,6 +265,19 @@ def all_gather_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
         b.copy(0, r, inp(0, n), out(r * n, n))
         for j in _others(p, r) if n > 0 else ():
             b.put(0, r, j, inp(0, n), out(r * n, n))
+            b.signal(0, r, j)
+    return b.build()
+
+
+@register("all_to_all", "fastd")
+def all_to_all_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
+    """1 exchange into the ranks' own buffers: every rank puts block j of its input into rank j's output."""
+    p, n = nranks, count
+    b = Builder("all_to_all", "fastd", p, n, root)
+    for r in range(p):
+        b.copy(0, r, inp(r * n, n), out(r * n, n))
+        for j in _others(p, r) if n > 0 else ():
+            b.put(0, r, j, inp(j * n, n), out(r * n, n))
             b.signal(0, r, j)
     return b.build()
 
@@ -430,6 +458,15 @@ def reduce_scatter_fast_traffic(nranks: int, count: int, root: int = 0) -> Traff
     return ph.traffic("reduce_scatter", "fast", m)
 
 
+@register_traffic("all_to_all", "fast", messages=_quadratic)
+def all_to_all_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    p, n = nranks, count
+    ph = _Phases(p)
+    if n > 0 and p > 1:
+        _gets(ph, p, np.full(p, n, dtype=np.int64), None)
+    return ph.traffic("all_to_all", "fast", n)
+
+
 @register_traffic("barrier", "fast", messages=_quadratic)
 def barrier_fast_traffic(nranks: int, count: int = 0, root: int = 0) -> Traffic:
     p = nranks
@@ -496,6 +533,15 @@ def all_gather_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     if p > 1:
         _pushes(ph, p, np.full(p, n, dtype=np.int64), np.arange(p))
     return ph.traffic("all_gather", "fastd", n)
+
+
+@register_traffic("all_to_all", "fastd", messages=lambda p, n=0, **_: 2 * _quadratic(p))
+def all_to_all_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    p, n = nranks, count
+    ph = _Phases(p)
+    if p > 1:
+        _pushes(ph, p, np.full(p, n, dtype=np.int64), np.arange(p))
+    return ph.traffic("all_to_all", "fastd", n)
 
 
 @register_traffic("reduce_scatter", "fastd", messages=_quadratic)

@@ -23,7 +23,7 @@ import numpy as np
 from ..algorithms.schedule import busbw_factor  # nccl-tests' factors, defined once
 from ..launch.local import free_port
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 
 
 def iters_for(nbytes: int, budget: float = 256 * 2**20) -> int:
@@ -109,6 +109,8 @@ def buffers(collective: str, nbytes: int, nranks: int, rank: int, dtype=np.float
             inp, out = aligned_empty(per, dtype), aligned_empty(per * nranks, dtype)
         elif collective == "reduce_scatter":
             inp, out = aligned_empty(per * nranks, dtype), aligned_empty(per, dtype)
+        elif collective == "all_to_all":
+            inp, out = aligned_empty(per * nranks, dtype), aligned_empty(per * nranks, dtype)
         else:
             raise ValueError(collective)
     inp.fill(0)  # zeros keep sums finite over any number of calls
@@ -148,6 +150,8 @@ def _mpi_call(comm, coll: str, inp: np.ndarray, out: np.ndarray) -> Callable[[],
         return lambda: comm.Allgather(inp, out)
     if coll == "reduce_scatter":
         return lambda: comm.Reduce_scatter_block(inp, out, op=MPI.SUM)
+    if coll == "all_to_all":
+        return lambda: comm.Alltoall(inp, out)
     return lambda: comm.Bcast(inp, root=0)
 
 
@@ -250,6 +254,7 @@ def _same_worker(sizes: Sequence[int], collectives: Sequence[str], out_path: str
             calls = {"interlink-shm": {"all_reduce": lambda: dist.all_reduce(i_in),
                                        "all_gather": lambda: dist.all_gather_into_tensor(i_out, i_in),
                                        "reduce_scatter": lambda: dist.reduce_scatter_tensor(i_out, i_in),
+                                       "all_to_all": lambda: dist.all_to_all_single(i_out, i_in),
                                        "broadcast": lambda: dist.broadcast(i_in, src=0)}[coll],
                      "mpich": _mpi_call(comm, coll, *bufs["mpich"])}
             got: dict[str, list[float]] = {s: [] for s in calls}
@@ -309,6 +314,8 @@ def _gloo_worker(rank: int, nranks: int, port: int, sizes: Sequence[int], collec
                 call = lambda: td.all_gather_into_tensor(out, inp)
             elif coll == "reduce_scatter":
                 call = lambda: td.reduce_scatter_tensor(out, inp)
+            elif coll == "all_to_all":
+                call = lambda: td.all_to_all_single(out, inp)
             else:
                 call = lambda: td.broadcast(inp, src=0)
             t = time_loop(call, td.barrier, mx, nbytes, touch=toucher(inp_np) if touch else None)
@@ -364,6 +371,8 @@ def _interlink_worker(rank: int, nranks: int, env: dict, sizes: Sequence[int], c
                 call = lambda: dist.all_gather_into_tensor(out, inp)
             elif coll == "reduce_scatter":
                 call = lambda: dist.reduce_scatter_tensor(out, inp)
+            elif coll == "all_to_all":
+                call = lambda: dist.all_to_all_single(out, inp)
             else:
                 call = lambda: dist.broadcast(inp, src=0)
             t = time_loop(call, dist.barrier, mx, nbytes, touch=toucher(inp) if touch else None)

@@ -1051,7 +1051,7 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
     ``host.slots.max_bytes_all_gather``)."""
     why = None
     p = info.n
-    moves = ("broadcast", "all_gather", "reduce_scatter")
+    moves = ("broadcast", "all_gather", "reduce_scatter", "all_to_all")
     kind = "fast" if algorithm == "fast_once" else algorithm
     if info.gpu or info.nhosts != 1:
         why = "the shared-memory paths serve CPU ranks of one host"

@@ -4,8 +4,8 @@ Every path is a registered Schedule (algorithms/hostpage.py: fast, fast_once, fa
 the reference interpreter, priced from its steps by the model and run by the simulator. Two executors
 here run them:
 
-- **The one-shot latency path, inlined** (`hot`: `fast` up to 256 KiB, and broadcast, all_gather and
-  reduce_scatter through the slots up to policy.fast_inline_max_bytes, 512 KiB; `fast_once`, the barrier): every
+- **The one-shot latency path, inlined** (`hot`: `fast` up to 256 KiB, and broadcast, all_gather,
+  reduce_scatter and all_to_all through the slots up to policy.fast_inline_max_bytes, 512 KiB; `fast_once`, the barrier): every
   rank writes its payload once into its own slot on the host page and publishes it; every reader then
   takes all ranks' payloads as one strided array (all_reduce reduces them in rank order, so every rank
   gets bit-identical results). Its views come from the Schedule's form (``hostpage.host_plan`` refuses
@@ -13,7 +13,7 @@ here run them:
   all_reduce is reduced once, by the last rank to publish, into a shared result slot that every rank
   copies (_reduce_once).
 - **Everything larger runs step by step** (`_program`): `fast` above 512 KiB (broadcast, all_gather,
-  reduce_scatter through the slots: the chains walk cache-sized pieces, and a peer's interlink.empty
+  reduce_scatter, all_to_all through the slots: the chains walk cache-sized pieces, and a peer's interlink.empty
   input is read in place), `fast2` (the two-phase all_reduce in the slots) and `fastd` (from
   and into the ranks' own buffers, mapped when they live in an interlink.empty arena, else by
   cross-memory attach). Each call shape's Schedule is compiled for this rank by runtime/pageplan.py into
@@ -71,8 +71,8 @@ def _crc(sig: bytes) -> int:
 
 
 # the calls of the hot path
-AR, BC, AG, RS, BAR = range(5)
-NAMES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
+AR, BC, AG, RS, BAR, A2A = range(6)
+NAMES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "all_to_all")
 #: most places per parity a call shape's payload rotates through in the slots (FastPath._rotation)
 MAX_ROTATION = 16
 #: most bytes of the host page that the rotation cycles through, all ranks' slots together
@@ -377,12 +377,12 @@ class FastPath:
         path = "fastd" if direct else "fast2" if two_phase else "fast_once" if once else "fast"
         # the inlined executor: the one-shot sizes, and a broadcast, all_gather or reduce_scatter through the
         # slots up to inline_max (the same `fast` Schedule, without the step-by-step executor's per-call cost)
-        inline = not big or (kind in (BC, AG, RS) and not direct and a.nbytes <= self.inline_max)
+        inline = not big or (kind in (BC, AG, RS, A2A) and not direct and a.nbytes <= self.inline_max)
         # the call shape's plan comes from its Schedule (checked to be of the form this executor runs)
         # (fast_once: the reducer is whichever rank publishes last; the plan is the Schedule of the last
         # rank, and every reducer's Schedule computes the same bits: tests/test_algorithms_hostpage.py)
         schedule = registry.get_schedule(NAMES[kind], path, self.n,
-                                         count // self.n if kind == RS else 0 if kind == BAR else count,
+                                         count // self.n if kind in (RS, A2A) else 0 if kind == BAR else count,
                                          self.n - 1 if once else root)
         # where in its slot each call's payload lies (the Schedule's scratch, or the one-shot's count)
         rot, stride = self._rotation((schedule.buffers.get("scratch", 0) if not inline else count if kind != BAR
@@ -406,7 +406,7 @@ class FastPath:
         # the one-shot latency path, inlined: the views of the slots it reads, from its Schedule's form
         host_plan(sc.schedule, me)
         rows = [self.page.stacked(q, dt, count, at) for q, at in places] if kind != BAR else []
-        sc.mine = [r[me].reshape(a.shape) for r in rows]
+        sc.mine = [r[me].reshape((self.n, count // self.n) if kind == A2A else a.shape) for r in rows]
         if kind == AR:
             sc.parts = [[row.reshape(a.shape) for row in r] for r in rows]
             if once:
@@ -418,6 +418,9 @@ class FastPath:
         elif kind == RS:
             m = sc.block
             sc.parts = [[row[me * m:(me + 1) * m].reshape(out.shape) for row in r] for r in rows]
+        elif kind == A2A:  # row j: block `me` of rank j's slot (what rank j sends this rank)
+            m = sc.block
+            sc.stack = [r.reshape(self.n, self.n, m)[:, me, :] for r in rows]
         return sc
 
     def hot(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], seq: int, timeout: float) -> None:
@@ -436,7 +439,12 @@ class FastPath:
             if sc.push is not None and out is not None and not np.may_share_memory(a, out):
                 return self._push(sc, a, out, f, pos, seq, timeout)
             return self._program(sc, a, out, f, pos, seq, timeout)
-        if sc.sends:
+        if sc.kind == A2A:  # the peers' blocks into this rank's slot (its own block it copies out directly)
+            mine = sc.mine[pos]
+            a2 = a.reshape(mine.shape)
+            for j in self.peers:
+                mine[j] = a2[j]
+        elif sc.sends:
             sc.mine[pos][...] = a
         _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
         W[self.my_w[q]] = f  # publish last
@@ -471,6 +479,13 @@ class FastPath:
                 a[...] = sc.parts[pos][0]
         elif kind == AG:
             out.reshape(sc.oshape)[...] = sc.stack[pos]
+        elif kind == A2A:
+            col = sc.stack[pos]
+            o2 = out.reshape(col.shape)
+            for j in self.peers:
+                o2[j] = col[j]
+            me = self.me
+            o2[me] = a.reshape(col.shape)[me]
         W[self.done_w] = f
         for flag, bell in wake:
             if B[flag]:

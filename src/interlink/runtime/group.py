@@ -33,7 +33,7 @@ from .engine import Aborted, Engine, translate
 from ..model.tuner import (ALGORITHM_TABLE, SMALL_BYTES, default_algorithm, env_algorithm, env_channels,
                            parse_algo_env, schedule_channels, switch_points)
 from .executor import Plan, alias_delta, execute
-from .fastpath import AG, AR, BAR, BC, NAMES, RS
+from .fastpath import A2A, AG, AR, BAR, BC, NAMES, RS
 from .policy import DEVICE_ALGO, cma_threshold, cuda_ipc_min_bytes
 from .work import Runner, Work
 
@@ -44,7 +44,7 @@ RECORDER_SIZE = int(os.environ.get("INTERLINK_RECORDER", "32"))
 # Default algorithm choice: the model's tuner (interlink.model.tuner) for the group's layout; this table
 # when the model fails or INTERLINK_TUNER=table: preference lists per collective, small messages first.
 # The first registered algorithm wins.
-_CALL = {AG: "all_gather_into_tensor", RS: "reduce_scatter_tensor"}  # the API names of the hot calls with an output
+_CALL = {AG: "all_gather_into_tensor", RS: "reduce_scatter_tensor", A2A: "all_to_all_single"}  # the API names of the hot calls with an output
 
 _PER_RANK_BLOCK = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 
@@ -370,7 +370,8 @@ class Group:
         elif out is not None:
             o = arrays.as_flat(out, "output", reducing=kind == RS)
             fits = fits and o.dtype == inp.dtype and (
-                o.size == inp.size * self.size if kind == AG else o.size * self.size == inp.size)
+                o.size == inp.size * self.size if kind == AG else
+                o.size == inp.size and inp.size % self.size == 0 if kind == A2A else o.size * self.size == inp.size)
         return fast.remember(key, fast.small(kind, a, out, rop, int(root), self.name) if fits else False)
 
     def _submit(self, fn: Callable[[], None], desc: str, async_op: bool) -> Optional[Work]:
@@ -615,6 +616,10 @@ class Group:
     def all_to_all_single(self, output: Any, input: Any, output_split_sizes: Optional[Sequence[int]] = None,
                           input_split_sizes: Optional[Sequence[int]] = None, async_op: bool = False,
                           algorithm: Optional[str] = None, timeout: Optional[float] = None) -> Optional[Work]:
+        if self._fk[A2A] is not None and output_split_sizes is None and input_split_sizes is None \
+                and type(input) is np.ndarray and not (async_op or algorithm or timeout) \
+                and self._hot(A2A, input, output, None, 0):
+            return None
         self._check_usable("all_to_all")
         dv = None if (output_split_sizes is not None or input_split_sizes is not None) else \
             self._dev((output, "output", True, False), (input, "input", False, False))
@@ -639,8 +644,11 @@ class Group:
         if output_split_sizes is None and input_split_sizes is None:
             _check_sizes("all_to_all", inp.size, out.size, p)
             n = inp.size // p
-            fn = lambda: self._execute("all_to_all", "", n, 0, inp.dtype, ReduceOp.SUM,
-                                       {"input": inp, "output": out}, algorithm, timeout)
+            if algorithm is None and self._fk[A2A] is not None and self._fast.takes(A2A, inp.nbytes):
+                fn = lambda: self._run_fast("all_to_all", inp, ReduceOp.SUM, 0, timeout, out)
+            else:
+                fn = lambda: self._execute("all_to_all", "", n, 0, inp.dtype, ReduceOp.SUM,
+                                           {"input": inp, "output": out}, algorithm, timeout)
             return self._submit(st.wrap(fn), "all_to_all", async_op)
         isplit = _splits(input_split_sizes, shape0, p, "input_split_sizes")
         osplit = _splits(output_split_sizes, oshape0, p, "output_split_sizes")
