@@ -147,7 +147,8 @@ def reduce_scatter_fast(nranks: int, count: int, root: int = 0) -> Schedule:
 
 @register("all_to_all", "fast")
 def all_to_all_fast(nranks: int, count: int, root: int = 0) -> Schedule:
-    """1 exchange on the host page: each rank writes the blocks of its peers into its slot; each copies its block out of every slot."""
+    """1 exchange on the host page: each rank writes the blocks of its peers into its slot; each copies its
+    block out of every slot."""
     p, n = nranks, count
     b = Builder("all_to_all", "fast", p, n, root, scratch=n * p)
     for r in range(p):

@@ -44,7 +44,8 @@ RECORDER_SIZE = int(os.environ.get("INTERLINK_RECORDER", "32"))
 # Default algorithm choice: the model's tuner (interlink.model.tuner) for the group's layout; this table
 # when the model fails or INTERLINK_TUNER=table: preference lists per collective, small messages first.
 # The first registered algorithm wins.
-_CALL = {AG: "all_gather_into_tensor", RS: "reduce_scatter_tensor", A2A: "all_to_all_single"}  # the API names of the hot calls with an output
+# the API names of the hot calls with an output
+_CALL = {AG: "all_gather_into_tensor", RS: "reduce_scatter_tensor", A2A: "all_to_all_single"}
 
 _PER_RANK_BLOCK = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 
