@@ -441,13 +441,21 @@ def broadcast_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     return ph.traffic("broadcast", "fast", n)
 
 
+def _blocks(collective: str, algorithm: str, p: int, n: int) -> Traffic:
+    """Every rank moves a block of n elements to every other: read from the slots (``fast``) or put with
+    its Signal (``fastd``). all_gather's and all_to_all's traffic (which block goes differs, not the sizes)."""
+    ph = _Phases(p)
+    if algorithm == "fast":
+        if n > 0 and p > 1:
+            _gets(ph, p, np.full(p, n, dtype=np.int64), None)
+    elif p > 1:
+        _pushes(ph, p, np.full(p, n, dtype=np.int64), np.arange(p))
+    return ph.traffic(collective, algorithm, n)
+
+
 @register_traffic("all_gather", "fast", messages=_quadratic)
 def all_gather_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
-    p, n = nranks, count
-    ph = _Phases(p)
-    if n > 0 and p > 1:
-        _gets(ph, p, np.full(p, n, dtype=np.int64), None)
-    return ph.traffic("all_gather", "fast", n)
+    return _blocks("all_gather", "fast", nranks, count)
 
 
 @register_traffic("reduce_scatter", "fast", messages=_quadratic)
@@ -461,11 +469,7 @@ def reduce_scatter_fast_traffic(nranks: int, count: int, root: int = 0) -> Traff
 
 @register_traffic("all_to_all", "fast", messages=_quadratic)
 def all_to_all_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
-    p, n = nranks, count
-    ph = _Phases(p)
-    if n > 0 and p > 1:
-        _gets(ph, p, np.full(p, n, dtype=np.int64), None)
-    return ph.traffic("all_to_all", "fast", n)
+    return _blocks("all_to_all", "fast", nranks, count)
 
 
 @register_traffic("barrier", "fast", messages=_quadratic)
@@ -529,20 +533,12 @@ def broadcast_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
 
 @register_traffic("all_gather", "fastd", messages=lambda p, n=0, **_: 2 * _quadratic(p))
 def all_gather_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
-    p, n = nranks, count
-    ph = _Phases(p)
-    if p > 1:
-        _pushes(ph, p, np.full(p, n, dtype=np.int64), np.arange(p))
-    return ph.traffic("all_gather", "fastd", n)
+    return _blocks("all_gather", "fastd", nranks, count)
 
 
 @register_traffic("all_to_all", "fastd", messages=lambda p, n=0, **_: 2 * _quadratic(p))
 def all_to_all_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
-    p, n = nranks, count
-    ph = _Phases(p)
-    if p > 1:
-        _pushes(ph, p, np.full(p, n, dtype=np.int64), np.arange(p))
-    return ph.traffic("all_to_all", "fastd", n)
+    return _blocks("all_to_all", "fastd", nranks, count)
 
 
 @register_traffic("reduce_scatter", "fastd", messages=_quadratic)
