@@ -247,6 +247,8 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None,
             params["host.slots.max_bytes_2_all_gather"] = float(limits[4])
         if len(limits) > 5:
             params["host.slots.max_bytes_all_gather"] = float(limits[5])
+        if len(limits) > 6:
+            params["host.slots.max_bytes_all_to_all"] = float(limits[6])
     return params, quality
 
 

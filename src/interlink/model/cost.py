@@ -1048,7 +1048,7 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
     Schedule's steps like any algorithm (its traffic, on the host page's rates ``host.page.*``), or None
     where the runtime would not take it (the sizes of runtime.fastpath: ``host.fast.max_bytes``,
     ``host.fast2.*``, ``host.fastd.min_bytes``, ``host.slots.max_bytes_2[_all_gather]``,
-    ``host.slots.max_bytes_all_gather``)."""
+    ``host.slots.max_bytes_all_gather``, ``host.slots.max_bytes_all_to_all``)."""
     why = None
     p = info.n
     moves = ("broadcast", "all_gather", "reduce_scatter", "all_to_all")
@@ -1067,9 +1067,10 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
             slots_moves = min(slots, params.value("host.slots.max_bytes_2"))
             if collective == "all_gather":  # earlier still (its output is twice its input)
                 slots_moves = min(slots_moves, params.value("host.slots.max_bytes_2_all_gather"))
-        else:  # 3+ ranks: all_gather leaves the slots above its own limit, the others at the slot size
+        else:  # 3+ ranks: all_gather and all_to_all leave the slots above their own limits, the others at the slot size
             slots_moves = min(slots, params.value("host.slots.max_bytes_all_gather")) \
-                if collective == "all_gather" else slots
+                if collective == "all_gather" else min(slots, params.value("host.slots.max_bytes_all_to_all")) \
+                if collective == "all_to_all" else slots
         two_phase = p >= params.value("host.fast2.min_ranks")
         # the two-phase all_reduce runs up to the slot size; on 2 ranks up to where fastd takes over
         top2 = slots if p >= 3 else max(params.value("host.fast.max_bytes"),

@@ -154,6 +154,8 @@ class FastPath:
         # all_gather leaves them earlier (its output is p times its input), where cross-memory attach works
         self.move_max_ag = min(self.move_max, policy.slots_max_bytes_two_ranks_all_gather() if self.n == 2
                                else policy.slots_max_bytes_all_gather(self.n))
+        # all_to_all on 3+ ranks too (its puts beat the slots' two copies from 1.5 MiB of input)
+        self.move_max_a2a = self.move_max if self.n == 2 else min(self.move_max, policy.slots_max_bytes_all_to_all())
         self.chunk = policy.fast_chunk_bytes()
         self.stream_min = policy.stream_min_bytes()
         self.rot_bytes, self.rot_min = policy.slot_rotation_bytes(), policy.slot_rotation_min_bytes()
@@ -248,6 +250,7 @@ class FastPath:
         return {"fast.max": self.max, "fast.inline.max": self.inline_max, "fast2.max": self.direct_max,
                 "slots.max": self.move_max,
                 "slots.max.all_gather": self.move_max_ag,
+                "slots.max.all_to_all": self.move_max_a2a,
                 "fastd.all_reduce.min": self.ar_direct_min, "fast.chunk": self.chunk,
                 "fastd.piece": 2 * self.chunk, "fastd.cma_piece": 64 * self.chunk,
                 "fastd.push_piece": self.push_piece,
@@ -371,7 +374,8 @@ class FastPath:
         big = a.nbytes > self.max
         two_phase = big and kind == AR and a.nbytes <= self.direct_max
         direct = big and not two_phase and (
-            kind == AR or a.nbytes > (self.move_max_ag if kind == AG and self.cma else self.move_max))
+            kind == AR or a.nbytes > (self.move_max_ag if kind == AG and self.cma else
+                                      self.move_max_a2a if kind == A2A and self.cma else self.move_max))
         # the flight recorder and `interlink bench` name the path: the registered Schedule it runs
         once = kind == AR and not big and self.once and self.n > 1
         path = "fastd" if direct else "fast2" if two_phase else "fast_once" if once else "fast"

@@ -144,6 +144,16 @@ def slots_max_bytes_two_ranks_all_gather() -> int:
     return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG", 256 << 10), slots_max_bytes_two_ranks())
 
 
+def slots_max_bytes_all_to_all() -> int:
+    """On 3 or more ranks, an all_to_all whose input is larger than this puts its blocks into the peers'
+    outputs by cross-memory attach (fastd) instead of going through the slots, where cross-memory attach
+    works (INTERLINK_SHM_SLOTS_MAX_BYTES_A2A, default 1 MiB; at most the slot size). In-process A/B on the
+    project's VM (RESULTS section 30), slots / fastd by input: 3 ranks 1 MiB 0.77, 1.5 MiB 1.11, 2 MiB 1.22,
+    3 MiB 1.28; 4 ranks 1 MiB 0.79-0.93, 1.5 MiB 1.22, 2 MiB 1.20-1.32, 3 MiB 1.31. On 2 ranks the slots win
+    up to 2 MiB (0.69-0.79) and all_to_all keeps :func:`slots_max_bytes_two_ranks`."""
+    return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_A2A", 1 << 20), fast_max_bytes())
+
+
 def slots_max_bytes_all_gather(nlocal: int | None = None) -> int:
     """On 3 or more ranks, an all_gather whose per-rank input is larger than this reads the peers' inputs by
     cross-memory attach (fastd) instead of going through the slots, where cross-memory attach works
