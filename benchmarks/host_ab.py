@@ -43,7 +43,8 @@ def turns(dist, fp, collective: str, sizes: list[int], settings: dict[str, Calla
         call = {"broadcast": lambda: dist.broadcast(x, src=0),
                 "all_reduce": lambda: dist.all_reduce(x),
                 "all_gather": lambda: dist.all_gather_into_tensor(o, blk),
-                "reduce_scatter": lambda: dist.reduce_scatter_tensor(blk, x)}[collective]
+                "reduce_scatter": lambda: dist.reduce_scatter_tensor(blk, x),
+                "all_to_all": lambda: dist.all_to_all_single(o, x)}[collective]
         # rewrite the input before each call; an all_reduce's in-place result is scaled back by 1/p (it would
         # grow by p each call)
         touch = (lambda: np.multiply(x, 1.0 / p, out=x)) if collective == "all_reduce" else (lambda: np.add(src, 1, out=src))
