@@ -7,8 +7,8 @@ here run them:
 - **The one-shot latency path, inlined** (`hot`: `fast` up to 256 KiB, and broadcast, all_gather,
   reduce_scatter and all_to_all through the slots up to policy.fast_inline_max_bytes, 512 KiB; `fast_once`,
   the barrier): every rank writes its payload once into its own slot on the host page and publishes it;
-  every reader then takes all ranks' payloads as one strided array (all_to_all: its column of them) (all_reduce reduces them in rank order, so every rank
-  gets bit-identical results). Its views come from the Schedule's form (``hostpage.host_plan`` refuses
+  every reader then takes all ranks' payloads as one strided array (all_to_all: its column of them;
+  all_reduce reduces them in rank order, so every rank gets bit-identical results). Its views come from the Schedule's form (``hostpage.host_plan`` refuses
   a Schedule of another form). On an oversubscribed host (more than two local ranks a core) the
   all_reduce is reduced once, by the last rank to publish, into a shared result slot that every rank
   copies (_reduce_once).
