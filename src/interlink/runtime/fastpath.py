@@ -8,7 +8,8 @@ here run them:
   reduce_scatter and all_to_all through the slots up to policy.fast_inline_max_bytes, 512 KiB; `fast_once`,
   the barrier): every rank writes its payload once into its own slot on the host page and publishes it;
   every reader then takes all ranks' payloads as one strided array (all_to_all: its column of them;
-  all_reduce reduces them in rank order, so every rank gets bit-identical results). Its views come from the Schedule's form (``hostpage.host_plan`` refuses
+  all_reduce reduces them in rank order, so every rank gets bit-identical results). Its views come from
+  the Schedule's form (``hostpage.host_plan`` refuses
   a Schedule of another form). On an oversubscribed host (more than two local ranks a core) the
   all_reduce is reduced once, by the last rank to publish, into a shared result slot that every rank
   copies (_reduce_once).
@@ -488,8 +489,7 @@ class FastPath:
             o2 = out.reshape(col.shape)
             for j in self.peers:
                 o2[j] = col[j]
-            me = self.me
-            o2[me] = a.reshape(col.shape)[me]
+            o2[self.me] = a2[self.me]  # (a2: this call's input by blocks, from the slot write above)
         W[self.done_w] = f
         for flag, bell in wake:
             if B[flag]:

@@ -751,6 +751,13 @@ class Group:
             self.irecv(tensor, src, tag).wait()
         return src
 
+    def _p2p_error(self, e: BaseException, op: Op, kind: str) -> InterlinkError:
+        """The typed error of a failed point-to-point op: a mismatch names the message it is about (its
+        per-pair sequence number), not the group's collective count."""
+        if isinstance(e, InterlinkError):
+            return e
+        return self._fail(e, kind, e.expected.seq if isinstance(e, HeaderMismatch) else op.seq)
+
     def _p2p_now(self, kind: str, tensor: Any, peer: int, tag: int) -> bool:
         """A blocking send or receive of a numpy array run in the calling thread when nothing is queued
         before it: the same op, engine and errors as the runner's batch (run_p2p_batch), without handing
@@ -773,8 +780,7 @@ class Group:
                     raise ctx.broken
                 ctx.engine.run([op], time.monotonic() + ctx.timeout)
             except BaseException as e:
-                seq = e.expected.seq if isinstance(e, HeaderMismatch) else op.seq
-                raise (e if isinstance(e, InterlinkError) else self._fail(e, kind, seq)) from None
+                raise self._p2p_error(e, op, kind) from None
             return True
         finally:
             runner._exec.release()
@@ -810,11 +816,8 @@ def run_p2p_batch(ctx: _Ctx, jobs: list) -> None:
             raise ctx.broken
         ctx.engine.run(ops, time.monotonic() + ctx.timeout, feed=feed)
     except BaseException as e:
-        grp = jobs[0].p2p[0]
-        # a mismatch names the p2p message it is about (its per-pair sequence number), not the group's
-        # collective count
-        seq = e.expected.seq if isinstance(e, HeaderMismatch) else jobs[0].p2p[1].seq
-        err = e if isinstance(e, InterlinkError) else grp._fail(e, jobs[0].p2p[2], seq)
+        grp, op, kind = jobs[0].p2p
+        err = grp._p2p_error(e, op, kind)
         for j in jobs:
             j.work._finish(exc=err)
         return
