@@ -138,6 +138,7 @@ def test_sizes_counts_iterations_and_parsing():
     assert counts_for("all_gather", 8, 4, 3) == (0, 0)  # rounded down, min 0
     assert counts_for("reduce_scatter", 1000, 4, 3) == (83, 996)
     assert iterations_for(8, None, None) == (20, 5)
+    assert iterations_for(1 << 20, None, None) == (20, 35)  # past the host page's measuring of its two paths
     n, w = iterations_for(1 << 30, None, None)
     assert (n, w) == (1, 1)
     assert iterations_for(1 << 30, 7, 0) == (7, 0)  # explicit values win

@@ -25,7 +25,9 @@ SPEC`` does that; ``interlink bench`` starts the ranks). For each size from ``mi
 * **Iterations.** With explicit ``iters``/``warmup`` every size uses them. In the default (auto) mode
   the timed bytes per size and mode are capped at :data:`AUTO_BYTES`:
   ``iters = clamp(AUTO_BYTES // S, 1, DEFAULT_ITERS)`` and
-  ``warmup = clamp(iters // 4, 1, DEFAULT_WARMUP)`` (20/5 up to 48 MiB, 16/4 at 64 MiB, 4/1 at 256 MiB).
+  ``warmup = clamp(iters // 4, 1, DEFAULT_WARMUP)`` (20/5 up to 48 MiB, 16/4 at 64 MiB, 4/1 at 256 MiB),
+  and at least 35 calls from 128 KiB to 16 MiB: the host page's first 34 calls of a shape in the band around a
+  limit measure its two paths (runtime.fastpath.PROBE_CALLS, policy.autotune).
 * **Checking (#wrong).** With ``check`` on, after each timed loop the buffers are refilled: the
   outputs with a poison value, the inputs with deterministic small integers (exact in every dtype:
   values 0..7, or 1..2 for PRODUCT, from a fixed table indexed by rank and element), the collective
@@ -51,6 +53,7 @@ import numpy as np
 
 from ..algorithms.schedule import ROOTED, buffer_sizes, busbw_factor
 from ..ops import ReduceOp, check_op_dtype, finish_avg, ufunc
+from ..runtime.fastpath import PROBE_CALLS
 from .peers import aligned_empty
 
 BENCH_COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
@@ -63,6 +66,8 @@ NO_IN_PLACE = frozenset({"sendrecv", "all_to_all", "barrier"})
 
 DEFAULT_ITERS = 20
 DEFAULT_WARMUP = 5
+#: sizes for which the auto warm-up covers the host page's measuring of its two paths (PROBE_CALLS calls)
+PROBE_MIN_BYTES, PROBE_MAX_BYTES = 128 << 10, 16 << 20
 AUTO_BYTES = 1024 * 1024 * 1024  # auto mode: timed bytes per size and mode (see the module docstring)
 
 MARKER = "@@interlink-bench "  # prefix of the JSON event lines rank 0 writes on stdout
@@ -187,6 +192,8 @@ def iterations_for(nbytes: int, iters: Optional[int], warmup: Optional[int]) -> 
         n = int(iters)
     if warmup is None:
         w = max(1, min(DEFAULT_WARMUP, n // 4))
+        if PROBE_MIN_BYTES <= nbytes <= PROBE_MAX_BYTES:  # the host page measures its two paths first
+            w = max(w, PROBE_CALLS + 1)
     else:
         w = int(warmup)
     return n, w

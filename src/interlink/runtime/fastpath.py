@@ -41,7 +41,7 @@ from ..algorithms import registry
 from ..algorithms.hostpage import host_plan
 from ..errors import CollectiveMismatchError
 from ..ops import ReduceOp, finish_avg, ufunc
-from ..transport import cma, shmalloc, stream
+from ..transport import cma, shm, shmalloc, stream
 from ..transport.base import MsgHeader
 from . import policy
 from .engine import BELL_TIMEOUT, Engine
@@ -85,7 +85,7 @@ class Small:
     the typed views of the slots it reads and writes, made once so that a call does no lookups."""
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
-                 "avg", "count", "block", "root", "res", "schedule", "program", "bound", "npos", "push")
+                 "avg", "count", "block", "root", "res", "schedule", "program", "bound", "npos", "push", "tune")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -111,6 +111,57 @@ class Small:
         self.program: Any = None  # fastd: this rank's program of it (runtime/pageplan.py)
         self.bound: dict = {}  # (position, read in place, in place, overlap) -> the program's ops bound
         self.push: Optional[tuple] = None  # a push program's one step, run inlined (FastPath._push_form)
+        self.tune: Optional[Tune] = None  # a shape whose path is measured (FastPath.pick): its two Smalls
+
+
+#: the first calls of a measured call shape: PROBE_WARM calls by the limits' path (the user's buffers'
+#: first touches), then four blocks of PROBE_BLOCK calls, the paths in turn, the first PROBE_SKIP calls of
+#: each block untimed (they find the other path's lines in the caches): 2 ranks, 1.5 MiB all_gather output,
+#: a path's first calls after the other's took 1.5-2x its later ones (benchmarks/RESULTS.md section 31)
+PROBE_WARM, PROBE_BLOCK, PROBE_SKIP, PROBE_BLOCKS = 2, 8, 2, 4
+PROBE_CALLS = PROBE_WARM + PROBE_BLOCKS * PROBE_BLOCK
+
+
+def probe_path(i: int) -> int:
+    """Which path (0: the limits', 1: the other) probe call i of a shape takes."""
+    return 0 if i < PROBE_WARM else ((i - PROBE_WARM) // PROBE_BLOCK) & 1
+
+
+def choose(blocks: list) -> int:
+    """The path whose best block (the lowest median of its timed calls) is faster; 0 (the limits') on a
+    tie or without timings. A path's first block can still be warming up (the slots' rotation visits its
+    places for the first time: 2 ranks, 1 MiB of all_gather output, the slots' first block 57-62 us, its
+    second 34-40, fastd 50-61 in both), and a burst of noise hits one block, not every one."""
+    best = [float("inf"), float("inf")]
+    for b, ts in enumerate(blocks):
+        if len(ts) > 1:
+            best[b & 1] = min(best[b & 1], float(np.median(ts)))
+    return 1 if best[1] < best[0] else 0
+
+
+class TuneState:
+    """The measurement of one call signature (shared by its cached shapes: a flat and an N-d array of
+    the same call count as one): calls so far, the host's first rank's timings per path, the choice."""
+
+    __slots__ = ("key", "calls", "times", "choice", "last")
+
+    def __init__(self, key: int) -> None:
+        self.key = key  # the signature's CRC, non-zero: its entry in the host page's choice table
+        self.calls = 0
+        self.times: list[list] = [[] for _ in range(PROBE_BLOCKS)]  # the first rank's, per block
+        self.choice: Optional[int] = None
+        self.last = -1  # the probe call in flight (its index)
+
+
+class Tune:
+    """A cached call shape in the band where both paths are measured: alts[0] the fixed limits' path, alts[1]
+    the other, and the signature's shared TuneState."""
+
+    __slots__ = ("alts", "state")
+
+    def __init__(self, alts: tuple, state: TuneState) -> None:
+        self.alts = alts
+        self.state = state
 
 
 def _push_form(prog: Any) -> Optional[tuple]:
@@ -202,8 +253,12 @@ class FastPath:
         # (INTERLINK_SLOT_ROTATE=1/0 forces it on or off)
         force = os.environ.get("INTERLINK_SLOT_ROTATE", "")
         rotate = self.rot_bytes > 0 and (force == "1" or (force != "0" and not engine.oversub))
-        agreed = self._agree(int(self.cma) | 2 * int(self.once) | 4 * int(rotate))
+        agreed = self._agree(int(self.cma) | 2 * int(self.once) | 4 * int(rotate) | 8 * int(policy.autotune()))
         self.cma, self.once = bool(agreed & 1), bool(agreed & 2)
+        # all_gather and all_to_all between the slots and fastd: measured per call shape (pick)
+        self.autotune = bool(agreed & 8) and self.cma
+        self.tuning: dict[int, TuneState] = {}
+        self.pending: dict[int, int] = {}  # the first rank: key -> table entry of a choice not yet read
         if not agreed & 4:
             self.rot_bytes = 0
         self.ready_w = [page.slot_word(self.n, q) for q in (0, 1)]  # [parity] -> the result slot's ready word
@@ -259,7 +314,10 @@ class FastPath:
                 # copies stream from here (the host's outputs add up to policy.stream_min_bytes): an input as
                 # large as its output (where the slots still take it), and an all_gather's per-rank input
                 "stream.min": self._stream_at(self.n),
-                "stream.min.all_gather": self._stream_at(self.n ** 2, all_gather=True)}
+                "stream.min.all_gather": self._stream_at(self.n ** 2, all_gather=True),
+                # the band where the slots and fastd are measured against each other (pick; 0: none)
+                "tune.all_gather.lo": self.band(AG)[0], "tune.all_gather.hi": self.band(AG)[1],
+                "tune.all_to_all.lo": self.band(A2A)[0], "tune.all_to_all.hi": self.band(A2A)[1]}
 
     def _stream_at(self, div: int, all_gather: bool = False) -> int:
         """The input bytes from which a call's copies stream (0: never, or beyond any path that streams)."""
@@ -366,17 +424,33 @@ class FastPath:
                 return False
         return True
 
+    def _limit(self, kind: int) -> int:
+        """The input bytes above which a broadcast, all_gather, reduce_scatter or all_to_all leaves the slots
+        for fastd (the fixed limits of runtime/policy.py)."""
+        return self.move_max_ag if kind == AG and self.cma else self.move_max_a2a if kind == A2A and self.cma \
+            else self.move_max
+
+    def band(self, kind: int) -> tuple[int, int]:
+        """The inputs (lo, hi] for which this host measures the slots against fastd (pick); (0, 0): none."""
+        if not self.autotune or kind not in (AG, A2A):
+            return 0, 0
+        lo, hi = policy.autotune_band(self._limit(kind), self.move_max)
+        return max(lo, self.max), hi
+
     def small(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: ReduceOp, root: int,
-              group: str) -> Small:
+              group: str, direct: Optional[bool] = None) -> Small:
         """The cached views of a one-shot call of this shape (the caller validated it and checked that
-        the input fits a slot)."""
+        the input fits a slot). ``direct``: force fastd (True) or the slots (False); None: the limits
+        decide, and within the measured band (``band``) a Small whose ``tune`` holds both."""
         count, dt, me = a.size, a.dtype, self.me
         sends = kind != BAR and (kind != BC or root == me)
         big = a.nbytes > self.max
         two_phase = big and kind == AR and a.nbytes <= self.direct_max
-        direct = big and not two_phase and (
-            kind == AR or a.nbytes > (self.move_max_ag if kind == AG and self.cma else
-                                      self.move_max_a2a if kind == A2A and self.cma else self.move_max))
+        if direct is None:
+            lo, hi = self.band(kind)
+            if lo < a.nbytes <= hi and out is not None:
+                return self._tuned(kind, a, out, op, root, group)
+            direct = big and not two_phase and (kind == AR or a.nbytes > self._limit(kind))
         # the flight recorder and `interlink bench` name the path: the registered Schedule it runs
         once = kind == AR and not big and self.once and self.n > 1
         path = "fastd" if direct else "fast2" if two_phase else "fast_once" if once else "fast"
@@ -427,6 +501,81 @@ class FastPath:
             m = sc.block
             sc.stack = [r.reshape(self.n, self.n, m)[:, me, :] for r in rows]
         return sc
+
+    # ---- the measured band: the slots or fastd, chosen by the host's first rank's timings ---------------
+    def _tuned(self, kind: int, a: np.ndarray, out: np.ndarray, op: ReduceOp, root: int, group: str) -> Small:
+        """A shape in the measured band: a Small carrying both paths' Smalls (the limits' choice first) and
+        its signature's TuneState, shared by every cached shape of that signature."""
+        first = a.nbytes > self._limit(kind)
+        alts = (self.small(kind, a, out, op, root, group, first), self.small(kind, a, out, op, root, group, not first))
+        key = zlib.crc32(f"{NAMES[kind]} {a.dtype} n={a.size} {op.name} root={root} {group}".encode()) | 1 << 32
+        st = self.tuning.get(key)
+        if st is None:
+            if len(self.tuning) > 4096:  # the same calls on every rank: cleared at the same call everywhere
+                self.tuning.clear()
+            st = self.tuning[key] = TuneState(key)
+        sc = Small(kind, alts[0].sigb, alts[0].nbytes, alts[0].sends)
+        sc.tune = Tune(alts, st)
+        return sc
+
+    def pick(self, tn: Tune) -> Small:
+        """The Small this call of a measured shape runs. The first PROBE_CALLS calls take the two paths in
+        blocks, in turn (``probe_path``); at the start of the last of them the host's first rank (local rank 0) compares
+        the median times it measured (``timed``) and writes the faster path into the host page's choice
+        table before it publishes that call; at the next call every rank (the first too) reads the table,
+        after every rank has seen that publication (an all_gather or all_to_all reads every rank), and
+        keeps the choice. Another shape's choice in the same entry (a key that differs) means the limits'
+        path, on every rank alike."""
+        st = tn.state
+        i = st.calls
+        st.calls = i + 1
+        if st.choice is not None:
+            return tn.alts[st.choice]
+        if i < PROBE_CALLS:
+            if i == PROBE_CALLS - 1 and self.me == 0:
+                self._publish_choice(st.key, choose(st.times))
+            st.last = i
+            return tn.alts[probe_path(i)]
+        st.choice = self._read_choice(st.key)
+        if self.me == 0:
+            self.pending.pop(st.key, None)  # every rank has read it once this rank finishes this call
+        return tn.alts[st.choice]
+
+    def _publish_choice(self, key: int, choice: int) -> None:
+        """The first rank writes a shape's choice into the table: the first entry from key % entries on
+        that no other shape's choice still waits to be read in (``pending``; all waiting: that one, and
+        its shape takes the limits' path), the key's older entry cleared (one entry per key)."""
+        W, n = self.W, shm.TUNE_ENTRIES
+        busy = set(self.pending.values())
+        start = key % n
+        e = next(((start + k) % n for k in range(n) if (start + k) % n not in busy), start)
+        for k in range(n):
+            w = self.page.tune_word(k)
+            if k != e and W[w] == key:
+                W[w] = 0
+        w = self.page.tune_word(e)
+        W[w + 1] = choice + 1
+        W[w] = key
+        self.pending[key] = e
+
+    def _read_choice(self, key: int) -> int:
+        """A shape's choice from the table (every rank, the first too): 0, the limits' path, where no entry
+        holds its key."""
+        W, n = self.W, shm.TUNE_ENTRIES
+        for k in range(n):
+            w = self.page.tune_word((key + k) % n)
+            if W[w] == key:
+                c = int(W[w + 1]) - 1
+                return c if c in (0, 1) else 0
+        return 0
+
+    def timed(self, tn: Tune, seconds: float) -> None:
+        """The host's first rank notes a probe call's time (not the warm-up calls, nor the first PROBE_SKIP
+        of each block)."""
+        st = tn.state
+        k = st.last - PROBE_WARM
+        if self.me == 0 and st.choice is None and k >= 0 and k % PROBE_BLOCK >= PROBE_SKIP:
+            st.times[k // PROBE_BLOCK].append(seconds)
 
     def hot(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], seq: int, timeout: float) -> None:
         """One call through the slots, every step inlined: copy in, publish, wait, check, read (reductions

@@ -340,6 +340,9 @@ class Group:
         if self.ctx.broken is not None:
             self._check_usable(NAMES[kind])
         self.seq = seq = self.seq + 1
+        tn = sc.tune
+        if tn is not None:  # a shape whose path this host measures: this call's path (FastPath.pick)
+            sc = self._fast.pick(tn)
         rec = Record(seq, sc, perf_counter())
         self.recorder.append(rec)
         try:
@@ -351,6 +354,8 @@ class Group:
             raise self._fail(e, NAMES[kind], seq) from None
         rec.state = "done"
         rec.duration = perf_counter() - rec.start
+        if tn is not None:
+            self._fast.timed(tn, rec.duration)
         if self._trace:
             self._log_call(rec)
 

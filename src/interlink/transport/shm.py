@@ -316,6 +316,9 @@ BELL = 64  # bytes per rank on the host page: [0:4) doorbell counter (futex word
 # [8:16) done word, [16:24) agreement word (see HostPage)
 
 
+#: entries of the host page's choice table after the doorbells: [key, choice + 1] u64 pairs, where the host's
+#: first rank publishes which path a call shape measured faster (runtime.fastpath.FastPath.pick)
+TUNE_ENTRIES = 64
 FAST_SLOT_HDR = 192  # bytes at the start of each slot for its user's header (runtime.fastpath lays out its words)
 _PAGE_HELLO = struct.Struct("<QQ")  # nlocal, slot payload bytes: sent with the page's descriptor
 
@@ -339,7 +342,8 @@ class HostPage:
     doorbell and wakes it when the flag is set. The wait has a timeout, so the control plane is still
     polled regularly. Next to each rank's doorbell: its *done* word (the last shared-page call it has
     finished reading: ``done_word``, ``done``) and its *agreement* word (``agree_word``: flags the local
-    ranks AND together once, at init).
+    ranks AND together once, at init). After the doorbells: the choice table (``tune_word``), where the
+    host's first rank publishes which of two paths it measured faster for a call shape.
 
     Slots (the small-message fast path): two per rank (parity 0 and 1), then one more pair, index nlocal:
     the result of an all_reduce that one rank reduces for everyone (oversubscribed hosts). Each slot is
@@ -358,14 +362,14 @@ class HostPage:
         self.base = futex.address_of(mm) if futex.available else 0
         self.fast_max = fast_max
         self.slot_stride = FAST_SLOT_HDR + ((fast_max + 63) // 64) * 64
-        self.data_base = ((nlocal * BELL + 4095) // 4096) * 4096
+        self.data_base = ((nlocal * BELL + 16 * TUNE_ENTRIES + 4095) // 4096) * 4096
         # done[i]: the last fast-path call rank i has finished reading (bytes 8..16 of its bell block)
         self.done = np.ndarray((nlocal,), dtype=np.uint64, buffer=mm, offset=8, strides=(BELL,))
 
     @staticmethod
     def size(nlocal: int, fast_max: int) -> int:
         stride = FAST_SLOT_HDR + ((fast_max + 63) // 64) * 64
-        return ((nlocal * BELL + 4095) // 4096) * 4096 + 2 * (nlocal + 1) * stride
+        return ((nlocal * BELL + 16 * TUNE_ENTRIES + 4095) // 4096) * 4096 + 2 * (nlocal + 1) * stride
 
     @classmethod
     def create(cls, nlocal: int, fast_max: int, populate: bool = True) -> tuple["HostPage", int]:
@@ -428,6 +432,10 @@ class HostPage:
     def slot_word(self, index: int, parity: int) -> int:
         """u64 word index of slot (index, parity)'s header."""
         return self.slot_offset(index, parity) // 8
+
+    def tune_word(self, entry: int) -> int:
+        """u64 word index of the choice table's entry ``entry`` (its key; the choice + 1 follows)."""
+        return self.nlocal * BELL // 8 + 2 * (entry % TUNE_ENTRIES)
 
     def done_word(self, index: int) -> int:
         """u64 word index of local rank index's done word (``done[index]``)."""

@@ -1,0 +1,172 @@
+"""The host page measures its two paths where the fixed limits are a guess (FastPath.pick, policy.autotune).
+
+An all_gather or all_to_all whose input lies in the band around its limit runs its first calls through the
+slots and by cross-memory attach in turn; the host's first rank compares its timings, publishes the faster
+path in the host page's choice table, and every rank takes it from then on. What can go wrong, and is
+checked here against numpy and against the other ranks' flight records: a rank that counts a signature's
+calls differently (its calls come through other entries: N-d views, async, torch tensors), a rank that
+does not follow the published choice (a mismatch), a choice that does not follow the timings, another
+shape's choice in the same table entry, and the switch turned off.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mp import run_ranks
+
+# small limits, so that small arrays exercise the band: the one-shot path to 1 KiB, inlined slots to 4 KiB,
+# slots of 32 KiB; all_gather and all_to_all (3+ ranks) leave the slots at 4 KiB of input, so their band is
+# (2 KiB, 16 KiB]; on 2 ranks all_to_all keeps the slots to 32 KiB, its band (16 KiB, 32 KiB]
+ENV = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": "4096",
+       "INTERLINK_FAST_CHUNK_BYTES": "4096", "INTERLINK_SHM_DIRECT_MAX_BYTES": str(32 << 10),
+       "INTERLINK_SHM_SLOTS_MAX_BYTES_2": str(32 << 10), "INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG": "4096",
+       "INTERLINK_SHM_SLOTS_MAX_BYTES_AG": "4096", "INTERLINK_SHM_SLOTS_MAX_BYTES_A2A": "4096"}
+STEPS = 40
+
+
+def shapes(world: int) -> list[tuple[str, type, int]]:
+    """(collective, dtype, input elements): below the band, in it on both sides of the limit, above it."""
+    a2a = 3000 if world == 2 else 900  # 24 KB on 2 ranks (band 16-32 KB), 10.8 KB on 3 (band 2-16 KB)
+    return [("all_gather", np.float32, 300), ("all_gather", np.float32, 700), ("all_gather", np.float32, 2049),
+            ("all_gather", np.float64, 1001), ("all_gather", np.float32, 4000), ("all_gather", np.float32, 9000),
+            ("all_to_all", np.float32, a2a * world)]
+
+
+def _suite(rank: int, world: int, force: int | None, entries: int) -> tuple[list[str], dict, list]:
+    import interlink as dist
+    import interlink.transport.shm as shm
+    from interlink.runtime import fastpath
+
+    if entries:
+        shm.TUNE_ENTRIES = entries  # every rank alike: the page's layout and every shape in one entry
+    g = dist.init(timeout=60)
+    fp = g._fast
+    if force is not None and rank == 0:  # the first rank's timings make path `force` (0: the limits') faster
+        orig = fp.timed
+
+        def timed(tn, seconds):
+            slow = fastpath.probe_path(tn.state.last) != force
+            orig(tn, seconds + (1.0 if slow else 0.0))
+
+        fp.timed = timed
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    fails: list[str] = []
+    paths: dict = {}
+    for step in range(STEPS):
+        for coll, dt, n in shapes(world):
+            # the same calls, through different entries on different ranks and steps: a flat array (the hot
+            # path's cache), an N-d view (another cache key), async (the regular entry), a torch tensor
+            mode = ("plain", "nd", "async", "torch")[(step + rank) % 4]
+            if mode == "torch" and torch is None:
+                mode = "plain"
+            if coll == "all_gather":
+                x = ((np.arange(n) * (rank + 2) + step) % 251).astype(dt)
+                want = np.concatenate([((np.arange(n) * (j + 2) + step) % 251).astype(dt) for j in range(world)])
+                out = np.full(n * world, -1, dt)
+                o, i = (out.reshape(world, n), x.reshape(1, n)) if mode == "nd" else (out, x)
+                call = dist.all_gather_into_tensor
+            else:
+                b = n // world
+                x = ((np.arange(n) * (rank + 3) + np.repeat(np.arange(world), b) * 7 + step) % 113).astype(dt)
+                # block `rank` of rank j's input
+                want = np.concatenate([((np.arange(b) + rank * b) * (j + 3) + rank * 7 + step) % 113
+                                       for j in range(world)]).astype(dt)
+                out = np.full(n, -1, dt)
+                o, i = (out.reshape(world, b), x.reshape(world, b)) if mode == "nd" else (out, x)
+                call = dist.all_to_all_single
+            if mode == "async":
+                call(o, i, async_op=True).wait()
+            elif mode == "torch":
+                call(torch.from_numpy(o), torch.from_numpy(i))
+            else:
+                call(o, i)
+            if not np.array_equal(out, want):
+                fails.append(f"rank {rank} step {step} {coll} {np.dtype(dt)} n={n} {mode}: {out[:5]} != {want[:5]}")
+            sig = g.recorder[-1].plan.sigb.decode()
+            paths.setdefault(f"{coll} {np.dtype(dt)} {n}", []).append(sig.split()[0].split(":")[1])
+    lo, hi = fp.band(2)
+    dist.destroy()
+    return fails, paths, [lo, hi, fp.autotune]
+
+
+def _check(world: int, force: int | None, entries: int = 0, env: dict | None = None) -> dict:
+    res = run_ranks(world, _suite, force, entries, env={**ENV, **(env or {})}, timeout=240)
+    fails = [f for fl, _, _ in res for f in fl]
+    assert not fails, "\n".join(fails[:10])
+    first = res[0][1]
+    for r, (_, paths, _) in enumerate(res):  # every rank ran every call by the same path
+        assert paths == first, (r, paths, first)
+    return {"paths": first, "band": res[0][2]}
+
+
+def _limits_path(coll: str, nbytes: int, world: int) -> str:
+    limit = 4096 if coll == "all_gather" or world > 2 else 32 << 10
+    return "fastd" if nbytes > limit else "fast"
+
+
+@pytest.mark.parametrize("world,force", [(2, 1), (3, 1), (3, 0)])
+def test_the_band_measures_both_paths_and_every_rank_takes_the_first_ranks_choice(world: int, force: int) -> None:
+    import interlink.transport.cma as cma
+
+    got = _check(world, force)
+    lo, hi, on = got["band"]
+    if not cma.available:  # no fastd: nothing to choose between
+        assert not on
+        return
+    assert (lo, hi) == (2048, 16384)
+    from interlink.runtime.fastpath import PROBE_CALLS, probe_path
+
+    tuned = 0
+    for name, seq in got["paths"].items():
+        coll, dt, n = name.split()
+        nbytes = int(n) * np.dtype(dt).itemsize
+        default = _limits_path(coll, nbytes, world)
+        other = "fast" if default == "fastd" else "fastd"
+        band = (16 << 10, 32 << 10) if coll == "all_to_all" and world == 2 else (lo, hi)
+        if not band[0] < nbytes <= band[1]:
+            assert seq == [default] * STEPS, (name, seq)
+            continue
+        tuned += 1
+        probe = [(default, other)[probe_path(k)] for k in range(PROBE_CALLS)]
+        assert seq[:PROBE_CALLS] == probe, (name, seq)
+        assert seq[PROBE_CALLS:] == [(default, other)[force]] * (STEPS - PROBE_CALLS), (name, seq)
+    assert tuned == 5, got["paths"]  # 4 all_gather sizes in the band (one of float64), the all_to_all
+
+
+def test_a_choice_overwritten_in_the_table_means_the_limits_path_on_every_rank() -> None:
+    """One table entry for every shape: all probes end in the same step, each shape's first rank writes its
+    choice over the last one's, and only the last shape finds its own key when the next call reads it;
+    every other shape takes the limits' path, the first rank included (it reads the table too)."""
+    import interlink.transport.cma as cma
+
+    if not cma.available:
+        pytest.skip("no cross-memory attach: nothing to choose between")
+    got = _check(2, 1, entries=1)
+    from interlink.runtime.fastpath import PROBE_CALLS
+
+    after = {name: seq[PROBE_CALLS:] for name, seq in got["paths"].items()}
+    # in the band on 2 ranks: all_gather 700, 2049, 4000 x f32 and 1001 x f64 (2-16 KB), all_to_all 24 KB
+    # (16-32 KB); the all_to_all is called last in each step, so its choice (forced: not the limits') is the
+    # one left in the entry
+    assert after["all_to_all float32 6000"] == ["fastd"] * (STEPS - PROBE_CALLS), after
+    assert after["all_gather float32 700"] == ["fast"] * (STEPS - PROBE_CALLS), after
+    assert after["all_gather float32 2049"] == ["fastd"] * (STEPS - PROBE_CALLS), after
+    assert after["all_gather float64 1001"] == ["fastd"] * (STEPS - PROBE_CALLS), after
+    assert after["all_gather float32 4000"] == ["fastd"] * (STEPS - PROBE_CALLS), after
+
+
+def test_autotune_off_leaves_the_limits_alone() -> None:
+    got = _check(3, 1, env={"INTERLINK_AUTOTUNE": "0"})
+    assert not got["band"][2]
+    for name, seq in got["paths"].items():
+        coll, dt, n = name.split()
+        nbytes = int(n) * np.dtype(dt).itemsize
+        import interlink.transport.cma as cma
+
+        want = _limits_path(coll, nbytes, 3) if cma.available else "fast"
+        assert seq == [want] * STEPS, (name, seq)
