@@ -272,12 +272,15 @@ def all_gather_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
 
 @register("all_to_all", "fastd")
 def all_to_all_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
-    """1 exchange into the ranks' own buffers: every rank puts block j of its input into rank j's output."""
+    """1 exchange into the ranks' own buffers: every rank puts block j of its input into rank j's output,
+    starting with the next rank (r+1, r+2, ...: the ranks' first puts go to different outputs; in rank
+    order every rank put into rank 0's first: 4 ranks, 2 MiB, 411-413 -> 376-414 us, benchmarks/RESULTS.md
+    section 31)."""
     p, n = nranks, count
     b = Builder("all_to_all", "fastd", p, n, root)
     for r in range(p):
         b.copy(0, r, inp(r * n, n), out(r * n, n))
-        for j in _others(p, r) if n > 0 else ():
+        for j in [(r + k) % p for k in range(1, p)] if n > 0 else ():
             b.put(0, r, j, inp(j * n, n), out(r * n, n))
             b.signal(0, r, j)
     return b.build()
