@@ -64,6 +64,12 @@ def test_touch_writes_the_input_before_every_call_outside_the_timing() -> None:
     iters = peers.iters_for(1 << 30)
     assert len(calls) == 2 + 3 * iters
     assert seen == [float(k % 7) for k in range(2)] + [float(k % 7) for _ in range(3) for k in range(iters)]
+    # at the sizes where interlink measures its two paths first, the warm-up covers it (PROBE_CALLS + 1)
+    from interlink.runtime.fastpath import PROBE_CALLS
+
+    calls.clear()
+    peers.time_loop(lambda: calls.append(1), lambda: None, lambda v: v, 1 << 20, warmup=2, reps=1)
+    assert len(calls) == max(PROBE_CALLS + 1, peers.iters_for(1 << 20) // 10) + peers.iters_for(1 << 20)
     # without touch the loop times the whole run of calls
     slow = peers.time_loop(lambda: time.sleep(0.002), lambda: None, lambda v: v, 1 << 30, warmup=1, reps=1)
     assert slow >= 0.002

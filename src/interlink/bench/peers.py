@@ -39,6 +39,16 @@ def row(system: str, collective: str, nranks: int, nbytes: int, t: float) -> dic
             "time_us": t * 1e6, "algbw": algbw, "busbw": algbw * busbw_factor(collective, nranks)}
 
 
+#: sizes for which a warm-up covers the host page's measuring of its two paths in the band around a limit
+#: (runtime.fastpath.PROBE_CALLS calls of a shape; policy.autotune)
+PROBE_MIN_BYTES, PROBE_MAX_BYTES = 128 << 10, 16 << 20
+
+
+def probe_warmup(nbytes: int, warmup: int) -> int:
+    """At least PROBE_CALLS + 1 warm-up calls at the sizes where interlink may first measure its two paths."""
+    return max(warmup, PROBE_CALLS + 1) if PROBE_MIN_BYTES <= nbytes <= PROBE_MAX_BYTES else warmup
+
+
 def time_loop(call: Callable[[], None], barrier: Callable[[], None], max_over_ranks: Callable[[float], float],
               nbytes: int, warmup: int = 3, reps: int = 3, touch: Callable[[int], None] | None = None) -> float:
     """Seconds per call: the median over reps of (max over ranks of the mean over a loop of calls).
@@ -48,9 +58,8 @@ def time_loop(call: Callable[[], None], barrier: Callable[[], None], max_over_ra
     input never changes, and a library that reads a peer's buffer by cross-memory attach finds its lines
     in its own cache on every call but the first (benchmarks/RESULTS.md section 20)."""
     iters = iters_for(nbytes)
-    # past the first calls' page faults and cache fills, and interlink's measuring of its two paths in the
-    # band around a limit (runtime.fastpath.PROBE_CALLS: 34 calls)
-    for k in range(max(warmup, iters // 10, PROBE_CALLS + 1)):
+    # past the first calls' page faults and cache fills, and interlink's measuring of its two paths
+    for k in range(probe_warmup(nbytes, max(warmup, iters // 10))):
         if touch is not None:
             touch(k)
         call()

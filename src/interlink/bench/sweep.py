@@ -53,8 +53,7 @@ import numpy as np
 
 from ..algorithms.schedule import ROOTED, buffer_sizes, busbw_factor
 from ..ops import ReduceOp, check_op_dtype, finish_avg, ufunc
-from ..runtime.fastpath import PROBE_CALLS
-from .peers import aligned_empty
+from .peers import aligned_empty, probe_warmup
 
 BENCH_COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
                      "gather", "scatter", "sendrecv", "barrier")
@@ -66,8 +65,6 @@ NO_IN_PLACE = frozenset({"sendrecv", "all_to_all", "barrier"})
 
 DEFAULT_ITERS = 20
 DEFAULT_WARMUP = 5
-#: sizes for which the auto warm-up covers the host page's measuring of its two paths (PROBE_CALLS calls)
-PROBE_MIN_BYTES, PROBE_MAX_BYTES = 128 << 10, 16 << 20
 AUTO_BYTES = 1024 * 1024 * 1024  # auto mode: timed bytes per size and mode (see the module docstring)
 
 MARKER = "@@interlink-bench "  # prefix of the JSON event lines rank 0 writes on stdout
@@ -192,8 +189,7 @@ def iterations_for(nbytes: int, iters: Optional[int], warmup: Optional[int]) -> 
         n = int(iters)
     if warmup is None:
         w = max(1, min(DEFAULT_WARMUP, n // 4))
-        if PROBE_MIN_BYTES <= nbytes <= PROBE_MAX_BYTES:  # the host page measures its two paths first
-            w = max(w, PROBE_CALLS + 1)
+        w = probe_warmup(nbytes, w)  # past the host page's measuring of its two paths
     else:
         w = int(warmup)
     return n, w
