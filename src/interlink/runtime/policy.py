@@ -176,8 +176,8 @@ def slots_max_bytes_all_gather(nlocal: int | None = None) -> int:
 
 def autotune() -> bool:
     """Whether the host page measures, per call shape, which of its two paths is faster where the fixed
-    limits above are a guess (INTERLINK_AUTOTUNE, 1; 0: the limits alone decide). An all_gather (and an
-    all_to_all on 3+ ranks) whose input lies within a factor of the limit, from half of it to 4x it
+    limits above are a guess (INTERLINK_AUTOTUNE, 1; 0: the limits alone decide). An all_gather or an
+    all_to_all whose input lies within a factor of its limit, from half of it to 4x it
     (:func:`autotune_band`), runs its first calls through the slots and through cross-memory attach in turn,
     the host's first rank times them and publishes the faster on the host page, and every rank takes it
     from then on (runtime.fastpath.FastPath.pick). The crossover moves with the machine and its state: on
