@@ -52,6 +52,14 @@ from .traffic import RECEIVER, SENDER, Traffic, register_traffic
 HOST_PAGE = frozenset({"fast", "fast_once", "fast2", "fastd"})
 
 
+def measured_band(limit: int, top: int) -> tuple[int, int]:
+    """The inputs (lo, hi], in bytes, around a slots limit where the runtime measures ``fast`` against
+    ``fastd`` per call shape instead of trusting the limit (runtime.fastpath.FastPath.pick,
+    INTERLINK_AUTOTUNE): from half the limit to 4x it, at most ``top`` (the slots' capacity for the call).
+    The model names it in ``interlink predict``'s notes."""
+    return limit // 2, min(4 * limit, top)
+
+
 def _others(p: int, me: int) -> list[int]:
     """The peers of ``me`` in rank order."""
     return [j for j in range(p) if j != me]

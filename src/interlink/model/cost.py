@@ -57,13 +57,13 @@ import functools
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
 from ..algorithms import registry
 from ..algorithms import traffic as _traffic
-from ..algorithms.hostpage import HOST_PAGE
+from ..algorithms.hostpage import HOST_PAGE, measured_band
 from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
 from ..algorithms.traffic import Traffic, from_schedule
 from ..topology import HOP_KINDS, Topology, TopologyError, parse_topology, path_table, rail_plan
@@ -978,6 +978,10 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
     if not gpu and info.oversub.max() > 1 and not any("share them" in n for n in notes):
         notes.append(f"{int(info.ranks_on_host.max())} ranks on a host of {int(info.cores_per_host.min())} cores: "
                      f"ranks beyond the cores share them")
+    if not gpu and info.nhosts == 1:
+        measured = _measured_note(collective, S, p, best.algorithm, params)
+        if measured:
+            notes.append(measured)
     if not gpu:
         prof = [pp for pp in params if pp.name.startswith("host.") and pp.source.startswith("calibrated")]
         notes.append("host parameters: " + (prof[0].source if prof else "defaults (no calibrated profile)"))
@@ -1042,6 +1046,47 @@ def _sharp_unavailable(info: _TopoInfo, local_size: int) -> str:
     return ""
 
 
+def _slots_limit(collective: str, p: int, params: Params) -> float:
+    """The payload above which a broadcast, all_gather, reduce_scatter or all_to_all of p local ranks leaves
+    the slots for fastd (runtime.fastpath's limits, mirrored by ``host.slots.*``)."""
+    slots = params.value("host.fast2.max_bytes")  # the slot size
+    if p == 2:  # 2 ranks: broadcast, all_gather, reduce_scatter leave the slots early (fastd)
+        top = min(slots, params.value("host.slots.max_bytes_2"))
+        if collective == "all_gather":  # earlier still (its output is twice its input)
+            top = min(top, params.value("host.slots.max_bytes_2_all_gather"))
+        return top
+    # 3+ ranks: all_gather and all_to_all leave the slots above their own limits, the others at the slot size
+    if collective == "all_gather":
+        return min(slots, params.value("host.slots.max_bytes_all_gather"))
+    if collective == "all_to_all":
+        return min(slots, params.value("host.slots.max_bytes_all_to_all"))
+    return slots
+
+
+def measured_band_for(collective: str, p: int, params: Params) -> tuple[int, int]:
+    """The payloads (lo, hi] (a rank's input) of an all_gather or all_to_all of p local ranks for which the
+    runtime measures ``fast`` against ``fastd`` (algorithms.hostpage.measured_band around the slots limit,
+    above the one-shot size: runtime.fastpath.FastPath.band); (0, 0) for other collectives."""
+    if collective not in ("all_gather", "all_to_all") or p < 2:
+        return 0, 0
+    slots = params.value("host.fast2.max_bytes")
+    top = min(slots, params.value("host.slots.max_bytes_2")) if p == 2 else slots
+    lo, hi = measured_band(int(_slots_limit(collective, p, params)), int(top))
+    return max(lo, int(params.value("host.fast.max_bytes"))), hi
+
+
+def _measured_note(collective: str, S: int, p: int, algorithm: str, params: Params) -> Optional[str]:
+    """The note for a host-page all_gather or all_to_all whose payload lies in the measured band: the price
+    is the limit's path, the runtime may take the other."""
+    lo, hi = measured_band_for(collective, p, params)
+    payload = S // p if collective == "all_gather" else S
+    if algorithm not in ("fast", "fastd") or not lo < payload <= hi:
+        return None
+    return (f"the runtime measures fast against fastd for this call shape on its first calls and keeps the "
+            f"faster ({payload} bytes of input a rank, within ({lo}, {hi}]; INTERLINK_AUTOTUNE, on by default "
+            f"where cross-memory attach works): {algorithm} is the limit's path, priced here")
+
+
 def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed: bool, explicit: bool,
                algorithm: str = "fast", itemsize: int = 4, root: int = 0) -> "_Rounds | None":
     """A host-page path of an all-local CPU group (the world group of a one-host job), priced from its
@@ -1063,14 +1108,7 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
         # payload: what one rank writes (checked against the slot size, as FastPath.takes does)
         payload = S // p if collective == "all_gather" else 0 if collective == "barrier" else S
         slots = params.value("host.fast2.max_bytes")  # the slot size
-        if p == 2:  # 2 ranks: broadcast, all_gather, reduce_scatter leave the slots early (fastd)
-            slots_moves = min(slots, params.value("host.slots.max_bytes_2"))
-            if collective == "all_gather":  # earlier still (its output is twice its input)
-                slots_moves = min(slots_moves, params.value("host.slots.max_bytes_2_all_gather"))
-        else:  # 3+ ranks: all_gather and all_to_all leave the slots above their own limits, the others at the slot size
-            slots_moves = min(slots, params.value("host.slots.max_bytes_all_gather")) \
-                if collective == "all_gather" else min(slots, params.value("host.slots.max_bytes_all_to_all")) \
-                if collective == "all_to_all" else slots
+        slots_moves = _slots_limit(collective, p, params)
         two_phase = p >= params.value("host.fast2.min_ranks")
         # the two-phase all_reduce runs up to the slot size; on 2 ranks up to where fastd takes over
         top2 = slots if p >= 3 else max(params.value("host.fast.max_bytes"),

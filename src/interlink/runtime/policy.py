@@ -189,8 +189,11 @@ def autotune() -> bool:
 
 def autotune_band(limit: int, top: int) -> tuple[int, int]:
     """The inputs (lo, hi], in bytes, for which the host page measures both paths: from half the fixed
-    limit to 4x it, at most ``top`` (the slots' capacity for the call)."""
-    return limit // 2, min(4 * limit, top)
+    limit to 4x it, at most ``top`` (the slots' capacity for the call; algorithms.hostpage.measured_band,
+    which the model reads too)."""
+    from ..algorithms.hostpage import measured_band
+
+    return measured_band(limit, top)
 
 
 def ar_direct_min_bytes() -> int:
