@@ -563,16 +563,22 @@ def test_two_ranks_all_gather_leaves_the_slots_where_the_runtime_does() -> None:
 @pytest.mark.parametrize("p", [3, 4, 8])
 def test_all_gather_leaves_the_slots_at_its_own_limit_from_3_ranks(p: int) -> None:
     """From 3 ranks all_gather reads the peers' inputs (fastd) above host.slots.max_bytes_all_gather of
-    input (the slot size, 4 MiB, by default since the runtime streams its copies out of the slots; 1 MiB
-    where it cannot), like broadcast and reduce_scatter, which keep the slots up to the slot size."""
+    input (the slot size, 4 MiB, by default where the runtime streams its copies out of the slots: the host's
+    outputs, p^2 MiB, reach host.stream.min_bytes, 16 MiB by default, so from 4 ranks; else 1 MiB, as
+    runtime.policy.slots_max_bytes_all_gather(nlocal)), while broadcast and reduce_scatter keep the slots up
+    to the slot size."""
     topo = cpu_topology(p, cores=8)
 
     def page_rows(coll: str, nbytes: int, params=None) -> set:
         return {c.algorithm for c in predict(coll, nbytes, topo, params=params, profile=False).table
                 if c.method == "host page"}
 
-    assert page_rows("all_gather", p << 22) == {"fast"}  # 4 MiB per rank: the slots
-    assert page_rows("all_gather", (p << 22) + 4 * p) == {"fastd"}  # just above: cross-memory attach
+    limit = 4 << 20 if p * p >= 16 else 1 << 20
+    assert page_rows("all_gather", p * limit) == {"fast"}  # the limit per rank: the slots
+    assert page_rows("all_gather", p * limit + 4 * p) == {"fastd"}  # just above: cross-memory attach
+    never = default_params().replace({"host.stream.min_bytes": 0.0}, "test")  # no streaming copies: 1 MiB
+    assert page_rows("all_gather", p << 20, never) == {"fast"}
+    assert page_rows("all_gather", (p << 20) + 4 * p, never) == {"fastd"}
     assert page_rows("broadcast", 4 << 20) == {"fast"} and page_rows("reduce_scatter", 4 << 20) == {"fast"}
     params = default_params().replace({"host.slots.max_bytes_all_gather": float(1 << 20)}, "test")
     assert page_rows("all_gather", p << 20, params) == {"fast"}  # the limit is the parameter's

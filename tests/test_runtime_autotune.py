@@ -181,27 +181,29 @@ def _thresholds(rank: int, world: int) -> dict:
     return t
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, 3, 4])
 def test_predict_names_the_band_the_runtime_measures(world: int) -> None:
     """`interlink predict` prices the limit's path and says where the runtime measures instead: its band
-    (model.cost.measured_band_for, from the host.slots.* parameters) is the running ranks' (FastPath.band,
-    `Group.path_thresholds`) on 2 ranks, with the default limits. (On 3+ ranks the runtime's all_gather
-    limit depends on the host's cache, policy.slots_max_bytes_all_gather(nlocal), which the model's single
-    parameter does not follow: only the note's own logic is checked there.)"""
+    (model.cost.measured_band_for, from the host.slots.* parameters and host.stream.min_bytes, which this
+    host's calibration records) is the running ranks' (FastPath.band, `Group.path_thresholds`), with the
+    default limits: on 3+ ranks the all_gather's limit is the slot size only where local ranks^2 MiB reach
+    the streaming threshold (policy.slots_max_bytes_all_gather(nlocal)), else 1 MiB."""
     import interlink.transport.cma as cma
     from interlink.model import predict
     from interlink.model.cost import measured_band_for
     from interlink.model.params import default_params
 
+    from interlink.bench.calibrate import shm_limits
+
     t = run_ranks(world, _thresholds, timeout=60)[0]
-    params = default_params()
+    params = default_params().replace({"host.stream.min_bytes": float(shm_limits()[7])}, "this host")
     for coll in ("all_gather", "all_to_all"):
         band = measured_band_for(coll, world, params)
-        if cma.available and world == 2:
+        if cma.available:
             assert (t[f"tune.{coll}.lo"], t[f"tune.{coll}.hi"]) == band, (coll, t, band)
         lo, hi = band
         for payload, inside in ((lo, False), (lo + 4096, True), (hi, True), (hi + 4096, False)):
             size = payload * world if coll == "all_gather" else payload
-            pred = predict(coll, size, None, nranks=world, profile=False)
+            pred = predict(coll, size, None, nranks=world, params=params, profile=False)
             said = any("measures fast against fastd" in n for n in pred.notes)
             assert said == inside, (coll, payload, pred.algorithm, pred.notes)

@@ -249,6 +249,8 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None,
             params["host.slots.max_bytes_all_gather"] = float(limits[5])
         if len(limits) > 6:
             params["host.slots.max_bytes_all_to_all"] = float(limits[6])
+        if len(limits) > 7:
+            params["host.stream.min_bytes"] = float(limits[7])
     return params, quality
 
 

@@ -1056,8 +1056,10 @@ def _slots_limit(collective: str, p: int, params: Params) -> float:
             top = min(top, params.value("host.slots.max_bytes_2_all_gather"))
         return top
     # 3+ ranks: all_gather and all_to_all leave the slots above their own limits, the others at the slot size
-    if collective == "all_gather":
-        return min(slots, params.value("host.slots.max_bytes_all_gather"))
+    if collective == "all_gather":  # the slot size only where the host's outputs stream (policy, nlocal)
+        smin = params.value("host.stream.min_bytes")
+        big = 0 < smin <= p * p * 2**20
+        return min(slots, params.value("host.slots.max_bytes_all_gather") if big else 2**20)
     if collective == "all_to_all":
         return min(slots, params.value("host.slots.max_bytes_all_to_all"))
     return slots

@@ -36,7 +36,8 @@ CPU hosts (interlink's own runtime; ``host.*`` entries are what ``interlink benc
                                      fast2, fastd), priced from their steps like a transport: a call, per
                                      round, per message (a read of a slot or of a peer's buffer), per byte
     host.fast.max_bytes, host.fast2.{min_ranks,max_bytes}, host.fastd.min_bytes, host.slots.max_bytes_2,
-    host.slots.max_bytes_2_all_gather, host.slots.max_bytes_all_gather, host.slots.max_bytes_all_to_all
+    host.slots.max_bytes_2_all_gather, host.slots.max_bytes_all_gather, host.slots.max_bytes_all_to_all,
+    host.stream.min_bytes
                                      where the runtime takes them (runtime/policy.py's defaults)
 
 Files
@@ -204,6 +205,10 @@ def _defaults() -> list[Param]:
            "interlink.runtime.policy.slots_max_bytes_all_gather() default: on 3+ ranks an all_gather whose "
            "per-rank input is above this reads the peers' inputs (fastd); the slot size where the runtime "
            "streams its copies out of the slots (transport/stream.py), else 1 MiB"),
+        _p("host.stream.min_bytes", 16.0 * 2**20, "B",
+           "interlink.runtime.policy.stream_min_bytes() (half the last-level cache; 0: never): on 3+ ranks an "
+           "all_gather keeps the slots up to host.slots.max_bytes_all_gather only where local ranks^2 MiB reach "
+           "it (its copies out of the slots stream), else up to 1 MiB"),
         _p("host.slots.max_bytes_all_to_all", 1.0 * 2**20, "B",
            "interlink.runtime.policy.slots_max_bytes_all_to_all() default: on 3+ ranks an all_to_all whose "
            "input is above this puts its blocks into the peers' outputs (fastd)"),
