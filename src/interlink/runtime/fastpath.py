@@ -38,7 +38,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..algorithms import registry
-from ..algorithms.hostpage import host_plan
+from ..algorithms.hostpage import host_plan, measured_band
 from ..errors import CollectiveMismatchError
 from ..ops import ReduceOp, finish_avg, ufunc
 from ..transport import cma, shm, shmalloc, stream
@@ -434,7 +434,7 @@ class FastPath:
         """The inputs (lo, hi] for which this host measures the slots against fastd (pick); (0, 0): none."""
         if not self.autotune or kind not in (AG, A2A):
             return 0, 0
-        lo, hi = policy.autotune_band(self._limit(kind), self.move_max)
+        lo, hi = measured_band(self._limit(kind), self.move_max)
         return max(lo, self.max), hi
 
     def small(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: ReduceOp, root: int,
@@ -520,8 +520,8 @@ class FastPath:
 
     def pick(self, tn: Tune) -> Small:
         """The Small this call of a measured shape runs. The first PROBE_CALLS calls take the two paths in
-        blocks, in turn (``probe_path``); at the start of the last of them the host's first rank (local rank 0) compares
-        the median times it measured (``timed``) and writes the faster path into the host page's choice
+        blocks, in turn (``probe_path``); at the start of the last of them the host's first rank (local rank 0)
+        compares the best block medians it measured (``timed``, ``choose``) and writes the faster path into the host page's choice
         table before it publishes that call; at the next call every rank (the first too) reads the table,
         after every rank has seen that publication (an all_gather or all_to_all reads every rank), and
         keeps the choice. Another shape's choice in the same entry (a key that differs) means the limits'

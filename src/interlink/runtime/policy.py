@@ -178,22 +178,14 @@ def autotune() -> bool:
     """Whether the host page measures, per call shape, which of its two paths is faster where the fixed
     limits above are a guess (INTERLINK_AUTOTUNE, 1; 0: the limits alone decide). An all_gather or an
     all_to_all whose input lies within a factor of its limit, from half of it to 4x it
-    (:func:`autotune_band`), runs its first calls through the slots and through cross-memory attach in turn,
+    (algorithms.hostpage.measured_band), runs its first calls through the slots and through cross-memory
+    attach in turn,
     the host's first rank times them and publishes the faster on the host page, and every rank takes it
     from then on (runtime.fastpath.FastPath.pick). The crossover moves with the machine and its state: on
     the project's VM, 2 ranks, 1 MiB of all_gather output, slots / fastd measured 1.2-2.0 one day
     (session 37) and 0.65-0.74 another (benchmarks/RESULTS.md section 31), so no fixed limit suits both.
     Intel MPI's run-time autotuner (I_MPI_TUNING_MODE=auto) works the same way."""
     return os.environ.get("INTERLINK_AUTOTUNE", "1").strip() != "0"
-
-
-def autotune_band(limit: int, top: int) -> tuple[int, int]:
-    """The inputs (lo, hi], in bytes, for which the host page measures both paths: from half the fixed
-    limit to 4x it, at most ``top`` (the slots' capacity for the call; algorithms.hostpage.measured_band,
-    which the model reads too)."""
-    from ..algorithms.hostpage import measured_band
-
-    return measured_band(limit, top)
 
 
 def ar_direct_min_bytes() -> int:

@@ -361,15 +361,20 @@ class HostPage:
         self.words = np.frombuffer(mm, dtype=np.uint32, count=nlocal * BELL // 4)
         self.base = futex.address_of(mm) if futex.available else 0
         self.fast_max = fast_max
-        self.slot_stride = FAST_SLOT_HDR + ((fast_max + 63) // 64) * 64
-        self.data_base = ((nlocal * BELL + 16 * TUNE_ENTRIES + 4095) // 4096) * 4096
+        self.slot_stride = FAST_SLOT_HDR + ((fast_max + 63) // 64) * 64  # header, then the payload
+        self.data_base = self._data_base(nlocal)
         # done[i]: the last fast-path call rank i has finished reading (bytes 8..16 of its bell block)
         self.done = np.ndarray((nlocal,), dtype=np.uint64, buffer=mm, offset=8, strides=(BELL,))
 
     @staticmethod
-    def size(nlocal: int, fast_max: int) -> int:
+    def _data_base(nlocal: int) -> int:
+        """Where the slots begin: after the doorbells and the choice table, page-aligned."""
+        return ((nlocal * BELL + 16 * TUNE_ENTRIES + 4095) // 4096) * 4096
+
+    @classmethod
+    def size(cls, nlocal: int, fast_max: int) -> int:
         stride = FAST_SLOT_HDR + ((fast_max + 63) // 64) * 64
-        return ((nlocal * BELL + 16 * TUNE_ENTRIES + 4095) // 4096) * 4096 + 2 * (nlocal + 1) * stride
+        return cls._data_base(nlocal) + 2 * (nlocal + 1) * stride
 
     @classmethod
     def create(cls, nlocal: int, fast_max: int, populate: bool = True) -> tuple["HostPage", int]:
