@@ -207,3 +207,103 @@ def test_predict_names_the_band_the_runtime_measures(world: int) -> None:
             pred = predict(coll, size, None, nranks=world, params=params, profile=False)
             said = any("measures fast against fastd" in n for n in pred.notes)
             assert said == inside, (coll, payload, pred.algorithm, pred.notes)
+
+
+# ---- streaming against plain copies into the outputs (policy.stream_band) ----------------------------
+
+# 2 ranks, the limits above and streaming from 32 KiB of the host's outputs: its band is (16, 128] KiB of
+# outputs. (collective, input elements of float32, whether the rule streams): a broadcast through the slots
+# (20 KiB: 40 KiB of outputs) and a smaller one the rule copies plainly (12 KiB: 24 KiB), the fastd
+# all_gather's push (20 KiB of input, above the slots-or-fastd band: 80 KiB of outputs), the two-phase
+# all_reduce (24 KiB, in place: 48 KiB), and an all_gather above the band (40 KiB of input: 160 KiB of
+# outputs, streamed, never measured)
+STREAM_ENV = {**ENV, "INTERLINK_STREAM_MIN_BYTES": str(32 << 10)}
+STREAM_SHAPES = [("broadcast", 5000, True), ("broadcast", 3000, False), ("all_gather", 5000, True),
+                 ("all_reduce", 6000, True), ("all_gather", 10000, True)]
+
+
+def _stream_suite(rank: int, world: int, force: int | None) -> tuple[list[str], dict]:
+    import interlink.transport.stream as stream
+
+    count = [0]
+    copy = stream.copy
+
+    def spy(dst, src):  # every streaming copy of this rank
+        count[0] += 1
+        copy(dst, src)
+
+    stream.copy = spy
+    import interlink as dist
+    from interlink.runtime import fastpath
+
+    g = dist.init(timeout=60)
+    fp = g._fast
+    if force is not None and rank == 0:
+        orig = fp.timed
+
+        def timed(tn, seconds):
+            orig(tn, seconds + (1.0 if fastpath.probe_path(tn.state.last) != force else 0.0))
+
+        fp.timed = timed
+    fails: list[str] = []
+    streamed: dict = {}
+    for step in range(STEPS):
+        for coll, n, _ in STREAM_SHAPES:
+            x = ((np.arange(n) * (rank + 2) + step) % 251).astype(np.float32)
+            before = count[0]
+            if coll == "broadcast":
+                want = ((np.arange(n) * 2 + step) % 251).astype(np.float32)  # rank 0's
+                dist.broadcast(x, 0)
+                got = x
+            elif coll == "all_gather":
+                want = np.concatenate([((np.arange(n) * (j + 2) + step) % 251).astype(np.float32)
+                                       for j in range(world)])
+                got = np.full(n * world, -1, np.float32)
+                dist.all_gather_into_tensor(got, x)
+            else:
+                want = sum(((np.arange(n) * (j + 2) + step) % 251).astype(np.float32) for j in range(world))
+                dist.all_reduce(x)
+                got = x
+            if not np.array_equal(got, want):
+                fails.append(f"rank {rank} step {step} {coll} n={n}: {got[:5]} != {want[:5]}")
+            streamed.setdefault(f"{coll} {n}", []).append(count[0] > before)
+    dist.destroy()
+    return fails, streamed
+
+
+@pytest.mark.parametrize("force", [0, 1])
+def test_streaming_is_measured_against_plain_copies_near_its_threshold(force: int) -> None:
+    """A shape whose outputs on the host lie in the streaming band runs its first calls with streaming and
+    with plain copies into its outputs in turn (probe_path: the rule's first), and every call after the
+    probe the way the first rank's timings chose (forced either way here), on both ranks; results exact
+    on every call. Outside the band the rule alone decides."""
+    from interlink.runtime.fastpath import PROBE_CALLS, probe_path
+    from interlink.transport import stream
+
+    if not stream.available:
+        pytest.skip(f"no streaming copy here: {stream.why_not}")
+    res = run_ranks(2, _stream_suite, force, env=STREAM_ENV, timeout=240)
+    fails = [f for fl, _ in res for f in fl]
+    assert not fails, "\n".join(fails[:10])
+    for coll, n, rule in STREAM_SHAPES:
+        name = f"{coll} {n}"
+        if n == 10000:  # above the band: the rule's streaming on every call
+            want = [True] * STEPS
+        else:
+            probe = [(rule, not rule)[probe_path(k)] for k in range(PROBE_CALLS)]
+            want = probe + [(rule, not rule)[force]] * (STEPS - PROBE_CALLS)
+        # a broadcast's root copies nothing into its output (its input is the output)
+        for r in ([1] if coll == "broadcast" else [0, 1]):
+            assert res[r][1][name] == want, (r, name, res[r][1][name])
+
+
+def test_streaming_band_off_with_autotune_off() -> None:
+    from interlink.transport import stream
+
+    if not stream.available:
+        pytest.skip(f"no streaming copy here: {stream.why_not}")
+    res = run_ranks(2, _stream_suite, None, env={**STREAM_ENV, "INTERLINK_AUTOTUNE": "0"}, timeout=240)
+    assert not [f for fl, _ in res for f in fl]
+    for coll, n, rule in STREAM_SHAPES:
+        for r in ([1] if coll == "broadcast" else [0, 1]):
+            assert res[r][1][f"{coll} {n}"] == [rule] * STEPS, (r, coll, n)

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 import numpy as np
 from ..algorithms.schedule import busbw_factor  # nccl-tests' factors, defined once
 from ..launch.local import free_port
+from ..runtime import policy
 from ..runtime.fastpath import PROBE_CALLS
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
@@ -40,13 +41,15 @@ def row(system: str, collective: str, nranks: int, nbytes: int, t: float) -> dic
 
 
 #: sizes for which a warm-up covers the host page's measuring of its two paths in the band around a limit
-#: (runtime.fastpath.PROBE_CALLS calls of a shape; policy.autotune)
+#: (runtime.fastpath.PROBE_CALLS calls of a shape; policy.autotune): from 128 KiB to 16 MiB, and to 4x the
+#: streaming threshold (policy.stream_band: the host's outputs of a call, 64 MiB where it is 16 MiB)
 PROBE_MIN_BYTES, PROBE_MAX_BYTES = 128 << 10, 16 << 20
 
 
 def probe_warmup(nbytes: int, warmup: int) -> int:
     """At least PROBE_CALLS + 1 warm-up calls at the sizes where interlink may first measure its two paths."""
-    return max(warmup, PROBE_CALLS + 1) if PROBE_MIN_BYTES <= nbytes <= PROBE_MAX_BYTES else warmup
+    top = max(PROBE_MAX_BYTES, policy.stream_band(policy.stream_min_bytes())[1])
+    return max(warmup, PROBE_CALLS + 1) if PROBE_MIN_BYTES <= nbytes <= top else warmup
 
 
 def time_loop(call: Callable[[], None], barrier: Callable[[], None], max_over_ranks: Callable[[float], float],

@@ -85,7 +85,8 @@ class Small:
     the typed views of the slots it reads and writes, made once so that a call does no lookups."""
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
-                 "avg", "count", "block", "root", "res", "schedule", "program", "bound", "npos", "push", "tune")
+                 "avg", "count", "block", "root", "res", "schedule", "program", "bound", "npos", "push", "tune",
+                 "stream")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -112,6 +113,7 @@ class Small:
         self.bound: dict = {}  # (position, read in place, in place, overlap) -> the program's ops bound
         self.push: Optional[tuple] = None  # a push program's one step, run inlined (FastPath._push_form)
         self.tune: Optional[Tune] = None  # a shape whose path is measured (FastPath.pick): its two Smalls
+        self.stream: Optional[bool] = None  # copies stream by the rule (None), always (True), never (False)
 
 
 #: the first calls of a measured call shape: PROBE_WARM calls by the limits' path (the user's buffers'
@@ -257,6 +259,8 @@ class FastPath:
         self.cma, self.once = bool(agreed & 1), bool(agreed & 2)
         # all_gather and all_to_all between the slots and fastd: measured per call shape (pick)
         self.autotune = bool(agreed & 8) and self.cma
+        # copies into large outputs: streaming stores or plain, measured near stream_min (stream_tuned)
+        self.autotune_stream = bool(agreed & 8) and stream.available
         self.tuning: dict[int, TuneState] = {}
         self.pending: dict[int, int] = {}  # the first rank: key -> table entry of a choice not yet read
         if not agreed & 4:
@@ -437,11 +441,26 @@ class FastPath:
         lo, hi = measured_band(self._limit(kind), self.move_max)
         return max(lo, self.max), hi
 
+    def host_outputs(self, kind: int, nbytes: int) -> int:
+        """The bytes every local rank's output of a call with nbytes of input add up to (what decides
+        whether its copies into them stream: policy.stream_min_bytes)."""
+        return nbytes * self.n * (self.n if kind == AG else 1) // (self.n if kind == RS else 1)
+
+    def stream_tuned(self, kind: int, nbytes: int) -> bool:
+        """Whether a call of this kind and input size measures streaming against plain copies into its
+        outputs (policy.stream_band around stream_min; only a Schedule run step by step streams)."""
+        if not self.autotune_stream or kind == BAR:
+            return False
+        lo, hi = policy.stream_band(self.stream_min)
+        return lo < self.host_outputs(kind, nbytes) <= hi
+
     def small(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: ReduceOp, root: int,
-              group: str, direct: Optional[bool] = None) -> Small:
+              group: str, direct: Optional[bool] = None, streams: Optional[bool] = None) -> Small:
         """The cached views of a one-shot call of this shape (the caller validated it and checked that
         the input fits a slot). ``direct``: force fastd (True) or the slots (False); None: the limits
-        decide, and within the measured band (``band``) a Small whose ``tune`` holds both."""
+        decide, and within the measured band (``band``) a Small whose ``tune`` holds both. ``streams``:
+        force streaming copies into the outputs (True) or plain ones (False); None: the rule
+        (stream_min), and within its measured band (``stream_tuned``) a Small whose ``tune`` holds both."""
         count, dt, me = a.size, a.dtype, self.me
         sends = kind != BAR and (kind != BC or root == me)
         big = a.nbytes > self.max
@@ -451,6 +470,13 @@ class FastPath:
             if lo < a.nbytes <= hi and out is not None:
                 return self._tuned(kind, a, out, op, root, group)
             direct = big and not two_phase and (kind == AR or a.nbytes > self._limit(kind))
+            if streams is None and self.stream_tuned(kind, a.nbytes):
+                rule = self.small(kind, a, out, op, root, group, direct, None)
+                if rule.program is None:  # the inlined executor: numpy's copies only
+                    return rule
+                ruled = self.host_outputs(kind, a.nbytes) >= self.stream_min
+                return self._tuned(kind, a, out, op, root, group,
+                                   (rule, self.small(kind, a, out, op, root, group, direct, not ruled)))
         # the flight recorder and `interlink bench` name the path: the registered Schedule it runs
         once = kind == AR and not big and self.once and self.n > 1
         path = "fastd" if direct else "fast2" if two_phase else "fast_once" if once else "fast"
@@ -471,6 +497,7 @@ class FastPath:
                 + (f" rot={rot}" if rot > 1 else "")).encode()
         sc = Small(kind, sigb, a.nbytes if sends else 0, sends)
         sc.count, sc.root, sc.schedule, sc.npos = count, root, schedule, 2 * rot
+        sc.stream = streams
         places = [(pos & 1, (pos >> 1) * stride) for pos in range(sc.npos)]
         if kind in (AR, RS):
             sc.fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op)
@@ -503,11 +530,15 @@ class FastPath:
         return sc
 
     # ---- the measured band: the slots or fastd, chosen by the host's first rank's timings ---------------
-    def _tuned(self, kind: int, a: np.ndarray, out: np.ndarray, op: ReduceOp, root: int, group: str) -> Small:
-        """A shape in the measured band: a Small carrying both paths' Smalls (the limits' choice first) and
-        its signature's TuneState, shared by every cached shape of that signature."""
-        first = a.nbytes > self._limit(kind)
-        alts = (self.small(kind, a, out, op, root, group, first), self.small(kind, a, out, op, root, group, not first))
+    def _tuned(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: ReduceOp, root: int, group: str,
+               alts: Optional[tuple] = None) -> Small:
+        """A shape in a measured band: a Small carrying both paths' Smalls (the rule's choice first: the
+        limits', or ``alts``: the rule's copies and the other copies into the outputs) and its signature's
+        TuneState, shared by every cached shape of that signature (a shape lies in one band only)."""
+        if alts is None:
+            first = a.nbytes > self._limit(kind)
+            alts = (self.small(kind, a, out, op, root, group, first),
+                    self.small(kind, a, out, op, root, group, not first))
         key = zlib.crc32(f"{NAMES[kind]} {a.dtype} n={a.size} {op.name} root={root} {group}".encode()) | 1 << 32
         st = self.tuning.get(key)
         if st is None:
@@ -855,7 +886,7 @@ class FastPath:
         # outputs too large for the cache (policy.stream_min_bytes): this rank's block goes into its output with
         # streaming stores and is pushed from the input, which that copy has just read into the cache; else the
         # copy is pushed (in cache)
-        streamed = stream.available and o.nbytes * self.n >= self.stream_min
+        streamed = stream.available and o.nbytes * self.n >= self._stream_min(sc)
         for lo in range(0, count, step):
             src = flat[lo:lo + step]
             piece = dst[lo:lo + step]
@@ -875,6 +906,11 @@ class FastPath:
         self._await_round(waits, q, base, seq, sc, timeout)
         self._set(self.done_w, f)
 
+    def _stream_min(self, sc: Small) -> int:
+        """The host's bytes from which this shape's copies stream: the rule's (policy.stream_min_bytes), or
+        a measured shape's forced choice (Small.stream: every copy of at least stream.MIN_BYTES, or none)."""
+        return self.stream_min if sc.stream is None else 0 if sc.stream else 1 << 62
+
     def _bind(self, sc: Small, pos: int, key: tuple, mk: tuple, isz: int, early: bool = False) -> Any:
         """The call shape's program bound for one slot parity and the facts of a call that decide what its
         ops do: key = (parity, input read in place, in place, input and output overlap), mk = the peers
@@ -891,8 +927,9 @@ class FastPath:
         # the outputs of the host's ranks in this call: copies into them stream when they are too large
         # to be in cache (policy.stream_min_bytes)
         obytes = (sc.count * self.n if sc.kind == AG else sc.block if sc.kind == RS else sc.count) * isz
-        streamed = stream.available and obytes * self.n >= self.stream_min
-        slot_streamed = stream.available and sc.count * isz * self.n >= self.stream_min  # the inputs, into the slots
+        smin = self._stream_min(sc)
+        streamed = stream.available and obytes * self.n >= smin
+        slot_streamed = stream.available and sc.count * isz * self.n >= smin  # the inputs, into the slots
 
         def bind(op: Any) -> Any:
             generic = (lambda bufs, mapped, op=op: self._op(sc, op, bufs, mapped, pos, serial, inplace))

@@ -184,7 +184,8 @@ def autotune() -> bool:
     from then on (runtime.fastpath.FastPath.pick). The crossover moves with the machine and its state: on
     the project's VM, 2 ranks, 1 MiB of all_gather output, slots / fastd measured 1.2-2.0 one day
     (session 37) and 0.65-0.74 another (benchmarks/RESULTS.md section 31), so no fixed limit suits both.
-    Intel MPI's run-time autotuner (I_MPI_TUNING_MODE=auto) works the same way."""
+    Intel MPI's run-time autotuner (I_MPI_TUNING_MODE=auto) works the same way. The same switch measures
+    streaming against plain copies near :func:`stream_min_bytes` (:func:`stream_band`)."""
     return os.environ.get("INTERLINK_AUTOTUNE", "1").strip() != "0"
 
 
@@ -237,6 +238,19 @@ def stream_min_bytes() -> int:
     if v < 0:
         v = last_level_cache_bytes() // 2
     return v if v > 0 else 1 << 62
+
+
+def stream_band(stream_min: int) -> tuple[int, int]:
+    """The outputs of the host's ranks in one call, (lo, hi] bytes, for which the host page measures its
+    copies into the outputs with streaming stores against plain ones (the first calls of each shape, as
+    for the slots' limit: runtime.fastpath.FastPath.pick), where :func:`stream_min_bytes` is a guess: half
+    of it to 4x it. Why: on the project's VM the plain / streaming ratio at the same outputs moved with the
+    day: 4 ranks, broadcast of 4 MiB (16 MiB of outputs, the threshold) 0.65-0.70 one hour of session 39,
+    no difference later, 0.62 in session 40; all_gather of 4 MiB output 0.87-0.90, of 16 MiB 1.27-1.51
+    (benchmarks/RESULTS.md sections 28, 31, 32). (0, 0) where the rule says never."""
+    if stream_min >= 1 << 61:
+        return 0, 0
+    return stream_min // 2, 4 * stream_min
 
 
 def last_level_cache_bytes() -> int:
