@@ -28,7 +28,9 @@ def start():
     fp = api._world()._fast
     if fp is None:
         raise SystemExit("needs ranks on one host with the host page (INTERLINK_FAST not 0, shared memory)")
-    fp.autotune = False  # each setting forces its path: no measuring of the two in the band (FastPath.pick)
+    # each setting forces its path: no measuring of the two in the bands (FastPath.pick), the slots' limits'
+    # nor the streaming threshold's
+    fp.autotune = fp.autotune_stream = False
     return dist, r, p, fp
 
 
