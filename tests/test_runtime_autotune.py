@@ -211,15 +211,22 @@ def test_predict_names_the_band_the_runtime_measures(world: int) -> None:
 
 # ---- streaming against plain copies into the outputs (policy.stream_band) ----------------------------
 
-# 2 ranks, the limits above and streaming from 32 KiB of the host's outputs: its band is (16, 128] KiB of
-# outputs. (collective, input elements of float32, whether the rule streams): a broadcast through the slots
-# (20 KiB: 40 KiB of outputs) and a smaller one the rule copies plainly (12 KiB: 24 KiB), the fastd
-# all_gather's push (20 KiB of input, above the slots-or-fastd band: 80 KiB of outputs), the two-phase
-# all_reduce (24 KiB, in place: 48 KiB), and an all_gather above the band (40 KiB of input: 160 KiB of
-# outputs, streamed, never measured)
+# The limits above and streaming from 32 KiB of the host's outputs: its band is (16, 128] KiB of outputs.
+# Per rank count, (collective, input elements of float32, whether the rule streams, whether it is measured).
+# 2 ranks: a broadcast through the slots (20 KiB: 40 KiB of outputs) and a smaller one the rule copies
+# plainly (12 KiB: 24 KiB), the fastd all_gather's push (20 KiB of input, above the slots-or-fastd band: 80
+# KiB of outputs), the two-phase all_reduce (24 KiB, in place: 48 KiB), and an all_gather above the band
+# (40 KiB of input: 160 KiB of outputs, streamed, never measured). 3 ranks: broadcasts of 20 KiB (60 KiB)
+# and 8 KiB (24 KiB, plain by the rule), the two-phase all_reduce (72 KiB), an all_gather in the slots'
+# band (6 KB of input: 54 KB of outputs; the slots and fastd are measured, each streaming by the rule)
+# and one above the streaming band (20 KiB: 180 KiB).
 STREAM_ENV = {**ENV, "INTERLINK_STREAM_MIN_BYTES": str(32 << 10)}
-STREAM_SHAPES = [("broadcast", 5000, True), ("broadcast", 3000, False), ("all_gather", 5000, True),
-                 ("all_reduce", 6000, True), ("all_gather", 10000, True)]
+STREAM_SHAPES = {2: [("broadcast", 5000, True, True), ("broadcast", 3000, False, True),
+                     ("all_gather", 5000, True, True), ("all_reduce", 6000, True, True),
+                     ("all_gather", 10000, True, False)],
+                 3: [("broadcast", 5000, True, True), ("broadcast", 2000, False, True),
+                     ("all_reduce", 6000, True, True), ("all_gather", 1500, True, False),
+                     ("all_gather", 5000, True, False)]}
 
 
 def _stream_suite(rank: int, world: int, force: int | None) -> tuple[list[str], dict]:
@@ -248,7 +255,7 @@ def _stream_suite(rank: int, world: int, force: int | None) -> tuple[list[str], 
     fails: list[str] = []
     streamed: dict = {}
     for step in range(STEPS):
-        for coll, n, _ in STREAM_SHAPES:
+        for coll, n, _, _ in STREAM_SHAPES[world]:
             x = ((np.arange(n) * (rank + 2) + step) % 251).astype(np.float32)
             before = count[0]
             if coll == "broadcast":
@@ -271,29 +278,30 @@ def _stream_suite(rank: int, world: int, force: int | None) -> tuple[list[str], 
     return fails, streamed
 
 
-@pytest.mark.parametrize("force", [0, 1])
-def test_streaming_is_measured_against_plain_copies_near_its_threshold(force: int) -> None:
+@pytest.mark.parametrize("world,force", [(2, 0), (2, 1), (3, 1)])
+def test_streaming_is_measured_against_plain_copies_near_its_threshold(world: int, force: int) -> None:
     """A shape whose outputs on the host lie in the streaming band runs its first calls with streaming and
     with plain copies into its outputs in turn (probe_path: the rule's first), and every call after the
-    probe the way the first rank's timings chose (forced either way here), on both ranks; results exact
-    on every call. Outside the band the rule alone decides."""
+    probe the way the first rank's timings chose (forced either way here), on every rank; results exact
+    on every call. Outside the band, and in the slots' band (a shape is measured in one band only), the
+    rule alone decides how copies go."""
     from interlink.runtime.fastpath import PROBE_CALLS, probe_path
     from interlink.transport import stream
 
     if not stream.available:
         pytest.skip(f"no streaming copy here: {stream.why_not}")
-    res = run_ranks(2, _stream_suite, force, env=STREAM_ENV, timeout=240)
+    res = run_ranks(world, _stream_suite, force, env=STREAM_ENV, timeout=240)
     fails = [f for fl, _ in res for f in fl]
     assert not fails, "\n".join(fails[:10])
-    for coll, n, rule in STREAM_SHAPES:
+    for coll, n, rule, tuned in STREAM_SHAPES[world]:
         name = f"{coll} {n}"
-        if n == 10000:  # above the band: the rule's streaming on every call
-            want = [True] * STEPS
+        if not tuned:
+            want = [rule] * STEPS
         else:
             probe = [(rule, not rule)[probe_path(k)] for k in range(PROBE_CALLS)]
             want = probe + [(rule, not rule)[force]] * (STEPS - PROBE_CALLS)
         # a broadcast's root copies nothing into its output (its input is the output)
-        for r in ([1] if coll == "broadcast" else [0, 1]):
+        for r in range(1 if coll == "broadcast" else 0, world):
             assert res[r][1][name] == want, (r, name, res[r][1][name])
 
 
@@ -304,6 +312,6 @@ def test_streaming_band_off_with_autotune_off() -> None:
         pytest.skip(f"no streaming copy here: {stream.why_not}")
     res = run_ranks(2, _stream_suite, None, env={**STREAM_ENV, "INTERLINK_AUTOTUNE": "0"}, timeout=240)
     assert not [f for fl, _ in res for f in fl]
-    for coll, n, rule in STREAM_SHAPES:
+    for coll, n, rule, _ in STREAM_SHAPES[2]:
         for r in ([1] if coll == "broadcast" else [0, 1]):
             assert res[r][1][f"{coll} {n}"] == [rule] * STEPS, (r, coll, n)
