@@ -16,13 +16,13 @@ from interlink.runtime.pageplan import LOCAL, Move, PutOp, compile_page
 
 CASES = [("all_reduce", "fast"), ("broadcast", "fast"), ("all_gather", "fast"), ("reduce_scatter", "fast"),
          ("barrier", "fast"), ("all_reduce", "fast_once"), ("all_reduce", "fast2"), ("all_reduce", "fastd"), ("broadcast", "fastd"),
-         ("all_gather", "fastd"), ("reduce_scatter", "fastd")]
+         ("all_gather", "fastd"), ("reduce_scatter", "fastd"), ("broadcast", "fastp")]
 
 
 @pytest.mark.parametrize("coll,algo", CASES)
 def test_host_page_schedules_verify(coll: str, algo: str) -> None:
     for p in (1, 2, 3, 4, 5, 8):
-        for n in ([0] if coll == "barrier" else [0, 1, 7, 13, 2 * p + 1]):
+        for n in ([0] if coll == "barrier" else [0, 1, 7, 13, 2 * p + 1, 61]):
             # fast_once: every rank as the reducer (the runtime takes whichever publishes last)
             for root in (range(p) if algo == "fast_once" else sorted({0, p - 1})):
                 s = get_schedule(coll, algo, p, n, root)
@@ -53,6 +53,32 @@ def test_a_dropped_read_fails_verification() -> None:
     bad = _mutate(s, 0, 0, lambda st: st[:-2])  # rank 0's last push and its signal
     with pytest.raises((VerificationError, ScheduleError)):
         verify_schedule(bad)
+
+
+def test_fastp_overwrites_a_slot_half_only_after_every_receiver_read_it() -> None:
+    """The pipelined broadcast reuses each half of the root's slot every other chunk: the host page's program
+    of the root waits, before the round that overwrites a half, for every receiver to have finished the round
+    that read it (compile_page derives it from the Schedule; nothing in the runtime adds it), and each
+    receiver reads chunk k only after the root finished the round that wrote it. A Schedule whose receiver
+    reads a chunk from the wrong half fails verification."""
+    from interlink.algorithms.hostpage import PIPE_CHUNKS
+
+    p, n, root = 3, 80, 1
+    s = get_schedule("broadcast", "fastp", p, n, root)
+    assert s.nrounds == PIPE_CHUNKS + 1 and s.buffers["scratch"] == 2 * (n // PIPE_CHUNKS)
+    prog = compile_page(s, root)
+    befores = {r.first: dict(r.before) for r in prog.rounds}
+    for k in range(2, PIPE_CHUNKS):  # round k writes the half that receivers read in round k - 1
+        assert befores[k] == {0: k, 2: k}, (k, befores)
+    for r in (0, 2):
+        rp = compile_page(s, r)
+        for rnd in rp.rounds:
+            if rnd.first >= 1:
+                assert dict(rnd.before) == {root: rnd.first}, (r, rnd.first, rnd.before)
+    wrong = _mutate(s, 0, 3, lambda st: [Get(x.peer, Chunk("scratch", (x.src.offset + 10) % 20, x.src.count), x.dst)
+                                         if isinstance(x, Get) else x for x in st])
+    with pytest.raises((VerificationError, ScheduleError)):
+        verify_schedule(wrong)
 
 
 def test_host_plan_reads_the_one_shot_form_and_refuses_what_it_cannot_run() -> None:

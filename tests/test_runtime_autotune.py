@@ -11,6 +11,8 @@ shape's choice in the same table entry, and the switch turned off.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -175,8 +177,12 @@ def test_autotune_off_leaves_the_limits_alone() -> None:
 def _thresholds(rank: int, world: int) -> dict:
     import interlink as dist
 
+    from interlink.runtime.fastpath import BC
+
     g = dist.init(timeout=30)
     t = g.path_thresholds()
+    if g._fast is not None:  # the broadcast's band (not a sweep threshold: its top is 4 slots, 16 MiB)
+        t["tune.broadcast.lo"], t["tune.broadcast.hi"] = g._fast.band(BC)
     dist.destroy()
     return t
 
@@ -197,7 +203,7 @@ def test_predict_names_the_band_the_runtime_measures(world: int) -> None:
 
     t = run_ranks(world, _thresholds, timeout=60)[0]
     params = default_params().replace({"host.stream.min_bytes": float(shm_limits()[7])}, "this host")
-    for coll in ("all_gather", "all_to_all"):
+    for coll in ("all_gather", "all_to_all", "broadcast"):
         band = measured_band_for(coll, world, params)
         if cma.available:
             assert (t[f"tune.{coll}.lo"], t[f"tune.{coll}.hi"]) == band, (coll, t, band)
@@ -205,7 +211,7 @@ def test_predict_names_the_band_the_runtime_measures(world: int) -> None:
         for payload, inside in ((lo, False), (lo + 4096, True), (hi, True), (hi + 4096, False)):
             size = payload * world if coll == "all_gather" else payload
             pred = predict(coll, size, None, nranks=world, params=params, profile=False)
-            said = any("measures fast against fastd" in n for n in pred.notes)
+            said = any(re.search(r"measures fastp? against fastd", n) for n in pred.notes)
             assert said == inside, (coll, payload, pred.algorithm, pred.notes)
 
 
@@ -213,18 +219,19 @@ def test_predict_names_the_band_the_runtime_measures(world: int) -> None:
 
 # The limits above and streaming from 32 KiB of the host's outputs: its band is (16, 128] KiB of outputs.
 # Per rank count, (collective, input elements of float32, whether the rule streams, whether it is measured).
-# 2 ranks: a broadcast through the slots (20 KiB: 40 KiB of outputs) and a smaller one the rule copies
-# plainly (12 KiB: 24 KiB), the fastd all_gather's push (20 KiB of input, above the slots-or-fastd band: 80
-# KiB of outputs), the two-phase all_reduce (24 KiB, in place: 48 KiB), and an all_gather above the band
-# (40 KiB of input: 160 KiB of outputs, streamed, never measured). 3 ranks: broadcasts of 20 KiB (60 KiB)
-# and 8 KiB (24 KiB, plain by the rule), the two-phase all_reduce (72 KiB), an all_gather in the slots'
-# band (6 KB of input: 54 KB of outputs; the slots and fastd are measured, each streaming by the rule)
-# and one above the streaming band (20 KiB: 180 KiB).
+# Broadcasts stay at or under 16 KiB of input, below the slots' band (a broadcast's limit is the 32 KiB slot).
+# 2 ranks: a broadcast through the slots of 16 KiB (32 KiB of outputs: the rule streams) and one of 12 KiB
+# (24 KiB, copied plainly by the rule), the fastd all_gather's push (20 KiB of input, above the slots-or-fastd
+# band: 80 KiB of outputs), the two-phase all_reduce (24 KiB, in place: 48 KiB), and an all_gather above the
+# band (40 KiB of input: 160 KiB of outputs, streamed, never measured). 3 ranks: broadcasts of 12 KiB (36 KiB)
+# and 8 KiB (24 KiB, plain by the rule), the two-phase all_reduce (72 KiB), an all_gather in the slots' band
+# (6 KB of input: 54 KB of outputs; the slots and fastd are measured, each streaming by the rule) and one
+# above the streaming band (20 KiB: 180 KiB).
 STREAM_ENV = {**ENV, "INTERLINK_STREAM_MIN_BYTES": str(32 << 10)}
-STREAM_SHAPES = {2: [("broadcast", 5000, True, True), ("broadcast", 3000, False, True),
+STREAM_SHAPES = {2: [("broadcast", 4096, True, True), ("broadcast", 3000, False, True),
                      ("all_gather", 5000, True, True), ("all_reduce", 6000, True, True),
                      ("all_gather", 10000, True, False)],
-                 3: [("broadcast", 5000, True, True), ("broadcast", 2000, False, True),
+                 3: [("broadcast", 3000, True, True), ("broadcast", 2000, False, True),
                      ("all_reduce", 6000, True, True), ("all_gather", 1500, True, False),
                      ("all_gather", 5000, True, False)]}
 
@@ -315,3 +322,68 @@ def test_streaming_band_off_with_autotune_off() -> None:
     for coll, n, rule, _ in STREAM_SHAPES[2]:
         for r in ([1] if coll == "broadcast" else [0, 1]):
             assert res[r][1][f"{coll} {n}"] == [rule] * STEPS, (r, coll, n)
+
+
+# ---- a broadcast larger than a slot: fastd, or through the slot in chunks (fastp) ----------------------
+
+def _bcast_suite(rank: int, world: int, force: int, root: int) -> tuple[list[str], dict]:
+    import interlink as dist
+    from interlink.runtime import fastpath
+
+    g = dist.init(timeout=60)
+    fp = g._fast
+    if rank == 0:
+        orig = fp.timed
+
+        def timed(tn, seconds):
+            orig(tn, seconds + (1.0 if fastpath.probe_path(tn.state.last) != force else 0.0))
+
+        fp.timed = timed
+    fails: list[str] = []
+    paths: dict = {}
+    # (dtype, elements): 20-120 KB, counts not divisible by the chunks, below the band and above the slot
+    shapes = [(np.float32, 20001), (np.int64, 10007), (np.float16, 40001), (np.uint8, 131071), (np.float64, 3001)]
+    for step in range(STEPS):
+        for dt, n in shapes:
+            x = ((np.arange(n) * (rank + 3) + step) % 97).astype(dt)
+            want = ((np.arange(n) * (root + 3) + step) % 97).astype(dt)
+            dist.broadcast(x, root)
+            if not np.array_equal(x, want):
+                bad = np.flatnonzero(x != want)
+                fails.append(f"rank {rank} step {step} {np.dtype(dt)} n={n}: {bad.size} wrong from {bad[0]}")
+            sig = g.recorder[-1].plan.sigb.decode()
+            paths.setdefault(f"{np.dtype(dt)} {n}", []).append(sig.split()[0].split(":")[1])
+    band = fp.band(fastpath.BC)
+    dist.destroy()
+    return fails, {"paths": paths, "band": band}
+
+
+@pytest.mark.parametrize("world,force,root", [(2, 1, 1), (3, 1, 2), (3, 0, 0)])
+def test_a_broadcast_larger_than_a_slot_measures_fastd_against_the_slot_in_chunks(world: int, force: int,
+                                                                                   root: int) -> None:
+    """The broadcast's band runs to PIPE_CHUNKS / 2 slots (128 KiB here): above the slot (32 KiB) its other
+    path is ``fastp``, the payload through the root's slot in chunks, two halves in turn. Every call right on
+    every rank (odd counts, several dtypes, a root that is not rank 0), the probe takes both, every rank
+    keeps the first rank's choice; 128 KiB and more: fastd alone."""
+    import interlink.transport.cma as cma
+    from interlink.runtime.fastpath import PROBE_CALLS, probe_path
+
+    if not cma.available:
+        pytest.skip("no cross-memory attach: no fastd to measure against")
+    res = run_ranks(world, _bcast_suite, force, root, env=ENV, timeout=240)
+    fails = [f for fl, _ in res for f in fl]
+    assert not fails, "\n".join(fails[:10])
+    first = res[0][1]["paths"]
+    assert all(r[1]["paths"] == first for r in res), [r[1]["paths"] for r in res]
+    lo, hi = res[0][1]["band"]
+    assert (lo, hi) == (16 << 10, 128 << 10)
+    for name, seq in first.items():
+        dt, n = name.split()
+        nbytes = int(n) * np.dtype(dt).itemsize
+        rule = "fastd" if nbytes > 32 << 10 else "fast"
+        other = "fastp" if nbytes > 32 << 10 else "fastd"
+        if not lo < nbytes <= hi:
+            assert seq == [rule] * STEPS, (name, seq)
+            continue
+        probe = [(rule, other)[probe_path(k)] for k in range(PROBE_CALLS)]
+        assert seq == probe + [(rule, other)[force]] * (STEPS - PROBE_CALLS), (name, seq)

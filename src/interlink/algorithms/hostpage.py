@@ -24,6 +24,11 @@ else by cross-memory attach), and a Put writes into the peer's buffer the same w
   slices its peers reduce into its slot (round 0), reduces its 1/p slice from every slot into its output and writes it back into its own slot (round 1); then every
   rank copies the other ranks' final slices out of their slots (round 2). DeepSpeed's / vLLM's
   shared-memory all_reduce.
+* ``fastp`` (broadcast, too large for a slot): the root's payload through its slot in PIPE_CHUNKS chunks,
+  double-buffered (each half of the slot holds one): in round k the root copies chunk k in while every
+  receiver copies chunk k - 1 out of the other half. Two user-space copies, as ``fast``, where ``fastd``
+  makes each receiver pin and copy the root's pages in the kernel: 4 ranks on 2 cores, 16 MiB, through
+  16 MiB slots 2566 us against fastd's 3401 (benchmarks/RESULTS.md section 32).
 * ``fastd`` (all_reduce, broadcast, all_gather, reduce_scatter, all_to_all; too large for a slot): one copy, from
   and into the ranks' own buffers, no slot. all_reduce: each rank reduces its slice reading that slice of
   every peer's input, then puts it into every peer's output (:func:`reduce_push`; the executor pushes
@@ -49,7 +54,7 @@ from .schedule import Builder, Schedule, inp, out, scr, split
 from .traffic import RECEIVER, SENDER, Traffic, register_traffic
 
 #: the algorithms of this module: they need every rank of the group on one host page
-HOST_PAGE = frozenset({"fast", "fast_once", "fast2", "fastd"})
+HOST_PAGE = frozenset({"fast", "fast_once", "fast2", "fastd", "fastp"})
 
 
 def measured_band(limit: int, top: int) -> tuple[int, int]:
@@ -265,6 +270,38 @@ def broadcast_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
     return b.build()
 
 
+#: chunks of a ``fastp`` broadcast (each half of the root's slot holds one: the slot must hold 2/PIPE_CHUNKS
+#: of the payload; the host page's progress word allows ROUND_STRIDE - 1 = 15 rounds: PIPE_CHUNKS + 1)
+PIPE_CHUNKS = 8
+
+
+def pipe_scratch(count: int) -> int:
+    """The slot elements a ``fastp`` broadcast of ``count`` elements needs: two of its chunks."""
+    return 2 * (-(-count // PIPE_CHUNKS))
+
+
+def pipe_max(slot_bytes: int) -> int:
+    """The largest broadcast (bytes) ``fastp`` carries through a slot of slot_bytes: PIPE_CHUNKS / 2 slots."""
+    return PIPE_CHUNKS // 2 * slot_bytes
+
+
+@register("broadcast", "fastp")
+def broadcast_fastp(nranks: int, count: int, root: int = 0) -> Schedule:
+    """PIPE_CHUNKS + 1 exchanges through the root's slot, double-buffered: in round k the root copies chunk k into half k % 2 of its slot while every receiver copies chunk k - 1 out of the other half."""
+    p, n = nranks, count
+    chunks = split(n, PIPE_CHUNKS)
+    half = pipe_scratch(n) // 2
+    b = Builder("broadcast", "fastp", p, n, root, scratch=2 * half if p > 1 else 0)
+    b.copy(0, root, inp(0, n), out(0, n))
+    if p > 1:
+        for k, (o, c) in enumerate(chunks):
+            if c:
+                b.copy(k, root, inp(o, c), scr((k % 2) * half, c))
+                for r in _others(p, root):
+                    b.get(k + 1, r, root, scr((k % 2) * half, c), out(o, c))
+    return b.build()
+
+
 @register("all_gather", "fastd")
 def all_gather_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
     """1 exchange into the ranks' own buffers: every rank pushes its block into every peer's output."""
@@ -450,6 +487,19 @@ def broadcast_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
         rd = np.array(_others(p, root), dtype=np.int64)
         ph.add(np.full(rd.size, root, dtype=np.int64), rd, np.full(rd.size, n, dtype=np.int64), None, by=RECEIVER)
     return ph.traffic("broadcast", "fast", n)
+
+
+@register_traffic("broadcast", "fastp", messages=lambda p, n=0, **_: PIPE_CHUNKS * max(p - 1, 0))
+def broadcast_fastp_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
+    p, n = nranks, count
+    ph = _Phases(p)
+    if p > 1:
+        rd = np.array(_others(p, root), dtype=np.int64)
+        for _, c in split(n, PIPE_CHUNKS):
+            if c:
+                ph.add(np.full(rd.size, root, dtype=np.int64), rd, np.full(rd.size, c, dtype=np.int64), None,
+                       by=RECEIVER)
+    return ph.traffic("broadcast", "fastp", n)
 
 
 def _blocks(collective: str, algorithm: str, p: int, n: int) -> Traffic:

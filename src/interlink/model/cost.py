@@ -63,7 +63,7 @@ import numpy as np
 
 from ..algorithms import registry
 from ..algorithms import traffic as _traffic
-from ..algorithms.hostpage import HOST_PAGE, measured_band
+from ..algorithms.hostpage import HOST_PAGE, measured_band, pipe_max
 from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
 from ..algorithms.traffic import Traffic, from_schedule
 from ..topology import HOP_KINDS, Topology, TopologyError, parse_topology, path_table, rail_plan
@@ -1066,13 +1066,16 @@ def _slots_limit(collective: str, p: int, params: Params) -> float:
 
 
 def measured_band_for(collective: str, p: int, params: Params) -> tuple[int, int]:
-    """The payloads (lo, hi] (a rank's input) of an all_gather or all_to_all of p local ranks for which the
-    runtime measures ``fast`` against ``fastd`` (algorithms.hostpage.measured_band around the slots limit,
-    above the one-shot size: runtime.fastpath.FastPath.band); (0, 0) for other collectives."""
-    if collective not in ("all_gather", "all_to_all") or p < 2:
+    """The payloads (lo, hi] (a rank's input) of an all_gather, all_to_all or broadcast of p local ranks for
+    which the runtime measures the slots (``fast``; a broadcast larger than a slot: ``fastp``, through it in
+    chunks) against ``fastd`` (algorithms.hostpage.measured_band around the slots limit, above the
+    one-shot size: runtime.fastpath.FastPath.band); (0, 0) for other collectives."""
+    if collective not in ("all_gather", "all_to_all", "broadcast") or p < 2:
         return 0, 0
     slots = params.value("host.fast2.max_bytes")
     top = min(slots, params.value("host.slots.max_bytes_2")) if p == 2 else slots
+    if collective == "broadcast":
+        top = pipe_max(int(slots))
     lo, hi = measured_band(int(_slots_limit(collective, p, params)), int(top))
     return max(lo, int(params.value("host.fast.max_bytes"))), hi
 
@@ -1084,7 +1087,8 @@ def _measured_note(collective: str, S: int, p: int, algorithm: str, params: Para
     payload = S // p if collective == "all_gather" else S
     if algorithm not in ("fast", "fastd") or not lo < payload <= hi:
         return None
-    return (f"the runtime measures fast against fastd for this call shape on its first calls and keeps the "
+    slots = "fastp" if collective == "broadcast" and payload > params.value("host.fast2.max_bytes") else "fast"
+    return (f"the runtime measures {slots} against fastd for this call shape on its first calls and keeps the "
             f"faster ({payload} bytes of input a rank, within ({lo}, {hi}]; INTERLINK_AUTOTUNE, on by default "
             f"where cross-memory attach works): {algorithm} is the limit's path, priced here")
 

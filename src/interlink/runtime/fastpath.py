@@ -38,7 +38,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..algorithms import registry
-from ..algorithms.hostpage import host_plan, measured_band
+from ..algorithms.hostpage import host_plan, measured_band, pipe_max, pipe_scratch
 from ..errors import CollectiveMismatchError
 from ..ops import ReduceOp, finish_avg, ufunc
 from ..transport import cma, shm, shmalloc, stream
@@ -435,10 +435,11 @@ class FastPath:
             else self.move_max
 
     def band(self, kind: int) -> tuple[int, int]:
-        """The inputs (lo, hi] for which this host measures the slots against fastd (pick); (0, 0): none."""
-        if not self.autotune or kind not in (AG, A2A):
+        """The inputs (lo, hi] for which this host measures the slots against fastd (pick); (0, 0): none. A
+        broadcast too large for a slot goes through it in chunks (fastp), up to PIPE_CHUNKS / 2 slots."""
+        if not self.autotune or kind not in (AG, A2A, BC):
             return 0, 0
-        lo, hi = measured_band(self._limit(kind), self.move_max)
+        lo, hi = measured_band(self._limit(kind), pipe_max(self.page.fast_max) if kind == BC else self.move_max)
         return max(lo, self.max), hi
 
     def host_outputs(self, kind: int, nbytes: int) -> int:
@@ -467,7 +468,7 @@ class FastPath:
         two_phase = big and kind == AR and a.nbytes <= self.direct_max
         if direct is None:
             lo, hi = self.band(kind)
-            if lo < a.nbytes <= hi and out is not None:
+            if lo < a.nbytes <= hi and (out is not None or kind == BC):
                 return self._tuned(kind, a, out, op, root, group)
             direct = big and not two_phase and (kind == AR or a.nbytes > self._limit(kind))
             if streams is None and self.stream_tuned(kind, a.nbytes):
@@ -477,9 +478,13 @@ class FastPath:
                 ruled = self.host_outputs(kind, a.nbytes) >= self.stream_min
                 return self._tuned(kind, a, out, op, root, group,
                                    (rule, self.small(kind, a, out, op, root, group, direct, not ruled)))
+        # a broadcast too large for a slot goes through it in chunks (fastp) where two of them fit, else fastd
+        piped = kind == BC and not direct and a.nbytes > self.page.fast_max
+        if piped and pipe_scratch(count) * dt.itemsize > self.page.fast_max:
+            piped, direct = False, True
         # the flight recorder and `interlink bench` name the path: the registered Schedule it runs
         once = kind == AR and not big and self.once and self.n > 1
-        path = "fastd" if direct else "fast2" if two_phase else "fast_once" if once else "fast"
+        path = "fastd" if direct else "fastp" if piped else "fast2" if two_phase else "fast_once" if once else "fast"
         # the inlined executor: the one-shot sizes, and a broadcast, all_gather or reduce_scatter through the
         # slots up to inline_max (the same `fast` Schedule, without the step-by-step executor's per-call cost)
         inline = not big or (kind in (BC, AG, RS, A2A) and not direct and a.nbytes <= self.inline_max)

@@ -32,7 +32,8 @@ LOCAL = -1  # a Src of this rank
 IN, OUT, SCR = 0, 1, 2
 _BUF = {"input": IN, "output": OUT, "scratch": SCR}
 #: the progress word holds ROUND_STRIDE * call + rounds finished: a Schedule has at most this many - 1 rounds
-ROUND_STRIDE = 8
+#: (16: a ``fastp`` broadcast's PIPE_CHUNKS + 1; the words are 64 bits)
+ROUND_STRIDE = 16
 
 
 @dataclass(frozen=True, slots=True)
