@@ -187,9 +187,9 @@ def test_every_algorithm_is_priced_from_its_traffic_at_any_rank_count() -> None:
         assert {c.method for c in p.table} == {"traffic"}, coll
         priced = {c.algorithm for c in p.table}
         for algo in registry.algorithms_for(coll):
-            # in-switch steps need a reducing switch; the host page's paths (fast, fast2, fastd) one CPU host
+            # in-switch steps need a reducing switch; the host page's paths (fast, fast2, fastd, fastp) one CPU host
             if algo in priced or algo in ("nvls", "collnet_direct", "collnet_chain", "fast", "fast_once", "fast2",
-                                              "fastd"):
+                                              "fastd", "fastp"):
                 continue
             assert any(n.startswith(f"{algo}: left out at {8 * nodes} ranks") for n in p.notes), (coll, algo, p.notes)
             assert algo in ("direct", "twoshot", "pairwise"), (coll, algo)

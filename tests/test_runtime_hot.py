@@ -322,7 +322,10 @@ def test_host_paths_follow_their_schedules(nranks: int) -> None:
     the buffer otherwise change what it does (and it stays right)."""
     env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": "1024",
            "INTERLINK_SHM_DIRECT_MAX_BYTES": "65536",
-           "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": "65536"}
+           "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": "65536",
+           # the limits' paths on every call (a broadcast of 120 KB is in its measured band: fastp on
+           # probe calls, checked in tests/test_runtime_autotune.py)
+           "INTERLINK_AUTOTUNE": "0"}
     sizes = (1001, 30011)  # 8 KB: fast2 in the slots; 240 KB: fastd from the ranks' own buffers
     res = run_ranks(nranks, _uneven_split_suite, sizes, env=env, timeout=300)
     for out in res:
@@ -416,7 +419,8 @@ def _bits_suite(rank: int, world: int, sizes: tuple) -> list:
 def test_host_programs_compute_the_bits_of_their_schedule(nranks: int) -> None:
     env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": "1024",
            "INTERLINK_SHM_DIRECT_MAX_BYTES": "65536",
-           "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": "65536", "INTERLINK_FAST_CHUNK_BYTES": "4096"}
+           "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": "65536", "INTERLINK_FAST_CHUNK_BYTES": "4096",
+           "INTERLINK_AUTOTUNE": "0"}  # the limits' paths (the measured band: tests/test_runtime_autotune.py)
     # 4 KB: fast2 and the streamed slot paths (chains in 8 KB pieces); 120 KB: fastd from the own buffers
     res = run_ranks(nranks, _bits_suite, (1009, 30011), env=env, timeout=300)
     fails = [f for r in res for f in r]

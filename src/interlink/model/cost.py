@@ -1125,6 +1125,8 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
                 top = slots_moves
         elif kind == "fast2":
             lo, top = params.value("host.fast.max_bytes"), top2
+        elif kind == "fastp":  # a broadcast through the slot in chunks: above the slot, up to PIPE_CHUNKS / 2 slots
+            lo, top = slots, float(pipe_max(int(slots)))
         elif collective in moves:  # fastd: above the slots
             lo, top = slots_moves, float("inf")
         else:  # fastd all_reduce: above the two-phase path (from 3 ranks) or the one-shot path, and its minimum
@@ -1132,6 +1134,10 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
             top = float("inf")
         if not lo < payload <= top:
             why = f"the payload ({payload} bytes) is outside ({max(lo, 0):.0f}, {top:.0f}] bytes"
+        elif kind == "fastp" and not explicit:
+            # the runtime takes it only where its first calls measure it faster than fastd (FastPath.band): the
+            # limit's path (fastd) is priced, with a note (measured_band_for)
+            why = "taken only where the runtime measures it faster than fastd (INTERLINK_AUTOTUNE)"
         elif kind == "fast2" and not two_phase:
             why = f"the two-phase path needs {params.value('host.fast2.min_ranks'):g}+ ranks"
         elif collective == "all_reduce" and kind == "fast" and not explicit \
