@@ -140,6 +140,24 @@ def test_the_band_measures_both_paths_and_every_rank_takes_the_first_ranks_choic
     assert tuned == 5, got["paths"]  # 4 all_gather sizes in the band (one of float64), the all_to_all
 
 
+def test_the_choice_is_the_lower_mean_of_block_medians() -> None:
+    """choose: blocks alternate path 0 (the limits'), path 1; each block's median, averaged per path. The
+    cases measured (benchmarks/RESULTS.md sections 31, 32): a noisy path with one fast block loses to a
+    steadier faster one (4 ranks, broadcast 16 MiB: the best block would have kept fastd); a path whose first
+    block still warms up keeps winning when its average is lower (2 ranks, all_gather 1 MiB output); no
+    timings or a tie: the limits'."""
+    from interlink.runtime.fastpath import choose
+
+    def blocks(*meds):
+        return [[m * 0.99, m, m * 1.01, m] for m in meds]  # four timed calls a block around each median
+
+    assert choose(blocks(2413, 2452, 3171, 2777)) == 1
+    assert choose(blocks(60, 55, 37, 55)) == 0
+    assert choose(blocks(55, 60, 55, 37)) == 1
+    assert choose([[], [], [], []]) == 0 and choose(blocks(50, 50, 50, 50)) == 0
+    assert choose(blocks(50, 40) + [[], []]) == 1  # one block each: still compared
+
+
 def test_a_choice_overwritten_in_the_table_means_the_limits_path_on_every_rank() -> None:
     """One table entry for every shape: all probes end in the same step, each shape's first rank writes its
     choice over the last one's, and only the last shape finds its own key when the next call reads it;

@@ -130,15 +130,20 @@ def probe_path(i: int) -> int:
 
 
 def choose(blocks: list) -> int:
-    """The path whose best block (the lowest median of its timed calls) is faster; 0 (the limits') on a
-    tie or without timings. A path's first block can still be warming up (the slots' rotation visits its
-    places for the first time: 2 ranks, 1 MiB of all_gather output, the slots' first block 57-62 us, its
-    second 34-40, fastd 50-61 in both), and a burst of noise hits one block, not every one."""
-    best = [float("inf"), float("inf")]
+    """The path whose block medians (the median of each block's timed calls) average lower; 0 (the limits')
+    on a tie or without timings. Medians per block: a burst of noise moves one block's median, not every
+    call's weight. Their mean, not their best: the best of two blocks favours the noisier path (4 ranks,
+    broadcast of 16 MiB in compare.py's warm-up: fastd's blocks 2413 and 3171 us, fastp's 2452 and 2777;
+    the best block kept fastd, 3184 us a call once timed against fastp's 2478-2551; benchmarks/RESULTS.md
+    section 32). A path's first block can still be warming up (2 ranks, 1 MiB of all_gather output: the
+    slots' first block 57-62 us, its second 34-40, fastd 50-61 in both): the mean still takes the slots."""
+    meds: list[list[float]] = [[], []]
     for b, ts in enumerate(blocks):
         if len(ts) > 1:
-            best[b & 1] = min(best[b & 1], float(np.median(ts)))
-    return 1 if best[1] < best[0] else 0
+            meds[b & 1].append(float(np.median(ts)))
+    if not meds[0] or not meds[1]:
+        return 0
+    return 1 if sum(meds[1]) / len(meds[1]) < sum(meds[0]) / len(meds[0]) else 0
 
 
 class TuneState:
@@ -557,7 +562,7 @@ class FastPath:
     def pick(self, tn: Tune) -> Small:
         """The Small this call of a measured shape runs. The first PROBE_CALLS calls take the two paths in
         blocks, in turn (``probe_path``); at the start of the last of them the host's first rank (local rank 0)
-        compares the best block medians it measured (``timed``, ``choose``) and writes the faster path into the host page's choice
+        compares the mean of each path's block medians it measured (``timed``, ``choose``) and writes the faster path into the host page's choice
         table before it publishes that call; at the next call every rank (the first too) reads the table,
         after every rank has seen that publication (an all_gather or all_to_all reads every rank), and
         keeps the choice. Another shape's choice in the same entry (a key that differs) means the limits'
