@@ -36,23 +36,29 @@ def shapes(world: int) -> list[tuple[str, type, int]]:
             ("all_to_all", np.float32, a2a * world)]
 
 
+def _force(fp, rank: int, force: int | None) -> None:
+    """The first rank's timings make path ``force`` (0: the rule's) faster by a second a call; None: real."""
+    from interlink.runtime import fastpath
+
+    if force is None or rank != 0:
+        return
+    orig = fp.timed
+
+    def timed(tn, seconds):
+        orig(tn, seconds + (1.0 if fastpath.probe_path(tn.state.last) != force else 0.0))
+
+    fp.timed = timed
+
+
 def _suite(rank: int, world: int, force: int | None, entries: int) -> tuple[list[str], dict, list]:
     import interlink as dist
     import interlink.transport.shm as shm
-    from interlink.runtime import fastpath
 
     if entries:
         shm.TUNE_ENTRIES = entries  # every rank alike: the page's layout and every shape in one entry
     g = dist.init(timeout=60)
     fp = g._fast
-    if force is not None and rank == 0:  # the first rank's timings make path `force` (0: the limits') faster
-        orig = fp.timed
-
-        def timed(tn, seconds):
-            slow = fastpath.probe_path(tn.state.last) != force
-            orig(tn, seconds + (1.0 if slow else 0.0))
-
-        fp.timed = timed
+    _force(fp, rank, force)
     try:
         import torch
     except ImportError:
@@ -266,17 +272,10 @@ def _stream_suite(rank: int, world: int, force: int | None) -> tuple[list[str], 
 
     stream.copy = spy
     import interlink as dist
-    from interlink.runtime import fastpath
 
     g = dist.init(timeout=60)
     fp = g._fast
-    if force is not None and rank == 0:
-        orig = fp.timed
-
-        def timed(tn, seconds):
-            orig(tn, seconds + (1.0 if fastpath.probe_path(tn.state.last) != force else 0.0))
-
-        fp.timed = timed
+    _force(fp, rank, force)
     fails: list[str] = []
     streamed: dict = {}
     for step in range(STEPS):
@@ -350,13 +349,7 @@ def _bcast_suite(rank: int, world: int, force: int, root: int) -> tuple[list[str
 
     g = dist.init(timeout=60)
     fp = g._fast
-    if rank == 0:
-        orig = fp.timed
-
-        def timed(tn, seconds):
-            orig(tn, seconds + (1.0 if fastpath.probe_path(tn.state.last) != force else 0.0))
-
-        fp.timed = timed
+    _force(fp, rank, force)
     fails: list[str] = []
     paths: dict = {}
     # (dtype, elements): 20-120 KB, counts not divisible by the chunks, below the band and above the slot
