@@ -1081,8 +1081,8 @@ def measured_band_for(collective: str, p: int, params: Params) -> tuple[int, int
 
 
 def _measured_note(collective: str, S: int, p: int, algorithm: str, params: Params) -> Optional[str]:
-    """The note for a host-page all_gather or all_to_all whose payload lies in the measured band: the price
-    is the limit's path, the runtime may take the other."""
+    """The note for a host-page all_gather, all_to_all or broadcast whose payload lies in the measured band:
+    the price is the limit's path, the runtime may take the other."""
     lo, hi = measured_band_for(collective, p, params)
     payload = S // p if collective == "all_gather" else S
     if algorithm not in ("fast", "fastd") or not lo < payload <= hi:

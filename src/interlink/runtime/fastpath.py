@@ -564,7 +564,8 @@ class FastPath:
         blocks, in turn (``probe_path``); at the start of the last of them the host's first rank (local rank 0)
         compares the mean of each path's block medians it measured (``timed``, ``choose``) and writes the faster path into the host page's choice
         table before it publishes that call; at the next call every rank (the first too) reads the table,
-        after every rank has seen that publication (an all_gather or all_to_all reads every rank), and
+        after every rank has seen that publication (every call of the host page waits for every peer's
+        header), and
         keeps the choice. Another shape's choice in the same entry (a key that differs) means the limits'
         path, on every rank alike."""
         st = tn.state
@@ -936,9 +937,8 @@ class FastPath:
         stack = sc.stack[pos] if prog.scratch else None
         # the outputs of the host's ranks in this call: copies into them stream when they are too large
         # to be in cache (policy.stream_min_bytes)
-        obytes = (sc.count * self.n if sc.kind == AG else sc.block if sc.kind == RS else sc.count) * isz
         smin = self._stream_min(sc)
-        streamed = stream.available and obytes * self.n >= smin
+        streamed = stream.available and self.host_outputs(sc.kind, sc.count * isz) >= smin
         slot_streamed = stream.available and sc.count * isz * self.n >= smin  # the inputs, into the slots
 
         def bind(op: Any) -> Any:

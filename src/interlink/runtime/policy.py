@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from ..algorithms.hostpage import measured_band
 from ..transport import cuda_ipc, stream
 
 
@@ -176,10 +177,10 @@ def slots_max_bytes_all_gather(nlocal: int | None = None) -> int:
 
 def autotune() -> bool:
     """Whether the host page measures, per call shape, which of its two paths is faster where the fixed
-    limits above are a guess (INTERLINK_AUTOTUNE, 1; 0: the limits alone decide). An all_gather or an
-    all_to_all whose input lies within a factor of its limit, from half of it to 4x it
-    (algorithms.hostpage.measured_band), runs its first calls through the slots and through cross-memory
-    attach in turn,
+    limits above are a guess (INTERLINK_AUTOTUNE, 1; 0: the limits alone decide). An all_gather, an
+    all_to_all or a broadcast whose input lies within a factor of its limit, from half of it to 4x it
+    (algorithms.hostpage.measured_band), runs its first calls through the slots (a broadcast larger than a
+    slot: through it in chunks, ``fastp``) and through cross-memory attach in turn,
     the host's first rank times them and publishes the faster on the host page, and every rank takes it
     from then on (runtime.fastpath.FastPath.pick). The crossover moves with the machine and its state: on
     the project's VM, 2 ranks, 1 MiB of all_gather output, slots / fastd measured 1.2-2.0 one day
@@ -250,7 +251,7 @@ def stream_band(stream_min: int) -> tuple[int, int]:
     (benchmarks/RESULTS.md sections 28, 31, 32). (0, 0) where the rule says never."""
     if stream_min >= 1 << 61:
         return 0, 0
-    return stream_min // 2, 4 * stream_min
+    return measured_band(stream_min, 1 << 62)  # the slots' band's rule, without a top
 
 
 def last_level_cache_bytes() -> int:

@@ -361,7 +361,7 @@ class HostPage:
         self.words = np.frombuffer(mm, dtype=np.uint32, count=nlocal * BELL // 4)
         self.base = futex.address_of(mm) if futex.available else 0
         self.fast_max = fast_max
-        self.slot_stride = FAST_SLOT_HDR + ((fast_max + 63) // 64) * 64  # header, then the payload
+        self.slot_stride = self._slot_stride(fast_max)
         self.data_base = self._data_base(nlocal)
         # done[i]: the last fast-path call rank i has finished reading (bytes 8..16 of its bell block)
         self.done = np.ndarray((nlocal,), dtype=np.uint64, buffer=mm, offset=8, strides=(BELL,))
@@ -371,10 +371,14 @@ class HostPage:
         """Where the slots begin: after the doorbells and the choice table, page-aligned."""
         return ((nlocal * BELL + 16 * TUNE_ENTRIES + 4095) // 4096) * 4096
 
+    @staticmethod
+    def _slot_stride(fast_max: int) -> int:
+        """Bytes from one slot to the next: its header, then the payload in whole lines."""
+        return FAST_SLOT_HDR + ((fast_max + 63) // 64) * 64
+
     @classmethod
     def size(cls, nlocal: int, fast_max: int) -> int:
-        stride = FAST_SLOT_HDR + ((fast_max + 63) // 64) * 64
-        return cls._data_base(nlocal) + 2 * (nlocal + 1) * stride
+        return cls._data_base(nlocal) + 2 * (nlocal + 1) * cls._slot_stride(fast_max)
 
     @classmethod
     def create(cls, nlocal: int, fast_max: int, populate: bool = True) -> tuple["HostPage", int]:
