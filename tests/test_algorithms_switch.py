@@ -169,6 +169,54 @@ def test_nvls_tree_across_hosts_meets_the_published_nvlstree_figure():
     assert tuner.choose("all_reduce", 16 * G, 16, parse_topology("2xdgx-h100")) not in ("nvls", "nvls_tree")
 
 
+def test_nvls_tree_runs_nvls_in_each_rack_when_an_nvlink_domain_spans_hosts():
+    """GB200 NVL72: a rack's 72 GPUs over 18 hosts are one NVLink domain (NCCL's multi-node NVLink), so the
+    NVLSTree's blocks are racks, not hosts: NVLS inside each rack, the tree across racks through the NICs.
+    Before, the model refused nvls_tree there and priced 2 racks at 354 GB/s (nccl_tree, host blocks of 4)
+    where CoreWeave measured 810 (published row C22)."""
+    from interlink.model import ModelError, predict
+    from interlink.model.cost import builder_params
+    from interlink.sim import simulate_collective
+
+    topo = parse_topology("2xgb200-nvl72")
+    assert dict(builder_params("all_reduce", "nvls_tree", topo, 4)) == {"local_size": 72}
+    pr = predict("all_reduce", 16 * G, topo)
+    assert pr.algorithm == "nvls_tree"
+    nccl_tree = next(c for c in pr.table if c.algorithm == "nccl_tree")
+    assert pr.busbw_gbps > 2.5 * nccl_tree.busbw_gbps
+    # NVLS-bound: within 5% of one rack's NVLS (the tree across 2 racks moves 1/72 of the buffer per NIC)
+    one = predict("all_reduce", 16 * G, "gb200-nvl72")
+    assert one.algorithm == "nvls" and pr.time_us == pytest.approx(one.time_us, rel=0.05)
+    sim = simulate_collective("all_reduce", 16 * G, topo)
+    assert sim.algorithm == "nvls_tree" and sim.time_us == pytest.approx(pr.time_us, rel=0.05)
+    assert any("r0/nvswitch" in n and "r1/nvswitch" in n for n in sim.notes)
+    # the Schedule's switch groups are the racks; the tree's messages cross between racks only
+    tr = from_schedule(get_schedule("all_reduce", "nvls_tree", 144, 144 * 4, local_size=72, segments=1))
+    assert sorted(map(len, tr.switch_groups)) == [72, 72]
+    for ph in tr.phases:
+        for a, b in zip(ph.src.tolist(), ph.dst.tolist()):
+            if a < 144 and b < 144:
+                assert a // 72 != b // 72 and a % 72 == b % 72  # rail j of one rack to rail j of the other
+    # ranks that are not whole racks: a clear refusal, and the default choice leaves nvls_tree out
+    with pytest.raises(ModelError, match="equal blocks"):
+        predict("all_reduce", G, topo, nranks=100, algorithm="nvls_tree")
+    assert all(c.algorithm != "nvls_tree" for c in predict("all_reduce", G, topo, nranks=100).table)
+
+
+def test_nvls_busbw_grows_with_the_rank_count_as_published():
+    """NVIDIA/nccl#1455 (8x H100, NCCL_ALGO=NVLS, 2G-4G): busbw 420, 440, 460, 480 GB/s at 5, 6, 7, 8 GPUs, as
+    the NVLS Schedule's traffic n(1 + 1/p) each way says (busbw = 2B(p-1)/(p+1)). A flat busbw (NCCL's own
+    NVLS tuning formula has no rank count) would miss the 5 -> 8 growth of 14%; the model's growth must be
+    within 3% of the published one at every step."""
+    from interlink.model import predict
+
+    published = {5: 420.0, 6: 440.0, 7: 460.0, 8: 480.0}
+    model = {p: predict("all_reduce", 4 * G, "dgx-h100", nranks=p, algorithm="nvls").busbw_gbps for p in published}
+    for p in (6, 7, 8):
+        assert model[p] / model[5] == pytest.approx(published[p] / published[5], rel=0.03)
+    assert model[8] / model[5] > 1.1  # it grows, as measured
+
+
 def test_executors_never_skip_a_step_they_do_not_run():
     """A wrong result must not ship silently: the host executor refuses Gets and in-switch steps (the group
     hands it two_sided(s)), and the device executor's one-sided form has the switch steps lowered."""

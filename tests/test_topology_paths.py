@@ -121,3 +121,26 @@ def test_empty_and_unroutable():
     topo = b.build()
     with pytest.raises(TopologyError):
         path_table(topo).ids(np.array([0]), np.array([1]))
+
+
+@pytest.mark.parametrize("spec,nranks,size", [
+    ("dgx-h100", None, 8), ("2xdgx-h100", None, 8), ("hgx-b200", None, 8), ("gb200-nvl72", None, 72),
+    ("2xgb200-nvl72", None, 72), ("2xgb200-nvl72", 72, 72), ("gb200-nvl72", 8, 8),
+    # not blocks of one NVLS switch each: 100 = 72 + 28; no NVLink SHARP before Hopper; no NVLink at all
+    ("2xgb200-nvl72", 100, None), ("dgx-a100", None, None), ("pcie-8gpu", None, None), ("cpu-host", None, None),
+])
+def test_nvls_domains_are_equal_blocks_of_consecutive_ranks(spec, nranks, size):
+    """The NVLSTree's blocks: a DGX's host, a whole NVL72 rack across its 18 hosts (multi-node NVLink)."""
+    from interlink.topology import nvls_domains
+
+    assert nvls_domains(parse_topology(spec), nranks) == size
+
+
+def test_nvls_domains_refuse_interleaved_switches():
+    """Ranks that alternate between two hosts' switches are not blocks: NVLS in a block would span two
+    switches, which reduce only the ranks on their own ports."""
+    from interlink.topology import nvls_domains
+
+    topo = parse_topology("2xdgx-h100")
+    order = [r for pair in zip(range(8), range(8, 16)) for r in pair]
+    assert nvls_domains(topo.with_ranks([topo.ranks[r] for r in order])) is None

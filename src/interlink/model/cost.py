@@ -66,7 +66,7 @@ from ..algorithms import traffic as _traffic
 from ..algorithms.hostpage import HOST_PAGE, measured_band, pipe_max
 from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
 from ..algorithms.traffic import Traffic, from_schedule
-from ..topology import HOP_KINDS, Topology, TopologyError, parse_topology, path_table, rail_plan
+from ..topology import HOP_KINDS, Topology, TopologyError, nvls_domains, parse_topology, path_table, rail_plan
 from ..topology.paths import NET as _NET
 from ..topology.paths import per_topology
 from .params import PROTOCOLS, ModelError, Params, Profile, default_params, host_profile, with_profile
@@ -846,6 +846,10 @@ def builder_params(collective: str, algorithm: str, topo: Topology, local_size: 
         out.update(rail_plan(topo).params())
         if algorithm == "nccl_tree" and out:
             out["channels"] *= 2  # one channel of each of the two trees per NIC
+    elif algorithm == "nvls_tree":
+        # NVLS inside each NVLink domain, the tree across them: the block is the domain (a host of a DGX, a
+        # GB200 NVL72 rack of 18 hosts), not the host
+        out["local_size"] = int(nvls_domains(topo) or local_size or topo.nranks)
     elif "local_size" in entry.params:
         if local_size is None:
             info = _info(topo)
@@ -1005,7 +1009,8 @@ def _pref(algorithm: str) -> tuple[int, str]:
 
 def _nvls_unavailable(info: _TopoInfo, params: Params, single: bool = True) -> str:
     """Why the NVLS Schedules cannot run on this topology ("" when they can): every GPU must hang off an
-    NVLS-capable switch, and for ``nvls`` (``single``) all off one (NVLSTree: one per host)."""
+    NVLS-capable switch, and for ``nvls`` (``single``) all off one (NVLSTree: NVLink domains of equal blocks
+    of consecutive ranks, one switch each: a host of a DGX, a whole GB200 NVL72 rack across its 18 hosts)."""
     if not info.gpu or info.n < 2:
         return "needs at least 2 GPUs"
     if min((params.nvls_efficiency(nm) for nm in info.gpu_names), default=0.0) <= 0:
@@ -1015,8 +1020,8 @@ def _nvls_unavailable(info: _TopoInfo, params: Params, single: bool = True) -> s
         return "a GPU is not attached to an NVLS-capable NVSwitch (gen 3+)"
     if single and len(sw) != 1:
         return "the ranks span several NVLink domains (nvls_tree runs NVLS in each and a tree across)"
-    if not single and len(sw) != info.nhosts:
-        return "an NVLink domain spans hosts (nvls_tree needs one NVLS switch per host)"
+    if not single and nvls_domains(info.topo) is None:
+        return "the NVLink domains are not equal blocks of consecutive ranks (nvls_tree runs NVLS in each block)"
     return ""
 
 

@@ -52,6 +52,17 @@ PUBLISHED: tuple[Published, ...] = (
     Published("A13rs", "reduce_scatter", 4 * G, "dgx-h100", None, None, 360.0, "NVIDIA/nccl#1281, 8x H100 reduce_scatter"),
     Published("A13ag", "all_gather", 4 * G, "dgx-h100", None, None, 350.0, "NVIDIA/nccl#1281, 8x H100 all_gather"),
     Published("A17", "all_reduce", 4 * G, "h800", None, None, 215.0, "NVIDIA/nccl#1374, 8x H800"),
+    # NVLS by GPU count on one H100 server (NCCL_ALGO=NVLS, 2G-4G): 2-4 GPUs run at ring speed (365-370), then
+    # busbw grows with the rank count as the NVLS Schedule's traffic n(1 + 1/p) each way says (algbw 258 -> 273)
+    Published("A18-4", "all_reduce", 4 * G, "dgx-h100", None, 4, 367.5,
+              "NVIDIA/nccl#1455, 4x H100, NCCL_ALGO=NVLS: 365-370 (ring speed)"),
+    Published("A18-5", "all_reduce", 4 * G, "dgx-h100", "nvls", 5, 420.0, "NVIDIA/nccl#1455, 5x H100, NVLS: 420"),
+    Published("A18-6", "all_reduce", 4 * G, "dgx-h100", "nvls", 6, 440.0, "NVIDIA/nccl#1455, 6x H100, NVLS: 440"),
+    Published("A18-7", "all_reduce", 4 * G, "dgx-h100", "nvls", 7, 460.0, "NVIDIA/nccl#1455, 7x H100, NVLS: 460"),
+    Published("A19", "all_reduce", 8 * G, "hgx-b200", None, None, 830.0,
+              "NVIDIA/nccl#1807, 8x B200 in one server, NCCL 2.27.1: 830+ (size not stated: the peak)"),
+    Published("A20", "all_reduce", 8 * G, "gb200-nvl72", None, 8, 811.0,
+              "lixueduan.com 'GB200 MNNVL', 2 trays x 4 GB200 over MNNVL: 811 (size not stated: the peak)"),
     Published("A16", "all_reduce", 8 * G, "gb200-nvl72", "ring", 4, 679.61,
               "Azure ND GB200 v6, 4 GPUs per host, Ring, 8G"),
     Published("C1", "all_reduce", 8 * G, "2xdgx-a100", "ring", None, 192.0, "NVIDIA/nccl#812, DGX-A100 8x HDR (measured)"),
@@ -64,6 +75,18 @@ PUBLISHED: tuple[Published, ...] = (
     Published("C21", "all_reduce", 8 * G, "gb200-nvl72", None, None, 834.57, "coreweave/nccl-tests#43, NVL72 rack, 8G",
               "the NVLS Schedule over 72 GPUs at 0.74 x NVLink5 gives 997 (+19%): the measured rack reaches less "
               "of its NVLink bandwidth than NCCL's Blackwell NVLS efficiency says"),
+    # GB200 NVL72 racks joined by InfiniBand (NCCL 2.26.2, CoreWeave's README): NVLS inside each rack's NVLink
+    # domain (72 GPUs over 18 trays), NCCL's NVLSTree across racks
+    Published("C22", "all_reduce", 16 * G, "2xgb200-nvl72", None, None, 810.41,
+              "coreweave/nccl-tests README, 2 NVL72 racks (144 GPUs), 16G",
+              "NVLS over a 72-GPU domain, as C21: the model's 980 (+21%) is the NVLS Schedule's n(1 + 1/72) each "
+              "way at 0.74 x NVLink5; the measured racks reach C21's 835 less a little for the tree"),
+    Published("C23", "all_reduce", 16 * G, "20xgb200-nvl72", None, None, 405.74,
+              "coreweave/nccl-tests README, 20 NVL72 racks (1,440 GPUs), 16G",
+              "the model's 934 (+130%) sends each rack's share across racks through all 72 of its NICs, so the "
+              "tree never limits; the published figure halves from 2 to 20 racks, as a tree whose inner racks "
+              "carry twice a leaf rack's bytes does when about 400 GB/s (8 NICs) leaves a rack: how many NICs "
+              "(NVLS heads) NCCL's NVLSTree drives per NVL72 rack is not published"),
     Published("C8", "all_reduce", 16 * G, "2xdgx-h100", None, None, 470.0, "NVIDIA/nccl-tests#309, 2 nodes H100, NVLSTree"),
     Published("C11", "all_reduce", 8 * G, "4xdgx-h100:net=roce-400g", None, None, 320.0,
               "NVIDIA/nccl#1221, 4 nodes H100 8x400G RoCE (the preset with its scale-out fabric RoCE v2 400 GbE)"),

@@ -14,7 +14,8 @@ nothing of algorithms.
 from .discover import Discovery, discover, measure_memcpy_gbps, parse_nvidia_smi_topo
 from .graph import DEVICE_KINDS, Device, Link, Path, PathType, Topology, TopologyBuilder
 from .io import SCHEMA_VERSION, dumps, load_topology, loads, save_topology, topology_from_dict, topology_to_dict
-from .paths import HOP_KINDS, PathTable, RailPlan, SwitchPlan, hop_kind, path_table, rail_plan, switch_plan
+from .paths import (HOP_KINDS, PathTable, RailPlan, SwitchPlan, hop_kind, nvls_domains, path_table, rail_plan,
+                    switch_plan)
 from .links import (CATALOG, LINK_KINDS, NETWORK_KINDS, SWITCHES, LinkSpec, SwitchSpec, TopologyError,
                     catalog_from_dict, link, load_catalog, pcie, switch)
 from .presets import PRESETS, Preset, cluster, parse_topology, preset, preset_names
@@ -27,6 +28,7 @@ __all__ = [
     "DEVICE_KINDS", "Device", "Link", "Path", "PathType", "Topology", "TopologyBuilder",
     # paths between ranks (cost model, simulator)
     "PathTable", "path_table", "HOP_KINDS", "hop_kind", "RailPlan", "rail_plan", "SwitchPlan", "switch_plan",
+    "nvls_domains",
     # presets
     "Preset", "PRESETS", "preset", "cluster", "parse_topology", "preset_names",
     # io

@@ -42,7 +42,7 @@ import numpy as np
 from .graph import PathType, Topology
 from .links import TopologyError
 
-__all__ = ["PathTable", "path_table", "HOP_KINDS", "NVLINK", "PCIE", "NET", "hop_kind"]
+__all__ = ["PathTable", "path_table", "HOP_KINDS", "NVLINK", "PCIE", "NET", "hop_kind", "nvls_domains"]
 
 #: Hop kinds of :meth:`PathTable.classify` (indices into :data:`HOP_KINDS`).
 NVLINK, PCIE, NET = 0, 1, 2
@@ -637,6 +637,32 @@ def switch_plan(topo: Topology, nranks: int | None = None, groups: Any = (), kin
                                 f"{len(sws)} switches ({', '.join(sorted(sws)[:4])}): one switch reduces only "
                                 f"the ranks on its own ports")
     return SwitchPlan(topo.with_ranks(list(topo.ranks[:p]) + devs), of, tuple(devs), "nvls")
+
+
+def nvls_domains(topo: Topology, nranks: int | None = None) -> int | None:
+    """The size L of the NVLink domains of the first ``nranks`` ranks when they are equal blocks of L
+    consecutive ranks, each block on one NVLS-capable switch of its own (a DGX H100: one per host; a GB200
+    NVL72 rack: its 72 GPUs over 18 hosts, NCCL's multi-node NVLink); None when a rank has no NVLS switch
+    or the domains are not such blocks. The NVLSTree Schedule runs NVLS inside each block and its tree
+    across the blocks."""
+    p = topo.nranks if nranks is None else int(nranks)
+    if p < 1:
+        return None
+    sws = [topo.nvls_switch(r) for r in range(p)]
+    if None in sws:
+        return None
+    L = 1
+    while L < p and sws[L] == sws[0]:
+        L += 1
+    if p % L:
+        return None
+    seen: set = set()
+    for b in range(0, p, L):
+        blk = set(sws[b:b + L])
+        if len(blk) != 1 or sws[b] in seen:
+            return None
+        seen.add(sws[b])
+    return L
 
 
 def _show(g: Any) -> str:

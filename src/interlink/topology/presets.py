@@ -9,6 +9,8 @@ Single machines (``parse_topology("dgx-h100")``)::
                  4 PCIe Gen5 switches (2 GPUs + 2 NICs each), 2 Xeon 8480C sockets (UPI)
     h800         dgx-h100 with 8 NVLinks per GPU (400 GB/s)
     hgx-h200     dgx-h100 with H200 GPUs
+    hgx-b200     8x B200 (DGX/HGX B200), NVLink Switch gen 4 (2 chips, NVLink SHARP), 18 NVLink5 per GPU, 8 NDR
+                 NICs, 4 PCIe Gen5 switches (2 GPUs + 2 NICs each), 2 Xeon 8570 sockets (UPI)
     gb200-nvl72  one rack: 18 compute trays (hosts), each 2 Grace CPUs + 4 B200 GPUs (NVLink-C2C to its
                  Grace), all 72 GPUs on the rack's NVLink Switch (18 NVLink5 per GPU, NVLS), 1 NDR NIC per GPU
     pcie-8gpu    8 PCIe GPUs, no NVLink: 4 PCIe Gen4 switches (2 GPUs + 2 HDR NICs each), 2 switches per
@@ -115,6 +117,12 @@ def _dgx_h100(b: TopologyBuilder, host: int, copy: str | None, nlinks: int = 18,
                 smp="upi-spr")
 
 
+def _hgx_b200(b: TopologyBuilder, host: int, copy: str | None) -> int:
+    return _hgx(b, host, copy, gpu="B200", nvlink="nvlink5", nlinks=18, nvswitch="nvswitch4", chips=2, gen=5,
+                nic_link="ib-ndr", nic_model="ConnectX-7 NDR", cpu_model="Intel Xeon Platinum 8570", cores=56,
+                smp="upi-spr")
+
+
 def _gb200_nvl72(b: TopologyBuilder, host: int, copy: str | None) -> int:
     nvs = b.device("nvswitch" if copy is None else f"r{copy}/nvswitch", "nvswitch", None, "NVLink Switch (NVL72)",
                    spec="nvswitch4", chips=18, nvls=True)
@@ -193,6 +201,8 @@ PRESETS: Mapping[str, Preset] = {
                lambda b, h, c: _dgx_h100(b, h, c, nlinks=8, gpu="H800-SXM5-80GB"), "ib-ndr"),
         Preset("hgx-h200", "dgx-h100 with H200 GPUs",
                lambda b, h, c: _dgx_h100(b, h, c, gpu="H200-SXM5-141GB"), "ib-ndr"),
+        Preset("hgx-b200", "8x B200, NVLink Switch gen4 (NVLS, 2 chips), 18 NVLink5/GPU, 8 NDR NICs, PCIe Gen5, "
+               "2 Intel CPUs", _hgx_b200, "ib-ndr"),
         Preset("gb200-nvl72", "rack of 18 trays x (2 Grace + 4 B200), NVLink5 switch for all 72 GPUs, NVLink-C2C",
                _gb200_nvl72, "ib-ndr"),
         Preset("pcie-8gpu", "8 PCIe Gen4 GPUs, no NVLink, 4 PCIe switches with 2 HDR NICs each, 2 sockets (UPI)",
