@@ -173,7 +173,7 @@ def test_nvls_tree_runs_nvls_in_each_rack_when_an_nvlink_domain_spans_hosts():
     """GB200 NVL72: a rack's 72 GPUs over 18 hosts are one NVLink domain (NCCL's multi-node NVLink), so the
     NVLSTree's blocks are racks, not hosts: NVLS inside each rack, the tree across racks through the NICs.
     Before, the model refused nvls_tree there and priced 2 racks at 354 GB/s (nccl_tree, host blocks of 4)
-    where CoreWeave measured 810 (published row C22)."""
+    where CoreWeave measured 810 (published row C22; 980 now, NVLS's miss of C21)."""
     from interlink.model import ModelError, predict
     from interlink.model.cost import builder_params
     from interlink.sim import simulate_collective
@@ -183,7 +183,7 @@ def test_nvls_tree_runs_nvls_in_each_rack_when_an_nvlink_domain_spans_hosts():
     pr = predict("all_reduce", 16 * G, topo)
     assert pr.algorithm == "nvls_tree"
     nccl_tree = next(c for c in pr.table if c.algorithm == "nccl_tree")
-    assert pr.busbw_gbps > 2.5 * nccl_tree.busbw_gbps
+    assert pr.busbw_gbps > 1.3 * nccl_tree.busbw_gbps  # nccl_tree: a chain over each rack, tree across
     # NVLS-bound: within 5% of one rack's NVLS (the tree across 2 racks moves 1/72 of the buffer per NIC)
     one = predict("all_reduce", 16 * G, "gb200-nvl72")
     assert one.algorithm == "nvls" and pr.time_us == pytest.approx(one.time_us, rel=0.05)

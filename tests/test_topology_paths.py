@@ -144,3 +144,46 @@ def test_nvls_domains_refuse_interleaved_switches():
     topo = parse_topology("2xdgx-h100")
     order = [r for pair in zip(range(8), range(8, 16)) for r in pair]
     assert nvls_domains(topo.with_ranks([topo.ranks[r] for r in order])) is None
+
+
+@pytest.mark.parametrize("spec,channels,local_size", [
+    ("2xdgx-h100", 8, 8),                 # one ring per NIC, leaving each host through its own NIC
+    ("3xgb200-nvl72:gpus=4", 4, 4),       # one tray per rack: the tray's 4 NICs
+    ("3xgb200-nvl72:gpus=8", 8, 8),       # two trays per rack talk over NVLink: the block is the partition
+    ("2xgb200-nvl72", 32, 72),            # a rack's 72 NICs, NCCL's 32 channels at most
+    ("gb200-nvl72", 1, 72),               # one rack: one NVLink domain, nothing to cross
+])
+def test_rail_plan_blocks_are_nvlink_domains_where_they_span_hosts(spec, channels, local_size):
+    """NCCL's multi-node NVLink treats an NVL72 rack (or a partition of one) as one node: rings cross
+    between its trays over NVLink and leave it through its NICs. With host blocks, 3 partitions of 8 GPUs
+    priced a ring at 187 GB/s where NVIDIA/nccl#1801 measured 394 (published row C25r)."""
+    from interlink.topology import rail_plan
+    from interlink.topology.paths import MAX_CHANNELS, ring_blocks
+
+    topo = parse_topology(spec)
+    plan = rail_plan(topo)
+    assert (plan.channels, plan.local_size) == (channels, local_size)
+    if plan.exits is not None:
+        assert len(set(topo.nic_for(e) for e in plan.exits)) == plan.channels <= MAX_CHANNELS
+        assert list(plan.exits) == sorted(plan.exits)
+    blocks = ring_blocks(topo)
+    assert np.unique(blocks).size == topo.nranks // local_size
+
+
+@pytest.mark.parametrize("spec,n", [("3xgb200-nvl72:gpus=8", 24), ("2xdgx-h100:gpus=3", 6), ("4xhgx-b200:gpus=8", 32)])
+def test_cluster_gpus_option_keeps_the_first_gpus_of_each_machine(spec, n):
+    topo = parse_topology(spec)
+    g = n // int(spec.split("x")[0])
+    assert topo.nranks == n
+    machine = [topo.nvlink_domain(r) for r in range(n)]
+    assert all(machine[k * g:(k + 1) * g] == [machine[k * g]] * g for k in range(n // g))  # blocks of g
+    assert len(set(machine)) == n // g
+    whole = parse_topology(spec.split(":")[0])
+    assert topo.ranks[:g] == whole.ranks[:g]
+
+
+@pytest.mark.parametrize("spec", ["3xgb200-nvl72:gpus=0", "3xgb200-nvl72:gpus=73", "2xdgx-h100:gpus=x",
+                                  "dgx-h100:gpus=4"])
+def test_cluster_gpus_option_refuses_what_is_not_there(spec):
+    with pytest.raises(TopologyError, match="gpus|clusters only"):
+        parse_topology(spec)

@@ -87,6 +87,16 @@ PUBLISHED: tuple[Published, ...] = (
               "tree never limits; the published figure halves from 2 to 20 racks, as a tree whose inner racks "
               "carry twice a leaf rack's bytes does when about 400 GB/s (8 NICs) leaves a rack: how many NICs "
               "(NVLS heads) NCCL's NVLSTree drives per NVL72 rack is not published"),
+    # 3 partitions of GB200 NVL72 racks (4 or 8 GPUs each, on 3 racks), InfiniBand between, NVLS off (NCCL 2.27.3):
+    # a ring leaves each partition through its NICs (4 or 8 x NDR), the trays of a partition talk over NVLink
+    Published("C24r", "all_reduce", 16 * G, "3xgb200-nvl72:gpus=4", "ring", None, 196.72,
+              "NVIDIA/nccl#1801, 3 NVL4 partitions (12 GPUs), NCCL_NVLS_ENABLE=0, Ring"),
+    Published("C24t", "all_reduce", 16 * G, "3xgb200-nvl72:gpus=4", "nccl_tree", None, 234.43,
+              "NVIDIA/nccl#1801, 3 NVL4 partitions (12 GPUs), NCCL_NVLS_ENABLE=0, Tree"),
+    Published("C25r", "all_reduce", 16 * G, "3xgb200-nvl72:gpus=8", "ring", None, 393.66,
+              "NVIDIA/nccl#1801, 3 NVL8 partitions (24 GPUs, 2 trays each), NCCL_NVLS_ENABLE=0, Ring"),
+    Published("C25t", "all_reduce", 16 * G, "3xgb200-nvl72:gpus=8", "nccl_tree", None, 485.68,
+              "NVIDIA/nccl#1801, 3 NVL8 partitions (24 GPUs, 2 trays each), NCCL_NVLS_ENABLE=0, Tree"),
     Published("C8", "all_reduce", 16 * G, "2xdgx-h100", None, None, 470.0, "NVIDIA/nccl-tests#309, 2 nodes H100, NVLSTree"),
     Published("C11", "all_reduce", 8 * G, "4xdgx-h100:net=roce-400g", None, None, 320.0,
               "NVIDIA/nccl#1221, 4 nodes H100 8x400G RoCE (the preset with its scale-out fabric RoCE v2 400 GbE)"),

@@ -722,8 +722,9 @@ def simulate_collective(collective: str, nbytes: int, topology: Topology | str, 
     if chose:
         res.notes = res.notes + (chose,)
     if params.get("channels", 1) > 1:
-        res.notes = res.notes + (f"{params['channels']} channels: one ring per NIC, channel c leaving every host "
-                                 f"from local rank {params['exits']}[c]",)
+        res.notes = res.notes + (f"{params['channels']} channels: one ring per NIC, channel c leaving every block "
+                                 f"(a host, or an NVLink domain spanning hosts) from local rank "
+                                 f"{params['exits']}[c]",)
     if res.nbytes != nbytes and collective != "barrier":
         res.notes = res.notes + (f"size rounded to {res.nbytes} bytes ({count} elements of {itemsize} bytes"
                                  f"{' per rank' if collective in PER_RANK_SPLIT else ''})",)

@@ -510,12 +510,13 @@ def path_table(topo: Topology) -> PathTable:
 
 @dataclass(frozen=True)
 class RailPlan:
-    """How C parallel rings (channels) cross the hosts of a topology: every host holds ``local_size``
-    consecutive ranks, and channel c crosses between hosts through local rank ``exits[c]`` or
-    ``exits[c] + 1`` on both sides (the ring builders' rail-aligned order,
-    :func:`interlink.algorithms.ring.ring_orders`): C rings over C different NICs, as NCCL runs one
-    channel per NIC. ``channels`` is 1 (no exits) where the ranks are on one host, hosts hold
-    different numbers of ranks or ranks are not in host blocks, or hosts have no NIC."""
+    """How C parallel rings (channels) cross the blocks of a topology (its hosts, or its NVLink domains
+    where those span hosts: :func:`ring_blocks`): every block holds ``local_size`` consecutive ranks, and
+    channel c crosses between blocks through local rank ``exits[c]`` or ``exits[c] + 1`` on both sides
+    (the ring builders' rail-aligned order, :func:`interlink.algorithms.ring.ring_orders`): C rings over
+    C different NICs, as NCCL runs one channel per NIC (at most :data:`MAX_CHANNELS`). ``channels`` is 1
+    (no exits) where the ranks are in one block, blocks hold different numbers of ranks or ranks are not
+    in blocks, or the ranks have no NIC."""
 
     channels: int
     local_size: int
@@ -531,19 +532,38 @@ class RailPlan:
 _RAILS: dict[int, tuple[Any, RailPlan]] = {}
 
 
-def _rail_plan(topo: Topology) -> RailPlan:
+#: NCCL's most channels per communicator (MAXCHANNELS, 32 up to NCCL 2.26): a ring spanning NVL72 racks,
+#: whose blocks hold 72 NICs, runs at most this many
+MAX_CHANNELS = 32
+
+
+def ring_blocks(topo: Topology) -> "np.ndarray":
+    """The block (NCCL's "node") of each rank, as the rings and NCCL's Tree cross them: its NVLink domain
+    where domains span hosts (GB200 NVL72: a rack of 18 hosts, NCCL's multi-node NVLink: the ring crosses
+    between trays over NVLink and leaves the rack through a NIC), else its host."""
     t = path_table(topo)
     n = topo.nranks
+    dom = np.array([topo.nvlink_domain(r) for r in range(n)], dtype=np.int64)
+    if n and np.unique(dom).size < np.unique(t.host).size:
+        return dom
+    return t.host
+
+
+def _rail_plan(topo: Topology) -> RailPlan:
+    n = topo.nranks
     one = RailPlan(1, n, None)
-    if t.nhosts <= 1 or n == 0:
+    if n == 0:
         return one
-    L = int(t.ranks_on_host.max())
-    if int(t.ranks_on_host.min()) != L or n % L:
+    block = ring_blocks(topo)
+    _, counts = np.unique(block, return_counts=True)
+    if counts.size <= 1:
         return one
-    host = t.host
-    if not bool((host.reshape(-1, L) == host[::L][:, None]).all()):
-        return one  # ranks are not in host blocks
-    # the NIC of each local rank of the first host (hosts of one preset are alike); one exit per NIC,
+    L = int(counts.max())
+    if int(counts.min()) != L or n % L:
+        return one
+    if not bool((block.reshape(-1, L) == block[::L][:, None]).all()):
+        return one  # ranks are not in blocks
+    # the NIC of each local rank of the first block (blocks of one preset are alike); one exit per NIC,
     # the first local rank that uses it, so that its successor (the next channel's entry) differs too
     nics = [topo.nic_for(r) for r in range(L)]
     if any(x is None for x in nics):
@@ -554,6 +574,8 @@ def _rail_plan(topo: Topology) -> RailPlan:
         if x not in seen:
             seen.add(x)
             exits.append(i)
+    if len(exits) > MAX_CHANNELS:  # spread NCCL's channel budget evenly over the block's NICs
+        exits = [exits[k * len(exits) // MAX_CHANNELS] for k in range(MAX_CHANNELS)]
     if len(exits) <= 1:
         return RailPlan(1, L, None)
     return RailPlan(len(exits), L, tuple(exits))

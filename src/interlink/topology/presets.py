@@ -30,7 +30,8 @@ Spec grammar::
 
     PRESET | NxPRESET[:key=value[,key=value...]] | path/to/topology.yaml (or .json)
     keys: oversub (or oversubscription): leaf->spine ratio, default 1; net (or network): link spec
-    of the scale-out network, e.g. ib-xdr, roce-400g, eth-100g
+    of the scale-out network, e.g. ib-xdr, roce-400g, eth-100g; gpus: ranks on the first G GPUs of each
+    machine only (3xgb200-nvl72:gpus=8: 2 trays of each of 3 racks, 24 ranks)
 
 Numbers inside hosts are simplified where vendors differ (one NUMA node per socket; one logical NVSwitch
 per NVLink domain, as NCCL models it). GB200 assumptions (unpublished layout): the two Grace CPUs of a
@@ -221,7 +222,7 @@ def _get(name: str) -> Preset:
     p = PRESETS.get(name)
     if p is None:
         raise TopologyError(f"unknown topology preset {name!r}; presets: {', '.join(PRESETS)}; clusters: "
-                            "NxPRESET[:oversub=R,net=LINK] (e.g. 16xdgx-h100:oversub=2); or a .yaml/.json file")
+                            "NxPRESET[:oversub=R,net=LINK,gpus=G] (e.g. 16xdgx-h100:oversub=2); or a .yaml/.json file")
     return p
 
 
@@ -241,15 +242,25 @@ def _leaf_switch(net: LinkSpec) -> Any:
 
 
 def cluster(name: str, copies: int, *, oversubscription: float = 1.0, network: str | None = None,
-            catalog: Mapping[str, LinkSpec] | None = None) -> Topology:
+            catalog: Mapping[str, LinkSpec] | None = None, gpus: int | None = None) -> Topology:
     """``copies`` machines of preset ``name`` on a rail-optimized fat tree (see the module docstring).
 
     ``oversubscription`` (> 0, default 1): leaf downlink / uplink capacity; uplinks are derated by it.
     ``network``: the scale-out link spec (default: the preset's).
+    ``gpus``: ranks on the first ``gpus`` GPUs of each machine only (a partition of each: 4 of a DGX's 8, or
+    8 of an NVL72 rack's 72, i.e. its first 2 trays); the other GPUs stay in the hardware, idle.
     """
     p = _get(name)
     if not isinstance(copies, int) or copies < 1:
         raise TopologyError(f"cluster of {name}: the number of machines must be an integer >= 1, got {copies!r}")
+    if gpus is not None:
+        whole = cluster(name, copies, oversubscription=oversubscription, network=network, catalog=catalog)
+        per = whole.nranks // copies
+        if not isinstance(gpus, int) or not 1 <= gpus <= per:
+            raise TopologyError(f"cluster of {name}: gpus per machine must be an integer in 1..{per}, got {gpus!r}")
+        part = whole.with_ranks([r for k in range(copies) for r in range(k * per, k * per + gpus)])
+        part.meta["gpus_per_machine"] = gpus
+        return part
     if not (isinstance(oversubscription, (int, float)) and math.isfinite(oversubscription) and oversubscription > 0):
         raise TopologyError(f"oversubscription must be a number > 0, got {oversubscription!r}")
     net = link(network or p.network, catalog)
@@ -376,7 +387,7 @@ def _cpu_cluster(spec: str, hosts: int, opts: str, catalog: Mapping[str, LinkSpe
 
 _CLUSTER = re.compile(r"^\s*(\d+)\s*[xX*]\s*([A-Za-z][\w.-]*)\s*$")
 _OPTS = {"oversub": "oversubscription", "oversubscription": "oversubscription", "net": "network",
-         "network": "network"}
+         "network": "network", "gpus": "gpus"}
 
 
 def parse_topology(spec: "str | os.PathLike[str] | Topology",
@@ -400,12 +411,17 @@ def parse_topology(spec: "str | os.PathLike[str] | Topology",
             key = key.strip().lower()
             if not eq or key not in _OPTS:
                 raise TopologyError(f"topology spec {s!r}: option {item!r} is not KEY=VALUE with KEY in "
-                                    "oversub, net")
+                                    "oversub, net, gpus")
             if _OPTS[key] == "oversubscription":
                 try:
                     kwargs["oversubscription"] = float(val)
                 except ValueError:
                     raise TopologyError(f"topology spec {s!r}: oversub must be a number, got {val!r}") from None
+            elif _OPTS[key] == "gpus":
+                try:
+                    kwargs["gpus"] = int(val)
+                except ValueError:
+                    raise TopologyError(f"topology spec {s!r}: gpus must be an integer, got {val!r}") from None
             else:
                 kwargs["network"] = val.strip()
     m = _CLUSTER.match(head)
