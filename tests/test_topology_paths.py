@@ -187,3 +187,22 @@ def test_cluster_gpus_option_keeps_the_first_gpus_of_each_machine(spec, n):
 def test_cluster_gpus_option_refuses_what_is_not_there(spec):
     with pytest.raises(TopologyError, match="gpus|clusters only"):
         parse_topology(spec)
+
+
+def test_hierarchical_algorithms_cross_an_nvlink_domain_once_not_each_tray():
+    """On GB200 NVL72 racks the hierarchical all_reduce's block is the rack (its trays talk over NVLink):
+    with tray blocks it crossed the NICs between trays of one rack and fell from 717 to 159 GB/s from 1 to
+    2 racks; CollNet (SHARP) keeps its host blocks, one NIC per SHARP group member."""
+    from interlink.model.cost import builder_params
+    from interlink.sim import simulate_collective
+    from interlink.topology.paths import spanning_blocks
+
+    topo = parse_topology("2xgb200-nvl72")
+    assert spanning_blocks(topo) == 72 and spanning_blocks(parse_topology("2xdgx-h100")) is None
+    assert spanning_blocks(parse_topology("3xgb200-nvl72:gpus=8")) == 8
+    assert dict(builder_params("all_reduce", "hierarchical", topo, 4))["local_size"] == 72
+    assert dict(builder_params("all_reduce", "collnet_direct", topo, 4))["local_size"] == 4
+    assert dict(builder_params("all_reduce", "hierarchical", parse_topology("2xdgx-h100"), 8))["local_size"] == 8
+    one = simulate_collective("all_reduce", 8 << 30, "gb200-nvl72", algorithm="hierarchical", protocol="simple")
+    two = simulate_collective("all_reduce", 8 << 30, topo, algorithm="hierarchical", protocol="simple")
+    assert two.busbw_gbps > 0.85 * one.busbw_gbps

@@ -68,7 +68,7 @@ from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
 from ..algorithms.traffic import Traffic, from_schedule
 from ..topology import HOP_KINDS, Topology, TopologyError, nvls_domains, parse_topology, path_table, rail_plan
 from ..topology.paths import NET as _NET
-from ..topology.paths import per_topology
+from ..topology.paths import per_topology, spanning_blocks
 from .params import PROTOCOLS, ModelError, Params, Profile, default_params, host_profile, with_profile
 
 __all__ = [
@@ -854,6 +854,10 @@ def builder_params(collective: str, algorithm: str, topo: Topology, local_size: 
         if local_size is None:
             info = _info(topo)
             local_size = int(info.ranks_on_host.max()) if info.nhosts > 1 else topo.nranks
+        if algorithm not in SHARP_ALGORITHMS:
+            # the hierarchical algorithms cross the slow boundary once: an NVLink domain's, where one spans
+            # hosts (GB200 NVL72 racks), not a host's; CollNet keeps its hosts (SHARP groups one NIC each)
+            local_size = spanning_blocks(topo) or local_size
         out["local_size"] = int(local_size)
     return tuple(sorted(out.items()))
 

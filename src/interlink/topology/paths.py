@@ -549,6 +549,20 @@ def ring_blocks(topo: Topology) -> "np.ndarray":
     return t.host
 
 
+def spanning_blocks(topo: Topology) -> int | None:
+    """The size of the ranks' blocks when those are NVLink domains spanning hosts (equal blocks of
+    consecutive ranks: a GB200 NVL72 rack, or a partition of one), else None (the blocks are hosts)."""
+    n = topo.nranks
+    block = ring_blocks(topo)
+    if not n or block is path_table(topo).host:
+        return None
+    _, counts = np.unique(block, return_counts=True)
+    L = int(counts.max())
+    if int(counts.min()) != L or not bool((block.reshape(-1, L) == block[::L][:, None]).all()):
+        return None
+    return L
+
+
 def _rail_plan(topo: Topology) -> RailPlan:
     n = topo.nranks
     one = RailPlan(1, n, None)
