@@ -84,9 +84,10 @@ PUBLISHED: tuple[Published, ...] = (
     Published("C23", "all_reduce", 16 * G, "20xgb200-nvl72", None, None, 405.74,
               "coreweave/nccl-tests README, 20 NVL72 racks (1,440 GPUs), 16G",
               "the model's 934 (+130%) sends each rack's share across racks through all 72 of its NICs, so the "
-              "tree never limits; the published figure halves from 2 to 20 racks, as a tree whose inner racks "
-              "carry twice a leaf rack's bytes does when about 400 GB/s (8 NICs) leaves a rack: how many NICs "
-              "(NVLS heads) NCCL's NVLSTree drives per NVL72 rack is not published"),
+              "tree never limits; the published figure halves from 2 to 20 racks, as NCCL's own NVLSTree model "
+              "says (src/tuning/pipeline_model/nvls.cc: inter bandwidth x2 at <= 2 nodes: an inner rack of a "
+              "tree carries twice a leaf's bytes) with about 400 GB/s (8 NICs) leaving a rack: how many NICs "
+              "(NVLS heads, <= 32) NCCL's graph search gives an NVL72 rack is not published"),
     # 3 partitions of GB200 NVL72 racks (4 or 8 GPUs each, on 3 racks), InfiniBand between, NVLS off (NCCL 2.27.3):
     # a ring leaves each partition through its NICs (4 or 8 x NDR), the trays of a partition talk over NVLink
     Published("C24r", "all_reduce", 16 * G, "3xgb200-nvl72:gpus=4", "ring", None, 196.72,
