@@ -56,6 +56,12 @@ def param_sets(entry: registry.Entry, p: int) -> list[dict]:
                     kw["channels"] = 2 * L
                     kw["exits"] = tuple(range(L))
                 out.append(kw)
+    if "heads" in ps:  # NVLS heads: fewer than the block's ranks (NCCL's 32 on a 72-GPU rack)
+        for h in (1, 2, 3):
+            if h < p:
+                out.append({"heads": h})
+                if "local_size" in ps and p % 3 == 0 and p > 3:
+                    out.append({"heads": h, "local_size": p // 3, "segments": 3})
     # keep local sizes the builders accept (collnet and nvls_tree fall back to one host themselves)
     return [kw for kw in out if kw.get("local_size") is None or kw["local_size"] >= 1]
 

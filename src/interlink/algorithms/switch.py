@@ -36,6 +36,23 @@ NEEDS_SWITCH = ("nvls", "nvls_tree", "collnet_direct", "collnet_chain")
 SHARP = ("collnet_direct", "collnet_chain")
 
 
+#: NCCL's most NVLS heads per NVLink domain (NCCL_MAX_NVLS_ARITY, 32 since NCCL 2.20): the ranks that read the
+#: switch's reduction of a chunk and multicast it (and, in NVLSTree, carry it across domains through their
+#: NICs); on a domain of more GPUs (a GB200 NVL72 rack: 72) the others only serve the switch's reads and
+#: receive its multicasts
+MAX_HEADS = 32
+
+
+def nvls_heads(L: int, heads: int | None) -> list[int]:
+    """The local ranks that are heads in a block of L: ``heads`` of them (default every one), spread evenly
+    over the block (on an NVL72 rack: different trays, different NICs)."""
+    h = L if heads is None else int(heads)
+    if h < 1:
+        raise ValueError(f"heads must be >= 1, got {heads}")
+    h = min(h, L)
+    return [k * L // h for k in range(h)]
+
+
 def nvls_segments(chunk: int, segments: int | None) -> int:
     """Segments of each rank's chunk: given, else one per 64 Ki elements, at most 128, never more than the
     chunk's elements (1 for an empty chunk)."""
@@ -46,20 +63,24 @@ def nvls_segments(chunk: int, segments: int | None) -> int:
     return max(1, min(chunk, 128, chunk // 65536))
 
 
-@register("all_reduce", "nvls", params=("segments",))
-def all_reduce_nvls(nranks: int, count: int, root: int = 0, segments: int | None = None) -> Schedule:
+@register("all_reduce", "nvls", params=("segments", "heads"))
+def all_reduce_nvls(nranks: int, count: int, root: int = 0, segments: int | None = None,
+                    heads: int | None = None) -> Schedule:
     """NVLS on one NVLink domain, pipelined: rank r owns chunk r (1/p of the buffer), cut in segments. In
     round s it reads the in-switch reduction of its segment s over every rank (SwitchReduce, channel 0);
     in round s + 1 it multicasts that segment to every other rank (Multicast, channel 1, handed over from
     channel 0), while channel 0 reads the reduction of segment s + 1: the switch's reduction and multicast
-    streams run at once, so each rank's link to the switch carries n(1 + 1/p) each way. The one-host case
-    of :func:`all_reduce_nvls_tree` (each chunk in two halves, as that one cuts them for its two trees)."""
-    return _nvls_tree(nranks, count, segments, nranks, "nvls", root)
+    streams run at once, so each rank's link to the switch carries n(1 + 1/p) each way. ``heads`` (default
+    every rank; NCCL: at most :data:`MAX_HEADS`): only that many ranks, spread evenly, own a chunk (1/heads
+    of the buffer) and read and multicast it; the others' links carry n each way, a head's n(1 + 1/heads).
+    The one-host case of :func:`all_reduce_nvls_tree` (each chunk in two halves, as that one cuts them for
+    its two trees)."""
+    return _nvls_tree(nranks, count, segments, nranks, "nvls", root, heads)
 
 
-@register("all_reduce", "nvls_tree", params=("segments", "local_size"))
+@register("all_reduce", "nvls_tree", params=("segments", "local_size", "heads"))
 def all_reduce_nvls_tree(nranks: int, count: int, root: int = 0, segments: int | None = None,
-                         local_size: int | None = None) -> Schedule:
+                         local_size: int | None = None, heads: int | None = None) -> Schedule:
     """NCCL's NVLSTree: NVLS inside each host, a double binary tree across hosts, pipelined in segments.
 
     Hosts are blocks of ``local_size`` consecutive ranks (default: one host, where this is :func:`all_reduce_nvls`).
@@ -70,18 +91,24 @@ def all_reduce_nvls_tree(nranks: int, count: int, root: int = 0, segments: int |
     down from the tree's root (a host at depth d forwards it in round s + 1 + H + d, H the tree's
     height); in that same round the host's rank j multicasts the final segment to its host (Multicast,
     channel 1, handed over from channel 0). Per rank: n(1 + 1/L) each way over NVLink to the switch and
-    about 2n/L each way over its NIC.
+    about 2n/L each way over its NIC. ``heads`` (default every local rank; NCCL: at most
+    :data:`MAX_HEADS`): only that many local ranks, spread evenly, own a chunk (1/heads of the buffer),
+    carry it across hosts through their NICs (about 2n/heads each way) and multicast it.
     """
-    return _nvls_tree(nranks, count, segments, int(local_size or nranks), "nvls_tree", root)
+    return _nvls_tree(nranks, count, segments, int(local_size or nranks), "nvls_tree", root, heads)
 
 
-def _nvls_tree(p: int, n: int, segments: int | None, L: int, name: str, root: int = 0) -> Schedule:
+def _nvls_tree(p: int, n: int, segments: int | None, L: int, name: str, root: int = 0,
+               heads: int | None = None) -> Schedule:
     from .trees import host_blocks, host_trees
 
     L, H = host_blocks(p, L)
+    hl = nvls_heads(L, heads)
     b = Builder("all_reduce", name, p, n, root)
+    if len(hl) < L:
+        b.meta["heads"] = len(hl)
     shapes = host_trees(H)
-    chunks = split(n, L)
+    chunks = split(n, len(hl))
     S = nvls_segments(max((c + 1) // 2 for _, c in chunks), segments)
     b.meta["segments"] = S
     for j, (o, c) in enumerate(chunks):
@@ -90,14 +117,14 @@ def _nvls_tree(p: int, n: int, segments: int | None, L: int, name: str, root: in
             for s, (so, sn) in enumerate(split(hn, S)):
                 x, i = out(o + ho + so, sn), inp(o + ho + so, sn)
                 for h in range(H):
-                    r = h * L + j
+                    r = h * L + hl[j]
                     host = tuple(range(h * L, h * L + L))
                     b.switch_reduce(s, r, host, i, x, channel=0)
                     if parents[h] >= 0:
-                        b.transfer(s + 1 + height[h], r, parents[h] * L + j, x, x, True, 0)
+                        b.transfer(s + 1 + height[h], r, parents[h] * L + hl[j], x, x, True, 0)
                     down = s + 1 + Ht + depth[h]
                     for k in kids[h]:
-                        b.transfer(down, r, k * L + j, x, x, False, 0)
+                        b.transfer(down, r, k * L + hl[j], x, x, False, 0)
                     b.multicast(down, r, tuple(q for q in host if q != r), x, x, channel=1)
     return b.build()
 
@@ -203,7 +230,8 @@ def all_reduce_collnet_chain(nranks: int, count: int, root: int = 0, segments: i
 # ---- vectorised traffic for large rank counts ---------------------------------------------------------
 
 
-def _nvls_tree_traffic(p: int, n: int, segments: int | None, L: int, algorithm: str) -> "Traffic":
+def _nvls_tree_traffic(p: int, n: int, segments: int | None, L: int, algorithm: str,
+                       heads: int | None = None) -> "Traffic":
     """Traffic of :func:`all_reduce_nvls_tree` (``nvls``: one host of every rank), as
     :func:`~interlink.algorithms.traffic.from_schedule` gives it, one numpy pass per (round, chunk, tree
     half) over the hosts: messages into the switch (its reduction stream p, multicast stream p + 1) with
@@ -217,8 +245,9 @@ def _nvls_tree_traffic(p: int, n: int, segments: int | None, L: int, algorithm: 
     from .trees import host_blocks, host_trees_np
 
     L, H = host_blocks(p, L)
+    hl = nvls_heads(L, heads)
     shapes = host_trees_np(H)
-    sizes = split_sizes(n, L)
+    sizes = split_sizes(n, len(hl))
     S = nvls_segments(max((int(c) + 1) // 2 for c in sizes.tolist()) if sizes.size else 0, segments)
     halves = [split_sizes(int(c), 2) for c in sizes.tolist()]
     segs = [[split_sizes(int(h), S) for h in hv] for hv in halves]
@@ -239,11 +268,11 @@ def _nvls_tree_traffic(p: int, n: int, segments: int | None, L: int, algorithm: 
         lm_s, lm_d, lm_e = [], [], []
         sd_d, sd_e = [], []
         red = np.zeros(p, dtype=np.int64)
-        for j in range(L):
+        for j, lj in enumerate(hl):
             for t in range(2):
                 parents, _, depth, height, Ht = shapes[t]
                 seg = segs[j][t]
-                ranks = hosts * L + j
+                ranks = hosts * L + lj
                 # in-switch reduction of segment k over each host: every member -> switch, then switch -> r
                 if k < S and seg[k] > 0:
                     m = seg[k]
@@ -257,7 +286,7 @@ def _nvls_tree_traffic(p: int, n: int, segments: int | None, L: int, algorithm: 
                 if ok.any():
                     el = seg[s_up[ok]]
                     nz = el > 0
-                    src, dst = ranks[ok][nz], parents[ok][nz] * L + j
+                    src, dst = ranks[ok][nz], parents[ok][nz] * L + lj
                     up_s.append(src), up_d.append(dst), up_e.append(el[nz])
                     up_c.append(np.zeros(src.size, np.int64)), up_a.append(np.full(src.size, -1))
                     np.add.at(red, dst, el[nz])
@@ -268,7 +297,7 @@ def _nvls_tree_traffic(p: int, n: int, segments: int | None, L: int, algorithm: 
                 if kid.any():
                     el = seg[s_dn[parents[kid]]]
                     nz = el > 0
-                    src, dst = parents[kid][nz] * L + j, ranks[kid][nz]
+                    src, dst = parents[kid][nz] * L + lj, ranks[kid][nz]
                     up_s.append(src), up_d.append(dst), up_e.append(el[nz])
                     up_c.append(np.zeros(src.size, np.int64)), up_a.append(np.full(src.size, -1))
                 if okh.any() and L > 1:
@@ -416,13 +445,14 @@ def _register_traffic() -> None:
     from .traffic import register_traffic
 
     @register_traffic("all_reduce", "nvls")
-    def nvls_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None):
-        return _nvls_tree_traffic(nranks, count, segments, nranks, "nvls")
+    def nvls_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None,
+                     heads: int | None = None):
+        return _nvls_tree_traffic(nranks, count, segments, nranks, "nvls", heads)
 
     @register_traffic("all_reduce", "nvls_tree")
     def nvls_tree_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None,
-                          local_size: int | None = None):
-        return _nvls_tree_traffic(nranks, count, segments, int(local_size or nranks), "nvls_tree")
+                          local_size: int | None = None, heads: int | None = None):
+        return _nvls_tree_traffic(nranks, count, segments, int(local_size or nranks), "nvls_tree", heads)
 
     @register_traffic("all_reduce", "collnet_direct", messages=_collnet_messages)
     def collnet_direct_traffic(nranks: int, count: int, root: int = 0, segments: int | None = None,

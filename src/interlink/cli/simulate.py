@@ -60,6 +60,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="hierarchical algorithms: ranks per host (default: the topology's)")
     p.add_argument("--segments", type=int, default=None, metavar="S",
                    help="pipelined algorithms (tree, broadcast ring): number of segments")
+    p.add_argument("--heads", type=int, default=None, metavar="H",
+                   help="nvls, nvls_tree: NVLS heads per NVLink domain (default every GPU of it, at most "
+                        "NCCL's 32): the ranks that reduce, multicast and carry a domain's chunks across")
     p.add_argument("--exact", action="store_true",
                    help="simulate every distinct round (default: rounds whose sizes differ by one element "
                         "are simulated once, at the larger size)")
@@ -137,7 +140,7 @@ def _itemsize(dtype: str) -> int:
 
 def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {"itemsize": _itemsize(args.dtype), "root": args.root, "local_size": args.local_size,
-            "segments": args.segments, "merge_tolerance": 0 if args.exact else 1}
+            "segments": args.segments, "heads": args.heads, "merge_tolerance": 0 if args.exact else 1}
 
 
 def _single(args: argparse.Namespace) -> int:

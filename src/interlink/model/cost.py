@@ -65,6 +65,7 @@ from ..algorithms import registry
 from ..algorithms import traffic as _traffic
 from ..algorithms.hostpage import HOST_PAGE, measured_band, pipe_max
 from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
+from ..algorithms.switch import MAX_HEADS
 from ..algorithms.traffic import Traffic, from_schedule
 from ..topology import HOP_KINDS, Topology, TopologyError, nvls_domains, parse_topology, path_table, rail_plan
 from ..topology.paths import NET as _NET
@@ -848,8 +849,12 @@ def builder_params(collective: str, algorithm: str, topo: Topology, local_size: 
             out["channels"] *= 2  # one channel of each of the two trees per NIC
     elif algorithm == "nvls_tree":
         # NVLS inside each NVLink domain, the tree across them: the block is the domain (a host of a DGX, a
-        # GB200 NVL72 rack of 18 hosts), not the host
-        out["local_size"] = int(nvls_domains(topo) or local_size or topo.nranks)
+        # GB200 NVL72 rack of 18 hosts), not the host; at most NCCL's 32 heads in it
+        out["local_size"] = L = int(nvls_domains(topo) or local_size or topo.nranks)
+        if L > MAX_HEADS:
+            out["heads"] = MAX_HEADS
+    elif algorithm == "nvls" and topo.nranks > MAX_HEADS:
+        out["heads"] = MAX_HEADS
     elif "local_size" in entry.params:
         if local_size is None:
             info = _info(topo)

@@ -73,21 +73,23 @@ PUBLISHED: tuple[Published, ...] = (
     Published("C16-16", "reduce_scatter", 4 * G, "16xdgx-h100", None, None, 320.0,
               "NVIDIA/nccl#1229, 16 nodes H100 (approx.)"),
     Published("C21", "all_reduce", 8 * G, "gb200-nvl72", None, None, 834.57, "coreweave/nccl-tests#43, NVL72 rack, 8G",
-              "the NVLS Schedule over 72 GPUs at 0.74 x NVLink5 gives 997 (+19%): the measured rack reaches less "
-              "of its NVLink bandwidth than NCCL's Blackwell NVLS efficiency says"),
+              "the NVLS Schedule over 72 GPUs (NCCL's 32 heads) at 0.74 x NVLink5 gives 982 (+18%): published "
+              "Blackwell NVLS busbw stays at 810-835 from 8 to 144 GPUs where the Schedule's traffic grows it "
+              "25% from 8 to 72 (as H100's does from 5 to 8 GPUs, rows A18); what limits a full rack is not "
+              "published"),
     # GB200 NVL72 racks joined by InfiniBand (NCCL 2.26.2, CoreWeave's README): NVLS inside each rack's NVLink
     # domain (72 GPUs over 18 trays), NCCL's NVLSTree across racks
     Published("C22", "all_reduce", 16 * G, "2xgb200-nvl72", None, None, 810.41,
               "coreweave/nccl-tests README, 2 NVL72 racks (144 GPUs), 16G",
-              "NVLS over a 72-GPU domain, as C21: the model's 980 (+21%) is the NVLS Schedule's n(1 + 1/72) each "
-              "way at 0.74 x NVLink5; the measured racks reach C21's 835 less a little for the tree"),
+              "NVLS over a 72-GPU domain, as C21: the model's 950 (+17%) is the NVLS Schedule's traffic at 0.74 x "
+              "NVLink5 (32 heads per rack); the measured racks reach C21's 835 less a little for the tree"),
     Published("C23", "all_reduce", 16 * G, "20xgb200-nvl72", None, None, 405.74,
               "coreweave/nccl-tests README, 20 NVL72 racks (1,440 GPUs), 16G",
-              "the model's 934 (+130%) sends each rack's share across racks through all 72 of its NICs, so the "
-              "tree never limits; the published figure halves from 2 to 20 racks, as NCCL's own NVLSTree model "
+              "the model's 906 (+123%) sends each rack's share across racks through NCCL's most heads, 32 NICs, "
+              "so the tree never limits; the published figure halves from 2 to 20 racks, as NCCL's own NVLSTree model "
               "says (src/tuning/pipeline_model/nvls.cc: inter bandwidth x2 at <= 2 nodes: an inner rack of a "
-              "tree carries twice a leaf's bytes) with about 400 GB/s (8 NICs) leaving a rack: how many NICs "
-              "(NVLS heads, <= 32) NCCL's graph search gives an NVL72 rack is not published"),
+              "tree carries twice a leaf's bytes) with about 400 GB/s (8 NICs) leaving a rack: how many heads "
+              "(<= 32) NCCL's graph search gives an NVL72 rack is not published"),
     # 3 partitions of GB200 NVL72 racks (4 or 8 GPUs each, on 3 racks), InfiniBand between, NVLS off (NCCL 2.27.3):
     # a ring leaves each partition through its NICs (4 or 8 x NDR), the trays of a partition talk over NVLink
     Published("C24r", "all_reduce", 16 * G, "3xgb200-nvl72:gpus=4", "ring", None, 196.72,

@@ -655,10 +655,11 @@ def _choose(collective: str, nbytes: int, topo: Topology, itemsize: int, root: i
 def simulate_collective(collective: str, nbytes: int, topology: Topology | str, *, algorithm: str | None = None,
                         nranks: int | None = None, itemsize: int = 4, root: int = 0,
                         local_size: int | None = None, segments: int | None = None, channels: int | None = None,
-                        **kwargs: Any) -> SimResult:
+                        heads: int | None = None, **kwargs: Any) -> SimResult:
     """Simulate ``collective`` of ``nbytes`` (nccl-tests' S) with ``algorithm`` on the first ``nranks``
     ranks of ``topology``. Hierarchical algorithms get ``local_size`` = the topology's ranks per host
-    unless given. Other keyword arguments go to :func:`simulate`."""
+    unless given. ``heads``: the NVLS algorithms' heads per NVLink domain (default every rank of it, at
+    most NCCL's 32). Other keyword arguments go to :func:`simulate`."""
     from ..algorithms import registry
     from ..algorithms import traffic as _traffic
 
@@ -689,6 +690,8 @@ def simulate_collective(collective: str, nbytes: int, topology: Topology | str, 
                                                  max(1, topo.ranks_per_host)))
     if "segments" in entry.params and segments is not None:
         params["segments"] = segments
+    if "heads" in entry.params and heads is not None:
+        params["heads"] = int(heads)
     if channels is not None and "channels" in entry.params and int(channels) != params.get("channels", 1):
         # an explicit channel count: that many rings; rail-aligned where the topology has that many NICs
         for k in ("channels", "local_size", "exits"):
