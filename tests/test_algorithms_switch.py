@@ -16,6 +16,7 @@ from interlink.algorithms.schedule import Multicast, Round, Schedule, SwitchRedu
 from interlink.algorithms.traffic import from_schedule
 from interlink.errors import ScheduleError, VerificationError
 from interlink.topology import parse_topology
+from switch_bytes import switch_bytes
 
 G = 1 << 30
 
@@ -103,15 +104,8 @@ def test_channels_hand_over_only_forward_in_rounds():
 def test_traffic_crosses_each_link_to_the_switch_n_times_one_plus_one_over_p(p):
     n = 7 * p * 4
     tr = from_schedule(get_schedule("all_reduce", "nvls", p, n, segments=4))
-    up = np.zeros(p, np.int64)
-    down = np.zeros(p, np.int64)
-    for ph in tr.phases:
-        assert ph.reduced is None  # the switch reduces
-        for s_, d_, e in zip(ph.src.tolist(), ph.dst.tolist(), ph.elems.tolist()):
-            if d_ >= p:
-                up[s_] += e * ph.repeat
-            if s_ >= p:
-                down[d_] += e * ph.repeat
+    assert all(ph.reduced is None for ph in tr.phases)  # the switch reduces
+    up, down = switch_bytes(tr, p)
     assert up.tolist() == [n + n // p] * p
     # a rank receives its own reduced chunk (n/p) and the others' chunks ((p-1) n/p): n in all
     assert down.tolist() == [n] * p
@@ -130,15 +124,7 @@ def test_with_fewer_heads_only_the_heads_read_and_multicast(p, h):
     s = get_schedule("all_reduce", "nvls", p, n, segments=2, heads=h)
     verify_schedule(s, dtypes=(np.float64, np.int32))
     verify_schedule(two_sided(s), dtypes=(np.float64,))
-    tr = from_schedule(s)
-    up = np.zeros(p, np.int64)
-    down = np.zeros(p, np.int64)
-    for ph in tr.phases:
-        for s_, d_, e in zip(ph.src.tolist(), ph.dst.tolist(), ph.elems.tolist()):
-            if d_ >= p:
-                up[s_] += e * ph.repeat
-            if s_ >= p:
-                down[d_] += e * ph.repeat
+    up, down = switch_bytes(from_schedule(s), p)
     assert up.tolist() == [n + n // h if r in heads else n for r in range(p)]
     assert down.tolist() == [n] * p
     assert nvls_heads(72, MAX_HEADS)[:4] == [0, 2, 4, 6] and len(set(nvls_heads(72, MAX_HEADS))) == 32
