@@ -537,46 +537,51 @@ _RAILS: dict[int, tuple[Any, RailPlan]] = {}
 MAX_CHANNELS = 32
 
 
+_BLOCKS: dict[int, tuple[Any, tuple["np.ndarray", bool]]] = {}
+
+
+def _ring_blocks(topo: Topology) -> tuple["np.ndarray", bool]:
+    t = path_table(topo)
+    dom = np.array([topo.nvlink_domain(r) for r in range(topo.nranks)], dtype=np.int64)
+    if topo.nranks and np.unique(dom).size < np.unique(t.host).size:
+        return dom, True
+    return t.host, False
+
+
 def ring_blocks(topo: Topology) -> "np.ndarray":
     """The block (NCCL's "node") of each rank, as the rings and NCCL's Tree cross them: its NVLink domain
     where domains span hosts (GB200 NVL72: a rack of 18 hosts, NCCL's multi-node NVLink: the ring crosses
-    between trays over NVLink and leaves the rack through a NIC), else its host."""
-    t = path_table(topo)
-    n = topo.nranks
-    dom = np.array([topo.nvlink_domain(r) for r in range(n)], dtype=np.int64)
-    if n and np.unique(dom).size < np.unique(t.host).size:
-        return dom
-    return t.host
+    between trays over NVLink and leaves the rack through a NIC), else its host (cached per Topology)."""
+    return per_topology(_BLOCKS, topo, _ring_blocks)[0]
+
+
+def block_size(labels: Any) -> int | None:
+    """L when ``labels`` (one per rank) form equal blocks of L consecutive ranks, each label its own block;
+    else None."""
+    lab = np.asarray(labels)
+    if lab.size == 0:
+        return None
+    _, counts = np.unique(lab, return_counts=True)
+    L = int(counts.max())
+    if int(counts.min()) != L or not bool((lab.reshape(-1, L) == lab[::L][:, None]).all()):
+        return None
+    return L
 
 
 def spanning_blocks(topo: Topology) -> int | None:
     """The size of the ranks' blocks when those are NVLink domains spanning hosts (equal blocks of
     consecutive ranks: a GB200 NVL72 rack, or a partition of one), else None (the blocks are hosts)."""
-    n = topo.nranks
-    block = ring_blocks(topo)
-    if not n or block is path_table(topo).host:
-        return None
-    _, counts = np.unique(block, return_counts=True)
-    L = int(counts.max())
-    if int(counts.min()) != L or not bool((block.reshape(-1, L) == block[::L][:, None]).all()):
-        return None
-    return L
+    block, spans = per_topology(_BLOCKS, topo, _ring_blocks)
+    return block_size(block) if spans else None
 
 
 def _rail_plan(topo: Topology) -> RailPlan:
     n = topo.nranks
     one = RailPlan(1, n, None)
-    if n == 0:
-        return one
     block = ring_blocks(topo)
-    _, counts = np.unique(block, return_counts=True)
-    if counts.size <= 1:
-        return one
-    L = int(counts.max())
-    if int(counts.min()) != L or n % L:
-        return one
-    if not bool((block.reshape(-1, L) == block[::L][:, None]).all()):
-        return one  # ranks are not in blocks
+    L = block_size(block)
+    if L is None or L == n:
+        return one  # one block, blocks of different sizes, or ranks not in blocks
     # the NIC of each local rank of the first block (blocks of one preset are alike); one exit per NIC,
     # the first local rank that uses it, so that its successor (the next channel's entry) differs too
     nics = [topo.nic_for(r) for r in range(L)]
@@ -687,18 +692,8 @@ def nvls_domains(topo: Topology, nranks: int | None = None) -> int | None:
     sws = [topo.nvls_switch(r) for r in range(p)]
     if None in sws:
         return None
-    L = 1
-    while L < p and sws[L] == sws[0]:
-        L += 1
-    if p % L:
-        return None
-    seen: set = set()
-    for b in range(0, p, L):
-        blk = set(sws[b:b + L])
-        if len(blk) != 1 or sws[b] in seen:
-            return None
-        seen.add(sws[b])
-    return L
+    ids = {sw: k for k, sw in enumerate(dict.fromkeys(sws))}
+    return block_size([ids[sw] for sw in sws])
 
 
 def _show(g: Any) -> str:
