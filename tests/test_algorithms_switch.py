@@ -268,3 +268,42 @@ def test_nvls_tree_heads_carry_each_rack_across_racks():
     assert four.time_us == pytest.approx(2 * S / (8 * nic), rel=0.05)
     full = simulate_collective("all_reduce", S, "4xgb200-nvl72", algorithm="nvls_tree")
     assert full.time_us < 0.45 * four.time_us
+
+
+def _h100_with_4_nics():
+    """One 8-GPU H100 host whose 4 PCIe switches hold 2 GPUs and 1 NIC each (NVIDIA/nccl#1357's machine)."""
+    from interlink.topology import TopologyBuilder
+
+    b = TopologyBuilder("h100-4nic")
+    cpu = b.device("cpu0", "cpu", 0, "Xeon", socket=0, numa=0)
+    nvs = b.device("nvswitch", "nvswitch", 0, "NVSwitch gen 3", spec="nvswitch3", chips=4, nvls=True)
+    for k in range(4):
+        sw = b.device(f"pcisw{k}", "pcie_switch", 0, "PCIe Gen5 switch", socket=0, numa=0)
+        b.link(sw, cpu, "pcie-gen5")
+        nic = b.device(f"nic{k}", "nic", 0, "ConnectX-7 NDR", socket=0, numa=0, rail=k, role="compute", port="ib-ndr")
+        b.link(nic, sw, "pcie-gen5")
+        for g in (2 * k, 2 * k + 1):
+            gpu = b.device(f"gpu{g}", "gpu", 0, "H100-SXM5-80GB", socket=0, numa=0, index=g)
+            b.link(gpu, nvs, "nvlink4", count=18)
+            b.link(gpu, sw, "pcie-gen5")
+    return b.build()
+
+
+def test_nvls_heads_are_one_per_nic_as_nccl_picks_them():
+    """NCCL's NVLS graph search makes one head per NIC (the GPU nearest it): 4 heads on 8 GPUs with 4 NICs
+    (GPUs 0, 2, 4, 6 in NVIDIA/nccl#1357's log), 8 on a DGX, at most 32 (an NVL72 rack's 72 NICs)."""
+    from interlink.model import predict
+    from interlink.model.cost import builder_params, nvls_head_count
+
+    topo = _h100_with_4_nics()
+    assert nvls_head_count(topo, 8) == 4
+    assert dict(builder_params("all_reduce", "nvls", topo)) == {"heads": 4}
+    from interlink.algorithms.switch import nvls_heads
+
+    assert nvls_heads(8, 4) == [0, 2, 4, 6]  # the GPU nearest each NIC here, as NCCL's log shows
+    assert nvls_head_count(parse_topology("dgx-h100"), 8) == 8
+    assert nvls_head_count(parse_topology("gb200-nvl72"), 72) == 32
+    # 4 heads: each head's link carries n(1 + 1/4), so the NVLS busbw drops by (1 + 1/8) / (1 + 1/4)
+    four = predict("all_reduce", 8 * G, topo, algorithm="nvls")
+    eight = predict("all_reduce", 8 * G, "dgx-h100", algorithm="nvls")
+    assert four.busbw_gbps / eight.busbw_gbps == pytest.approx((1 + 1 / 8) / (1 + 1 / 4), rel=0.02)

@@ -836,6 +836,14 @@ def _traffic_cached(collective: str, algorithm: str, p: int, count: int, root: i
     return _traffic.traffic(collective, algorithm, p, count, root, prefer_fast=True, **dict(bparams))
 
 
+def nvls_head_count(topo: Topology, L: int) -> int:
+    """NCCL's NVLS heads in a block of the first L ranks: one per NIC of the block (the GPU nearest each:
+    NCCL's NVLS graph search, e.g. 4 heads on 8 GPUs with 4 NICs, NVIDIA/nccl#1357's log), every GPU where
+    the block has no NIC, at most NCCL_MAX_NVLS_ARITY (32, :data:`~interlink.algorithms.switch.MAX_HEADS`)."""
+    nics = {topo.nic_for(r) for r in range(min(L, topo.nranks))} - {None}
+    return max(1, min(L, len(nics) or L, MAX_HEADS))
+
+
 def builder_params(collective: str, algorithm: str, topo: Topology, local_size: int | None = None) -> tuple:
     """The builder keyword arguments (sorted (name, value) pairs) that fit ``algorithm`` to ``topo``:
     ``local_size`` (ranks per host) for the algorithms that take one, and for the rings the topology's
@@ -849,12 +857,15 @@ def builder_params(collective: str, algorithm: str, topo: Topology, local_size: 
             out["channels"] *= 2  # one channel of each of the two trees per NIC
     elif algorithm == "nvls_tree":
         # NVLS inside each NVLink domain, the tree across them: the block is the domain (a host of a DGX, a
-        # GB200 NVL72 rack of 18 hosts), not the host; at most NCCL's 32 heads in it
+        # GB200 NVL72 rack of 18 hosts), not the host
         out["local_size"] = L = int(nvls_domains(topo) or local_size or topo.nranks)
-        if L > MAX_HEADS:
-            out["heads"] = MAX_HEADS
-    elif algorithm == "nvls" and topo.nranks > MAX_HEADS:
-        out["heads"] = MAX_HEADS
+        h = nvls_head_count(topo, L)
+        if h < L:
+            out["heads"] = h
+    elif algorithm == "nvls":
+        h = nvls_head_count(topo, topo.nranks)
+        if h < topo.nranks:
+            out["heads"] = h
     elif "local_size" in entry.params:
         if local_size is None:
             info = _info(topo)
