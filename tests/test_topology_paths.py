@@ -170,6 +170,18 @@ def test_rail_plan_blocks_are_nvlink_domains_where_they_span_hosts(spec, channel
     assert np.unique(blocks).size == topo.nranks // local_size
 
 
+def test_rail_plan_falls_back_to_hosts_where_domains_are_not_equal_blocks():
+    """100 ranks of 2 NVL72 racks (72 + 28): the racks are not equal blocks, so the rings cross hosts (trays
+    of 4) as before, one channel per tray NIC, rather than one channel in all."""
+    from interlink.topology import rail_plan
+    from interlink.topology.paths import spanning_blocks
+
+    t = parse_topology("2xgb200-nvl72")
+    part = t.with_ranks(list(t.ranks[:100]))
+    assert (rail_plan(part).channels, rail_plan(part).local_size) == (4, 4)
+    assert spanning_blocks(part) is None
+
+
 @pytest.mark.parametrize("spec,n", [("3xgb200-nvl72:gpus=8", 24), ("2xdgx-h100:gpus=3", 6), ("4xhgx-b200:gpus=8", 32)])
 def test_cluster_gpus_option_keeps_the_first_gpus_of_each_machine(spec, n):
     topo = parse_topology(spec)

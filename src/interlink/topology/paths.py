@@ -543,15 +543,16 @@ _BLOCKS: dict[int, tuple[Any, tuple["np.ndarray", bool]]] = {}
 def _ring_blocks(topo: Topology) -> tuple["np.ndarray", bool]:
     t = path_table(topo)
     dom = np.array([topo.nvlink_domain(r) for r in range(topo.nranks)], dtype=np.int64)
-    if topo.nranks and np.unique(dom).size < np.unique(t.host).size:
+    if topo.nranks and np.unique(dom).size < np.unique(t.host).size and block_size(dom) is not None:
         return dom, True
-    return t.host, False
+    return t.host, False  # (domains that are not equal blocks of ranks: the hosts, as before)
 
 
 def ring_blocks(topo: Topology) -> "np.ndarray":
     """The block (NCCL's "node") of each rank, as the rings and NCCL's Tree cross them: its NVLink domain
-    where domains span hosts (GB200 NVL72: a rack of 18 hosts, NCCL's multi-node NVLink: the ring crosses
-    between trays over NVLink and leaves the rack through a NIC), else its host (cached per Topology)."""
+    where domains span hosts and hold equal blocks of consecutive ranks (GB200 NVL72: a rack of 18 hosts,
+    NCCL's multi-node NVLink: the ring crosses between trays over NVLink and leaves the rack through a NIC),
+    else its host (cached per Topology)."""
     return per_topology(_BLOCKS, topo, _ring_blocks)[0]
 
 
