@@ -81,7 +81,8 @@ def roots_for(collective: str, nranks: int) -> list[int]:
 
 
 def params_for(entry: registry.Entry, nranks: int) -> list[dict]:
-    """Builder keyword arguments to try: the defaults, plus local_size in {1, 2, 3} (<= nranks)."""
+    """Builder keyword arguments to try: the defaults, plus local_size in {1, 2, 3} (<= nranks), channels,
+    and NVLS heads (1 and 2, alone and with hosts of 3)."""
     out: list[dict] = [{}]
     if "exits" in entry.params:
         # channels: split only (2 and 3 channels), and rail-aligned rings over hosts of 2 or 3 ranks
@@ -91,6 +92,10 @@ def params_for(entry: registry.Entry, nranks: int) -> list[dict]:
                 for ls in (2, 3) if ls < nranks and nranks % ls == 0]
     elif "local_size" in entry.params:
         out += [{"local_size": ls} for ls in LOCAL_SIZES if ls <= nranks]
+    if "heads" in entry.params:  # NVLS heads: fewer than the block's ranks (NCCL: one per NIC, at most 32)
+        out += [{"heads": h} for h in (1, 2) if h < nranks]
+        if "local_size" in entry.params:
+            out += [{"heads": 2, "local_size": ls} for ls in LOCAL_SIZES if 2 < ls <= nranks]
     return out
 
 
