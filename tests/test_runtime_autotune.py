@@ -239,6 +239,32 @@ def test_predict_names_the_band_the_runtime_measures(world: int) -> None:
             assert said == inside, (coll, payload, pred.algorithm, pred.notes)
 
 
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_predict_prices_either_measured_path_by_name_inside_the_band(world: int) -> None:
+    """Inside the band the runtime may run either path, so asked for by name (`interlink bench` prices the
+    path a row ran) the model prices the slots (`fast`) and `fastd` there, and refuses each outside its own
+    range: at 4 ranks a 4 MiB-a-rank all_gather that ran fastd once showed N/A in bench's model column."""
+    from interlink.model import ModelError, predict
+    from interlink.model.cost import measured_band_for
+    from interlink.model.params import default_params
+
+    params = default_params()
+    slots = int(params.value("host.fast2.max_bytes"))
+    for coll in ("all_gather", "all_to_all", "broadcast"):
+        lo, hi = measured_band_for(coll, world, params)
+        per = world if coll == "all_gather" else 1
+        for payload in (lo + 4096, min(hi, slots)):
+            for algo in ("fast", "fastd"):
+                pr = predict(coll, payload * per, "cpu-host", nranks=world, algorithm=algo, params=params,
+                             profile=False)
+                assert pr.algorithm == algo and pr.time_us > 0, (coll, payload, algo)
+        with pytest.raises(ModelError, match="outside"):  # below the band: the slots only
+            predict(coll, lo * per, "cpu-host", nranks=world, algorithm="fastd", params=params, profile=False)
+        with pytest.raises(ModelError, match="outside"):  # above a slot: never the one-shot slots
+            predict(coll, (slots + 4096) * per, "cpu-host", nranks=world, algorithm="fast", params=params,
+                    profile=False)
+
+
 # ---- streaming against plain copies into the outputs (policy.stream_band) ----------------------------
 
 # The limits above and streaming from 32 KiB of the host's outputs: its band is (16, 128] KiB of outputs.

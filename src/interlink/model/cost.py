@@ -1157,6 +1157,15 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
         else:  # fastd all_reduce: above the two-phase path (from 3 ranks) or the one-shot path, and its minimum
             lo = max(params.value("host.fastd.min_bytes"), top2 if two_phase else params.value("host.fast.max_bytes"))
             top = float("inf")
+        if explicit and collective in moves and kind in ("fast", "fastd"):
+            # asked for by name (bench prices the path a row ran): within the band where the runtime measures
+            # the slots against fastd and keeps the faster, either may run
+            blo, bhi = measured_band_for(collective, p, params)
+            if bhi:
+                if kind == "fast":
+                    top = max(top, min(bhi, slots))
+                else:
+                    lo = min(lo, blo)
         if not lo < payload <= top:
             why = f"the payload ({payload} bytes) is outside ({max(lo, 0):.0f}, {top:.0f}] bytes"
         elif kind == "fastp" and not explicit:
