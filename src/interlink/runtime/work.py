@@ -3,7 +3,9 @@
 Collectives must run in the same order on every rank, so one runner per process executes them in
 submission order. A synchronous call runs inline on the caller's thread when nothing is queued (no
 thread hop on the latency path); otherwise it queues behind the pending async work and waits.
-Consecutive point-to-point operations are progressed together, so isend/irecv pairs cannot deadlock.
+Consecutive point-to-point operations are progressed together, so isend/irecv pairs cannot deadlock. A
+thread that waits for a queued point-to-point job runs that batch itself when the runner has nothing in
+flight (:meth:`Runner.help`): the same batch, in the same order, without the hop to the runner thread.
 
 A Work's done-callbacks (:meth:`Work.add_done_callback`: the torch backend completes torch Futures with
 them) run on the thread that finished it: the runner, right after the operation and before the next
@@ -34,6 +36,7 @@ class Work:
         self._result: Any = None
         self._callbacks: Optional[list] = None
         self._lock = threading.Lock()
+        self._runner: Optional["Runner"] = None  # a queued point-to-point job's runner (Runner.help)
 
     def _finish(self, result: Any = None, exc: Optional[BaseException] = None) -> None:
         self._result = result
@@ -71,6 +74,9 @@ class Work:
         if not self._done.is_set() and _RUNNER_THREAD.get(threading.get_ident()) is not None:
             raise RuntimeError(f"waiting for {self.desc} inside a completion callback on interlink's runner "
                                "thread would deadlock (it runs after this callback returns)")
+        runner = self._runner
+        if runner is not None and not self._done.is_set():
+            runner.help()  # run the queued point-to-point batch here if the runner has not started it
         if not self._done.wait(timeout):
             raise CommTimeoutError(f"{self.desc} did not complete within {timeout} s")
         if self._exc is not None:
@@ -154,6 +160,8 @@ class Runner:
             else:
                 w._finish(res)
             return w
+        if p2p is not None:
+            w._runner = self
         with self._cv:
             self._q.append(_Job(fn, w, p2p))
             self._pending += 1
@@ -162,6 +170,32 @@ class Runner:
                 self._thread.start()
             self._cv.notify()
         return w
+
+    def help(self) -> None:
+        """A thread waiting for a queued point-to-point job runs the batch at the head of the queue itself,
+        as the runner would (the same ops, engine and errors; the jobs' done-callbacks on this thread, which
+        counts as the runner's while it runs them), instead of waking the runner thread and being woken
+        back: an isend/irecv exchange of 4 bytes on 2 ranks 43 -> 15 us (benchmarks/RESULTS.md section 33).
+        Nothing is done unless the runner is idle (its lock free) and no job has left the queue without
+        finishing (one it took and has yet to run comes first), so the call order stays the queue's."""
+        if self.on_runner() or not self._exec.acquire(blocking=False):
+            return
+        me = threading.get_ident()
+        try:
+            with self._cv:
+                if self._pending != len(self._q) or not self._q or self._q[0].p2p is None:
+                    return
+            jobs = self.take_p2p()
+            if not jobs:
+                return
+            _RUNNER_THREAD[me] = self
+            try:
+                self._run_p2p_batch(jobs)
+            finally:
+                _RUNNER_THREAD.pop(me, None)
+                self._done(len(jobs))
+        finally:
+            self._exec.release()
 
     def take_p2p(self) -> list:
         """Called by the engine while it waits: more queued p2p jobs to progress concurrently."""
