@@ -5,7 +5,8 @@
     chunk over every rank (SwitchReduce, NCCL's multimem.ld_reduce) and writes the result to every other
     rank through the switch (Multicast, multimem.st), pipelined in segments (the multicast of segment j
     with the reduction of segment j + 1).
-    all_reduce nvls_tree: NVLS inside each host, NCCL's double binary tree across hosts.
+    all_reduce nvls_tree: NVLS inside each NVLink domain (a host, or an NVL72 rack), NCCL's double binary
+    tree across domains.
     all_reduce collnet_direct, collnet_chain: NCCL's CollNet (SHARP on the InfiniBand switches): inside
     each host a reduce-scatter over NVLink, across hosts an in-network all-reduce of each local rank's
     shard through its own NIC, then an all-gather inside the host (Direct: direct sends to and from the
@@ -81,9 +82,10 @@ def all_reduce_nvls(nranks: int, count: int, root: int = 0, segments: int | None
 @register("all_reduce", "nvls_tree", params=("segments", "local_size", "heads"))
 def all_reduce_nvls_tree(nranks: int, count: int, root: int = 0, segments: int | None = None,
                          local_size: int | None = None, heads: int | None = None) -> Schedule:
-    """NCCL's NVLSTree: NVLS inside each host, a double binary tree across hosts, pipelined in segments.
+    """NCCL's NVLSTree: NVLS inside each block, a double binary tree across blocks, pipelined in segments.
 
-    Hosts are blocks of ``local_size`` consecutive ranks (default: one host, where this is :func:`all_reduce_nvls`).
+    Blocks ("hosts" below) are ``local_size`` consecutive ranks on one NVLS switch: a DGX's host, or a GB200
+    NVL72 rack of 18 hosts (default: one block, where this is :func:`all_reduce_nvls`).
     Local rank j owns chunk j (1/L of the buffer), cut in two halves (one per tree of the
     :func:`~interlink.algorithms.trees.double_binary_tree` over the hosts) and S segments. Segment s:
     round s, every rank reads the in-switch reduction of its segment over its host (SwitchReduce); up

@@ -846,9 +846,11 @@ def nvls_head_count(topo: Topology, L: int) -> int:
 
 def builder_params(collective: str, algorithm: str, topo: Topology, local_size: int | None = None) -> tuple:
     """The builder keyword arguments (sorted (name, value) pairs) that fit ``algorithm`` to ``topo``:
-    ``local_size`` (ranks per host) for the algorithms that take one, and for the rings the topology's
-    channels (:func:`interlink.topology.rail_plan`: one ring per NIC, each leaving a host through its
-    own NIC). The model, the simulator and ``interlink algorithms`` build the same Schedule from them."""
+    ``local_size`` for the algorithms that take one (ranks per host, or per NVLink domain where domains span
+    hosts; the NVLS domain for nvls_tree), for the rings the topology's channels
+    (:func:`interlink.topology.rail_plan`: one ring per NIC, each leaving a block through its own NIC),
+    and for the NVLS algorithms NCCL's heads where fewer than the block's ranks (:func:`nvls_head_count`).
+    The model, the simulator and ``interlink algorithms`` build the same Schedule from them."""
     entry = registry.get_entry(collective, algorithm)
     out: dict[str, Any] = {}
     if "exits" in entry.params:
