@@ -175,19 +175,18 @@ class Runner:
         """A thread waiting for a queued point-to-point job runs the batch at the head of the queue itself,
         as the runner would (the same ops, engine and errors; the jobs' done-callbacks on this thread, which
         counts as the runner's while it runs them), instead of waking the runner thread and being woken
-        back: an isend/irecv exchange of 4 bytes on 2 ranks 43 -> 15 us (benchmarks/RESULTS.md section 33).
+        back: an isend/irecv exchange of 4 bytes on 2 ranks 42 -> 24 us (benchmarks/RESULTS.md section 33).
         Nothing is done unless the runner is idle (its lock free) and no job has left the queue without
-        finishing (one it took and has yet to run comes first), so the call order stays the queue's."""
+        finishing (one it took and has yet to run comes first), so the call order stays the queue's: the
+        check and the taking hold the queue's lock together (the runner takes jobs under it)."""
         if self.on_runner() or not self._exec.acquire(blocking=False):
             return
         me = threading.get_ident()
         try:
-            with self._cv:
+            with self._cv:  # (an RLock: take_p2p takes it again)
                 if self._pending != len(self._q) or not self._q or self._q[0].p2p is None:
                     return
-            jobs = self.take_p2p()
-            if not jobs:
-                return
+                jobs = self.take_p2p()
             _RUNNER_THREAD[me] = self
             try:
                 self._run_p2p_batch(jobs)
