@@ -17,7 +17,7 @@ from .ops import ReduceOp  # noqa: E402
 
 _API = (
     "init", "init_process_group", "destroy", "destroy_process_group", "finalize", "is_initialized",
-    "get_rank", "get_world_size", "new_group", "NON_GROUP_MEMBER",
+    "get_rank", "get_world_size", "new_group", "NON_GROUP_MEMBER", "shrink",
     "all_reduce", "broadcast", "reduce", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
     "all_to_all_single", "gather", "scatter", "barrier", "send", "recv", "isend", "irecv",
     "all_to_all", "reduce_scatter", "all_gather_object", "gather_object", "broadcast_object_list",

@@ -97,6 +97,7 @@ def _start(r: int, w: int, store: Any, server: Any, secret: bytes, master_addr: 
             server.close()
         raise
     ctx = _Ctx(r, w, engine, store, server, float(timeout))
+    ctx.mesh_args = (secret, master_addr, int(master_port))  # shrink connects the survivors with these
     if FastPath.usable(engine, w):
         ctx.fast = FastPath(engine, w)
     ctx.runner = Runner(lambda jobs: run_p2p_batch(ctx, jobs))
@@ -181,6 +182,15 @@ def new_group(ranks: Optional[Sequence[int]] = None) -> Any:
     ctx.groups += 1
     g = Group(ctx, ranks, f"g{ctx.groups}")
     return g if ctx.rank in ranks else NON_GROUP_MEMBER
+
+
+def shrink(exclude: Optional[Sequence[int]] = None, group: Optional[Group] = None,
+           timeout: Optional[float] = None) -> Group:
+    """The survivors of ``group`` (default: the world) as a new group: ``exclude`` lists the group ranks
+    to leave out (global ranks for the world), None after a PeerLostError (the survivors agree on who is
+    lost). Shrinking the world makes the new group the world of the module-level calls (ranks renumbered
+    0 .. n-1). See Group.shrink and docs/faults.md."""
+    return _group(group).shrink(exclude, timeout)
 
 
 def destroy(group: Optional[Group] = None) -> None:

@@ -101,6 +101,10 @@ class Engine:
         self.broken: Optional[InterlinkError] = None
         self.dead: set[int] = set()
         self.departed: set[int] = set()
+        self.closed: set[int] = set()  # peers whose control connection reached its end (the process is gone)
+        # shrink's frames (runtime/shrink.py: the survivors' agreement), kept for their reader whichever loop
+        # read them off the socket
+        self.inbox: list[tuple[int, dict]] = []
         for s in controls.values():
             s.setblocking(False)
 
@@ -137,8 +141,11 @@ class Engine:
                 self.departed.add(peer)
                 self._ctrl_fd.pop(sock.fileno(), None)
                 return
+            if info.get("type") == "shrink":  # kept for runtime/shrink.py, whichever loop read it
+                self.inbox.append((peer, info))
         if eof:
             self.dead.add(peer)
+            self.closed.add(peer)
             self._ctrl_fd.pop(sock.fileno(), None)
             raise PeerClosed(peer, "(process exited or crashed)")
 

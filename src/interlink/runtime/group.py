@@ -85,6 +85,8 @@ class _Ctx:
     p2p_recv: dict = field(default_factory=lambda: collections.defaultdict(int))
     broken: Optional[InterlinkError] = None
     fast: Any = None  # FastPath when every rank is on this host
+    mesh_args: Any = None  # (job secret, master address, master port): what shrink connects the survivors with
+    shrinks: int = 0  # shrink agreements run on this communicator (the epoch of their frames)
 
 
 class Group:
@@ -151,6 +153,26 @@ class Group:
         return max(1, min((got[g] for g in self.ranks), default=1))
 
     size_ = property(lambda self: self.size)
+
+    # ---- a lost rank --------------------------------------------------------------------------
+    def shrink(self, exclude: Optional[Sequence[int]] = None, timeout: Optional[float] = None) -> "Group":
+        """The survivors as a new group (ranks 0 .. n-1 in the order of their ranks here), on connections
+        of their own: every rank of this group but the excluded ones calls it. ``exclude``: this group's
+        ranks to leave out; None (after a PeerLostError): the survivors agree on who is lost (each proposes
+        the ranks it knows gone, they take the union). The new group's ``parent_ranks`` are its ranks'
+        ranks here, ``lost`` the ranks left out. Shrinking the world closes the old communicator (its other
+        groups raise from then on) and the module-level calls go to the new world. The call that failed
+        is undefined on the survivors: redo it. runtime/shrink.py, docs/faults.md."""
+        from .shrink import shrink
+
+        return shrink(self, exclude, timeout)
+
+    def lost_ranks(self, timeout: Optional[float] = None) -> list[int]:
+        """The ranks of this group that every survivor agrees are lost (every survivor calls it, e.g. after a
+        PeerLostError): what to pass to torch.distributed.shrink_group, or to shrink(exclude=...)."""
+        from .shrink import lost_ranks
+
+        return lost_ranks(self, timeout)
 
     # ---- plumbing ----------------------------------------------------------------------------
     def path_thresholds(self) -> dict[str, int]:
