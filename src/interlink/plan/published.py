@@ -1,0 +1,150 @@
+"""Published training runs the planner is checked against (tests/test_plan_published.py), each with its
+source; docs/reference.md ("Published training runs") lists them.
+
+``metric`` says what the source published: ``step_s`` (seconds per iteration), ``hw_tflops`` (TFLOPS per
+GPU counting recomputation: Narayanan 2021's equation 3), ``tflops`` (model TFLOPS per GPU, as MFU
+counts). ``memory_gib``: published memory per GPU (Korthikanti 2022, Figure 1: parameters + optimizer
+state, and activations, of the most loaded pipeline stage without the embedding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .job import Model, PRESETS, parse_model
+from .layout import Layout
+
+__all__ = ["Run", "RUNS", "run_plan"]
+
+NARAYANAN = ("Narayanan et al. 2021, arXiv:2104.04473, Table 1 (DGX A100 80GB, Selene, 8 HDR NICs a node); "
+             "configs: NVIDIA/Megatron-LM examples/academic_paper_scripts/sc21/run_table_1.sh")
+KORTHIKANTI = ("Korthikanti et al. 2022, arXiv:2205.05198, Table 5 (DGX A100 80GB); configs: "
+               "calculon-ai/calculon validation/seqsel/tab5/*.json")
+LLAMA3 = ("Llama 3 paper, arXiv:2407.21783, Table 4 (H100 80GB, 400 Gb/s RoCE; 16M tokens a batch); "
+          "glennklockwood.com/garden/llama-3.1 quotes the same table")
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    model: str            # preset or key=value spec
+    layout: Layout
+    topology: str
+    metric: str           # step_s, hw_tflops, tflops
+    value: float
+    source: str
+    memory_gib: dict[str, float] = field(default_factory=dict)
+    miss: str = ""        # why the plan is not within 15% yet ("" where it is)
+
+    def model_obj(self) -> Model:
+        return parse_model(self.model)
+
+
+def _gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, seq: int = 2048) -> str:
+    return f"layers={layers},hidden={hidden},heads={heads},seq={seq},vocab={vocab},attention=standard"
+
+
+def _nar(id_: str, layers: int, hidden: int, heads: int, tp: int, pp: int, gpus: int, gbs: int, mbs: int,
+         v: int, tflops: float, overlap: bool) -> Run:
+    dp = gpus // (tp * pp)
+    lay = Layout(tp=tp, pp=pp, dp=dp, micro_batch=mbs, global_batch=gbs, virtual_stages=v, recompute="full",
+                 zero=0, dtype="fp16", overlap_grad_reduce=overlap, overlap_param_gather=False)
+    return Run(id_, _gpt(layers, hidden, heads), lay, f"{gpus // 8}xdgx-a100", "hw_tflops", tflops, NARAYANAN)
+
+
+def _kor(id_: str, preset: str, tp: int, pp: int, gbs: int, mbs: int, v: int, mode: str, step_s: float,
+         mem: dict[str, float] | None = None) -> Run:
+    sel = mode == "seqsel"
+    lay = Layout(tp=tp, pp=pp, dp=1, micro_batch=mbs, global_batch=gbs, virtual_stages=v,
+                 recompute="selective" if sel else "full", sp=sel, zero=0, dtype="fp16")
+    m = PRESETS[preset]
+    spec = _gpt(m.layers, m.hidden, m.heads)
+    return Run(id_, spec, lay, f"{max(1, tp * pp // 8)}xdgx-a100", "step_s", step_s, KORTHIKANTI, mem or {})
+
+
+def _llama(id_: str, gpus: int, cp: int, seq: int, tflops: float, v: int) -> Run:
+    tp, pp = 8, 16
+    dp = gpus // (tp * pp * cp)
+    seqs = (16 << 20) // seq
+    lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, sp=True, micro_batch=1, global_batch=seqs, virtual_stages=v,
+                 zero=2, recompute="none", dtype="bf16", order="tp-cp-pp-dp")
+    spec = "llama3-405b" + (f",seq={seq}" if seq != 8192 else "")
+    return Run(id_, spec, lay, f"{gpus // 8}xdgx-h100:net=roce-400g", "tflops", tflops, LLAMA3)
+
+
+RUNS: tuple[Run, ...] = (
+    # Narayanan 2021 Table 1: GPT weak scaling on A100, full recomputation, fp16; torch DDP (overlapped)
+    # up to 18B, Megatron's local DDP (not overlapped) above; interleaved where the script sets layers per
+    # virtual stage
+    _nar("N1.7B", 24, 2304, 24, 1, 1, 32, 512, 16, 1, 137, True),
+    _nar("N3.6B", 30, 3072, 32, 2, 1, 64, 512, 16, 1, 138, True),
+    _nar("N7.5B", 36, 4096, 32, 4, 1, 128, 512, 16, 1, 142, True),
+    _nar("N18B", 40, 6144, 48, 8, 1, 256, 1024, 8, 1, 135, True),
+    _nar("N39B", 48, 8192, 64, 8, 2, 512, 1536, 4, 1, 138, False),
+    _nar("N76B", 60, 10240, 80, 8, 4, 1024, 1792, 2, 3, 140, False),
+    _nar("N145B", 80, 12288, 96, 8, 8, 1536, 2304, 2, 2, 148, False),
+    _nar("N310B", 96, 16384, 128, 8, 16, 1920, 2160, 1, 2, 155, False),
+    _nar("N530B", 105, 20480, 128, 8, 35, 2520, 2520, 1, 3, 163, False),
+    _nar("N1T", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, 163, False),
+    # Megatron-LM README (2021): GPT-3 175B on 1024 A100, TP 8 x PP 16, batch 1536: 138 TFLOPS a GPU
+    Run("M175B", _gpt(96, 12288, 96), Layout(tp=8, pp=16, dp=8, micro_batch=1, global_batch=1536, recompute="full",
+                                               zero=0, dtype="fp16", overlap_grad_reduce=False,
+                                               overlap_param_gather=False),
+        "128xdgx-a100", "hw_tflops", 138,
+        "NVIDIA/Megatron-LM README (2021, commit 69e251455e): 175B on 1024 A100, ~32 s an iteration, 138 TFLOPS"),
+    # Korthikanti 2022 Table 5: full recomputation against sequence parallelism + selective recomputation
+    _kor("K22B-full", "megatron-22b", 8, 1, 4, 4, 1, "full", 1.42),
+    _kor("K22B-sel", "megatron-22b", 8, 1, 4, 4, 1, "seqsel", 1.10),
+    _kor("K175B-full", "gpt3-175b", 8, 8, 64, 1, 3, "full", 18.13),
+    _kor("K175B-sel", "gpt3-175b", 8, 8, 64, 1, 3, "seqsel", 13.75),
+    _kor("K530B-full", "megatron-530b", 8, 35, 280, 1, 3, "full", 49.05),
+    _kor("K530B-sel", "megatron-530b", 8, 35, 280, 1, 3, "seqsel", 37.83),
+    _kor("K1T-full", "megatron-1t", 8, 64, 512, 1, 1, "full", 94.42),
+    _kor("K1T-sel", "megatron-1t", 8, 64, 512, 1, 1, "seqsel", 71.49),
+    # Llama 3 405B on H100 (Table 4): 8K sequences on 8K and 16K GPUs; 128K sequences with CP 16
+    _llama("L405B-8K", 8192, 1, 8192, 430, 7),
+    _llama("L405B-16K", 16384, 1, 8192, 400, 7),
+    _llama("L405B-16K-cp16", 16384, 16, 131072, 380, 7),
+)
+
+#: Korthikanti 2022 Figure 1 (also calculon-ai/calculon calculon/llm/validation.py, seqsel_fig1): GiB per
+#: GPU of parameters + optimizer state and of activations, without and with sequence parallelism +
+#: selective recomputation (no recomputation at all in "none")
+MEMORY: tuple[tuple[str, str, int, int, int, int, int, str, float, float], ...] = (
+    # preset, mode, tp, pp, batch, micro, v, topology, params+optimizer GiB, activations GiB
+    ("megatron-22b", "none", 8, 1, 4, 4, 1, "dgx-a100", 45.5625, 59.25),
+    ("megatron-22b", "seqsel", 8, 1, 4, 4, 1, "dgx-a100", 45.5625, 9.5625),
+    ("gpt3-175b", "none", 8, 8, 64, 1, 3, "8xdgx-a100", 45.5625, 66.84375),
+    ("gpt3-175b", "seqsel", 8, 8, 64, 1, 3, "8xdgx-a100", 45.5625, 12.3515625),
+    ("megatron-530b", "none", 8, 35, 280, 1, 3, "35xdgx-a100", 31.640625, 114.0234375),
+    ("megatron-530b", "seqsel", 8, 35, 280, 1, 3, "35xdgx-a100", 31.640625, 23.076171875),
+    ("megatron-1t", "none", 8, 64, 512, 1, 1, "64xdgx-a100", 32.958984375, 131.25),
+    ("megatron-1t", "seqsel", 8, 64, 512, 1, 1, "64xdgx-a100", 32.958984375, 26.5625),
+)
+
+
+def run_plan(run: Run, ctx: Any = None) -> Any:
+    from .step import plan_step
+
+    return plan_step(run.model_obj(), run.layout, ctx if ctx is not None else run.topology)
+
+
+def predicted(run: Run, plan: Any) -> float:
+    """The plan's figure in the run's metric."""
+    if run.metric == "step_s":
+        return plan.step_s
+    if run.metric == "hw_tflops":
+        return plan.hw_tflops_per_gpu
+    return plan.tflops_per_gpu
+
+
+def memory_rows() -> list[tuple[str, str, Layout, str, float, float]]:
+    out = []
+    for preset, mode, tp, pp, gbs, mbs, v, topo, po, act in MEMORY:
+        sel = mode == "seqsel"
+        lay = Layout(tp=tp, pp=pp, dp=1, micro_batch=mbs, global_batch=gbs, virtual_stages=v,
+                     recompute="selective" if sel else "none", sp=sel, zero=0, dtype="fp16")
+        m = PRESETS[preset]
+        out.append((f"{preset}-{mode}", _gpt(m.layers, m.hidden, m.heads), lay, topo, po, act))
+    return out

@@ -1,0 +1,347 @@
+"""One training step priced: compute, every collective, overlap, the pipeline bubble, memory per GPU.
+
+    from interlink.plan import plan_step, parse_model, Layout
+    r = plan_step(parse_model("llama3-405b"), Layout(tp=8, pp=16, dp=128, global_batch=2048,
+                  virtual_stages=7, zero=1), "2048xdgx-h100")
+    r.step_s, r.mfu, r.memory_gib, r.breakdown
+
+The step (Megatron-LM's, Narayanan et al. 2021 section 2-3, Korthikanti et al. 2022 section 4-5):
+
+- each pipeline rank runs ``m`` micro-batches (global batch / (dp x micro-batch)) forward and backward in
+  1F1B order; the slowest stage sets the pace. Per micro-batch a stage's forward is its layers' GEMMs (at
+  the GPU's achievable fraction of peak), their memory-bound kernels (bytes / HBM bandwidth) and the
+  tensor-, context- and expert-parallel collectives of each layer (exposed: they sit between dependent
+  GEMMs; ``tp_overlap`` hides a fraction); backward is twice the compute with the same collectives;
+  recomputation repeats the forward (full) or the attention core (selective);
+- the pipeline takes ``(m + (p - 1) / v) x (t_f + t_b)`` (1F1B's bubble of p - 1 stage times, divided by
+  the ``v`` virtual stages of the interleaved schedule: Narayanan 2021 section 2.2), plus the sends between
+  stages, one each way per micro-batch and model chunk;
+- the data-parallel gradient reduction (all-reduce, or ZeRO's reduce-scatter + all-gather) starts as the
+  last micro-batch's backward produces gradient buckets: what does not fit under that backward is
+  exposed (``overlap_grad_reduce``; without it all of it). ZeRO-3 (FSDP) gathers each layer's weights
+  before its forward and backward and reduce-scatters its gradients, one layer ahead: exposed is what a
+  layer's communication exceeds its compute by;
+- the optimizer (Adam) streams 30 bytes a parameter the GPU updates through HBM.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..model.cost import resolve_topology
+from ..topology import Topology, TopologyError
+from .comm import Priced, Pricer
+from .hardware import GpuSpec, gemm_fraction, gpu_spec, hbm_fraction
+from .job import Model, PlanError, bytes_per_param, parse_model
+from .layout import Layout
+
+__all__ = ["plan_step", "StepPlan", "Context"]
+
+GIB = float(1 << 30)
+#: bytes an Adam step moves per parameter it updates: read fp32 grad, master, m, v (16), write master, m,
+#: v (12), write the 16-bit weight (2)
+ADAM_BYTES = 30.0
+#: bytes a memory-bound kernel moves per element of the s x b x h activations in one layer's forward
+#: (two layer norms: read + write 2 B each, 8; two fused bias-dropout-residual adds: read input and
+#: residual, write output and a 1-byte mask, 7 each, 14); backward moves twice as much
+ELEMENTWISE_H = 22.0
+#: ... per element of the MLP's inner activation (s x b x ffn): fused bias + GeLU reads and writes 2 B
+#: each (4); SwiGLU reads two and writes one (6)
+ELEMENTWISE_F = {"gelu": 4.0, "swiglu": 6.0}
+#: ... per element of the attention scores (heads x s x s x b) without fused attention: scale-mask-softmax
+#: reads and writes 2 B (4), dropout reads 2, writes 2 and a 1-byte mask (5)
+ELEMENTWISE_SCORES = 9.0
+#: ... per element of the logits (s x b x vocab): fp32 softmax cross-entropy, read and write (8)
+ELEMENTWISE_LOGITS = 8.0
+
+
+@dataclass
+class Context:
+    """What many plans on one cluster share: the topology, its GPU and the collective price cache."""
+
+    topo: Topology
+    gpu: GpuSpec
+    pricer: Pricer
+
+    @classmethod
+    def of(cls, topology: Topology | str | None, progress: Callable[[str], None] | None = None,
+           memory_gib: float | None = None) -> "Context":
+        try:
+            topo = resolve_topology("this" if topology is None else topology)
+        except (TopologyError, ValueError) as exc:
+            raise PlanError(f"--topology: {exc}") from None
+        gpus = [d for d in topo.devices if d.kind == "gpu"]
+        if not gpus:
+            raise PlanError(f"topology {topo.name!r} has no GPUs: name a GPU cluster, e.g. --topology 16xdgx-h100")
+        return cls(topo, gpu_spec(gpus[0].name, memory_gib), Pricer(topo, progress=progress))
+
+    @property
+    def gpus_per_host(self) -> int:
+        return int(self.topo.ranks_per_host or 8)
+
+
+@dataclass
+class StepPlan:
+    model: Model
+    layout: Layout
+    topology: str
+    gpu: str
+    step_s: float
+    tokens_per_s: float
+    tflops_per_gpu: float       # model FLOPs (no recomputation) per GPU per second
+    hw_tflops_per_gpu: float    # hardware FLOPs (with recomputation)
+    mfu: float
+    hfu: float
+    memory_gib: dict[str, float]
+    fits: bool
+    breakdown: dict[str, float]
+    collectives: list[dict[str, Any]]
+    stage: dict[str, float]     # per micro-batch times of the slowest stage (forward, backward, p2p)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.to_dict(), "layout": self.layout.to_dict(), "topology": self.topology,
+            "gpu": self.gpu, "gpus": self.layout.gpus, "step_s": self.step_s, "tokens_per_s": self.tokens_per_s,
+            "tflops_per_gpu": self.tflops_per_gpu, "hw_tflops_per_gpu": self.hw_tflops_per_gpu, "mfu": self.mfu,
+            "hfu": self.hfu, "memory_gib": self.memory_gib, "fits": self.fits, "breakdown": self.breakdown,
+            "collectives": self.collectives, "stage": self.stage, "notes": self.notes,
+        }
+
+
+def _dtype_name(nbytes: int) -> str:
+    return {1: "int8", 2: "bfloat16", 4: "float32"}[nbytes]
+
+
+def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Context | None = None, *,
+              progress: Callable[[str], None] | None = None, memory_gib: float | None = None) -> StepPlan:
+    """Price one training step of ``model`` under ``layout`` on the first ``layout.gpus`` ranks of
+    ``topology`` (a Topology, a spec such as ``2048xdgx-h100``, or a :class:`Context` to share prices)."""
+    model = parse_model(model)
+    ctx = topology if isinstance(topology, Context) else Context.of(topology, progress, memory_gib)
+    topo, gpu, pricer = ctx.topo, ctx.gpu, ctx.pricer
+    L = layout
+    L.check(model, topo.nranks, ctx.gpus_per_host)
+    notes: list[str] = []
+    tp, pp, dp, cp, ep, v = L.tp, L.pp, L.dp, L.cp, L.ep, L.virtual_stages
+    b, m = L.micro_batch, L.micro_batches()
+    sp = L.sp and tp > 1
+    h, s = model.hidden, model.seq
+    act_b = 2  # 16-bit activations
+    peak = gpu.peak_tflops(L.dtype) * 1e12
+    gemm_rate = peak * gemm_fraction(gpu.family)
+    attn_rate = gpu.bf16_tflops * 1e12 * gemm_fraction(gpu.family)  # attention runs in 16-bit
+    hbm = gpu.hbm_gbps * 1e9 * hbm_fraction()
+
+    # ---- compute of one layer, one micro-batch, per GPU ------------------------------------------
+    gemm = model.layer_gemm_flops(b) / tp / cp
+    attn = model.layer_attention_flops(b) / tp / cp  # s/cp queries against s keys on each CP rank
+    ew_h = ELEMENTWISE_H * s * b * h / cp / (tp if sp else 1)
+    ew_f = ELEMENTWISE_F[model.mlp] * s * b * model.f * model.top_k / tp / cp
+    ew_sc = ELEMENTWISE_SCORES * model.heads * s * s * b / tp / cp if model.attention == "standard" else 0.0
+    t_gemm = gemm / gemm_rate
+    t_attn = attn / attn_rate * model.attention_share  # flash attention skips what the causal mask hides
+    t_ew = (ew_h + ew_f + ew_sc) / hbm
+    t_layer_f = t_gemm + t_attn + t_ew
+    t_layer_b = 2.0 * t_layer_f
+    if L.recompute == "full":
+        t_layer_b += t_layer_f
+    elif L.recompute == "selective":
+        t_layer_b += t_attn + ew_sc / hbm
+    logits = model.logits_flops(b) / tp / cp / gemm_rate + ELEMENTWISE_LOGITS * s * b * model.vocab / tp / cp / hbm
+
+    # ---- collectives of one layer, one micro-batch ------------------------------------------------
+    colls: list[dict[str, Any]] = []
+
+    def add(kind: str, pr: Priced, per_step: float, exposed: float | None = None) -> float:
+        colls.append({"kind": kind, "collective": pr.collective, "ranks": pr.nranks, "bytes": pr.nbytes,
+                      "algorithm": pr.algorithm, "protocol": pr.protocol, "time_us": pr.time_s * 1e6,
+                      "busbw_gbps": pr.busbw_gbps, "per_step": per_step,
+                      "exposed_s": pr.time_s * per_step if exposed is None else exposed})
+        return pr.time_s
+
+    act = s * b * h * act_b / cp  # one micro-batch's hidden states on a TP group
+    t_tp_f = 0.0
+    if tp > 1:
+        g = L.group("tp")
+        n_layers_step = model.layers / pp * m  # per pipeline rank
+        if sp:
+            ag = pricer.price("all_gather", act, g)
+            rs = pricer.price("reduce_scatter", act, g)
+            t_tp_f = 2 * (ag.time_s + rs.time_s)
+            calls_f = 2 * (3 if L.recompute == "full" else 2)
+            add("tp", ag, calls_f * n_layers_step, None)
+            add("tp", rs, calls_f * n_layers_step, None)
+        else:
+            ar = pricer.price("all_reduce", act, g)
+            t_tp_f = 2 * ar.time_s
+            add("tp", ar, 2 * (3 if L.recompute == "full" else 2) * n_layers_step, None)
+        t_tp_f *= (1.0 - L.tp_overlap)
+    t_cp_f = t_cp_b = 0.0
+    if cp > 1:
+        g = L.group("cp")
+        kv = 2 * b * s * model.kv_dim * act_b / tp  # K and V of the whole sequence, gathered
+        ag = pricer.price("all_gather", kv, g)
+        rs = pricer.price("reduce_scatter", kv, g)
+        t_cp_f = ag.time_s
+        t_cp_b = ag.time_s + rs.time_s
+        n = model.layers / pp * m
+        add("cp", ag, n * (2 + (1 if L.recompute == "full" else 0)), None)
+        add("cp", rs, n, None)
+    t_ep_f = 0.0
+    if model.moe and ep > 1:
+        g = L.group("ep")
+        tokens = s * b * h * act_b * model.top_k / cp / (tp if sp else 1)
+        a2a = pricer.price("all_to_all", tokens, g)
+        t_ep_f = 2 * a2a.time_s
+        add("ep", a2a, 4 * model.layers / pp * m, None)
+    comm_layer_f = t_tp_f + t_cp_f + t_ep_f
+    comm_layer_b = t_tp_f + t_cp_b + t_ep_f + (comm_layer_f if L.recompute == "full" else 0.0)
+
+    # ---- ZeRO-3 (FSDP): gather each layer's weights, reduce-scatter its gradients, one layer ahead --
+    lp = model.layer_params() / tp
+    if model.moe and ep > 1:
+        lp = (model.attention_params() + model.experts / ep * model.expert_params()) / tp
+    fsdp_f = fsdp_b = 0.0
+    gbytes = L.grad_bytes()
+    comp = L.compress.lower()
+    if comp == "fp8":
+        gbytes = 1
+    elif comp == "bf16":
+        gbytes = 2
+    gfactor = 1.0
+    if comp.startswith("powersgd:"):
+        r = int(comp.split(":")[1])
+        hh, ff = h, model.f
+        gfactor = min(1.0, r * (hh + ff) / (hh * ff))
+    dpcp = L.group("dpcp")
+    if L.zero == 3 and len(dpcp) > 1:
+        ag = pricer.price("all_gather", lp * 2, dpcp)
+        rs = pricer.price("reduce_scatter", lp * gbytes * gfactor, dpcp, _dtype_name(gbytes))
+        comp_f = t_layer_f + comm_layer_f
+        comp_b = t_layer_b + comm_layer_b
+        fsdp_f = max(0.0, ag.time_s - comp_f)
+        fsdp_b = max(0.0, ag.time_s * (2 if L.recompute == "full" else 1) + rs.time_s - comp_b)
+        n = model.layers / pp * m
+        add("fsdp", ag, n * (2 + (1 if L.recompute == "full" else 0)), (fsdp_f + 0.0) * n)
+        add("fsdp", rs, n, fsdp_b * n)
+
+    # ---- a stage: its layers and (last stage) the logits ------------------------------------------
+    per_stage = math.ceil(model.layers / pp)
+    last_layers = model.layers // pp if pp > 1 else model.layers
+    f_layer = t_layer_f + comm_layer_f + fsdp_f
+    b_layer = t_layer_b + comm_layer_b + fsdp_b
+    t_f = max(per_stage * f_layer, last_layers * f_layer + logits)
+    t_b = max(per_stage * b_layer, last_layers * b_layer + 2 * logits)
+
+    # ---- pipeline: 1F1B (interleaved: v chunks) and the sends between stages ----------------------
+    t_p2p = 0.0
+    if pp > 1:
+        nbytes = act / (tp if (L.scatter_gather or sp) else 1)
+        pair = [L.group("pp")[0], L.group("pp")[1]]
+        snd = pricer.price("broadcast", nbytes, pair)
+        t_p2p = snd.time_s
+        sends = 2 * (m * v + pp - 1)
+        add("pp", snd, 2 * m * v, t_p2p * sends)
+    bubble = (pp - 1) / v * (t_f + t_b) if pp > 1 else 0.0
+    busy = m * (t_f + t_b)
+    p2p_exposed = 2 * (m * v + pp - 1) * t_p2p if pp > 1 else 0.0
+
+    # ---- data-parallel gradient reduction and ZeRO's parameter gather ------------------------------
+    stage_params = per_stage * lp + model.embedding_params() / tp  # the first stage: its layers, the embedding
+    dense_params, expert_params = stage_params, 0.0
+    if model.moe and ep > 1:
+        expert_params = per_stage * model.experts / ep * model.expert_params() / tp
+        dense_params = stage_params - expert_params
+    dp_time = 0.0
+    gather_time = 0.0
+    if len(dpcp) > 1 and L.zero < 3:
+        groups = [(dpcp, dense_params)]
+        if expert_params:
+            groups.append((L.group("edp"), expert_params))
+        for grp, np_ in groups:
+            if len(grp) < 2:
+                continue
+            gb = np_ * gbytes * gfactor
+            if L.zero == 0:
+                pr = pricer.price("all_reduce", gb, grp, _dtype_name(gbytes))
+                dp_time += pr.time_s
+                add("dp", pr, 1, None)
+            else:
+                rs = pricer.price("reduce_scatter", gb, grp, _dtype_name(gbytes))
+                ag = pricer.price("all_gather", np_ * 2, grp)
+                dp_time += rs.time_s
+                gather_time += ag.time_s
+                add("dp", rs, 1, None)
+                add("dp", ag, 1, None)
+        if gfactor < 1.0:
+            notes.append(f"PowerSGD rank {comp.split(':')[1]}: gradients {gfactor:.3f} of their size on the wire")
+    buckets = max(1.0, stage_params * gbytes / (40 << 20))  # Megatron's 40 MB DDP buckets
+    if L.overlap_grad_reduce:
+        window = t_b  # the last micro-batch's backward of the first stage
+        dp_exposed = max(dp_time / buckets, dp_time - window)
+    else:
+        dp_exposed = dp_time
+    if L.overlap_param_gather:
+        gather_exposed = max(gather_time / buckets, gather_time - t_f)
+    else:
+        gather_exposed = gather_time
+    for c in colls:
+        if c["kind"] == "dp":
+            own = c["time_us"] * 1e-6
+            tot = dp_time if c["collective"] != "all_gather" else gather_time
+            ex = dp_exposed if c["collective"] != "all_gather" else gather_exposed
+            c["exposed_s"] = ex * own / tot if tot else 0.0
+
+    # ---- optimizer --------------------------------------------------------------------------------
+    shard = len(dpcp) if L.zero >= 1 else 1
+    opt = ADAM_BYTES * stage_params / shard / hbm
+
+    step = busy + bubble + p2p_exposed + dp_exposed + gather_exposed + opt
+
+    # ---- memory per GPU -----------------------------------------------------------------------------
+    wb, gb_, ob = bytes_per_param(L.zero, len(dpcp))
+    mem_params = max(per_stage * lp + (model.embedding_params() / tp if pp == 1 else 0.0),
+                     last_layers * lp + model.embedding_params() / tp)
+    act_layer = model.activation_bytes(b, tp, sp, L.recompute, cp)
+    inflight = min(m, pp)
+    inter = 1.0 + (pp - 1) / (pp * v) if v > 1 else 1.0
+    acts = act_layer * per_stage * inflight * inter
+    if L.recompute == "full":
+        # the layer being recomputed holds its full activations once
+        acts += model.activation_bytes(b, tp, sp, "none", cp)
+    if pp == 1:
+        acts += ELEMENTWISE_LOGITS / 2 * s * b * model.vocab / tp / cp  # fp32 logits
+    memory = {"weights": mem_params * wb / GIB, "gradients": mem_params * gb_ / GIB,
+              "optimizer": mem_params * ob / GIB, "activations": acts / GIB}
+    if L.zero == 3:
+        memory["weights"] += 2 * 2 * lp / GIB  # the gathered layer and the one prefetched
+    memory["total"] = sum(memory.values())
+    fits = memory["total"] <= gpu.memory_gib
+
+    # ---- results ------------------------------------------------------------------------------------
+    seqs = L.sequences()
+    gpus = L.gpus
+    mf = model.model_flops(seqs)
+    hf = model.hardware_flops(seqs, L.recompute)
+    tflops = mf / step / gpus / 1e12
+    hw = hf / step / gpus / 1e12
+    bf16_peak = gpu.bf16_tflops * 1e12
+    breakdown = {
+        "compute": 0.0,
+        "tp": m * per_stage * 2 * t_tp_f + (m * per_stage * t_tp_f if L.recompute == "full" else 0.0),
+        "cp": m * per_stage * (t_cp_f + t_cp_b + (t_cp_f if L.recompute == "full" else 0.0)),
+        "ep": m * per_stage * 2 * t_ep_f * (1.5 if L.recompute == "full" else 1.0),
+        "fsdp": m * per_stage * (fsdp_f + fsdp_b),
+        "pp_bubble": bubble, "pp_p2p": p2p_exposed, "dp": dp_exposed, "zero_gather": gather_exposed,
+        "optimizer": opt,
+    }
+    breakdown["compute"] = busy - breakdown["tp"] - breakdown["cp"] - breakdown["ep"] - breakdown["fsdp"]
+    if not fits:
+        notes.append(f"does not fit: {memory['total']:.1f} GiB per GPU of {gpu.memory_gib:.0f} GiB")
+    return StepPlan(model, L, topo.name, gpu.family, step, seqs * s / step, tflops, hw, mf / step / gpus / bf16_peak,
+                    hf / step / gpus / bf16_peak, memory, fits, breakdown, colls,
+                    {"forward_s": t_f, "backward_s": t_b, "p2p_s": t_p2p, "layer_forward_s": t_layer_f,
+                     "layer_comm_forward_s": comm_layer_f, "micro_batches": m}, notes)
