@@ -25,7 +25,7 @@ import datetime
 import os
 from typing import Any, Optional
 
-__all__ = ["InterlinkProcessGroup", "register", "BACKEND"]
+__all__ = ["InterlinkProcessGroup", "register", "BACKEND", "lost_ranks"]
 
 BACKEND = "interlink"
 _REGISTERED = False
@@ -47,7 +47,64 @@ def register() -> None:
 
     if BACKEND not in dist.Backend.backend_list:
         dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu", "cuda"])
+    _adapt_shrink_group()
     _REGISTERED = True
+
+
+def _adapt_shrink_group() -> None:
+    """Let ``torch.distributed.shrink_group`` take interlink's groups. torch 2.13's shrink_group expects a C++
+    backend inside a C++ ProcessGroup: it asks the group for its device backend (this backend is the group
+    itself, a Python ProcessGroup, as torch's extended API makes it) and wraps the backend that ``shrink``
+    returns in a new C++ ProcessGroup (which takes no Python backend). For interlink's groups these two
+    steps take the group itself and the returned group itself (named and described as torch names them);
+    every other backend goes through torch's own steps unchanged."""
+    from torch.distributed import distributed_c10d as c10d
+
+    if getattr(c10d, "_interlink_shrink", False) or not hasattr(c10d, "_create_shrunk_process_group") \
+            or not hasattr(c10d, "_validate_shrink_backend_requirements"):
+        return
+    validate, create = c10d._validate_shrink_backend_requirements, c10d._create_shrunk_process_group
+
+    def _validate(group_info: dict) -> Any:
+        pg = group_info.get("process_group")
+        return pg if isinstance(pg, InterlinkProcessGroup) else validate(group_info)
+
+    def _create_shrunk(new_backend: Any, remaining_ranks: list, metadata: dict, is_default_group: bool) -> Any:
+        if not isinstance(new_backend, InterlinkProcessGroup):
+            return create(new_backend, remaining_ranks, metadata, is_default_group)
+        pg = new_backend
+        pg._set_group_name(metadata["new_group_name"])
+        try:
+            pg._set_group_desc("default:shrunken" if is_default_group else f"{metadata['original_group_name']}:shrunk")
+        except Exception:  # noqa: BLE001 - a description only
+            pass
+        if metadata.get("bound_device_id") is not None:
+            pg.bound_device_id = metadata["bound_device_id"]
+        if metadata.get("backend_config") is not None:
+            c10d._world.pg_backend_config[pg] = metadata["backend_config"]
+        return pg
+
+    c10d._validate_shrink_backend_requirements = _validate
+    c10d._create_shrunk_process_group = _create_shrunk
+    c10d._interlink_shrink = True
+
+
+def lost_ranks(group: Any = None, timeout: Optional[float] = None) -> list:
+    """The ranks of torch group ``group`` (default: the default group) that its survivors agree are lost;
+    every survivor calls it after a failure (interlink's PeerLostError, as torch raises it) and passes the
+    result to ``torch.distributed.shrink_group``, which needs the same list on every survivor."""
+    import torch
+    import torch.distributed as dist
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, InterlinkProcessGroup):
+        try:
+            pg = pg._get_backend(torch.device("cpu"))
+        except RuntimeError:
+            pass
+    if not isinstance(pg, InterlinkProcessGroup):
+        raise TypeError(f"lost_ranks: {type(pg).__name__} is not a group of interlink's backend")
+    return pg.g.lost_ranks(timeout)
 
 
 class _TorchStore:
@@ -476,6 +533,19 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
 
     def barrier(self, opts: Any = None) -> Any:
         return self._go(opts, [], [lambda a: self.g.barrier(a, timeout=_timeout(opts))])
+
+    # ---- a lost rank: torch.distributed.shrink_group ---------------------------------------
+    @property
+    def supports_shrinking(self) -> bool:
+        return True
+
+    def shrink(self, ranks_to_exclude: list, shrink_flags: int = 0, opts: Any = None) -> "InterlinkProcessGroup":
+        """The backend of shrink_group's new group: the survivors' interlink group (``Group.shrink``: an
+        agreement among them, then connections of their own; the death of the rank holding torch's store
+        does not matter to it). Pending calls of this group end first (a failed group fails them at once),
+        whatever ``shrink_flags`` says."""
+        new = self.g.shrink(exclude=[int(r) for r in ranks_to_exclude])
+        return InterlinkProcessGroup(new.rank, new.size, new)
 
     # ---- point to point -----------------------------------------------------------------------
     # (asynchronous: a send may wait for its receiver -- one copy, read in place -- so isend must return
