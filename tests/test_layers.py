@@ -24,8 +24,9 @@ ALLOWED = {
     "launch": {"topology", "errors"},
     "runtime": {"algorithms", "arrays", "devices", "errors", "launch", "model", "ops", "topology", "transport"},
     "backends": {"runtime", "errors", "arrays", "devices", "transport"},
+    "plan": {"errors", "ops", "algorithms", "topology", "model", "sim"},
 }
-NO_PRIVATE = {"topology", "algorithms", "model", "sim", "launch", "backends"}
+NO_PRIVATE = {"topology", "algorithms", "model", "sim", "launch", "backends", "plan"}
 
 
 def _imports() -> tuple[dict, list]:

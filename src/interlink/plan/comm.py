@@ -63,6 +63,8 @@ class Pricer:
         self._shape: dict[tuple, tuple] = {}
         self.progress = progress
         self.calls = 0
+        if topo.nranks:
+            topo.nic_for(0)  # builds the router once here: the groups' placements (with_ranks) share it
 
     def shape(self, ranks: Sequence[int]) -> tuple:
         key = tuple(ranks[:2]) + (len(ranks), ranks[-1])

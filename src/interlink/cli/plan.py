@@ -1,0 +1,297 @@
+"""``interlink plan``: what a training step costs on a cluster, and which parallel layout is best.
+
+    interlink plan --model llama3-405b --topology 2048xdgx-h100 --tp 8 --pp 16 --global-batch 2048 \\
+        --virtual-stages 7 --zero 2                                  # one layout: step time, MFU, memory
+    interlink plan --model gpt3-175b --topology dgx-a100 --gpus 1024 --global-batch 1536   # search, top 10
+    interlink plan --model llama3-70b --topology dgx-h100 --sweep-gpus 8,64,512,4096 --global-batch 1024 --plot s.png
+    interlink plan --model layers=32,hidden=4096,heads=32,seq=4096,vocab=50257 --topology 2xdgx-h100 --tp 8 --json
+
+With parallel degrees (--tp/--pp/--dp/--cp/--ep) the layout is priced; the data-parallel degree fills
+--gpus when it is not given. Without degrees, every feasible layout on --gpus GPUs (default: all of the
+topology's) is priced and the ten fastest that fit are ranked. A topology that names one machine
+(``dgx-h100``) grows to as many of them as --gpus needs. docs/plan.md describes the model and its sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any
+
+_DEGREES = ("tp", "pp", "dp", "cp", "ep")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "plan",
+        help="price a training step (compute, every collective, bubble, memory) or search the best layout",
+        description="Price one training step of a transformer on a cluster: every collective is the Schedule the "
+                    "runtime would run on the group's ranks, priced by the cost model; compute from FLOPs; "
+                    "memory per GPU. Without parallel degrees, search every layout and rank them.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Models: a preset (gpt3-175b, llama3-8b, llama3-70b, llama3-405b, mixtral-8x7b, megatron-1t, "
+               "megatron-530b, megatron-22b), PRESET,key=value to change it, layers=L,hidden=H,heads=A,seq=S,vocab=V"
+               "[,kv_heads=,ffn=,experts=,top_k=,mlp=swiglu,attention=standard] or a JSON file of those keys.",
+    )
+    p.add_argument("--model", "-m", required=True, metavar="SPEC", help="preset, key=value list or JSON file")
+    p.add_argument("--topology", "-t", default="this", metavar="SPEC",
+                   help="cluster (2048xdgx-h100, 16xdgx-a100:net=roce-400g), a machine preset grown to --gpus, a "
+                        "file, or 'this' (default)")
+    p.add_argument("--gpus", "-n", type=int, default=None, metavar="N", help="GPUs of the job (default: tp x pp x dp x cp, "
+                                                                           "or all of the topology's)")
+    for d, what in (("tp", "tensor"), ("pp", "pipeline"), ("dp", "data"), ("cp", "context"), ("ep", "expert")):
+        p.add_argument(f"--{d}", type=int, default=None, metavar="N", help=f"{what}-parallel degree")
+    p.add_argument("--sp", dest="sp", action="store_true", default=None,
+                   help="sequence parallelism (default: on when --tp > 1)")
+    p.add_argument("--no-sp", dest="sp", action="store_false", help="no sequence parallelism")
+    p.add_argument("--zero", type=int, default=None, choices=(0, 1, 2, 3),
+                   help="ZeRO stage: 0 all-reduce, 1 optimizer sharded (default), 2 + gradients, 3 FSDP")
+    p.add_argument("--recompute", default=None, choices=("none", "selective", "full"),
+                   help="activation recomputation (default none)")
+    p.add_argument("--micro-batch", type=int, default=None, metavar="B", help="sequences per micro-batch (default 1)")
+    p.add_argument("--global-batch", type=int, default=0, metavar="B", help="sequences per step "
+                                                                             "(default: 4M tokens' worth)")
+    p.add_argument("--global-tokens", type=float, default=0, metavar="T", help="tokens per step instead of "
+                                                                                "--global-batch (e.g. 16e6)")
+    p.add_argument("--virtual-stages", type=int, default=None, metavar="V", help="interleaved 1F1B: model chunks per "
+                                                                                "pipeline rank (default 1)")
+    p.add_argument("--compress", default="none", metavar="C", help="gradient compression: none, fp8, bf16, powersgd:R")
+    p.add_argument("--order", default="tp-cp-ep-dp-pp", metavar="ORDER",
+                   help="how groups map onto ranks, innermost first (default Megatron's tp-cp-ep-dp-pp)")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8"), help="GEMM precision (default bf16)")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="gradient reduction and parameter gather after the backward, not under it")
+    p.add_argument("--tp-overlap", type=float, default=0.0, metavar="F",
+                   help="fraction of tensor-parallel communication hidden under GEMMs (default 0)")
+    p.add_argument("--memory", type=float, default=None, metavar="GIB", help="GPU memory (default: the GPU's)")
+    p.add_argument("--top", type=int, default=10, help="search: layouts to list (default 10)")
+    p.add_argument("--sweep-gpus", default=None, metavar="N,N,...", help="the best layout at each GPU count")
+    p.add_argument("--plot", default=None, metavar="FILE", help="with --sweep-gpus: draw the scaling curve (PNG)")
+    p.add_argument("--trace", default=None, metavar="FILE", help="write a Chrome/Perfetto trace of one step")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+class _Progress:
+    """Progress lines on stderr, once something has taken more than two seconds."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.t0 = time.perf_counter()
+        self.last = 0.0
+        self.quiet = quiet
+
+    def __call__(self, msg: str) -> None:
+        now = time.perf_counter() - self.t0
+        if self.quiet or now < 2.0 or now - self.last < 1.0:
+            return
+        self.last = now
+        print(f"interlink plan: [{now:5.1f} s] {msg}", file=sys.stderr, flush=True)
+
+
+def _topology(spec: str, gpus: int | None) -> str:
+    """A bare machine preset grown to the GPUs asked for (dgx-h100 with 64 GPUs: 8xdgx-h100)."""
+    from ..model.cost import resolve_topology
+
+    if gpus is None or "x" in spec.split(":")[0].split("-")[0] or spec.endswith((".yaml", ".yml", ".json")) \
+            or spec in ("this", "local", "host"):
+        return spec
+    per = resolve_topology(spec).nranks
+    if gpus <= per:
+        return spec
+    return f"{math.ceil(gpus / per)}x{spec}"
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s:.3f} s" if s >= 1 else f"{s * 1e3:.2f} ms"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..model import ModelError
+    from ..plan import Layout, PlanError, parse_model, plan_step
+    from ..plan.search import search, sweep
+    from ..plan.step import Context
+    from ..topology import TopologyError
+
+    prog = _Progress()
+    try:
+        model = parse_model(args.model)
+        gb = args.global_batch
+        if args.global_tokens:
+            gb = max(1, int(args.global_tokens) // model.seq)
+        given = {d: getattr(args, d) for d in _DEGREES if getattr(args, d) is not None}
+        if args.sweep_gpus:
+            try:
+                counts = [int(x) for x in args.sweep_gpus.split(",") if x.strip()]
+            except ValueError:
+                raise PlanError(f"--sweep-gpus {args.sweep_gpus!r}: give GPU counts such as 8,64,512") from None
+            if args.topology in ("this", "local", "host"):
+                raise PlanError("--sweep-gpus needs a machine to repeat: --topology dgx-h100 (or dgx-a100, ...)")
+            rows = sweep(model, counts, args.topology.split("x", 1)[-1] if args.topology[0].isdigit() else args.topology,
+                         global_batch=gb or _default_batch(model), dtype=args.dtype, progress=prog,
+                         **_space(args))
+            return _print_sweep(args, model, rows)
+        gpus = args.gpus
+        topo_spec = _topology(args.topology, gpus)
+        ctx = Context.of(topo_spec, prog, args.memory)
+        if not given:
+            n = gpus or ctx.topo.nranks
+            res = search(model, n, ctx, global_batch=gb or _default_batch(model, n), dtype=args.dtype, top=args.top,
+                         progress=prog, fixed=_fixed(args), **_space(args))
+            return _print_search(args, res)
+        tp, pp, cp, ep = given.get("tp", 1), given.get("pp", 1), given.get("cp", 1), given.get("ep", 1)
+        if "dp" in given:
+            dp = given["dp"]
+            if gpus is not None and gpus != tp * pp * dp * cp:
+                raise PlanError(f"--gpus {gpus} is not tp {tp} x pp {pp} x dp {dp} x cp {cp} = {tp * pp * dp * cp}: "
+                                f"drop --gpus or --dp")
+        else:
+            n = gpus if gpus is not None else (ctx.topo.nranks if args.topology not in ("this",) else tp * pp * cp)
+            if n % (tp * pp * cp):
+                raise PlanError(f"{n} GPUs do not divide by tp {tp} x pp {pp} x cp {cp}: change --gpus or the degrees")
+            dp = n // (tp * pp * cp)
+        lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=(tp > 1) if args.sp is None else args.sp,
+                     zero=1 if args.zero is None else args.zero, recompute=args.recompute or "none",
+                     micro_batch=args.micro_batch or 1, global_batch=gb or _default_batch(model, dp, args.micro_batch or 1),
+                     virtual_stages=args.virtual_stages or 1, compress=args.compress, order=args.order,
+                     overlap_grad_reduce=not args.no_overlap, overlap_param_gather=not args.no_overlap,
+                     tp_overlap=args.tp_overlap, dtype=args.dtype)
+        result = plan_step(model, lay, ctx)
+        if args.trace:
+            from ..plan.trace import write_trace
+
+            write_trace(result, args.trace)
+        return _print_plan(args, result)
+    except (PlanError, ModelError, TopologyError, ValueError, OSError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"interlink plan: {msg}", file=sys.stderr)
+        return 2
+
+
+def _default_batch(model: Any, dp: int = 1, mb: int = 1) -> int:
+    """4M tokens' worth of sequences, rounded up to a multiple of dp x micro-batch."""
+    seqs = max(1, (4 << 20) // model.seq)
+    q = dp * mb
+    return max(q, -(-seqs // q) * q)
+
+
+def _fixed(args: argparse.Namespace) -> dict:
+    out = {}
+    for k in ("zero", "recompute", "micro_batch", "virtual_stages"):
+        v = getattr(args, k)
+        if v is not None:
+            out[k] = v
+    return out
+
+
+def _space(args: argparse.Namespace) -> dict:
+    return {}
+
+
+def _print_plan(args: argparse.Namespace, r: Any) -> int:
+    if args.json:
+        print(json.dumps(r.to_dict(), indent=2))
+        return 0
+    o = sys.stdout
+    L = r.layout
+    o.write(f"# interlink plan: {r.model.name or r.model.spec()} ({r.model.params() / 1e9:.1f}B parameters) on "
+            f"{L.gpus} {r.gpu.upper()} GPUs of {r.topology}\n")
+    o.write(f"layout        {L.short()}  ({L.micro_batches()} micro-batches of {L.micro_batch}, "
+            f"global batch {L.sequences()} x {r.model.seq} tokens)\n")
+    o.write(f"step          {_fmt_s(r.step_s)}\n")
+    o.write(f"tokens/s      {r.tokens_per_s:,.0f}\n")
+    o.write(f"TFLOPS/GPU    {r.tflops_per_gpu:.1f} (model), {r.hw_tflops_per_gpu:.1f} (with recomputation)\n")
+    o.write(f"MFU           {r.mfu:.1%}\n")
+    mem = r.memory_gib
+    o.write(f"memory/GPU    {mem['total']:.1f} GiB: weights {mem['weights']:.1f}, gradients {mem['gradients']:.1f}, "
+            f"optimizer {mem['optimizer']:.1f}, activations {mem['activations']:.1f}"
+            f"{'' if r.fits else '  (does NOT fit)'}\n")
+    o.write("#\n# breakdown of the step (seconds, share)\n")
+    for k, v in r.breakdown.items():
+        if v > 0:
+            o.write(f"  {k:<12} {v:10.4f}  {v / r.step_s:6.1%}\n")
+    o.write("#\n# collectives (per call; the Schedule the model picked on the group's ranks)\n")
+    o.write(f"# {'kind':<5} {'collective':<15} {'ranks':>6} {'bytes':>12} {'algorithm':<12} {'time':>11} "
+            f"{'busbw':>7} {'calls':>8} {'exposed':>10}\n")
+    for c in r.collectives:
+        o.write(f"  {c['kind']:<5} {c['collective']:<15} {c['ranks']:>6} {c['bytes']:>12,} "
+                f"{c['algorithm'] + '/' + c['protocol']:<12} {_fmt_s(c['time_us'] * 1e-6):>11} "
+                f"{c['busbw_gbps']:7.1f} {c['per_step']:8.0f} {_fmt_s(c['exposed_s']):>10}\n")
+    for n in r.notes:
+        o.write(f"# note: {n}\n")
+    if args.trace:
+        o.write(f"# trace: {args.trace}\n")
+    return 0
+
+
+def _print_search(args: argparse.Namespace, res: Any) -> int:
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=2))
+        return 0 if res.ranked else 1
+    o = sys.stdout
+    o.write(f"# interlink plan: {res.model.name or res.model.spec()} on {res.gpus} GPUs of {res.topology}: "
+            f"{res.considered} layouts, {res.not_fitting} do not fit, {res.priced} priced in full, "
+            f"{res.seconds:.1f} s\n")
+    if not res.ranked:
+        o.write("no layout fits the GPUs' memory: add GPUs, recomputation or ZeRO-3\n")
+        return 1
+    o.write(f"# {'rank':>4} {'layout':<44} {'step':>10} {'MFU':>6} {'TFLOPS':>7} {'GiB':>6}\n")
+    for i, p in enumerate(res.ranked, 1):
+        o.write(f"  {i:>4} {p.layout.short():<44} {_fmt_s(p.step_s):>10} {p.mfu:6.1%} {p.tflops_per_gpu:7.1f} "
+                f"{p.memory_gib['total']:6.1f}\n")
+    o.write("# why the first wins\n")
+    for w in res.why:
+        o.write(f"  {w}\n")
+    return 0
+
+
+def _print_sweep(args: argparse.Namespace, model: Any, rows: list[dict]) -> int:
+    if args.plot:
+        _plot(args.plot, model, rows)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    o = sys.stdout
+    o.write(f"# interlink plan: {model.name or model.spec()}, the best layout at each GPU count\n")
+    o.write(f"# {'GPUs':>6} {'layout':<44} {'step':>10} {'tokens/s':>12} {'MFU':>6} {'vs linear':>9}\n")
+    cliff = None
+    prev = None
+    for r in rows:
+        if "error" in r:
+            o.write(f"  {r['gpus']:>6} {r['error']}\n")
+            continue
+        o.write(f"  {r['gpus']:>6} {r['layout']:<44} {_fmt_s(r['step_s']):>10} {r['tokens_per_s']:12,.0f} "
+                f"{r['mfu']:6.1%} {r['efficiency']:9.1%}\n")
+        if prev is not None and cliff is None and r["efficiency"] < prev["efficiency"] * 0.9:
+            cliff = (prev["gpus"], r["gpus"])
+        prev = r
+    if cliff:
+        o.write(f"# the cliff: efficiency drops more than 10% from {cliff[0]} to {cliff[1]} GPUs\n")
+    if args.plot:
+        o.write(f"# plot: {args.plot}\n")
+    return 0
+
+
+def _plot(path: str, model: Any, rows: list[dict]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ValueError("--plot needs matplotlib (pip install matplotlib)") from None
+    ok = [r for r in rows if "error" not in r]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = [r["gpus"] for r in ok]
+    ax.plot(xs, [r["efficiency"] * 100 for r in ok], "o-", label="plan: best layout")
+    ax.axhline(100, color="grey", lw=0.8, ls="--", label="linear")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("efficiency against linear (%)")
+    ax.set_title(f"{model.name or 'model'}: scaling of a training step (interlink plan)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
