@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from typing import Any
@@ -96,7 +97,7 @@ def _topology(spec: str, gpus: int | None) -> str:
     """A bare machine preset grown to the GPUs asked for (dgx-h100 with 64 GPUs: 8xdgx-h100)."""
     from ..model.cost import resolve_topology
 
-    if gpus is None or "x" in spec.split(":")[0].split("-")[0] or spec.endswith((".yaml", ".yml", ".json")) \
+    if gpus is None or re.match(r"\s*\d+\s*x", spec) or spec.endswith((".yaml", ".yml", ".json")) \
             or spec in ("this", "local", "host"):
         return spec
     per = resolve_topology(spec).nranks
@@ -143,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
                          progress=prog, fixed=_fixed(args), **_space(args))
             return _print_search(args, res)
         tp, pp, cp, ep = given.get("tp", 1), given.get("pp", 1), given.get("cp", 1), given.get("ep", 1)
+        Layout(tp=tp, pp=pp, cp=cp).check(model)  # the model's divisibility first: its message names the flag
         if "dp" in given:
             dp = given["dp"]
             if gpus is not None and gpus != tp * pp * dp * cp:
@@ -151,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             n = gpus if gpus is not None else (ctx.topo.nranks if args.topology not in ("this",) else tp * pp * cp)
             if n % (tp * pp * cp):
-                raise PlanError(f"{n} GPUs do not divide by tp {tp} x pp {pp} x cp {cp}: change --gpus or the degrees")
+                raise PlanError(f"{n} GPUs do not divide by --tp {tp} x --pp {pp} x --cp {cp}: change --gpus or the degrees")
             dp = n // (tp * pp * cp)
         lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=(tp > 1) if args.sp is None else args.sp,
                      zero=1 if args.zero is None else args.zero, recompute=args.recompute or "none",

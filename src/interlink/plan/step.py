@@ -99,6 +99,7 @@ class StepPlan:
     breakdown: dict[str, float]
     collectives: list[dict[str, Any]]
     stage: dict[str, float]     # per micro-batch times of the slowest stage (forward, backward, p2p)
+    state_gib: dict[str, float] = field(default_factory=dict)  # weights + gradients + optimizer by stage
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,7 +108,8 @@ class StepPlan:
             "gpu": self.gpu, "gpus": self.layout.gpus, "step_s": self.step_s, "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu, "hw_tflops_per_gpu": self.hw_tflops_per_gpu, "mfu": self.mfu,
             "hfu": self.hfu, "memory_gib": self.memory_gib, "fits": self.fits, "breakdown": self.breakdown,
-            "collectives": self.collectives, "stage": self.stage, "notes": self.notes,
+            "collectives": self.collectives, "stage": self.stage, "state_gib": self.state_gib,
+            "notes": self.notes,
         }
 
 
@@ -303,8 +305,9 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
 
     # ---- memory per GPU -----------------------------------------------------------------------------
     wb, gb_, ob = bytes_per_param(L.zero, len(dpcp))
-    mem_params = max(per_stage * lp + (model.embedding_params() / tp if pp == 1 else 0.0),
-                     last_layers * lp + model.embedding_params() / tp)
+    emb_all = model.embedding_params() / tp * (1 if model.tied else 2)
+    mem_params = model.layers * lp + emb_all if pp == 1 else \
+        max(per_stage, last_layers) * lp + model.embedding_params() / tp
     act_layer = model.activation_bytes(b, tp, sp, L.recompute, cp)
     inflight = min(m, pp)
     inter = 1.0 + (pp - 1) / (pp * v) if v > 1 else 1.0
@@ -319,6 +322,12 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     if L.zero == 3:
         memory["weights"] += 2 * 2 * lp / GIB  # the gathered layer and the one prefetched
     memory["total"] = sum(memory.values())
+    state = (wb + gb_ + ob) / GIB  # weights + gradients + optimizer, GiB a parameter
+    emb = model.embedding_params() / tp
+    stages = {"first": (per_stage * lp + emb) * state,
+              "middle": (per_stage * lp if pp > 2 else per_stage * lp + emb) * state,
+              "last": (last_layers * lp + emb) * state} if pp > 1 else {"only": (model.layers * lp + emb * (
+                  1 if model.tied else 2)) * state}
     fits = memory["total"] <= gpu.memory_gib
 
     # ---- results ------------------------------------------------------------------------------------
@@ -344,4 +353,4 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     return StepPlan(model, L, topo.name, gpu.family, step, seqs * s / step, tflops, hw, mf / step / gpus / bf16_peak,
                     hf / step / gpus / bf16_peak, memory, fits, breakdown, colls,
                     {"forward_s": t_f, "backward_s": t_b, "p2p_s": t_p2p, "layer_forward_s": t_layer_f,
-                     "layer_comm_forward_s": comm_layer_f, "micro_batches": m}, notes)
+                     "layer_comm_forward_s": comm_layer_f, "micro_batches": m}, stages, notes)

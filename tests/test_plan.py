@@ -1,0 +1,277 @@
+"""interlink.plan: FLOPs, parameters and memory formulas, rank groups, collectives priced by the cost model
+on the group's ranks, overlap, the pipeline bubble against a played 1F1B schedule, the search, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from interlink.cli.main import main
+from interlink.model import predict
+from interlink.plan import Layout, PlanError, parse_model, plan_step
+from interlink.plan.job import PRESETS, bytes_per_param
+from interlink.plan.search import layouts, search
+from interlink.plan.step import Context
+from interlink.plan.trace import chrome_trace, pipeline_makespan
+
+GPT = "layers=24,hidden=2048,heads=16,seq=2048,vocab=51200,attention=standard"
+
+
+@pytest.fixture(scope="module")
+def a100x4() -> Context:
+    return Context.of("4xdgx-a100")
+
+
+# ---- the job -----------------------------------------------------------------------------------------
+
+
+def test_gpt_flops_are_narayanans() -> None:
+    m = parse_model(GPT)
+    b, s, h, L, V = 3, m.seq, m.hidden, m.layers, m.vocab
+    assert m.layer_gemm_flops(b) == 24 * b * s * h * h
+    assert m.layer_attention_flops(b) == 4 * b * s * s * h
+    # Narayanan 2021 equation 3: 96 B s l h^2 (1 + s / 6h + V / 16 l h), full recomputation
+    eq3 = 96 * b * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+    assert m.hardware_flops(b, "full") == pytest.approx(eq3, rel=1e-12)
+    assert m.model_flops(b) == pytest.approx(3 * (L * (24 * b * s * h * h + 4 * b * s * s * h) + 2 * b * s * h * V))
+
+
+def test_flash_attention_counts_half_the_causal_scores() -> None:
+    std = parse_model(GPT)
+    fl = parse_model(GPT.replace("standard", "flash"))
+    d = std.model_flops(1) - fl.model_flops(1)
+    assert d == pytest.approx(3 * std.layers * std.layer_attention_flops(1) / 2)
+
+
+@pytest.mark.parametrize("name,billions", [("gpt3-175b", 175), ("llama3-8b", 8.03), ("llama3-70b", 70.6),
+                                           ("llama3-405b", 405.9), ("mixtral-8x7b", 46.7), ("megatron-1t", 1008)])
+def test_preset_parameter_counts(name: str, billions: float) -> None:
+    assert PRESETS[name].params() / 1e9 == pytest.approx(billions, rel=0.02)
+
+
+def test_mixtral_active_parameters() -> None:
+    assert PRESETS["mixtral-8x7b"].active_params() / 1e9 == pytest.approx(12.9, rel=0.03)  # Mixtral paper: 13B
+
+
+def test_korthikanti_activation_equations() -> None:
+    m = parse_model(GPT)
+    s, b, h, a = m.seq, 2, m.hidden, m.heads
+    sbh = s * b * h
+    assert m.activation_bytes(b) == pytest.approx(sbh * (34 + 5 * a * s / h))
+    for t in (2, 4, 8):
+        assert m.activation_bytes(b, tp=t) == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)))
+        assert m.activation_bytes(b, tp=t, sp=True) == pytest.approx(sbh / t * (34 + 5 * a * s / h))
+        assert m.activation_bytes(b, tp=t, sp=True, recompute="selective") == pytest.approx(34 * sbh / t)
+        assert m.activation_bytes(b, tp=t, sp=True, recompute="full") == pytest.approx(2 * sbh / t)
+
+
+def test_zero_stages_shard_what_they_say() -> None:
+    assert bytes_per_param(0, 8) == (2, 4, 12)
+    assert bytes_per_param(1, 8) == (2, 4, 1.5)
+    assert bytes_per_param(2, 8) == (2, 0.5, 1.5)
+    assert bytes_per_param(3, 8) == (0.25, 0.5, 1.5)
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("gpt9", "unknown model preset"), ("layers=2,hidden=64", "lacks heads"), ("layers=2,hidden=64,heads=5,seq=8,vocab=9",
+                                                                           "not a multiple of heads"),
+    ("gpt3-175b,colour=3", "unknown model key"), ("layers=x,hidden=64,heads=4,seq=8,vocab=9", "needs an integer")])
+def test_bad_models_say_what_to_fix(spec: str, msg: str) -> None:
+    with pytest.raises(PlanError, match=msg):
+        parse_model(spec)
+
+
+def test_model_from_json_file(tmp_path) -> None:
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps({"preset": "llama3-8b", "seq": 4096}))
+    m = parse_model(str(f))
+    assert (m.layers, m.seq, m.kv) == (32, 4096, 8)
+
+
+# ---- layout and groups -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", ["tp-cp-ep-dp-pp", "tp-pp-dp-cp", "dp-tp-cp-pp"])
+def test_groups_partition_the_ranks(order: str) -> None:
+    lay = Layout(tp=2, cp=2, dp=4, pp=3, ep=2, order=order)
+    n = lay.gpus
+    for kind, size in (("tp", 2), ("cp", 2), ("dp", 4), ("pp", 3), ("ep", 2), ("dpcp", 8), ("edp", 4)):
+        seen = {}
+        for r in range(n):
+            g = lay.group(kind, r)
+            assert len(g) == size and r in g, (kind, r, g)
+            seen[tuple(g)] = True
+        assert sorted(x for g in seen for x in g) == list(range(n)), kind
+
+
+def test_megatron_order_puts_tp_inside_a_host_and_pp_outermost() -> None:
+    lay = Layout(tp=8, dp=4, pp=2)
+    assert lay.group("tp") == list(range(8))
+    assert lay.group("dp") == [0, 8, 16, 24]
+    assert lay.group("pp") == [0, 32]
+
+
+@pytest.mark.parametrize("kw,msg", [({"tp": 3}, "do not divide by --tp"), ({"pp": 99}, "more stages"),
+                                    ({"cp": 3}, "does not divide by --cp"), ({"ep": 2}, "needs a mixture"),
+                                    ({"dp": 3, "global_batch": 4}, "not a multiple"),
+                                    ({"zero": 4}, "--zero"), ({"compress": "zip"}, "--compress")])
+def test_bad_layouts_say_what_to_fix(kw: dict, msg: str) -> None:
+    with pytest.raises(PlanError, match=msg):
+        Layout(**kw).check(parse_model(GPT))
+
+
+def test_more_gpus_than_the_topology_is_an_error(a100x4: Context) -> None:
+    with pytest.raises(PlanError, match="topology has 32"):
+        plan_step(GPT, Layout(tp=8, dp=8, global_batch=8), a100x4)
+
+
+# ---- the step ----------------------------------------------------------------------------------------
+
+
+def test_collectives_are_the_cost_models_price_on_the_groups_ranks(a100x4: Context) -> None:
+    lay = Layout(tp=4, dp=8, sp=False, zero=0, global_batch=64, micro_batch=2)
+    r = plan_step(GPT, lay, a100x4)
+    tp = next(c for c in r.collectives if c["kind"] == "tp")
+    dp = next(c for c in r.collectives if c["kind"] == "dp")
+    topo = a100x4.topo
+    want = predict("all_reduce", tp["bytes"], topo.with_ranks(lay.group("tp")), dtype="bfloat16",
+                   candidates=("ring", "nccl_tree", "nvls", "nvls_tree"), profile=False)
+    assert tp["time_us"] == pytest.approx(want.time_us) and tp["algorithm"] == want.algorithm
+    want = predict("all_reduce", dp["bytes"], topo.with_ranks(lay.group("dp")), dtype="float32",
+                   candidates=("ring", "nccl_tree", "nvls", "nvls_tree"), profile=False)
+    assert dp["time_us"] == pytest.approx(want.time_us)
+    # the DP group of this order spans the 4 hosts: 2 ranks on each
+    assert {topo.host_of(x) for x in lay.group("dp")} == {0, 1, 2, 3}
+
+
+def test_tp_across_hosts_costs_more_than_inside_one(a100x4: Context) -> None:
+    inner = plan_step(GPT, Layout(tp=4, dp=8, global_batch=64), a100x4)
+    outer = plan_step(GPT, Layout(tp=4, dp=8, global_batch=64, order="dp-tp-cp-pp"), a100x4)
+    assert outer.breakdown["tp"] > 3 * inner.breakdown["tp"]
+    assert outer.step_s > inner.step_s
+
+
+def test_gradient_reduction_overlaps_the_backward(a100x4: Context) -> None:
+    base = Layout(tp=1, dp=32, zero=0, global_batch=64)
+    on = plan_step(GPT, base, a100x4)
+    off = plan_step(GPT, base.with_(overlap_grad_reduce=False), a100x4)
+    dp_time = sum(c["time_us"] * 1e-6 for c in off.collectives if c["kind"] == "dp")
+    assert off.breakdown["dp"] == pytest.approx(dp_time)
+    assert on.breakdown["dp"] < off.breakdown["dp"]
+    assert on.step_s == pytest.approx(off.step_s - off.breakdown["dp"] + on.breakdown["dp"])
+
+
+def test_compression_shrinks_the_gradient_bytes(a100x4: Context) -> None:
+    base = Layout(tp=1, dp=32, zero=0, global_batch=64, overlap_grad_reduce=False)
+    full = plan_step(GPT, base, a100x4)
+    fp8 = plan_step(GPT, base.with_(compress="fp8"), a100x4)
+    psgd = plan_step(GPT, base.with_(compress="powersgd:4"), a100x4)
+    b = lambda r: next(c["bytes"] for c in r.collectives if c["kind"] == "dp")  # noqa: E731
+    assert b(fp8) == pytest.approx(b(full) / 4, rel=0.02)
+    assert b(psgd) < b(full) / 50
+    assert psgd.breakdown["dp"] < fp8.breakdown["dp"] < full.breakdown["dp"]
+
+
+@pytest.mark.parametrize("p,M", [(2, 1), (4, 8), (8, 3), (8, 64), (16, 64)])
+def test_bubble_formula_is_the_played_1f1b_schedule(p: int, M: int) -> None:
+    tf, tb = 0.7, 1.5
+    assert pipeline_makespan(p, M, tf, tb) == pytest.approx((M + p - 1) * (tf + tb))
+    # sends of 0.5% of a micro-batch's compute (1T on A100: 0.4%; 405B on H100: 3%): the plan's
+    # 2 (M + p - 1) sends bound the played step from above within 1.5%
+    send = 0.005 * (tf + tb)
+    played = pipeline_makespan(p, M, tf, tb, send)
+    planned = (M + p - 1) * (tf + tb) + 2 * (M + p - 1) * send
+    assert played <= planned <= played * 1.015
+
+
+def test_interleaving_divides_the_bubble(a100x4: Context) -> None:
+    base = Layout(tp=8, pp=4, dp=1, global_batch=8, zero=0)
+    one = plan_step(GPT, base, a100x4)
+    two = plan_step(GPT, base.with_(virtual_stages=2), a100x4)
+    assert two.breakdown["pp_bubble"] == pytest.approx(one.breakdown["pp_bubble"] / 2)
+
+
+def test_a_layout_that_does_not_fit_is_priced_and_marked(a100x4: Context) -> None:
+    r = plan_step("llama3-70b", Layout(tp=8, dp=1, global_batch=1), Context.of("dgx-h100"))
+    assert not r.fits and r.step_s > 0 and r.memory_gib["total"] > 80
+    assert any("does not fit" in n for n in r.notes)
+    d = r.to_dict()
+    assert d["fits"] is False and set(d["memory_gib"]) == {"weights", "gradients", "optimizer", "activations", "total"}
+
+
+def test_memory_follows_recomputation() -> None:
+    ctx = Context.of("dgx-h100")
+    lay = Layout(tp=8, dp=1, global_batch=2, micro_batch=2)
+    none = plan_step("llama3-8b", lay, ctx)
+    full = plan_step("llama3-8b", lay.with_(recompute="full"), ctx)
+    assert full.memory_gib["activations"] < none.memory_gib["activations"] / 4
+    assert full.step_s > none.step_s
+
+
+# ---- trace, search, CLI ------------------------------------------------------------------------------
+
+
+def test_trace_plays_the_planned_step(a100x4: Context) -> None:
+    r = plan_step(GPT, Layout(tp=8, pp=4, dp=1, global_batch=16, zero=0, virtual_stages=2), a100x4)
+    tr = chrome_trace(r)
+    names = {e["name"].split(" ")[0] for e in tr["traceEvents"] if e["ph"] == "X"}
+    assert {"forward", "backward", "send"} <= names
+    assert tr["otherData"]["played_s"] == pytest.approx(r.step_s, rel=0.05)
+
+
+def test_search_ranks_what_pricing_every_layout_ranks() -> None:
+    ctx = Context.of("2xdgx-a100")
+    m = parse_model(GPT)
+    res = search(m, 16, ctx, global_batch=32, top=5, recompute=("none", "full"), micro_batches=(1, 2),
+                 virtual=(1, 2), zero=(1,))
+    every = [plan_step(m, lay, ctx) for lay in layouts(m, 16, global_batch=32, recompute=("none", "full"),
+                                                        micro_batches=(1, 2), virtual=(1, 2), zero=(1,))]
+    every = sorted((p for p in every if p.fits), key=lambda p: p.step_s)[:5]
+    assert [p.step_s for p in res.ranked] == pytest.approx([p.step_s for p in every])
+    assert res.priced <= res.considered
+    assert res.why and res.why[0].startswith(res.ranked[0].layout.short())
+
+
+def test_cli_plan_json(capsys) -> None:
+    rc = main(["plan", "--model", GPT, "--topology", "4xdgx-a100", "--tp", "4", "--pp", "2", "--global-batch", "32",
+               "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    for k in ("step_s", "tflops_per_gpu", "mfu", "breakdown", "fits"):
+        assert k in out
+    assert set(out["memory_gib"]) == {"weights", "gradients", "optimizer", "activations", "total"}
+    assert out["layout"]["dp"] == 4 and out["gpus"] == 32
+
+
+def test_cli_plan_text_trace_and_search(capsys, tmp_path) -> None:
+    tr = tmp_path / "t.json"
+    assert main(["plan", "-m", GPT, "-t", "dgx-a100", "--gpus", "16", "--tp", "8", "--trace", str(tr)]) == 0
+    out = capsys.readouterr().out
+    assert "MFU" in out and "all_gather" in out and "2xdgx-a100" in out
+    assert json.loads(tr.read_text())["traceEvents"]
+    assert main(["plan", "-m", GPT, "-t", "dgx-a100", "--gpus", "8", "--global-batch", "16", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "why the first wins" in out and out.count(" tp") >= 3
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--model", "gpt9", "-t", "dgx-a100"], "unknown model preset"),
+    (["--model", GPT, "-t", "dgx-a100", "--tp", "3"], "--tp"),
+    (["--model", GPT, "-t", "2xdgx-a100", "--tp", "8", "--dp", "4"], "topology has 16"),
+    (["--model", GPT, "-t", "nosuchbox"], "--topology"),
+    (["--model", GPT, "-t", "cpu-host", "--tp", "2"], "no GPUs"),
+])
+def test_cli_bad_input_is_one_line(capsys, argv: list, msg: str) -> None:
+    assert main(["plan", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and msg in err and err.startswith("interlink plan: ")
+
+
+def test_sweep_reports_efficiency_against_linear(capsys) -> None:
+    assert main(["plan", "-m", GPT, "-t", "dgx-a100", "--sweep-gpus", "8,16", "--global-batch", "32", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["gpus"] for r in rows] == [8, 16]
+    assert rows[0]["efficiency"] == pytest.approx(1.0) and 0.5 < rows[1]["efficiency"] <= 1.01
+    assert math.isfinite(rows[1]["tokens_per_s"])
