@@ -1,0 +1,61 @@
+"""The planner against published training runs (interlink.plan.published; docs/reference.md, "Published
+training runs"): step time within 15% of every run, 10% on average; memory per GPU within 10% of
+Korthikanti 2022's Figure 1."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from interlink.plan import plan_step
+from interlink.plan.published import RUNS, memory_rows, predicted, run_plan
+
+_PLANS: dict[str, object] = {}
+
+
+def _plan(run):  # noqa: ANN001, ANN202
+    if run.id not in _PLANS:
+        _PLANS[run.id] = run_plan(run)
+    return _PLANS[run.id]
+
+
+def step_error(run) -> float:  # noqa: ANN001
+    """Relative error of the plan's step time against the published one (the published figure is a step
+    time, or a throughput: TFLOPS a GPU of the same FLOP count, so step = FLOPs / throughput)."""
+    got = predicted(run, _plan(run))
+    if run.metric == "step_s":
+        return got / run.value - 1
+    return run.value / got - 1
+
+
+def test_the_table_spans_what_the_issue_asks() -> None:
+    assert len(RUNS) >= 12
+    gpus = [r.layout.gpus for r in RUNS]
+    assert min(gpus) <= 8 and max(gpus) >= 10_000
+    machines = {re.sub(r"^\d+x", "", r.topology).split(":")[0] for r in RUNS}
+    assert {"dgx-a100", "dgx-h100"} <= machines
+    assert len({r.model for r in RUNS}) >= 10
+    assert all(r.source for r in RUNS)
+    mixes = {(r.layout.tp > 1, r.layout.pp > 1, r.layout.dp > 1, r.layout.cp > 1, r.layout.zero) for r in RUNS}
+    assert len(mixes) >= 5
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if not r.miss], ids=lambda r: r.id)
+def test_within_15_percent(run) -> None:  # noqa: ANN001
+    err = step_error(run)
+    assert abs(err) <= 0.15, f"{run.id}: plan {predicted(run, _plan(run)):.2f} vs published {run.value} ({err:+.1%})"
+
+
+def test_mean_error_within_10_percent() -> None:
+    errs = [abs(step_error(r)) for r in RUNS]
+    assert sum(errs) / len(errs) <= 0.10, errs
+
+
+@pytest.mark.parametrize("row", memory_rows(), ids=lambda r: r[0])
+def test_memory_within_10_percent_of_korthikanti(row) -> None:  # noqa: ANN001
+    name, spec, lay, topo, params_opt, acts = row
+    p = plan_step(spec, lay, topo)
+    state = p.state_gib.get("middle", p.state_gib.get("only"))
+    assert state == pytest.approx(params_opt, rel=0.10), name
+    assert p.memory_gib["activations"] == pytest.approx(acts, rel=0.10), name
