@@ -46,6 +46,11 @@ def pytest_xdist_auto_num_workers(config):
 
 os.environ["INTERLINK_PROFILE"] = os.path.join(tempfile.gettempdir(), f"interlink-tests-{os.getpid()}-none",
                                                "profile.json")
+# ranks started without INTERLINK_SECRET use this user's secret file ($XDG_CONFIG_HOME/interlink/secret): the
+# suite's goes to a private temporary directory, never the home of whoever runs the tests
+_CONFIG = os.path.join(tempfile.gettempdir(), f"interlink-tests-{os.getuid()}-config")
+os.makedirs(_CONFIG, mode=0o700, exist_ok=True)
+os.environ["XDG_CONFIG_HOME"] = _CONFIG
 
 try:
     from hypothesis import HealthCheck, settings

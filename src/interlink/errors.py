@@ -62,6 +62,11 @@ class AuthenticationError(InterlinkError):
     """A connection failed to prove it belongs to the job."""
 
 
+class RankConflictError(AuthenticationError):
+    """Two processes claimed the same rank of a job: the job cannot tell which is real, so it fails on every
+    rank (and the second claimant), naming the rank, the host and pid of each claimant."""
+
+
 class ProtocolError(InterlinkError):
     """A peer sent a malformed or oversized frame."""
 

@@ -6,9 +6,11 @@ import atexit
 import logging
 import os
 import sys
+import time
 from typing import Any, Optional, Sequence
 
-from ..errors import InterlinkError, PeerLostError
+from ..errors import CommTimeoutError, InterlinkError, PeerLostError, RankConflictError
+from ..launch.secret import job_secret
 from ..transport.wire import secret_from_env
 from .fastpath import FastPath
 from .group import Group, _Ctx, run_p2p_batch
@@ -59,8 +61,9 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, timeout: 
     from .policy import tcp_lanes
 
     tcp_lanes(1)  # a bad INTERLINK_TCP_LANES / INTERLINK_CHANNELS fails every rank here, before it joins
-    secret = secret_from_env()
-    store, server = rendezvous(r, w, env["master_addr"], int(env["master_port"]), secret, itimeout)
+    secret = job_secret(env["master_addr"], int(env["master_port"]), w, rank=r) if w > 1 else None
+    store, server = rendezvous(r, w, env["master_addr"], int(env["master_port"]), secret, itimeout,
+                               on_conflict=_on_conflict)
     return _start(r, w, store, server, secret, env["master_addr"], int(env["master_port"]), timeout, itimeout)
 
 
@@ -68,18 +71,22 @@ def init_from_store(store: Any, rank: int, world_size: int, timeout: float = 300
                     master_addr: Optional[str] = None, master_port: Optional[int] = None) -> Group:
     """Join the job through a store someone else runs (the torch.distributed backend: torch's own store;
     no second port). ``store`` offers set/get/wait/missing/add as :class:`~.store.StoreClient` does.
-    The mesh's job secret is made by rank 0 and shared through the store."""
+    The mesh's job secret: ``INTERLINK_SECRET`` when it is set (then nothing secret goes into the store);
+    else a random one that rank 0 puts in the store, which is then as safe as the store (torch's TCPStore has
+    no authentication: whoever reaches it can read it, as it can join gloo's job; docs/security.md)."""
     if _CTX is not None:
         raise RuntimeError("interlink is already initialized; call interlink.destroy() first")
     _setup_logging()
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} out of range for world_size {world_size}")
     itimeout = float(min(timeout, 120.0))
-    if rank == 0:
-        import secrets as _secrets
+    secret = secret_from_env()
+    if secret is None:
+        if rank == 0:
+            import secrets as _secrets
 
-        store.set("interlink/secret", _secrets.token_bytes(32))
-    secret = bytes(store.get("interlink/secret", timeout=itimeout))
+            store.set("interlink/secret", _secrets.token_bytes(32))
+        secret = bytes(store.get("interlink/secret", timeout=itimeout))
     addr = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
     port = int(master_port or os.environ.get("MASTER_PORT", "29500"))
     return _start(rank, world_size, store, None, secret, addr, port, timeout, itimeout)
@@ -93,8 +100,8 @@ def _start(r: int, w: int, store: Any, server: Any, secret: bytes, master_addr: 
         store_barrier(store, "init", r, w, itimeout)
     except BaseException:
         store.close()
-        if server is not None:
-            server.close()
+        if server is not None:  # after a rank conflict, the other ranks still read why from the store
+            server.close(linger=2.0 if server.conflict is not None else 0.0)
         raise
     ctx = _Ctx(r, w, engine, store, server, float(timeout))
     ctx.mesh_args = (secret, master_addr, int(master_port))  # shrink connects the survivors with these
@@ -151,6 +158,20 @@ def _abort(message: str) -> None:
     err = PeerLostError(message, op="exit", group="world", seq=0, ranks=[ctx.rank])
     ctx.broken = err
     ctx.engine.send_abort({"error": "PeerLostError", "message": message, "ranks": [ctx.rank]})
+
+
+def _on_conflict(message: str) -> None:
+    """Rank 0's store saw a second process claim a taken rank: stop the job on every rank (the store refuses
+    every request from now on, which fails the ranks still joining; the running ones get this abort)."""
+    ctx = _CTX
+    if ctx is None or ctx.broken is not None:
+        return
+    import re
+
+    m = re.match(r"rank (\d+) ", message)
+    ranks = [int(m.group(1))] if m else []
+    ctx.broken = RankConflictError(message, op="init", group="world", seq=0, ranks=ranks)
+    ctx.engine.send_abort({"error": "RankConflictError", "message": message, "ranks": ranks})
 
 
 def is_initialized() -> bool:
@@ -215,7 +236,7 @@ def destroy(group: Optional[Group] = None) -> None:
                 if ctx.rank != 0:
                     ctx.store.set(f"bye/{ctx.rank}", b"1")
                 else:
-                    ctx.store.wait([f"bye/{r}" for r in range(1, ctx.world_size)], timeout=5.0)
+                    _await_byes(ctx, 5.0)
             except InterlinkError as e:
                 log.debug("interlink: store goodbye: %s", e)
     finally:
@@ -229,6 +250,28 @@ def destroy(group: Optional[Group] = None) -> None:
 
 
 destroy_process_group = finalize = destroy
+
+
+def _await_byes(ctx: _Ctx, timeout: float) -> None:
+    """Rank 0 (host of the store) waits until every other rank is done with the store (its ``bye`` key), but
+    not for a rank whose process is gone (its control connection closed, or it aborted): a rank 0 that ends
+    normally while peers fail leaves at once instead of after ``timeout``."""
+    eng = ctx.engine
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            eng.poll_controls(0.0)
+        except Exception:  # noqa: BLE001 - an abort or EOF only marks that peer dead
+            pass
+        need = [f"bye/{r}" for r in range(1, ctx.world_size) if r not in eng.dead]
+        left = deadline - time.monotonic()
+        if not need or left <= 0:
+            return
+        try:
+            ctx.store.wait(need, min(left, 0.05))
+            return
+        except CommTimeoutError:
+            continue
 
 
 def _group(group: Optional[Group]) -> Group:

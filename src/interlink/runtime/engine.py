@@ -27,6 +27,7 @@ from ..errors import (
     CommTimeoutError,
     InterlinkError,
     PeerLostError,
+    RankConflictError,
 )
 from ..transport.base import Channel, HeaderMismatch, MsgHeader, Op, PeerClosed
 
@@ -59,6 +60,7 @@ class Aborted(Exception):
 
 
 _ERRORS = {
+    "RankConflictError": RankConflictError,
     "CollectiveMismatchError": CollectiveMismatchError,
     "CommTimeoutError": CommTimeoutError,
     "PeerLostError": PeerLostError,
@@ -99,8 +101,13 @@ class Engine:
         self._ctrl_fd = {s.fileno(): peer for peer, s in controls.items()}
         self._ctrl_buf: dict[int, bytearray] = {peer: bytearray() for peer in controls}
         self.broken: Optional[InterlinkError] = None
+        # for the flight recorder (runtime/recorder.py), read only when a dump is written: the ops of the
+        # last wait that went to sleep, and (call, round, rounds) of the executor
+        self.waiting: Optional[list[Op]] = None
+        self.at: Optional[tuple[int, int, int]] = None
         self.dead: set[int] = set()
         self.departed: set[int] = set()
+        self.pongs: dict[int, dict] = {}  # answers to this rank's last probe()
         self.closed: set[int] = set()  # peers whose control connection reached its end (the process is gone)
         # shrink's frames (runtime/shrink.py: the survivors' agreement), kept for their reader whichever loop
         # read them off the socket
@@ -141,6 +148,14 @@ class Engine:
                 self.departed.add(peer)
                 self._ctrl_fd.pop(sock.fileno(), None)
                 return
+            if info.get("type") == "ping":  # a peer timed out waiting for this rank: say what it waits for
+                waiting = [op for op in (self.waiting or ()) if not op.done]  # a finished wait is not one
+                self._send_to(peer, _frame({"type": "pong", "rank": self.rank,
+                                            "waiting": sorted({int(op.peer) for op in waiting})}))
+                continue
+            if info.get("type") == "pong":
+                self.pongs[peer] = info
+                continue
             if info.get("type") == "shrink":  # kept for runtime/shrink.py, whichever loop read it
                 self.inbox.append((peer, info))
         if eof:
@@ -182,6 +197,55 @@ class Engine:
         for p in peers:
             if p in self.departed:
                 raise PeerClosed(p, LEFT)
+
+    def probe(self, peers: Iterable[int], timeout: float = 0.5) -> dict[int, dict]:
+        """Ask ``peers`` whether they are alive (a ping on the control plane, answered by a rank that is itself
+        waiting in a call, or polling): their answers (what each waits for) within ``timeout`` seconds. A rank
+        that does not answer is stopped, hung, dead or busy outside interlink. Used when a call times out, so
+        the error blames the rank that holds the job up, not the healthy ones that wait for it too."""
+        peers = [p for p in peers if p != self.rank and p in self.controls and p not in self.dead
+                 and p not in self.departed]
+        self.pongs = {}
+        for p in peers:
+            self._send_to(p, _frame({"type": "ping", "rank": self.rank}))
+        deadline = time.monotonic() + timeout
+        while any(p not in self.pongs for p in peers) and time.monotonic() < deadline:
+            try:
+                self.poll_controls(min(0.01, max(0.0, deadline - time.monotonic())))
+            except (Aborted, PeerClosed):
+                pass
+        return {p: self.pongs[p] for p in peers if p in self.pongs}
+
+    def said_bye(self, peer: int, timeout: float = 0.05) -> bool:
+        """Whether ``peer`` left the job cleanly: its BYE read now, or within ``timeout`` (its data channel can
+        close before this rank has read the BYE that came first on the control plane)."""
+        deadline = time.monotonic() + timeout
+        while peer not in self.departed and peer not in self.dead and time.monotonic() < deadline:
+            sock = self.controls.get(peer)
+            if sock is None:
+                break
+            try:
+                select.select([sock], [], [], max(0.0, deadline - time.monotonic()))
+                self._read_control(peer)
+            except (Aborted, PeerClosed, OSError, ValueError):
+                break
+        return peer in self.departed
+
+    def _send_to(self, peer: int, data: bytes) -> None:
+        sock = self.controls.get(peer)
+        if sock is None:
+            return
+        try:
+            sock.setblocking(True)
+            sock.settimeout(0.5)
+            sock.sendall(data)
+        except OSError:
+            pass
+        finally:
+            try:
+                sock.setblocking(False)
+            except OSError:
+                pass
 
     def send_bye(self) -> None:
         self._send_all(_frame({"type": "bye", "rank": self.rank}))
@@ -340,6 +404,7 @@ class Engine:
                     self._check_lanes(more)
                     pending.extend(more)
                     continue
+            self.waiting = pending
             now = time.monotonic()
             if now > deadline:
                 raise TimeoutError(sorted({op.peer for op in pending}))
@@ -401,8 +466,14 @@ class Engine:
 
 
 def translate(exc: BaseException, *, op: str, group: str, seq: int, rank: int,
-              peers_of: Callable[[int], int] = lambda g: g) -> InterlinkError:
-    """Turn an engine exception into the typed error users see."""
+              peers_of: Callable[[int], int] = lambda g: g,
+              engine: Optional["Engine"] = None) -> InterlinkError:
+    """Turn an engine exception into the typed error users see. With the ``engine``: a timed-out call asks the
+    ranks it waits for whether they are alive (:meth:`Engine.probe`), so the error names the ones that did not
+    answer; a closed channel is read against the peer's control plane, where a BYE says it left the job."""
+    probe = engine.probe if engine is not None else None
+    if engine is not None and isinstance(exc, PeerClosed) and exc.detail != LEFT and engine.said_bye(exc.peer):
+        exc = PeerClosed(exc.peer, LEFT)
     if isinstance(exc, HeaderMismatch):
         tags = exc.expected.tag if (exc.expected.tag or exc.got.tag) else None  # shown where tags are in use
         return CollectiveMismatchError(
@@ -421,12 +492,37 @@ def translate(exc: BaseException, *, op: str, group: str, seq: int, rank: int,
     if isinstance(exc, Aborted):
         cls = _ERRORS.get(exc.info.get("error", ""), PeerLostError)
         origin = exc.info.get("origin", exc.peer)
+        if cls is RankConflictError:  # nobody failed: the job stops because a rank has two claimants
+            return cls(f"rank {origin} stopped the job: {exc.info.get('message', '?')}", op=op, group=group,
+                       seq=seq, ranks=exc.info.get("ranks") or [])
         return cls(f"rank {origin} failed and aborted the job: {exc.info.get('message', '?')}",
                    op=op, group=group, seq=seq, ranks=exc.info.get("ranks") or [origin])
     if isinstance(exc, TimeoutError) and exc.args and isinstance(exc.args[0], list):
         pending = exc.args[0]
-        return CommTimeoutError(f"rank {rank} timed out in {op} waiting for ranks {pending}",
-                                op=op, group=group, seq=seq, ranks=pending)
+        if probe is None or not pending:
+            return CommTimeoutError(f"rank {rank} timed out in {op} waiting for ranks {pending}",
+                                    op=op, group=group, seq=seq, ranks=pending)
+        t0 = time.monotonic()
+        answers: dict = {}
+        ask = list(pending)
+        for _hop in range(3):  # follow who the answering ranks wait for: the chain ends at who holds the job up
+            got = probe(ask)
+            answers.update(got)
+            ask = sorted({w for p in got for w in (got[p].get("waiting") or [])
+                          if w != rank and w not in answers and w not in pending} - set(ask))
+            if not ask:
+                break
+        asked = set(pending) | {w for p in answers for w in (answers[p].get("waiting") or []) if w != rank}
+        silent = sorted(p for p in asked if p not in answers)
+        said = []
+        if silent:
+            said.append(f"{f'rank {silent[0]}' if len(silent) == 1 else f'ranks {silent}'} did not answer within "
+                        f"{time.monotonic() - t0:.1f} s (stopped, hung, dead, or busy outside interlink)")
+        for p in sorted(answers):
+            w = answers[p].get("waiting") or []
+            said.append(f"rank {p} answered: alive" + (f", itself waiting for ranks {w}" if w else ""))
+        return CommTimeoutError(f"rank {rank} timed out in {op} waiting for ranks {pending}: " + "; ".join(said),
+                                op=op, group=group, seq=seq, ranks=silent or pending)
     if isinstance(exc, InterlinkError):
         return exc
     return InterlinkError(f"{type(exc).__name__}: {exc}", op=op, group=group, seq=seq, ranks=[rank])

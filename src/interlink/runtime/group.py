@@ -213,7 +213,7 @@ class Group:
         return int(r)
 
     def _fail(self, exc: BaseException, op: str, seq: int) -> InterlinkError:
-        err = translate(exc, op=op, group=self.name, seq=seq, rank=self.ctx.rank)
+        err = translate(exc, op=op, group=self.name, seq=seq, rank=self.ctx.rank, engine=self.ctx.engine)
         if isinstance(err, CommTimeoutError) and self.recorder:
             err.args = (err.args[0] + "\n" + self.flight_record(),)
         self.ctx.broken = err

@@ -26,11 +26,11 @@ import threading
 import time
 from typing import Any, Optional
 
-from ..errors import AuthenticationError, CommTimeoutError
+from ..errors import AuthenticationError, CommTimeoutError, RankConflictError
 from ..transport import registry
 from ..transport.base import PairSetup
 from ..transport.shm import HostPage
-from ..transport.wire import authenticate_client, authenticate_server
+from ..transport.wire import Throttled, authenticate_client, authenticate_server
 from . import policy
 from .engine import Engine
 
@@ -55,6 +55,31 @@ def host_identity() -> str:
 
 
 JOIN_REPORT_S = float(os.environ.get("INTERLINK_JOIN_REPORT_S", "10"))
+CONFLICT_KEY = "mesh/conflict"
+_REFUSALS = Throttled(log)
+
+
+def claim_rank(store: Any, rank: int) -> None:
+    """Take ``rank`` in the store (a counter per rank: the first process to add holds it) and say who holds it.
+    A second claimant raises :class:`RankConflictError` naming both and marks the job (``mesh/conflict``), which
+    the ranks waiting to join read. Needed where the store does not take ranks itself (torch's store under
+    the torch backend; interlink's own store refuses a second claimant already, at its first request)."""
+    me = f"pid {os.getpid()} on host {socket.gethostname()}"
+    n = int(store.add(f"mesh/claim/{rank}", 1))
+    if n == 1:
+        store.set(f"mesh/who/{rank}", me.encode())
+        return
+    try:
+        first = bytes(store.get(f"mesh/who/{rank}", timeout=5.0)).decode("utf-8", "replace")
+    except Exception:  # noqa: BLE001 - the first claimant may not have said who it is yet
+        first = "another process"
+    msg = (f"rank {rank} of this job was claimed twice: first by {first}, then by {me}. The job cannot tell which "
+           f"is real and stops on every rank. Was rank {rank} started twice, or is another process posing as "
+           f"rank {rank}? Start each rank once; give the job its own INTERLINK_SECRET.")
+    try:
+        store.set(CONFLICT_KEY, msg.encode())
+    finally:
+        raise RankConflictError(msg, op="init", group="world", seq=0, ranks=[rank])
 
 
 def wait_for_ranks(store: Any, prefix: str, rank: int, world: int, timeout: float) -> None:
@@ -71,6 +96,9 @@ def wait_for_ranks(store: Any, prefix: str, rank: int, world: int, timeout: floa
             missing = sorted(int(k.rsplit("/", 1)[1]) for k in store.missing(keys))
             if not missing:
                 return
+            if not store.missing([CONFLICT_KEY]):
+                msg = bytes(store.get(CONFLICT_KEY, timeout=1.0)).decode("utf-8", "replace")
+                raise RankConflictError(msg, op="init", group="world", seq=0) from None
             waited = time.monotonic() - start
             joined = world - len(missing)
             if waited >= timeout:
@@ -166,24 +194,25 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
             tcp_ls.append(tcp_l)
             tcp_l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             tcp_l.bind((ip, 0))
-            tcp_l.listen(max(16, (1 + lanes_wanted) * world))
+            tcp_l.listen(max(socket.SOMAXCONN, (1 + lanes_wanted) * world))
         unix_name = f"\0interlink-{jobtag}-{rank}-{os.getpid()}"
         unix_l = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         tcp_ls.append(unix_l)
         unix_l.bind(unix_name)
-        unix_l.listen(max(16, world))
+        unix_l.listen(max(socket.SOMAXCONN, world))
     except BaseException:
         for x in tcp_ls:
             x.close()
         raise
     tcp_ls.pop()
     nics = [[ip, tl.getsockname()[1]] for ip, tl in zip(addrs, tcp_ls)]
-    me = {"rank": rank, "host": host, "tcp": nics[0], "nics": nics, "lanes": lanes_wanted, "unix": unix_name[1:],
+    me = {"rank": rank, "pid": os.getpid(), "pidns": _pidns(), "uid": os.geteuid(), "host": host, "tcp": nics[0], "nics": nics, "lanes": lanes_wanted, "unix": unix_name[1:],
           "transport": wants, "transports": [t.name for t in table]}
     for t in table:
         extra = t.publish()
         if extra is not None:
             me.setdefault("info", {})[t.name] = extra
+    claim_rank(store, rank)
     store.set(f"mesh/{rank}", json.dumps(me).encode())
     wait_for_ranks(store, "mesh", rank, world, timeout)
     infos = [json.loads(store.get(f"mesh/{r}", timeout=timeout)) if r != rank else me for r in range(world)]
@@ -265,6 +294,8 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
             hello = json.loads(authenticate_server(conn, secret, timeout=min(policy.auth_timeout_s(), max(1.0, left)),
                                                    hello=str(rank).encode()))
             j, key = int(hello["rank"]), str(hello["purpose"])
+            if conn.family == socket.AF_UNIX:  # the kernel says who dialled: the rank's published process
+                _check_peer(conn, j, infos[j] if 0 <= j < len(infos) else {})
             with lock:
                 if (j, key) not in expected or expected[(j, key)] is not False:
                     raise AuthenticationError(f"unexpected connection {hello}")
@@ -278,7 +309,7 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
             with lock:
                 expected[(j, key)] = True
         except (AuthenticationError, ValueError, KeyError, OSError) as e:
-            log.warning("interlink: rank %d refused a connection: %s", rank, e)
+            _REFUSALS.warning("interlink: rank %d refused a connection: %s", rank, e)
             conn.close()
         except BaseException as e:  # pragma: no cover - reported by the caller
             with lock:
@@ -379,6 +410,29 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
         log.info("interlink: rank %d: %s lanes to the TCP peers (NICs here: %s)", rank,
                  "/".join(map(str, lanes_used)), ", ".join(a for a in addrs))
     return eng
+
+
+def _pidns() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:  # pragma: no cover
+        return 0
+
+
+def _check_peer(conn: socket.socket, j: int, info: dict) -> None:
+    """A Unix-socket connection that says it is rank ``j`` must come from the process rank ``j`` published
+    (its pid) and from this user (SO_PEERCRED): on one host no other process passes, secret or not."""
+    import struct
+
+    try:
+        pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return
+    if "pid" in info and info.get("pidns") == _pidns() and pid != int(info["pid"]):
+        raise AuthenticationError(f"a connection claiming to be rank {j} comes from pid {pid}, but rank {j} is pid "
+                                  f"{info['pid']}")
+    if uid != os.geteuid() and uid != int(info.get("uid", uid)):
+        raise AuthenticationError(f"a connection claiming to be rank {j} comes from uid {uid}, not this job's user")
 
 
 def _page_members(rank: int, infos: list[dict], table: tuple) -> list[int]:

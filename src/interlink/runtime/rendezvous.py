@@ -5,8 +5,11 @@ How a job meets
     Every process learns ``rank``, ``world_size`` and where rank 0 listens (``master_addr``,
     ``master_port``) from :func:`detect_env`. Rank 0 starts a :class:`StoreServer` there; every rank
     (rank 0 too) connects a :class:`StoreClient`. Every connection runs the mutual HMAC handshake of
-    :mod:`interlink.transport.wire` with the job secret (:func:`~interlink.transport.wire.secret_from_env`),
-    so a process of another job, or a port scanner, is refused without disturbing the job.
+    :mod:`interlink.transport.wire` with the job secret (:func:`~interlink.launch.secret.job_secret`:
+    ``INTERLINK_SECRET``, else a per-user secret on one host, else a refusal), so a process of another job,
+    another user or a port scanner is refused without disturbing the job. Each client names its rank, host
+    and pid in the handshake, and the store takes each rank once (a second claimant fails the job on every
+    rank: :class:`~interlink.errors.RankConflictError`).
 
 The store itself is :mod:`interlink.runtime.store`; the launchers understood are listed in
 :mod:`interlink.launch.env`.
@@ -17,12 +20,14 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import secrets
 import socket
 import time
+from typing import Callable
 
 from ..errors import CommTimeoutError
 from ..launch.env import DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT
-from ..transport.wire import secret_from_env
+from ..launch.secret import job_secret
 from .store import StoreClient, StoreServer
 
 __all__ = ["rendezvous", "store_barrier"]
@@ -45,6 +50,12 @@ def _default_bind(master_addr: str) -> str:
 _GENERATION = 0
 
 
+def client_name(rank: int, gen: int) -> str:
+    """What a rank's store client says of itself in the handshake (authenticated by its MAC): its rank, the
+    generation (init) of this process, its pid and host. The store takes each rank once by it."""
+    return f"rank {rank} gen {gen} pid {os.getpid()} host {socket.gethostname()}"
+
+
 def rendezvous(
     rank: int,
     world_size: int,
@@ -55,38 +66,41 @@ def rendezvous(
     *,
     connect_timeout: float | None = None,
     bind_addr: str | None = None,
+    on_conflict: Callable[[str], None] | None = None,
 ) -> tuple[StoreClient, StoreServer | None]:
     """Meet the other ranks: rank 0 starts the store, every rank connects a client.
 
     Returns ``(client, server)``; ``server`` is ``None`` except on rank 0, which should close it
     last (``client.close(); server.close(linger=...)``). ``secret`` defaults to
-    ``INTERLINK_SECRET`` or a secret derived from the master address, port and world size.
+    :func:`~interlink.launch.secret.job_secret` (``INTERLINK_SECRET``, else this user's secret where the
+    master is on this host, else :class:`AuthenticationError` saying what to set).
     ``bind_addr`` defaults to ``master_addr`` when that is a loopback address and to all
     interfaces otherwise. With ``world_size == 1`` the store listens on a free loopback port.
-    A busy ``master_port`` raises ``OSError(EADDRINUSE)`` naming the port.
+    A busy ``master_port`` raises ``OSError(EADDRINUSE)`` naming the port. ``on_conflict`` (rank 0) is
+    called with the message when a second process claims a rank that is taken (the runtime aborts the job).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank}")
-    if secret is None:
-        env = dict(os.environ)
-        env.update(MASTER_ADDR=str(master_addr), MASTER_PORT=str(master_port), WORLD_SIZE=str(world_size))
-        secret = secret_from_env(env)
     global _GENERATION
     _GENERATION += 1  # every init() of this process is a new generation of the job's store
     gen = _GENERATION
-    name = f"rank {rank} gen {gen}"
+    name = client_name(rank, gen)
     if world_size == 1:  # nobody else will connect: do not hold (or collide on) the job's port
+        secret = secret if secret is not None else secrets.token_bytes(32)
         server = StoreServer("127.0.0.1", 0, secret)
         try:
             return StoreClient("127.0.0.1", server.port, secret, timeout, 10.0, name=name), server
         except BaseException:
             server.close()
             raise
+    if secret is None:
+        secret = job_secret(master_addr, int(master_port), world_size, rank=rank)
     server = None
     if rank == 0:
-        server = StoreServer(bind_addr or _default_bind(master_addr), int(master_port), secret, generation=gen)
+        server = StoreServer(bind_addr or _default_bind(master_addr), int(master_port), secret, generation=gen,
+                             world_size=world_size, on_conflict=on_conflict)
     try:
         client = StoreClient(master_addr, server.port if server else int(master_port), secret, timeout,
                              connect_timeout, name=name)

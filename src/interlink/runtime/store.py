@@ -11,7 +11,16 @@ Store protocol (one request frame, one response frame, see :mod:`interlink.trans
     strings, values bytes; counters made by ``add`` are ASCII decimal, as in torch's TCPStore.
 
 The server runs one daemon thread per connection (fine to a few thousand ranks); blocking ``get`` and
-``wait`` are served with a condition variable, so they cost no polling.
+``wait`` are served with a condition variable, so they cost no polling. Connections that have not yet proved
+the secret are at most ``max_pending`` (a flood of silent connections closes the oldest of them, never holds a
+thread each); each gets ``INTERLINK_AUTH_TIMEOUT_S`` (10 s) to answer.
+
+Ranks taken once
+    A rank's client names itself in the handshake (``rank R gen G pid P host H``, inside the MAC). The first
+    process to claim a rank holds it for the life of the store; a claim of the same rank by another process
+    (another pid or host) makes the store refuse every request from then on with :class:`RankConflictError`
+    naming the rank and both claimants, so every rank of the job and the second claimant fail at their next
+    store call; ``on_conflict`` (the runtime: abort the running job on every rank) is told too.
 """
 
 from __future__ import annotations
@@ -24,13 +33,14 @@ import socket
 import struct
 import threading
 import time
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
-from ..errors import AuthenticationError, CommTimeoutError, PeerLostError, ProtocolError
+from ..errors import AuthenticationError, CommTimeoutError, PeerLostError, ProtocolError, RankConflictError
 from ..launch.env import DEFAULT_MASTER_ADDR
 from ..transport.wire import (
     DEFAULT_MAX_FRAME,
     StaleServer,
+    Throttled,
     authenticate_client,
     authenticate_server,
     recv_frame,
@@ -57,7 +67,7 @@ _OP_NAMES = {
     _NUM_KEYS: "num_keys",
 }
 # statuses
-_OK, _TIMEOUT, _ERROR = 0, 1, 2
+_OK, _TIMEOUT, _ERROR, _CONFLICT = 0, 1, 2, 3
 
 _REQ = struct.Struct("<BdI")
 _RESP = struct.Struct("<BI")
@@ -158,9 +168,12 @@ class StoreServer:
         secret: bytes = b"",
         max_frame: int = DEFAULT_MAX_FRAME,
         *,
-        auth_timeout: float = 10.0,
+        auth_timeout: float | None = None,
         backlog: int = 4096,
         generation: int | None = None,
+        world_size: int | None = None,
+        on_conflict: Callable[[str], None] | None = None,
+        max_pending: int = 64,
     ) -> None:
         if not isinstance(secret, (bytes, bytearray)):
             raise TypeError(f"secret must be bytes, got {type(secret).__name__}")
@@ -169,7 +182,18 @@ class StoreServer:
         # this store, of the previous init, is still shutting down) is answered STALE and tries again
         self.generation = generation
         self.max_frame = int(max_frame)
+        if auth_timeout is None:
+            from .policy import auth_timeout_s
+
+            auth_timeout = auth_timeout_s()
         self.auth_timeout = float(auth_timeout)
+        self.world_size = world_size
+        self.on_conflict = on_conflict
+        self.max_pending = max(1, int(max_pending))
+        self._pending: dict[socket.socket, float] = {}  # connections still in the handshake, oldest first
+        self._claims: dict[int, tuple[str, str, str]] = {}  # rank -> (pid, host, address) of its claimant
+        self.conflict: str | None = None
+        self._refusals = Throttled(log)
         self._secret = bytes(secret)
         self._data: dict[str, bytes] = {}
         self._cond = threading.Condition()
@@ -278,6 +302,16 @@ class StoreServer:
                             return
                         self._socks.add(conn)
                         self._threads.add(t)
+                        self._pending[conn] = time.monotonic()
+                        evict = None
+                        if len(self._pending) > self.max_pending:  # a flood: drop the oldest silent one
+                            evict = next(iter(self._pending))
+                            self._pending.pop(evict)
+                    if evict is not None:
+                        try:
+                            evict.shutdown(socket.SHUT_RDWR)
+                        except OSError:
+                            pass
                     t.start()
         finally:
             sel.close()
@@ -302,9 +336,13 @@ class StoreServer:
             except AuthenticationError as e:
                 # said where it happens: the side that refuses a stranger (a wrong INTERLINK_SECRET, another
                 # job on this port) is the one that can tell
-                log.warning("interlink: rank 0's rendezvous store on port %s refused a connection from %s: %s",
-                            self.port, who, e)
+                self._refusals.warning("interlink: rank 0's rendezvous store on port %s refused a connection "
+                                       "from %s: %s", self.port, who, e)
                 return
+            finally:
+                with self._cond:
+                    self._pending.pop(conn, None)
+            addr_text = who
             if hello:
                 who = f"{hello.decode('utf-8', 'replace')} ({who})"
             with self._cond:
@@ -312,6 +350,12 @@ class StoreServer:
                     return
                 self._clients += 1
                 authenticated = True
+                conflict = self._claim(hello, addr_text)
+            if conflict is not None:
+                log.error("interlink: %s", conflict)
+                if self.on_conflict is not None:
+                    threading.Thread(target=self.on_conflict, args=(conflict,), daemon=True,
+                                     name="interlink-rank-conflict").start()
             log.debug("rendezvous store: %s connected", who)
             while True:
                 try:
@@ -348,6 +392,30 @@ class StoreServer:
                     self._clients -= 1
                     self._cond.notify_all()
 
+    def _claim(self, hello: bytes, addr: str) -> str | None:
+        """With self._cond held: take the rank this client names (``rank R ... pid P host H``) for it; the
+        message of a conflict when another process holds that rank (the store refuses everything after)."""
+        words = hello.decode("utf-8", "replace").split()
+        if len(words) < 2 or words[0] != "rank":
+            return None
+        try:
+            rank = int(words[1])
+        except ValueError:
+            return None
+        field = {words[i]: words[i + 1] for i in range(2, len(words) - 1, 2)}
+        me = (field.get("pid", "?"), field.get("host", "?"), addr)
+        first = self._claims.setdefault(rank, me)
+        if first[:2] == me[:2] or self.conflict is not None:
+            return None
+        self.conflict = (
+            f"rank {rank} of this job was claimed twice: first by pid {first[0]} on host {first[1]} ({first[2]}), "
+            f"then by pid {me[0]} on host {me[1]} ({me[2]}). The job cannot tell which is real and stops on every "
+            f"rank. Was rank {rank} started twice (a launcher retry, two jobs on one MASTER_PORT), or is another "
+            f"process posing as rank {rank}? Start each rank once; give the job its own INTERLINK_SECRET "
+            f"(`interlink run` does).")
+        self._cond.notify_all()
+        return self.conflict
+
     # ---- requests
 
     def _wait_for(self, keys: list[str], timeout: float) -> list[str] | None:
@@ -355,7 +423,7 @@ class StoreServer:
         or None when the server closes."""
         deadline = time.monotonic() + timeout if math.isfinite(timeout) else None
         while True:
-            if self._closed:
+            if self._closed or self.conflict is not None:
                 return None
             missing = [k for k in keys if k not in self._data]
             if not missing:
@@ -391,6 +459,8 @@ class StoreServer:
             return _pack(_RESP.pack(_OK, len(out)), out)
 
         with self._cond:
+            if self.conflict is not None:
+                return _pack(_RESP.pack(_CONFLICT, 1), [self.conflict.encode()])
             if self._closed:
                 return None
             if op == _SET:
@@ -400,7 +470,7 @@ class StoreServer:
             if op == _GET:
                 missing = self._wait_for([strs[0]], timeout)
                 if missing is None:
-                    return None
+                    return None if self.conflict is None else _pack(_RESP.pack(_CONFLICT, 1), [self.conflict.encode()])
                 if missing:
                     return _pack(_RESP.pack(_TIMEOUT, 0), [])
                 return ok(self._data[strs[0]])
@@ -425,7 +495,7 @@ class StoreServer:
             if op == _WAIT:
                 missing = self._wait_for(strs, timeout)
                 if missing is None:
-                    return None
+                    return None if self.conflict is None else _pack(_RESP.pack(_CONFLICT, 1), [self.conflict.encode()])
                 if missing:
                     return _pack(_RESP.pack(_TIMEOUT, len(missing)), [k.encode() for k in missing])
                 return ok()
@@ -508,7 +578,7 @@ class StoreClient:
                     ) from last
                 raise PeerLostError(f"the rendezvous store at {self.address} is gone ({last})") from last
             time.sleep(min(delay, remaining))
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, 0.25)  # a refused connect is cheap: a rank that starts late is not kept waiting
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             auth_timeout = min(max(deadline - time.monotonic(), 5.0), 60.0)
@@ -594,6 +664,11 @@ class StoreClient:
         out = _unpack_fields(response, _RESP.size, n)
         if status == _ERROR:
             raise ValueError(out[0].decode("utf-8", "replace") if out else f"store {what} failed")
+        if status == _CONFLICT:
+            msg = out[0].decode("utf-8", "replace") if out else "a rank was claimed twice"
+            words = msg.split()
+            taken = [int(words[1])] if len(words) > 1 and words[0] == "rank" and words[1].isdigit() else []
+            raise RankConflictError(msg, op="init", group="world", ranks=taken)
         return status, out
 
     # ---- the API

@@ -53,6 +53,7 @@ __all__ = [
     "authenticate_server",
     "authenticate_client",
     "secret_from_env",
+    "Throttled",
 ]
 
 log = logging.getLogger("interlink")
@@ -373,28 +374,43 @@ def authenticate_client(
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
-def secret_from_env(environ: Mapping[str, str] | None = None) -> bytes:
-    """The job secret that authenticates every connection of this job.
+class Throttled:
+    """A warning said for each of the first ``burst`` events of a ``window``-second window, then once per window
+    as a count (a flood of refused connections must not flood the log: 200 strangers make at most
+    ``burst`` lines and a summary, never one line each)."""
 
-    ``INTERLINK_SECRET`` is used when set: an even-length hex string is decoded, any other text is
-    taken as UTF-8 bytes. Without it a deterministic secret is derived from ``MASTER_ADDR``,
-    ``MASTER_PORT`` and ``WORLD_SIZE`` and a warning is logged: every rank of the job agrees on it,
-    but so can anyone who knows those values, so the job is only protected against accidents
-    (a stray process of another job), not against an attacker.
-    """
+    def __init__(self, logger: logging.Logger, burst: int = 5, window: float = 60.0) -> None:
+        self.log, self.burst, self.window = logger, int(burst), float(window)
+        self._start = -1e18
+        self._said = 0
+        self._held = 0
+        self._last = ""
+
+    def warning(self, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._start >= self.window:
+            if self._held:
+                self.log.warning("%d more like this in the last %.0f s, not shown (the last: %s)",
+                                 self._held, now - self._start, self._last)
+            self._start, self._said, self._held = now, 0, 0
+        if self._said < self.burst:
+            self._said += 1
+            self.log.warning(msg + (" (further ones this minute are counted, not shown)"
+                                    if self._said == self.burst else ""), *args)
+        else:
+            self._held += 1
+            self._last = msg % args if args else msg
+
+
+def secret_from_env(environ: Mapping[str, str] | None = None) -> bytes | None:
+    """``INTERLINK_SECRET`` as bytes (an even-length hex string decoded, any other text as UTF-8), or ``None``
+    when it is not set. Where no secret is set, :func:`interlink.launch.secret.job_secret` decides (a per-user
+    secret on one host; across hosts a refusal that says what to set): never a secret derived from public
+    values unless asked for."""
     env = os.environ if environ is None else environ
     raw = env.get("INTERLINK_SECRET")
-    if raw:
-        if len(raw) % 2 == 0 and set(raw) <= _HEX:
-            return bytes.fromhex(raw)
-        return raw.encode("utf-8")
-    addr = env.get("MASTER_ADDR", "")
-    port = env.get("MASTER_PORT", "")
-    world = env.get("WORLD_SIZE", "")
-    log.warning(
-        "INTERLINK_SECRET is not set: using a secret derived from MASTER_ADDR/MASTER_PORT/"
-        "WORLD_SIZE, so this job is not protected by a launcher secret (any process that can "
-        "reach the master port and knows these values can join). `interlink run` sets one; "
-        "or export INTERLINK_SECRET to the same random value on every rank."
-    )
-    return hashlib.sha256(f"interlink-job-secret\0{addr}\0{port}\0{world}".encode()).digest()
+    if not raw:
+        return None
+    if len(raw) % 2 == 0 and set(raw) <= _HEX:
+        return bytes.fromhex(raw)
+    return raw.encode("utf-8")
