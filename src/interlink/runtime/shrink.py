@@ -65,7 +65,7 @@ class _Wire:
         self.peers = [m for m in members if m != ctx.rank]
         self.epoch = epoch
         self.got: dict[tuple[str, int], dict] = {}
-        self.failed: Optional[tuple[int, str]] = None  # (peer, why): a peer gave this attempt up
+        self.failed: Optional[tuple[int, dict]] = None  # (peer, its "fail" frame): a peer gave this attempt up
         self.lost: set[int] = set()
         self._note_lost()
         self._take()
@@ -108,7 +108,7 @@ class _Wire:
                 kind = str(info.get("kind"))
                 if kind == "fail":
                     if self.failed is None:
-                        self.failed = (peer, str(info.get("message", "?")))
+                        self.failed = (peer, info)
                 elif kind == "kv":
                     self.got[(f"kv:{info.get('key')}", peer)] = info
                 else:
@@ -145,15 +145,19 @@ class _Wire:
                 self.lost.add(p)
         self._take()
 
-    def give_up(self, message: str) -> None:
-        """Tell every live peer that this attempt failed here (they raise too instead of waiting)."""
-        self.send(self.peers, "fail", message=message)
+    def give_up(self, err: BaseException) -> None:
+        """Tell every live peer that this attempt failed here and why (they raise the same instead of waiting)."""
+        msg = getattr(err, "message", None) or str(err) or type(err).__name__
+        self.send(self.peers, "fail", message=msg.splitlines()[0], error=type(err).__name__,
+                  ranks=list(getattr(err, "ranks", ()) or ()))
 
     def check_failed(self, op: str, group: str) -> None:
         if self.failed is not None:
-            peer, why = self.failed
-            raise PeerLostError(f"rank {self.me}: rank {peer} gave up the shrink: {why}", op=op, group=group,
-                                seq=self.epoch, ranks=[peer])
+            peer, info = self.failed
+            cls = {"CommTimeoutError": CommTimeoutError, "PeerLostError": PeerLostError}.get(info.get("error"),
+                                                                                          InterlinkError)
+            raise cls(f"rank {self.me}: rank {peer} gave the {op} up: {info.get('message', '?')}", op=op, group=group,
+                      seq=self.epoch, ranks=info.get("ranks") or [peer])
 
 
 def _drain(ctx: Any, deadline: float, op: str, group: str) -> None:
@@ -184,7 +188,7 @@ def agree(ctx: Any, members: Sequence[int], exclude: Optional[Iterable[int]], ti
     try:
         return _agree(wire, members, exclude, deadline, timeout, group, op), wire
     except BaseException as e:
-        wire.give_up(str(e).splitlines()[0] if str(e) else type(e).__name__)
+        wire.give_up(e)
         raise
 
 
@@ -408,14 +412,14 @@ def shrink(group: Any, exclude: Optional[Iterable[int]] = None, timeout: Optiona
             engine.close()
             raise
     except BaseException as e:
-        wire.give_up(str(e).splitlines()[0] if str(e) else type(e).__name__)
+        wire.give_up(e)
         raise
     new.runner = Runner(lambda jobs: run_p2p_batch(new, jobs))
     g = Group(new, range(n), "world")
     g.parent_ranks = tuple(group.ranks.index(m) for m in survivors)  # each new rank's rank in the old group
     g.lost = tuple(group.ranks.index(m) for m in lost)  # the old group's ranks that were left out
     if whole:
-        _retire(ctx, group.name)
+        _retire(ctx, group)
         from . import api
 
         if api._CTX is ctx:  # the module-level calls go to the survivors' world from now on
@@ -425,11 +429,15 @@ def shrink(group: Any, exclude: Optional[Iterable[int]] = None, timeout: Optiona
     return g
 
 
-def _retire(ctx: Any, name: str) -> None:
+def _retire(ctx: Any, group: Any) -> None:
     """Close the old communicator of a shrunk world: nothing of it stays open (runner thread, channels and
-    their mappings, control sockets, store client and server)."""
+    their mappings, control sockets, store client and server; the host page goes with the last reference to
+    the old fast path, which the old group drops here)."""
+    name = group.name
     ctx.broken = InterlinkError(f"the communicator of {name} was shrunk: use the group shrink returned",
                                 op="shrink", group=name, seq=0)
+    group._fast = None
+    group._fk = tuple(None for _ in group._fk)
     try:
         ctx.runner.stop()
     except Exception:  # pragma: no cover - best effort
