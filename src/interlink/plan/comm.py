@@ -9,9 +9,8 @@ per host, their local indices, whether hosts are consecutive. Sizes are rounded 
 the cache.
 
 Concurrency: groups of one kind run at the same time. On the presets every GPU has its own NIC, so the
-concurrent groups of a kind leave a host through different NICs; where a NIC is shared by ranks of
-several concurrent groups that cross hosts, the group's network time is multiplied by that sharing
-(:meth:`Pricer.nic_sharing`).
+concurrent groups of a kind leave a host through different NICs and do not share links; a topology whose
+GPUs share NICs would slow concurrent groups that this price does not see (docs/plan.md, "Limits").
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from ..model import predict
 from ..model.params import Params, default_params
@@ -110,14 +109,3 @@ class Pricer:
         out = Priced(collective, n, nb, p.time_us * 1e-6, p.algorithm, p.protocol, p.busbw_gbps)
         self._cache[key] = out
         return out
-
-    def nic_sharing(self, groups: Sequence[Sequence[int]]) -> float:
-        """How many concurrent groups that cross hosts send through one NIC, at most (1 on the presets)."""
-        users: dict[Any, set[int]] = {}
-        for gi, g in enumerate(groups):
-            if len({self.topo.host_of(int(r)) for r in g}) < 2:
-                continue
-            for r in g:
-                users.setdefault(self.topo.nic_for(int(r)), set()).add(gi)
-        users.pop(None, None)
-        return float(max((len(v) for v in users.values()), default=1))

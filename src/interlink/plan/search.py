@@ -3,7 +3,8 @@
 Layouts: tensor parallelism up to the GPUs of a host (dividing the heads), pipeline stages (powers of
 two and divisors of the layers), context parallelism for sequences of 16K tokens and more, expert
 parallelism for mixtures of experts, the data parallelism that fills N, micro-batches 1-8, interleaving
-1/2/4/8, ZeRO 1 and 3, recomputation none/selective/full; sequence parallelism whenever tp > 1.
+1/2/4/8, ZeRO 1 and 3, recomputation none/selective/full (selective only with standard attention: flash
+attention stores no scores, so selective recomputation saves nothing); sequence parallelism whenever tp > 1.
 
 Pricing every layout's collectives is the slow part, so the search first prices each layout with its
 communication free (compute, bubble, optimizer: a lower bound of its step), drops those whose memory
@@ -76,6 +77,8 @@ def layouts(model: Model, gpus: int, *, gpus_per_host: int = 8, global_batch: in
                                 continue
                             for z in ([fixed["zero"]] if "zero" in fixed else zero):
                                 for rc in ([fixed["recompute"]] if "recompute" in fixed else recompute):
+                                    if rc == "selective" and model.attention == "flash" and "recompute" not in fixed:
+                                        continue  # flash attention stores no scores: selective = none, slower
                                     lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=tp > 1, zero=z,
                                                  recompute=rc, micro_batch=mb, global_batch=seqs,
                                                  virtual_stages=v, dtype=dtype)

@@ -231,12 +231,18 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         add("fsdp", rs, n, fsdp_b * n)
 
     # ---- a stage: its layers and (last stage) the logits ------------------------------------------
+    # layers per stage: ceil(L / p) each; where p x ceil(L / p) > L the last stage (it holds the logits),
+    # then the first (the embedding), then the ones after it hold one layer less (Llama 3 paper, 3.3.2)
     per_stage = math.ceil(model.layers / pp)
-    last_layers = model.layers // pp if pp > 1 else model.layers
+    short = pp * per_stage - model.layers
+    layers_of = [per_stage] * pp
+    for k in ([pp - 1, 0] + list(range(1, pp - 1)))[:short]:
+        layers_of[k] -= 1
+    last_layers = layers_of[-1]
     f_layer = t_layer_f + comm_layer_f + fsdp_f
     b_layer = t_layer_b + comm_layer_b + fsdp_b
-    t_f = max(per_stage * f_layer, last_layers * f_layer + logits)
-    t_b = max(per_stage * b_layer, last_layers * b_layer + 2 * logits)
+    t_f = max(max(layers_of[:-1] or [0]) * f_layer, last_layers * f_layer + logits)
+    t_b = max(max(layers_of[:-1] or [0]) * b_layer, last_layers * b_layer + 2 * logits)
 
     # ---- pipeline: 1F1B (interleaved: v chunks) and the sends between stages ----------------------
     t_p2p = 0.0
@@ -305,29 +311,31 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
 
     # ---- memory per GPU -----------------------------------------------------------------------------
     wb, gb_, ob = bytes_per_param(L.zero, len(dpcp))
-    emb_all = model.embedding_params() / tp * (1 if model.tied else 2)
-    mem_params = model.layers * lp + emb_all if pp == 1 else \
-        max(per_stage, last_layers) * lp + model.embedding_params() / tp
-    act_layer = model.activation_bytes(b, tp, sp, L.recompute, cp)
-    inflight = min(m, pp)
-    inter = 1.0 + (pp - 1) / (pp * v) if v > 1 else 1.0
-    acts = act_layer * per_stage * inflight * inter
-    if L.recompute == "full":
-        # the layer being recomputed holds its full activations once
-        acts += model.activation_bytes(b, tp, sp, "none", cp)
-    if pp == 1:
-        acts += ELEMENTWISE_LOGITS / 2 * s * b * model.vocab / tp / cp  # fp32 logits
-    memory = {"weights": mem_params * wb / GIB, "gradients": mem_params * gb_ / GIB,
-              "optimizer": mem_params * ob / GIB, "activations": acts / GIB}
-    if L.zero == 3:
-        memory["weights"] += 2 * 2 * lp / GIB  # the gathered layer and the one prefetched
-    memory["total"] = sum(memory.values())
-    state = (wb + gb_ + ob) / GIB  # weights + gradients + optimizer, GiB a parameter
     emb = model.embedding_params() / tp
-    stages = {"first": (per_stage * lp + emb) * state,
-              "middle": (per_stage * lp if pp > 2 else per_stage * lp + emb) * state,
-              "last": (last_layers * lp + emb) * state} if pp > 1 else {"only": (model.layers * lp + emb * (
-                  1 if model.tied else 2)) * state}
+    act_layer = model.activation_bytes(b, tp, sp, L.recompute, cp)
+    inter = 1.0 + (pp - 1) / (pp * v) if v > 1 else 1.0
+    extra = model.activation_bytes(b, tp, sp, "none", cp) if L.recompute == "full" else 0.0  # the layer recomputed
+    logits_mem = ELEMENTWISE_LOGITS / 2 * s * b * model.vocab / tp / cp  # fp32 logits, on the last stage
+    state = wb + gb_ + ob  # bytes a parameter: weights + gradients + optimizer
+    z3 = 2 * 2 * lp if L.zero == 3 else 0.0  # ZeRO-3: the gathered layer and the one prefetched
+    best = None
+    for k in range(pp):
+        # stage k holds the activations of min(m, p - k) micro-batches in flight (1F1B; Narayanan 2021, 2.2.1)
+        nparams = layers_of[k] * lp + (emb if k == 0 else 0.0) + (emb if k == pp - 1 and (pp > 1 or not model.tied)
+                                                                 else 0.0)
+        acts = act_layer * layers_of[k] * min(m, pp - k) * inter + extra + (logits_mem if k == pp - 1 else 0.0)
+        total = nparams * state + z3 + acts
+        if best is None or total > best[0]:
+            best = (total, nparams, acts)
+    _, mem_params, acts = best
+    memory = {"weights": (mem_params * wb + z3) / GIB, "gradients": mem_params * gb_ / GIB,
+              "optimizer": mem_params * ob / GIB, "activations": acts / GIB}
+    memory["total"] = sum(memory.values())
+    gib = state / GIB
+    stages = {"first": (layers_of[0] * lp + emb) * gib, "middle": layers_of[pp // 2] * lp * gib,
+              "last": (last_layers * lp + emb) * gib} if pp > 2 else \
+        {"only": (model.layers * lp + emb * (1 if model.tied else 2)) * gib} if pp == 1 else \
+        {"first": (layers_of[0] * lp + emb) * gib, "last": (last_layers * lp + emb) * gib}
     fits = memory["total"] <= gpu.memory_gib
 
     # ---- results ------------------------------------------------------------------------------------
