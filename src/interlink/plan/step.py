@@ -53,6 +53,8 @@ ELEMENTWISE_F = {"gelu": 4.0, "swiglu": 6.0}
 #: ... per element of the attention scores (heads x s x s x b) without fused attention: scale-mask-softmax
 #: reads and writes 2 B (4), dropout reads 2, writes 2 and a 1-byte mask (5)
 ELEMENTWISE_SCORES = 9.0
+#: ... per element an fp8 GEMM reads: the cast of its 16-bit input (read 2 B, write 1 B)
+FP8_CAST = 3.0
 #: ... per element of the logits (s x b x vocab): fp32 softmax cross-entropy, read and write (8)
 ELEMENTWISE_LOGITS = 8.0
 
@@ -145,7 +147,10 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     ew_sc = ELEMENTWISE_SCORES * model.heads * s * s * b / tp / cp if model.attention == "standard" else 0.0
     t_gemm = gemm / gemm_rate
     t_attn = attn / attn_rate * model.attention_share  # flash attention skips what the causal mask hides
-    t_ew = (ew_h + ew_f + ew_sc) / hbm
+    # fp8 GEMMs: each GEMM's activation input is cast to fp8 first (read 2 B, write 1 B; Transformer Engine):
+    # the inputs of QKV, the output projection and the two MLP GEMMs
+    ew_cast = FP8_CAST * s * b * (3 * h + model.f * model.top_k) / tp / cp if L.dtype == "fp8" else 0.0
+    t_ew = (ew_h + ew_f + ew_sc + ew_cast) / hbm
     t_layer_f = t_gemm + t_attn + t_ew
     t_layer_b = 2.0 * t_layer_f
     if L.recompute == "full":
