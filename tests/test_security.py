@@ -217,6 +217,41 @@ def test_a_rank_without_the_secret_never_completes_a_collective(tmp_path):
         assert o["results"] == [[7.0] * 5]
 
 
+def test_a_stranger_beside_interlink_run_is_refused(tmp_path):
+    """Under `interlink run` (a fresh INTERLINK_SECRET per job) a process started by hand with the job's
+    variables but not its secret is refused; the job's results stay right."""
+    job = tmp_path / "runjob.py"
+    job.write_text(textwrap.dedent("""
+        import os, sys, time
+        import numpy as np
+        import interlink as d
+        d.init()
+        print("PORT", os.environ["MASTER_PORT"], flush=True)
+        for i in range(30):
+            x = np.full(3, float(d.get_rank() + 1))
+            d.all_reduce(x)
+            assert x.tolist() == [3.0] * 3, x
+            time.sleep(0.1)
+        print("DONE", flush=True)
+        d.destroy()
+    """))
+    env = {k: v for k, v in os.environ.items() if k not in ("INTERLINK_SECRET", "RANK", "WORLD_SIZE")}
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    run = subprocess.Popen([sys.executable, "-m", "interlink.cli.main", "run", "-n", "2", str(job)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    port = None
+    for line in run.stdout:  # type: ignore[union-attr]
+        if "PORT" in line:
+            port = int(line.split("PORT")[1].split()[0])
+            break
+    assert port
+    fake = _start(tmp_path, 1, 2, port, 1000.0, 1, 0.0, JOB_INIT_TIMEOUT="5")
+    o = _out(fake)
+    assert o.get("error") == "AuthenticationError" and not o["results"], o
+    rest = run.communicate(timeout=60)[0]
+    assert run.returncode == 0 and rest.count("DONE") == 2, rest
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a process of another user")
 def test_another_users_process_cannot_join(tmp_path):
     """A process of another user (uid 65534) with no secret of its own: it cannot read this user's secret file,
