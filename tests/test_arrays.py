@@ -218,6 +218,9 @@ def test_torch_bfloat16_without_ml_dtypes_is_raw_uint16(monkeypatch) -> None:
     assert v.tolist() == [0x3F80, 0xC000]  # the raw bfloat16 bits
     v[0] = 0x4000  # 2.0
     assert t[0].item() == 2.0
+    # to reduce: the same bits, as the dtype the reductions widen to float32 and round back (ops.BFLOAT16_RAW)
+    r = as_flat(t, reducing=True)
+    assert r.dtype == arrays.BFLOAT16_RAW and r.view(np.uint16).tolist() == [0x4000, 0xC000]
 
 
 @needs_torch

@@ -344,3 +344,36 @@ def test_bfloat16_sum_and_friends() -> None:
     np.testing.assert_array_equal(d.astype(np.float32), got.astype(np.float32))
     np.testing.assert_array_equal(numpy_reduce(ReduceOp.MAX, xs).astype(np.float32), [2.5, 4.0, 0.5, 256.0])
     np.testing.assert_array_equal(numpy_reduce(ReduceOp.AVG, xs).astype(np.float32), [2.0, 1.0, 0.375, 128.0])
+
+
+# ---- bfloat16 without ml_dtypes: raw values, widened to float32 and rounded back ----------------------
+
+
+def test_bfloat16_raw_reductions_round_as_torch() -> None:
+    torch = pytest.importorskip("torch")
+    from interlink.ops import BFLOAT16_RAW, ufunc
+
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(20000, generator=gen) * 100).bfloat16()
+    y = (torch.randn(20000, generator=gen) * 100).bfloat16()
+    # the edges: overflow to inf, inf - inf, NaN, subnormals, ties that round to even
+    x[:6] = torch.tensor([3.3e38, float("inf"), float("nan"), 1e-39, 1.0, 256.0])
+    y[:6] = torch.tensor([3.3e38, -float("inf"), 1.0, 1e-39, 2 ** -8, 1.0])
+
+    def raw(t):
+        return t.view(torch.int16).numpy().view(BFLOAT16_RAW)
+
+    def back(a):
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+
+    for op, ref in ((ReduceOp.SUM, torch.add), (ReduceOp.PRODUCT, torch.mul), (ReduceOp.MAX, torch.maximum),
+                    (ReduceOp.MIN, torch.minimum)):
+        out = np.empty(x.numel(), dtype=BFLOAT16_RAW)
+        ufunc(op, BFLOAT16_RAW)(raw(x), raw(y), out)
+        got, want = back(out), ref(x, y)
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num()), op
+    a = raw(x).copy()
+    finish_avg(a, 3)
+    got, want = back(a), x / 3
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())
+    assert dtype_kind(BFLOAT16_RAW) == "float" and ReduceOp.BAND not in ops_for_dtype(BFLOAT16_RAW)

@@ -11,6 +11,9 @@ from typing import Any
 
 import numpy as np
 
+#: a torch bfloat16 tensor's values to reduce where ml_dtypes is absent (the same dtype as ops.BFLOAT16_RAW)
+BFLOAT16_RAW = np.dtype("V2")
+
 
 def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "is_contiguous") and hasattr(x, "dtype")
@@ -72,12 +75,13 @@ def as_flat(x: Any, name: str = "tensor", writable: bool = True, reducing: bool 
             raise ValueError(f"{name} is a leaf tensor that requires grad; pass tensor.detach() or use torch.no_grad()")
         t = x.detach()
         if t.dtype == torch.bfloat16:
+            # numpy has no bfloat16: ml_dtypes' where it is installed, else the raw values, which the
+            # reductions widen to float32 and round back as torch does (ops.BFLOAT16_RAW)
             bf = _bfloat16_np()
             raw = _torch_view(t.view(torch.int16), np.dtype(np.int16))
-            if bf is None and reducing:
-                raise TypeError(f"{name} is bfloat16: reductions on bfloat16 need ml_dtypes "
-                                f"(pip install ml_dtypes); moving it (broadcast, gather, ...) works without")
-            return raw.view(bf) if bf is not None else raw.view(np.uint16)
+            if bf is None:
+                return raw.view(BFLOAT16_RAW) if reducing else raw.view(np.uint16)
+            return raw.view(bf)
         dt = _TORCH_NP.get(t.dtype)
         if dt is None:
             try:

@@ -215,6 +215,21 @@ def _scaled(t: Any, factor: Any) -> Any:
     return t.mul(factor.to(t.device) if hasattr(factor, "to") else factor).to(t.dtype)
 
 
+def _dense(tensors: list) -> tuple[list, Any]:
+    """Contiguous stand-ins for non-contiguous tensors (gloo accepts those): the tensors to hand interlink,
+    and a function that copies the results back (None when every tensor is contiguous already)."""
+    if all(t.is_contiguous() for t in tensors):
+        return tensors, None
+    dense = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+
+    def back() -> None:
+        for t, d in zip(tensors, dense):
+            if d is not t:
+                t.copy_(d)
+
+    return dense, back
+
+
 def _async(opts: Any) -> bool:
     """Whether the caller may overlap this call: torch sets ``asyncOp`` from ``async_op`` (False: it waits
     at once, so the call runs inline, no thread hop); C++ callers (DDP's reducer, functional
@@ -412,7 +427,9 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
         if factor is not None:
             for t in tensors:  # the output overwrites it: pre-multiply in place
                 t.copy_(_scaled(t, factor))
-        return self._go(opts, tensors, [lambda a, t=t: self.g.all_reduce(t, op, a, timeout=to) for t in tensors])
+        dense, back = _dense(tensors)
+        return self._go(opts, tensors, [lambda a, t=t: self.g.all_reduce(t, op, a, timeout=to) for t in dense],
+                        back, dense)
 
     def allreduce_coalesced(self, tensors: list, opts: Any = None) -> Any:
         """One all_reduce of the tensors packed together (as gloo does), unpacked when it is done."""
@@ -448,10 +465,40 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
         import torch
 
         op, factor = _op(opts)
+        if any(len({t.numel() for t in ins}) > 1 for ins in input_lists):
+            return self._reduce_scatter_uneven(outputs, input_lists, op, factor, opts)
         flats = [_scaled(torch.cat([t.reshape(-1) for t in ins]), factor) for ins in input_lists]
         return self._go(opts, outputs, [lambda a, o=o, i=i: self.g.reduce_scatter_tensor(o, i, op, a,
                                                                                           timeout=_timeout(opts))
                                         for o, i in zip(outputs, flats)], keep=flats)
+
+    def _reduce_scatter_uneven(self, outputs: list, input_lists: list, op: str, factor: Any, opts: Any) -> Any:
+        """torch's list form with blocks of different sizes (rank k's output has input_list[k]'s size), as
+        gloo takes it: each block padded to the largest, one reduce_scatter of the padded blocks, each rank
+        keeps its block's first elements (a padded element is reduced with padding only, never read)."""
+        import torch
+
+        me, pads, outs = self.g.rank, [], []
+        for o, ins in zip(outputs, input_lists):
+            if len(ins) != self.g.size:
+                raise ValueError(f"interlink backend: reduce_scatter takes {self.g.size} inputs, got {len(ins)}")
+            if o.numel() != ins[me].numel():
+                raise ValueError(f"interlink backend: reduce_scatter: rank {me}'s output has {o.numel()} elements, "
+                                 f"its input block {ins[me].numel()}")
+            m = max(t.numel() for t in ins)
+            pad = torch.zeros(m * len(ins), dtype=o.dtype, device=o.device)
+            for k, t in enumerate(ins):
+                pad[k * m:k * m + t.numel()] = t.reshape(-1)
+            pads.append(_scaled(pad, factor))
+            outs.append(torch.empty(m, dtype=o.dtype, device=o.device))
+
+        def unpack() -> None:
+            for o, b in zip(outputs, outs):
+                o.copy_(b[:o.numel()].view(o.shape))
+
+        return self._go(opts, outputs, [lambda a, o=o, i=i: self.g.reduce_scatter_tensor(o, i, op, a,
+                                                                                          timeout=_timeout(opts))
+                                        for o, i in zip(outs, pads)], unpack, (pads, outs))
 
     def reduce_scatter_single(self, output: Any, input: Any, opts: Any = None) -> Any:
         return self.reduce_scatter_single_coalesced([output], [input], opts)
@@ -470,12 +517,17 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
     # ---- moves --------------------------------------------------------------------------------
     def broadcast(self, tensors: list, opts: Any = None) -> Any:
         root = int(opts.rootRank)
+        dense, back = _dense(tensors)
         return self._go(opts, tensors, [lambda a, t=t: self.g.broadcast(t, root, a, timeout=_timeout(opts))
-                                        for t in tensors])
+                                        for t in dense], back, dense)
 
     def allgather(self, output_lists: list, inputs: list, opts: Any = None) -> Any:
-        return self._go(opts, output_lists, [lambda a, o=o, t=t: self.g.all_gather(o, t, a, timeout=_timeout(opts))
-                                             for o, t in zip(output_lists, inputs)])
+        dense = [_dense(o) for o in output_lists]
+        backs = [b for _, b in dense if b is not None]
+        ins = [t.contiguous() for t in inputs]
+        return self._go(opts, output_lists, [lambda a, o=o[0], t=t: self.g.all_gather(o, t, a, timeout=_timeout(opts))
+                                             for o, t in zip(dense, ins)],
+                        (lambda: [b() for b in backs]) if backs else None, (dense, ins))
 
     allgather_coalesced = allgather
 

@@ -254,7 +254,7 @@ def expected_output(collective: str, *, rank: int, nranks: int, count: int, dtyp
 
     def reduced(offset: int, n: int) -> np.ndarray:
         acc = inp(0, offset, n).copy()
-        f = ufunc(rop)
+        f = ufunc(rop, dt)
         for r in range(1, p):
             f(acc, inp(r, offset, n), out=acc)
         if rop is ReduceOp.AVG:

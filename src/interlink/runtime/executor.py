@@ -134,7 +134,7 @@ def aliasing(schedule: Schedule, rank: int, alias: Optional[int]
 
 
 def make_reducer(op: ReduceOp, dtype: np.dtype) -> Callable[[np.ndarray, np.ndarray], None]:
-    fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op)
+    fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op, dtype)
 
     def reduce(dst: np.ndarray, src: np.ndarray) -> None:
         d = dst.view(dtype)
@@ -160,7 +160,7 @@ class Plan:
         self.avg = averages(schedule, rank, op)
         self.nranks = schedule.nranks
         self.reducer = make_reducer(op, dtype)
-        self.ufunc = ufunc(ReduceOp.SUM if self.avg else op)
+        self.ufunc = ufunc(ReduceOp.SUM if self.avg else op, dtype)
         self.scratch = schedule.buffers.get("scratch", 0)
         self.copy_input, space, overlaps = aliasing(schedule, rank, alias)
         isz = dtype.itemsize

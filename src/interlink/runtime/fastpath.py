@@ -510,7 +510,7 @@ class FastPath:
         sc.stream = streams
         places = [(pos & 1, (pos >> 1) * stride) for pos in range(sc.npos)]
         if kind in (AR, RS):
-            sc.fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op)
+            sc.fn = ufunc(ReduceOp.SUM if op is ReduceOp.AVG else op, dt)
             sc.avg = op is ReduceOp.AVG
         sc.block = count // self.n
         if not inline:  # run step by step from the Schedule (runtime/pageplan.py)
