@@ -48,23 +48,25 @@ GPUS: dict[str, tuple[float, float, float, str]] = {
 #: matrix multiplications, one for memory-bound kernels; both apply to every model shape (the shape enters
 #: through the memory-bound kernels, whose bytes grow as s b h where the FLOPs grow as s b h^2).
 COMPUTE_PARAMS: dict[str, tuple[float, str]] = {
-    # Narayanan et al. 2021, Figure 17 and section 5.9: a 145B GPT layer on A100 runs its GEMMs at about
-    # 70% of the 312 TFLOPS peak in end-to-end training (163 TFLOPS a GPU with recomputation at 52%, with
-    # the pipeline bubble and communication around it)
-    "gemm.a100": (0.70, "A100 training GEMMs: ~218 of 312 TFLOPS (Narayanan 2021, 52% of peak end to end at "
-                        "1T parameters with a 12% pipeline bubble and exposed tensor-parallel all-reduces)"),
+    # A100: Narayanan 2021's 1T row runs at 52% of peak end to end (163 of 312 TFLOPS, counting recomputation)
+    # with a 1F1B bubble of 63 / 512 stage times (12%) and exposed tensor-parallel all-reduces (~5%) around its
+    # GEMMs: 0.52 / 0.88 / 0.95 / (GEMMs' share of the rest) ~ 0.70. Set from that one row; the other A100
+    # rows of tests/test_plan_published.py are predictions from it
+    "gemm.a100": (0.70, "derived from Narayanan 2021 Table 1's 1T row (52% of peak with a 12% bubble): ~218 of 312 "
+                        "TFLOPS in the GEMMs"),
     "gemm.a800": (0.70, "as A100"),
-    # H100: training GEMMs at 60-65% of the dense peak (Megatron-LM README: 47% MFU end to end for the largest
-    # weak-scaling models on H100, with bubble and communication around it)
-    "gemm.h100": (0.62, "H100 training GEMMs: ~610 of 989 TFLOPS (Megatron-LM README, weak scaling on H100: "
-                        "47% MFU end to end)"),
+    # H100: the Megatron-LM README's weak scaling on H100 reaches 47% MFU at its largest model; GEMMs take
+    # about three quarters of such a step in plans (the rest: communication, bubble, memory-bound kernels):
+    # 0.47 / 0.76 ~ 0.62. The Llama 3 and Megatron-Bridge rows are predictions from it
+    "gemm.h100": (0.62, "derived from the Megatron-LM README (47% MFU end to end on H100, largest weak-scaling "
+                        "model): ~610 of 989 TFLOPS in the GEMMs"),
     "gemm.h800": (0.62, "as H100"),
-    "gemm.h200": (0.64, "H100's with faster HBM"),
-    "gemm.b200": (0.60, "estimate: Blackwell training GEMMs at H100's fraction"),
+    "gemm.h200": (0.62, "as H100 (the same SMs; faster HBM enters through the memory-bound kernels)"),
+    "gemm.b200": (0.60, "estimate: Blackwell training GEMMs at about H100's fraction (no published row checked)"),
     "gemm.default": (0.60, "estimate for an unknown GPU"),
-    # memory-bound kernels (layer norm, dropout, residual adds, activation functions, softmax) stream at
-    # about 80% of the datasheet HBM bandwidth (STREAM-like kernels on A100/H100 reach 80-90%)
-    "hbm": (0.80, "memory-bound kernels at 80% of the HBM datasheet bandwidth (STREAM-like copy on A100/H100)"),
+    # memory-bound kernels (layer norm, dropout, residual adds, activation functions, softmax, fp8 casts)
+    "hbm": (0.80, "estimate: streaming kernels at 80% of the HBM datasheet bandwidth (STREAM-like copies reach "
+                  "80-90% on A100 and H100)"),
 }
 
 
