@@ -52,14 +52,14 @@ def timing() -> None:
     p = plan_step("llama3-405b", lay, ctx)
     t_plan = time.perf_counter() - t
     t = time.perf_counter()
-    plan_step("llama3-405b", lay.with_(micro_batch=2), ctx)
+    plan_step("llama3-405b", lay.with_(virtual_stages=1, micro_batch=2), ctx)
     t_plan2 = time.perf_counter() - t
     t = time.perf_counter()
     r = search("llama3-405b", 16384, ctx, global_batch=2048)
     t_search = time.perf_counter() - t
     print(f"topology 2048xdgx-h100 built: {t_topo:.1f} s")
     print(f"one plan (405B, tp8 pp16 dp128 v7, cold price cache): {t_plan:.2f} s -> {p.step_s:.2f} s/step, MFU {p.mfu:.1%}")
-    print(f"one more plan on the same cluster (another micro-batch): {t_plan2:.2f} s")
+    print(f"one more plan on the same cluster (2 sequences a micro-batch, not interleaved): {t_plan2:.2f} s")
     print(f"search of every layout on 16,384 GPUs: {t_search:.1f} s ({r.considered} layouts, {r.not_fitting} do not fit, "
           f"{r.priced} priced in full); best {r.best.layout.short()} {r.best.step_s:.2f} s/step, MFU {r.best.mfu:.1%}")
 

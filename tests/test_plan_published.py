@@ -65,3 +65,14 @@ def test_memory_within_10_percent_of_korthikanti(row) -> None:  # noqa: ANN001
 def test_known_misses_still_miss(run) -> None:  # noqa: ANN001
     """A row with a ``miss`` reason is outside 15% today; when the plan comes within, drop the reason."""
     assert abs(step_error(run)) > 0.15, f"{run.id} is within 15% now: remove its miss reason"
+
+
+def test_search_finds_the_layout_meta_ran() -> None:
+    """Searching every layout of Llama 3 405B on 16,384 H100s with 2,048 sequences a step ranks first the
+    layout of the Llama 3 paper's Table 4 (TP 8, PP 16, DP 128; the interleaving depth it did not publish)."""
+    from interlink.plan.search import search
+
+    res = search("llama3-405b", 16384, "2048xdgx-h100", global_batch=2048, top=3)
+    best = res.best.layout
+    assert (best.tp, best.pp, best.dp, best.cp) == (8, 16, 128, 1), best.short()
+    assert res.best.fits and res.not_fitting > 0

@@ -95,6 +95,11 @@ class Layout:
             if self.pp * self.virtual_stages > model.layers:
                 raise PlanError(f"--pp {self.pp} x --virtual-stages {self.virtual_stages} chunks is more than the "
                                 f"model's {model.layers} layers")
+        if self.virtual_stages > 1 and self.dp * self.micro_batch and \
+                (self.sequences() // (self.dp * self.micro_batch)) % self.pp:
+            raise PlanError(f"--virtual-stages needs the micro-batches of a step ({self.sequences()} / (dp {self.dp} x "
+                            f"micro-batch {self.micro_batch})) to be a multiple of --pp {self.pp}, as Megatron-LM's "
+                            f"interleaved schedule does: change --global-batch or --micro-batch")
         if model.seq % self.cp:
             raise PlanError(f"sequence {model.seq} does not divide by --cp {self.cp}")
         if self.ep > 1:

@@ -3,8 +3,9 @@
 Layouts: tensor parallelism up to the GPUs of a host (dividing the heads), pipeline stages (powers of
 two and divisors of the layers), context parallelism for sequences of 16K tokens and more, expert
 parallelism for mixtures of experts, the data parallelism that fills N, micro-batches 1-8, interleaving
-1/2/4/8, ZeRO 1 and 3, recomputation none/selective/full (selective only with standard attention: flash
-attention stores no scores, so selective recomputation saves nothing); sequence parallelism whenever tp > 1.
+1-8 (where the micro-batches of a step are a multiple of the stages), ZeRO 1, 2 and 3, recomputation
+none/selective/full (selective only with standard attention: flash attention stores no scores, so
+selective recomputation saves nothing); sequence parallelism whenever tp > 1.
 
 Pricing every layout's collectives is the slow part, so the search first prices each layout with its
 communication free (compute, bubble, optimizer: a lower bound of its step), drops those whose memory
@@ -43,8 +44,8 @@ def _divisors(n: int) -> list[int]:
 
 
 def layouts(model: Model, gpus: int, *, gpus_per_host: int = 8, global_batch: int = 0, dtype: str = "bf16",
-            zero: Iterable[int] = (1, 3), recompute: Iterable[str] = ("none", "selective", "full"),
-            micro_batches: Iterable[int] = (1, 2, 4, 8), virtual: Iterable[int] = (1, 2, 4, 8),
+            zero: Iterable[int] = (1, 2, 3), recompute: Iterable[str] = ("none", "selective", "full"),
+            micro_batches: Iterable[int] = (1, 2, 4, 8), virtual: Iterable[int] = (1, 2, 3, 4, 5, 6, 7, 8),
             fixed: dict | None = None) -> list[Layout]:
     """Every layout of ``model`` on exactly ``gpus`` GPUs that :meth:`Layout.check` accepts. ``fixed``:
     degrees the user set (``{"tp": 8}``), kept."""
