@@ -275,3 +275,44 @@ def test_sweep_reports_efficiency_against_linear(capsys) -> None:
     assert [r["gpus"] for r in rows] == [8, 16]
     assert rows[0]["efficiency"] == pytest.approx(1.0) and 0.5 < rows[1]["efficiency"] <= 1.01
     assert math.isfinite(rows[1]["tokens_per_s"])
+
+
+def test_breakdown_adds_up_to_the_step(a100x4: Context) -> None:
+    for lay in (Layout(tp=4, pp=2, dp=4, global_batch=32, virtual_stages=2, recompute="full"),
+                Layout(tp=2, dp=16, zero=3, global_batch=32), Layout(tp=8, cp=2, dp=2, global_batch=8)):
+        r = plan_step(GPT.replace("seq=2048", "seq=4096"), lay, a100x4)
+        assert sum(r.breakdown.values()) == pytest.approx(r.step_s, rel=1e-9), lay.short()
+        assert all(v >= 0 for v in r.breakdown.values())
+
+
+def test_mixture_of_experts_all_to_all_and_expert_sharding() -> None:
+    ctx = Context.of("8xdgx-h100")
+    lay = Layout(tp=2, ep=8, dp=32, sp=True, global_batch=256)
+    r = plan_step("mixtral-8x7b", lay, ctx)
+    a2a = [c for c in r.collectives if c["kind"] == "ep"]
+    assert a2a and a2a[0]["collective"] == "all_to_all" and a2a[0]["ranks"] == 8
+    assert r.breakdown["ep"] > 0
+    # experts' optimizer state is sharded over their own 4 data-parallel ranks, the rest over 32
+    m = parse_model("mixtral-8x7b")
+    expert = m.layers * m.expert_params() / 2  # one expert a rank (8 experts / ep 8), halved by tp 2
+    assert r.memory_gib["optimizer"] * (1 << 30) == pytest.approx(expert * 12 / 4, rel=0.1)
+    assert lay.group("ep") == [2 * i for i in range(8)]
+
+
+def test_context_parallelism_gathers_keys_and_values() -> None:
+    ctx = Context.of("2xdgx-h100")
+    m = "llama3-8b,seq=32768"
+    one = plan_step(m, Layout(tp=8, dp=2, sp=True, global_batch=2), ctx)
+    two = plan_step(m, Layout(tp=8, cp=2, dp=1, sp=True, global_batch=2), ctx)
+    cp = [c for c in two.collectives if c["kind"] == "cp"]
+    assert {c["collective"] for c in cp} == {"all_gather", "reduce_scatter"} and cp[0]["ranks"] == 2
+    assert two.memory_gib["activations"] < one.memory_gib["activations"] * 0.6
+
+
+def test_fp8_needs_a_gpu_that_has_it(a100x4: Context) -> None:
+    with pytest.raises(PlanError, match="no fp8"):
+        plan_step(GPT, Layout(tp=8, dp=4, global_batch=4, dtype="fp8"), a100x4)
+    h = Context.of("dgx-h100")
+    bf = plan_step("llama3-8b", Layout(tp=8, global_batch=1), h)
+    f8 = plan_step("llama3-8b", Layout(tp=8, global_batch=1, dtype="fp8"), h)
+    assert f8.step_s < bf.step_s

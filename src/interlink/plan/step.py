@@ -322,19 +322,23 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     extra = model.activation_bytes(b, tp, sp, "none", cp) if L.recompute == "full" else 0.0  # the layer recomputed
     logits_mem = ELEMENTWISE_LOGITS / 2 * s * b * model.vocab / tp / cp  # fp32 logits, on the last stage
     state = wb + gb_ + ob  # bytes a parameter: weights + gradients + optimizer
+    # experts' parameters are sharded by ZeRO over their own data-parallel ranks (dp x cp / ep)
+    exp_lp = model.experts / ep * model.expert_params() / tp if model.moe else 0.0
+    ew, eg, eo = bytes_per_param(L.zero, len(L.group("edp"))) if exp_lp else (wb, gb_, ob)
     z3 = 2 * 2 * lp if L.zero == 3 else 0.0  # ZeRO-3: the gathered layer and the one prefetched
     best = None
     for k in range(pp):
         # stage k holds the activations of min(m, p - k) micro-batches in flight (1F1B; Narayanan 2021, 2.2.1)
-        nparams = layers_of[k] * lp + (emb if k == 0 else 0.0) + (emb if k == pp - 1 and (pp > 1 or not model.tied)
-                                                                 else 0.0)
+        dense = layers_of[k] * (lp - exp_lp) + (emb if k == 0 else 0.0) + \
+            (emb if k == pp - 1 and (pp > 1 or not model.tied) else 0.0)
+        expert = layers_of[k] * exp_lp
+        wgo = (dense * wb + expert * ew + z3, dense * gb_ + expert * eg, dense * ob + expert * eo)
         acts = act_layer * layers_of[k] * min(m, pp - k) * inter + extra + (logits_mem if k == pp - 1 else 0.0)
-        total = nparams * state + z3 + acts
+        total = sum(wgo) + acts
         if best is None or total > best[0]:
-            best = (total, nparams, acts)
-    _, mem_params, acts = best
-    memory = {"weights": (mem_params * wb + z3) / GIB, "gradients": mem_params * gb_ / GIB,
-              "optimizer": mem_params * ob / GIB, "activations": acts / GIB}
+            best = (total, wgo, acts)
+    _, (w_b, g_b, o_b), acts = best
+    memory = {"weights": w_b / GIB, "gradients": g_b / GIB, "optimizer": o_b / GIB, "activations": acts / GIB}
     memory["total"] = sum(memory.values())
     gib = state / GIB
     stages = {"first": (layers_of[0] * lp + emb) * gib, "middle": layers_of[pp // 2] * lp * gib,
