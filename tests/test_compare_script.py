@@ -81,24 +81,6 @@ def test_touched_sweep_says_so(compare) -> None:
     assert "(--touch)" in compare.table(res)
 
 
-def test_mpich_same_process_runs_both_systems_in_one_job() -> None:
-    pytest.importorskip("mpi4py")
-    import subprocess
-    import sys
-
-    from interlink.bench import peers
-
-    if peers.mpiexec() is None:
-        pytest.skip("mpiexec not installed (pip install -e '.[compare]')")
-    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "mpich_same_process.py")
-    env = {k: v for k, v in os.environ.items() if k != "INTERLINK_SAME_PROCESS_CHILD"}
-    out = subprocess.run([sys.executable, script, "broadcast", "4K", "--turns", "2", "--touch"], env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    line = [ln for ln in out.stdout.splitlines() if ln.startswith("broadcast 2 ranks 4 KiB touched:")]
-    assert len(line) == 1 and "interlink med" in line[0] and "mpich med" in line[0], out.stdout
-
-
 def test_same_process_turns_time_both_systems_in_one_mpich_job(compare) -> None:
     """--turns same-process: interlink-shm and MPICH rows from one MPICH job (both initialised in every
     rank), per collective and size; a system other than the pair runs apart; asking for one of the pair

@@ -24,6 +24,8 @@ ALLOWED = {
     "launch": {"topology", "errors"},
     "runtime": {"algorithms", "arrays", "devices", "errors", "launch", "model", "ops", "topology", "transport"},
     "backends": {"runtime", "errors", "arrays", "devices", "transport"},
+    "doctor": {"errors", "ops", "arrays", "devices", "algorithms", "topology", "model", "sim", "plan", "transport",
+               "runtime", "launch", "bench"},
     "plan": {"errors", "ops", "algorithms", "topology", "model", "sim"},
 }
 NO_PRIVATE = {"topology", "algorithms", "model", "sim", "launch", "backends", "plan"}

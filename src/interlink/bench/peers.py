@@ -209,7 +209,7 @@ def relaunch_under_mpiexec(script: str, ranks: int, marker: str, argv: Sequence[
     """Start ``script argv`` on ``ranks`` ranks of MPICH's mpiexec, each able to init interlink too (a free
     MASTER_ADDR/MASTER_PORT on loopback, a fresh INTERLINK_SECRET) and with ``marker``=1 in its environment,
     so that the script knows it is a rank; its exit code. For the benchmarks that time interlink and MPICH
-    in the same processes (benchmarks/mpich_same_process.py, benchmarks/allgather_floors.py)."""
+    in the same processes (benchmarks/compare.py --turns same-process)."""
     exe = mpiexec()
     if exe is None:
         raise SystemExit("mpiexec not found: pip install -e '.[compare]'")

@@ -19,6 +19,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "topo",
     "predict",
     "simulate",
+    "doctor",
     "plan",
 )
 

@@ -13,6 +13,7 @@ from ..errors import CommTimeoutError, InterlinkError, PeerLostError, RankConfli
 from ..launch.secret import job_secret
 from ..transport.wire import secret_from_env
 from .fastpath import FastPath
+from . import recorder
 from .group import Group, _Ctx, run_p2p_batch
 from .mesh import build_mesh
 from ..launch.env import detect_env
@@ -111,6 +112,7 @@ def _start(r: int, w: int, store: Any, server: Any, secret: bytes, master_addr: 
     _CTX = ctx
     _WORLD = Group(ctx, range(w), "world")
     atexit.register(_atexit)
+    recorder.install()  # INTERLINK_DUMP_DIR: dumps at exit, on SIGUSR1 and SIGTERM (after the line above: runs first)
     _hook_uncaught()
     return _WORLD
 

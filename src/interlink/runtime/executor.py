@@ -283,9 +283,11 @@ def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: i
     sigb = plan.sigb
     reducer = plan.reducer
     fn = plan.ufunc
-    for sends, recvs, locs, order in plan.rounds:
+    nrounds = len(plan.rounds)
+    for k, (sends, recvs, locs, order) in enumerate(plan.rounds):
         landed: dict = {}
         if sends or recvs:
+            engine.at = (seq, k, nrounds)  # the flight recorder: which round a call waits in
             ops = [Op("send", peer, B[b][lo:hi], seq, 0, sigb, None, bulk, lane)
                    for peer, b, lo, hi, bulk, lane in sends]
             deferred = None

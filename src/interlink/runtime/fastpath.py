@@ -234,6 +234,7 @@ class FastPath:
         self.spin = engine.spin
         self.yield_after = engine.yield_after  # spins before each further one yields the core
         self.safe = 0  # every peer is known to have finished reading calls <= safe
+        self.waiting: Any = None  # (call, ranks it waits for): set when a call sleeps (runtime/recorder.py)
         # the hot path reads and writes the page's control words as Python ints through memoryviews
         # (20 ns a word, against 70 ns through numpy scalars)
         self.W = page.words64()
@@ -376,6 +377,8 @@ class FastPath:
                     os.sched_yield()
                 continue
             self._peek_channels(seq, sig)
+            # the flight recorder's view of a sleeping call: the ranks that have not done their part
+            self.waiting = (seq, lambda: [self.members[i] for i in laggards()])
             now = time.monotonic()
             if now > deadline:
                 raise TimeoutError([self.members[i] for i in laggards()])

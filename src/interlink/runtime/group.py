@@ -28,7 +28,7 @@ from ..errors import CommTimeoutError, InterlinkError
 from ..ops import ReduceOp, check_op_dtype
 from ..transport import cuda_ipc
 from ..transport.base import HeaderMismatch, Op, encode_sig
-from . import device_exec
+from . import device_exec, recorder
 from .engine import Aborted, Engine, translate
 from ..model.tuner import (ALGORITHM_TABLE, SMALL_BYTES, default_algorithm, env_algorithm, env_channels,
                            parse_algo_env, schedule_channels, switch_points)
@@ -50,23 +50,6 @@ _CALL = {AG: "all_gather_into_tensor", RS: "reduce_scatter_tensor", A2A: "all_to
 _PER_RANK_BLOCK = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 
 _EMPTY = np.empty(0, dtype=np.uint8)  # the barrier's (absent) payload
-
-
-class Record:
-    """One entry of the flight recorder."""
-
-    __slots__ = ("seq", "plan", "start", "state", "duration")
-
-    def __init__(self, seq: int, plan: Plan, start: float) -> None:
-        self.seq = seq
-        self.plan = plan
-        self.start = start
-        self.state = "running"
-        self.duration = 0.0
-
-    @property
-    def sig(self) -> str:
-        return self.plan.sigb.decode(errors="replace")
 
 
 @dataclass
@@ -100,7 +83,9 @@ class Group:
         self.rank = self._index.get(ctx.rank, -1)
         self.size = len(self.ranks)
         self.seq = 0
-        self.recorder: collections.deque[Record] = collections.deque(maxlen=RECORDER_SIZE)
+        # the flight recorder: the last calls in preallocated lists (recorder.CallRing; a call writes its slot)
+        self.recorder = recorder.CallRing(RECORDER_SIZE)
+        recorder.track(self)  # listed in this rank's flight-recorder dump (runtime/recorder.py)
         self._plans: dict[tuple, Plan] = {}
         # the small-message fast path: the world group of a job whose ranks share one host
         self._fast = ctx.fast if name == "world" else None
@@ -223,13 +208,14 @@ class Group:
         else:
             self.ctx.engine.send_abort({"error": type(err).__name__, "message": err.message,
                                         "ranks": list(err.ranks)})
+        recorder.failed(self, seq, exc, err)  # what the call waited for; the dump (INTERLINK_DUMP_DIR)
         return err
 
     def flight_record(self) -> str:
         lines = [f"last {len(self.recorder)} calls of rank {self.ctx.rank} in group {self.name}:"]
         for rec in self.recorder:
             lines.append(f"  #{rec.seq} {rec.sig}: {rec.state}"
-                         + (f" in {rec.duration * 1e3:.2f} ms" if rec.state == "done" else ""))
+                         + (f" in {rec.duration * 1e3:.2f} ms" if rec.duration is not None else ""))
         return "\n".join(lines)
 
     def _plan(self, collective: str, count: int, root: int, dtype: np.dtype, op: ReduceOp,
@@ -284,8 +270,11 @@ class Group:
         except ValueError:
             self.seq -= 1  # e.g. unknown algorithm: nothing was sent
             raise
-        rec = Record(seq, plan, time.perf_counter())
-        self.recorder.append(rec)
+        ring = self.recorder
+        i = seq & ring.mask
+        ring.seqs[i] = -seq  # started (runtime/recorder.py CallRing)
+        ring.plans[i] = plan
+        ring.starts[i] = t0 = perf_counter()
         deadline = time.monotonic() + (timeout if timeout is not None else self.ctx.timeout)
         try:
             if device:
@@ -295,21 +284,21 @@ class Group:
             if finish is not None:
                 finish()
         except InterlinkError:
-            rec.state = "failed"
+            ring.failed.add(seq)
             raise
         except BaseException as e:
-            rec.state = "failed"
+            ring.failed.add(seq)
             if isinstance(e, (KeyboardInterrupt, MemoryError)):
                 raise
             raise self._fail(e, collective, seq) from None
-        rec.state = "done"
-        rec.duration = time.perf_counter() - rec.start
+        ring.ends[i] = t1 = perf_counter()
+        ring.seqs[i] = seq  # done
         if self._trace:
-            self._log_call(rec)
+            self._log_call(seq, plan, t1 - t0)
 
-    def _log_call(self, rec: Record) -> None:
-        log.debug("trace rank %d %s #%d %s: %.1f us", self.ctx.rank, self.name, rec.seq, rec.sig,
-                  rec.duration * 1e6)
+    def _log_call(self, seq: int, plan: Any, seconds: float) -> None:
+        log.debug("trace rank %d %s #%d %s: %.1f us", self.ctx.rank, self.name, seq,
+                  plan.sigb.decode(errors="replace"), seconds * 1e6)
 
     def _run_fast(self, collective: str, a: np.ndarray, op: ReduceOp, root: int, timeout: Optional[float],
                   out: Optional[np.ndarray] = None) -> None:
@@ -365,21 +354,24 @@ class Group:
         tn = sc.tune
         if tn is not None:  # a shape whose path this host measures: this call's path (FastPath.pick)
             sc = self._fast.pick(tn)
-        rec = Record(seq, sc, perf_counter())
-        self.recorder.append(rec)
+        ring = self.recorder  # the flight recorder's slot of this call: started, then done (no end time here)
+        i = seq & ring.mask
+        seqs = ring.seqs
+        seqs[i] = -seq
+        ring.plans[i] = sc
+        ring.starts[i] = t0 = perf_counter()
         try:
             self._fast.hot(sc, a, out, seq, self.ctx.timeout if timeout is None else timeout)
         except BaseException as e:
-            rec.state = "failed"
+            ring.failed.add(seq)
             if isinstance(e, (KeyboardInterrupt, MemoryError)):
                 raise
             raise self._fail(e, NAMES[kind], seq) from None
-        rec.state = "done"
-        rec.duration = perf_counter() - rec.start
+        seqs[i] = seq
         if tn is not None:
-            self._fast.timed(tn, rec.duration)
+            self._fast.timed(tn, perf_counter() - t0)
         if self._trace:
-            self._log_call(rec)
+            self._log_call(seq, sc, perf_counter() - t0)
 
     def _hot_small(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: Any, root: Any,
                    key: tuple) -> Any:

@@ -1,0 +1,140 @@
+"""`interlink doctor hang`: each verdict made to happen in a real job of 4 processes (tests/doctor_job.py),
+on interlink's flight-recorder dumps and on torch's (gloo), then read back by the command."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import signal
+
+import pytest
+
+from doctor_launch import run_job
+from interlink.cli.main import main
+from interlink.doctor import dumps as dmod, hang
+
+
+def _doctor(tmp: pathlib.Path, capsys: pytest.CaptureFixture, *extra: str) -> dict:
+    code = main(["doctor", "hang", str(tmp / "dumps"), "--json", *extra])
+    out = json.loads(capsys.readouterr().out)
+    out["code"] = code
+    return out
+
+
+def _kinds(out: dict) -> list[str]:
+    return [v["kind"] for v in out["verdicts"]]
+
+
+def test_a_healthy_job_gets_no_verdict(tmp_path, capsys):
+    run_job("ok", tmp_path / "dumps")
+    out = _doctor(tmp_path, capsys)
+    assert out["verdicts"] == [] and out["code"] == 0
+    d = json.loads((tmp_path / "dumps" / "interlink-rank3.json").read_text())
+    assert d["rank"] == 3 and d["world_size"] == 4 and d["reason"].startswith("exit")
+    calls = d["groups"][0]["calls"]
+    assert [c["seq"] for c in calls] == list(range(1, 7)) and {c["state"] for c in calls} == {"done"}
+    c = calls[0]
+    assert (c["op"], c["dtype"], c["count"], c["bytes"]) == ("all_reduce", "float32", 2, 8)
+    # the host-page path records its start only (one clock read a call); the regular path also its end
+    assert c["algorithm"] == "fast" and "duration" not in c and c["start"] > 1e9
+
+
+def test_never_entered(tmp_path, capsys):
+    run_job("never_entered", tmp_path / "dumps")
+    out = _doctor(tmp_path, capsys)
+    v = out["verdicts"][0]
+    assert _kinds(out) == ["never-entered"] and out["code"] == 1
+    assert v["ranks"] == [2] and v["seq"] == 4
+    assert any("its last call was 3" in e and "SIGTERM" in e for e in v["evidence"])
+    assert any("CommTimeoutError waiting for rank 2" in e for e in v["evidence"])
+
+
+def test_missing_dump_with_never_entered(tmp_path, capsys):
+    run_job("never_entered", tmp_path / "dumps", no_dump=(1,))
+    out = _doctor(tmp_path, capsys)
+    assert _kinds(out) == ["never-entered", "missing-dump"]
+    assert out["verdicts"][1]["ranks"] == [1]
+
+
+def test_mismatch(tmp_path, capsys):
+    run_job("mismatch", tmp_path / "dumps")
+    out = _doctor(tmp_path, capsys)
+    v = out["verdicts"][0]
+    assert _kinds(out) == ["mismatch"] and v["seq"] == 4 and v["ranks"] == [1]
+    assert "rank 1 called broadcast" in v["summary"] and "ranks 0,2,3 called all_reduce" in v["summary"]
+
+
+def test_stalled_transfer(tmp_path, capsys):
+    run_job("stalled", tmp_path / "dumps")
+    out = _doctor(tmp_path, capsys)
+    v = out["verdicts"][0]
+    assert _kinds(out) == ["stalled"] and v["ranks"] == [3] and v["seq"] == 4
+    # the wait-for graph: per waiting rank, the peer, the bytes missing and the round
+    edges = [e for e in v["evidence"] if " -> rank " in e]
+    assert edges and all("missing" in e or "not taken" in e for e in edges)
+    assert any("round" in e for e in edges)
+    assert any("rank 3 was still inside call 4" in e for e in v["evidence"])
+
+
+def test_straggler(tmp_path, capsys):
+    run_job("straggler", tmp_path / "dumps")
+    out = _doctor(tmp_path, capsys)
+    v = out["verdicts"][0]
+    assert _kinds(out) == ["straggler"] and v["ranks"] == [1]
+    assert 30 < float(v["summary"].split("calls ")[1].split(" ms")[0]) < 200
+
+
+def test_dead_rank(tmp_path, capsys):
+    run_job("dead", tmp_path / "dumps")
+    out = _doctor(tmp_path, capsys)
+    assert _kinds(out) == ["dead"] and out["verdicts"][0]["ranks"] == [2]
+
+
+def test_text_report_names_missing_ranks(tmp_path, capsys):
+    run_job("dead", tmp_path / "dumps")
+    assert main(["doctor", "hang", str(tmp_path / "dumps"), "--ranks", "5"]) == 1
+    text = capsys.readouterr().out
+    assert "read 3 dump(s) of 5 rank(s)" in text and "[dead] rank 2 died" in text
+    assert "[missing-dump] rank 4 left no dump" in text
+
+
+# ---- torch's flight recorder (gloo records calls with TORCH_FR_BUFFER_SIZE set) -----------------------
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def fr_env(monkeypatch):
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "64")
+
+
+@pytest.mark.parametrize("scenario,kinds,ranks", [
+    ("torch_never_entered", ["never-entered"], [2]),
+    ("torch_mismatch", ["mismatch"], [1]),
+    ("torch_straggler", ["straggler"], [1]),
+    # gloo's record holds no error: a rank that died is a rank without a dump
+    ("torch_dead", ["missing-dump"], [2]),
+])
+def test_torch_gloo_dumps(tmp_path, capsys, fr_env, scenario, kinds, ranks):
+    run_job(scenario, tmp_path / "dumps", stop_signal=signal.SIGUSR1)
+    ds = dmod.load_dir(str(tmp_path / "dumps"))
+    assert {d.source for d in ds} == {"torch"}
+    out = _doctor(tmp_path, capsys, "--ranks", "4")
+    assert _kinds(out) == kinds, out
+    assert out["verdicts"][0]["ranks"] == ranks
+
+
+def test_clocks_aligned_across_hosts_by_the_calls_ends():
+    """Ranks on two hosts whose clocks differ by 5 s: the straggler is found after alignment."""
+    def dump(rank, host, skew, late):
+        calls = {}
+        for k in range(1, 9):
+            t0 = 100.0 + k + skew + (0.05 if late else 0.0)
+            end = 100.0 + k + 0.06 + skew
+            calls[k] = dmod.Call(seq=k, op="all_reduce", dtype="float32", count=2, state="done", start=t0,
+                                 duration=end - t0)
+        return dmod.RankDump(rank=rank, path="", source="interlink", world_size=4, host_id=host,
+                             groups={"world": dmod.GroupView("world", [0, 1, 2, 3], 8, calls)})
+    ds = [dump(0, "a", 0.0, False), dump(1, "a", 0.0, False), dump(2, "b", 5.0, True), dump(3, "b", 5.0, False)]
+    vs = hang.analyze(ds)
+    assert [v.kind for v in vs] == ["straggler"] and vs[0].ranks == [2]
