@@ -316,3 +316,19 @@ def test_fp8_needs_a_gpu_that_has_it(a100x4: Context) -> None:
     bf = plan_step("llama3-8b", Layout(tp=8, global_batch=1), h)
     f8 = plan_step("llama3-8b", Layout(tp=8, global_batch=1, dtype="fp8"), h)
     assert f8.step_s < bf.step_s
+
+
+def test_contention_is_the_simulators_concurrent_groups() -> None:
+    """Every group of a kind played at once in the simulator: rail-aligned data-parallel rings do not meet
+    even on a 4:1 oversubscribed fat tree; an expert all-to-all across two leaves of one does."""
+    lay = Layout(tp=8, dp=128, zero=0, global_batch=128, overlap_grad_reduce=False)
+    ctx = Context.of("128xdgx-h100:oversub=4")
+    dp = lay.all_groups("dpcp")
+    assert len(dp) == 8 and ctx.pricer.contention("all_reduce", 1 << 28, dp, "float32") == pytest.approx(1.0)
+    m = "mixtral-8x7b,experts=64"
+    ep = Layout(tp=8, dp=64, ep=64, sp=True, global_batch=64)
+    flat, over = Context.of("64xdgx-h100"), Context.of("64xdgx-h100:oversub=4")
+    assert flat.pricer.contention("all_to_all", 1 << 25, ep.all_groups("ep")) == pytest.approx(1.0)
+    assert over.pricer.contention("all_to_all", 1 << 25, ep.all_groups("ep")) > 1.2
+    a, b = plan_step(m, ep, over), plan_step(m, ep, over, contention=True)
+    assert b.breakdown["ep"] > 1.2 * a.breakdown["ep"] and any("simulated" in n for n in b.notes)

@@ -67,6 +67,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="gradient reduction and parameter gather after the backward, not under it")
     p.add_argument("--tp-overlap", type=float, default=0.0, metavar="F",
                    help="fraction of tensor-parallel communication hidden under GEMMs (default 0)")
+    p.add_argument("--contention", action="store_true",
+                   help="play every group of a kind at once in the simulator and charge what sharing links costs "
+                        "(one plan; slower at thousands of GPUs)")
     p.add_argument("--memory", type=float, default=None, metavar="GIB", help="GPU memory (default: the GPU's)")
     p.add_argument("--top", type=int, default=10, help="search: layouts to list (default 10)")
     p.add_argument("--sweep-gpus", default=None, metavar="N,N,...", help="the best layout at each GPU count")
@@ -161,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
                      virtual_stages=args.virtual_stages or 1, compress=args.compress, order=args.order,
                      overlap_grad_reduce=not args.no_overlap, overlap_param_gather=not args.no_overlap,
                      tp_overlap=args.tp_overlap, dtype=args.dtype)
-        result = plan_step(model, lay, ctx)
+        result = plan_step(model, lay, ctx, contention=args.contention)
         if args.trace:
             from ..plan.trace import write_trace
 

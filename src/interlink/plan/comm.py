@@ -8,9 +8,13 @@ rank 0 stands for all of them), so the price is cached by the group's shape on t
 per host, their local indices, whether hosts are consecutive. Sizes are rounded to 1% (log scale) for
 the cache.
 
-Concurrency: groups of one kind run at the same time. On the presets every GPU has its own NIC, so the
-concurrent groups of a kind leave a host through different NICs and do not share links; a topology whose
-GPUs share NICs would slow concurrent groups that this price does not see (docs/plan.md, "Limits").
+Concurrency: groups of one kind run at the same time. :meth:`Pricer.contention` plays the Schedules of
+all of them at once in the simulator (their traffic merged, on the union of their ranks) against the same
+rounds with every flow alone on its path: the ratio is what sharing links costs (1 where flows never
+meet: the rings of rail-aligned data-parallel groups, even on an oversubscribed fat tree; more for an
+all-to-all across leaves of an oversubscribed one; tests/test_plan.py). ``plan_step``
+applies it to the collectives whose groups cross hosts when asked (``contention=True``, ``interlink plan
+--contention``): it simulates every rank, so the search does not.
 """
 
 from __future__ import annotations
@@ -20,8 +24,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
+
+from ..algorithms.traffic import Phase, Traffic, traffic
 from ..model import predict
+from ..model.cost import builder_params, count_for, itemsize_of
 from ..model.params import Params, default_params
+from ..sim import simulate
 from ..topology import Topology
 
 __all__ = ["Pricer", "Priced", "CANDIDATES"]
@@ -109,3 +118,49 @@ class Pricer:
         out = Priced(collective, n, nb, p.time_us * 1e-6, p.algorithm, p.protocol, p.busbw_gbps)
         self._cache[key] = out
         return out
+
+
+    def contention(self, collective: str, nbytes: float, groups: Sequence[Sequence[int]],
+                   dtype: str = "bfloat16") -> float:
+        """How much slower ``collective`` runs on ``groups[0]`` while every group of ``groups`` runs the same
+        one: the simulator's time of all of them at once over its time of the same rounds with every flow
+        alone on its path (``SimResult.ideal_us``, what the cost model prices). >= 1; 1 for groups inside
+        one host and for in-switch Schedules."""
+        groups = [list(g) for g in groups]
+        n = len(groups[0]) if groups else 0
+        if n < 2 or nbytes <= 0 or \
+                len({self.topo.host_of(int(r)) for r in groups[0]}) < 2:
+            return 1.0
+        pr = self.price(collective, nbytes, groups[0], dtype)
+        key = ("contention", collective, pr.nbytes, dtype, self.shape(groups[0]), len(groups))
+        got = self._cache.get(key)
+        if got is not None:
+            return got.time_s
+        g0 = self._group_topo(groups[0])
+        isz = itemsize_of(dtype)
+        count, _ = count_for(collective, pr.nbytes, isz, n)
+        tr = traffic(collective, pr.algorithm, n, count, 0, prefer_fast=True,
+                     **dict(builder_params(collective, pr.algorithm, g0)))
+        factor = 1.0
+        if not tr.uses_switch:
+            if self.progress is not None:
+                self.progress(f"simulating {len(groups)} concurrent {collective}s of {n} ranks")
+            every = self.topo.with_ranks([r for g in groups for r in g])
+            many = simulate(merged(tr, len(groups)), every, itemsize=isz, protocol=pr.protocol, params=self.params)
+            factor = max(1.0, many.time_us / many.ideal_us) if many.ideal_us > 0 else 1.0
+        self._cache[key] = Priced(collective, n, pr.nbytes, factor, pr.algorithm, pr.protocol, 0.0)
+        return factor
+
+
+def merged(tr: Traffic, k: int) -> Traffic:
+    """The traffic of ``k`` copies of ``tr`` side by side: copy i on ranks i x n ... i x n + n - 1."""
+    n = tr.nranks
+    phases = []
+    for ph in tr.phases:
+        def rep(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.concatenate([a] * k)
+
+        off = np.repeat(np.arange(k, dtype=np.int64) * n, ph.src.size)
+        phases.append(Phase(rep(ph.src) + off, rep(ph.dst) + off, rep(ph.elems), rep(ph.reduced), ph.repeat,
+                            rep(ph.channel), ph.wait, rep(ph.after), rep(ph.gate), rep(ph.by)))
+    return Traffic(tr.collective, tr.algorithm, n * k, tr.count, tuple(phases))

@@ -155,6 +155,17 @@ class Layout:
             return sorted(others + j * st["dp"] + c * st["cp"] for j in dps for c in range(self.cp))
         raise ValueError(kind)
 
+    def all_groups(self, kind: str) -> list[list[int]]:
+        """Every group of ``kind`` (see :meth:`group`), each once, in order of its lowest rank."""
+        seen: set[int] = set()
+        out = []
+        for r in range(self.gpus):
+            if r not in seen:
+                g = self.group(kind, r)
+                seen.update(g)
+                out.append(g)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["gpus"] = self.gpus

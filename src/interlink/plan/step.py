@@ -27,7 +27,7 @@ The step (Megatron-LM's, Narayanan et al. 2021 section 2-3, Korthikanti et al. 2
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from ..model.cost import resolve_topology
@@ -120,15 +120,29 @@ def _dtype_name(nbytes: int) -> str:
 
 
 def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Context | None = None, *,
-              progress: Callable[[str], None] | None = None, memory_gib: float | None = None) -> StepPlan:
+              progress: Callable[[str], None] | None = None, memory_gib: float | None = None,
+              contention: bool = False) -> StepPlan:
     """Price one training step of ``model`` under ``layout`` on the first ``layout.gpus`` ranks of
-    ``topology`` (a Topology, a spec such as ``2048xdgx-h100``, or a :class:`Context` to share prices)."""
+    ``topology`` (a Topology, a spec such as ``2048xdgx-h100``, or a :class:`Context` to share prices).
+    ``contention``: play every group of a kind at once in the simulator and slow each collective by what
+    sharing links costs it (:meth:`Pricer.contention`)."""
     model = parse_model(model)
     ctx = topology if isinstance(topology, Context) else Context.of(topology, progress, memory_gib)
     topo, gpu, pricer = ctx.topo, ctx.gpu, ctx.pricer
     L = layout
     L.check(model, topo.nranks, ctx.gpus_per_host)
     notes: list[str] = []
+
+    def price(collective: str, nbytes: float, grp: list[int], dtype: str = "bfloat16",
+              kind: str | None = None) -> Priced:
+        pr = pricer.price(collective, nbytes, grp, dtype)
+        if contention and kind is not None and pr.time_s > 0:
+            f = pricer.contention(collective, nbytes, L.all_groups(kind), dtype)
+            if f > 1.0 + 1e-9:
+                notes.append(f"{kind} {collective}: {f:.2f}x slower with every {kind} group at once (simulated)")
+                pr = replace(pr, time_s=pr.time_s * f, busbw_gbps=pr.busbw_gbps / f)
+        return pr
+
     tp, pp, dp, cp, ep, v = L.tp, L.pp, L.dp, L.cp, L.ep, L.virtual_stages
     b, m = L.micro_batch, L.micro_batches()
     sp = L.sp and tp > 1
@@ -175,14 +189,14 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         g = L.group("tp")
         n_layers_step = model.layers / pp * m  # per pipeline rank
         if sp:
-            ag = pricer.price("all_gather", act, g)
-            rs = pricer.price("reduce_scatter", act, g)
+            ag = price("all_gather", act, g, kind="tp")
+            rs = price("reduce_scatter", act, g, kind="tp")
             t_tp_f = 2 * (ag.time_s + rs.time_s)
             calls_f = 2 * (3 if L.recompute == "full" else 2)
             add("tp", ag, calls_f * n_layers_step, None)
             add("tp", rs, calls_f * n_layers_step, None)
         else:
-            ar = pricer.price("all_reduce", act, g)
+            ar = price("all_reduce", act, g, kind="tp")
             t_tp_f = 2 * ar.time_s
             add("tp", ar, 2 * (3 if L.recompute == "full" else 2) * n_layers_step, None)
         t_tp_f *= (1.0 - L.tp_overlap)
@@ -190,8 +204,8 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     if cp > 1:
         g = L.group("cp")
         kv = 2 * b * s * model.kv_dim * act_b / tp  # K and V of the whole sequence, gathered
-        ag = pricer.price("all_gather", kv, g)
-        rs = pricer.price("reduce_scatter", kv, g)
+        ag = price("all_gather", kv, g, kind="cp")
+        rs = price("reduce_scatter", kv, g, kind="cp")
         t_cp_f = ag.time_s
         t_cp_b = ag.time_s + rs.time_s
         n = model.layers / pp * m
@@ -201,7 +215,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     if model.moe and ep > 1:
         g = L.group("ep")
         tokens = s * b * h * act_b * model.top_k / cp / (tp if sp else 1)
-        a2a = pricer.price("all_to_all", tokens, g)
+        a2a = price("all_to_all", tokens, g, kind="ep")
         t_ep_f = 2 * a2a.time_s
         add("ep", a2a, 4 * model.layers / pp * m, None)
     comm_layer_f = t_tp_f + t_cp_f + t_ep_f
@@ -225,8 +239,8 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         gfactor = min(1.0, r * (hh + ff) / (hh * ff))
     dpcp = L.group("dpcp")
     if L.zero == 3 and len(dpcp) > 1:
-        ag = pricer.price("all_gather", lp * 2, dpcp)
-        rs = pricer.price("reduce_scatter", lp * gbytes * gfactor, dpcp, _dtype_name(gbytes))
+        ag = price("all_gather", lp * 2, dpcp, kind="dpcp")
+        rs = price("reduce_scatter", lp * gbytes * gfactor, dpcp, _dtype_name(gbytes), kind="dpcp")
         comp_f = t_layer_f + comm_layer_f
         comp_b = t_layer_b + comm_layer_b
         fsdp_f = max(0.0, ag.time_s - comp_f)
@@ -254,7 +268,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     if pp > 1:
         nbytes = act / (tp if (L.scatter_gather or sp) else 1)
         pair = [L.group("pp")[0], L.group("pp")[1]]
-        snd = pricer.price("broadcast", nbytes, pair)
+        snd = price("broadcast", nbytes, pair)
         t_p2p = snd.time_s
         sends = 2 * (m * v + pp - 1)
         add("pp", snd, 2 * m * v, t_p2p * sends)
@@ -271,20 +285,20 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     dp_time = 0.0
     gather_time = 0.0
     if len(dpcp) > 1 and L.zero < 3:
-        groups = [(dpcp, dense_params)]
+        groups = [(dpcp, dense_params, "dpcp")]
         if expert_params:
-            groups.append((L.group("edp"), expert_params))
-        for grp, np_ in groups:
+            groups.append((L.group("edp"), expert_params, "edp"))
+        for grp, np_, kind in groups:
             if len(grp) < 2:
                 continue
             gb = np_ * gbytes * gfactor
             if L.zero == 0:
-                pr = pricer.price("all_reduce", gb, grp, _dtype_name(gbytes))
+                pr = price("all_reduce", gb, grp, _dtype_name(gbytes), kind)
                 dp_time += pr.time_s
                 add("dp", pr, 1, None)
             else:
-                rs = pricer.price("reduce_scatter", gb, grp, _dtype_name(gbytes))
-                ag = pricer.price("all_gather", np_ * 2, grp)
+                rs = price("reduce_scatter", gb, grp, _dtype_name(gbytes), kind)
+                ag = price("all_gather", np_ * 2, grp, kind=kind)
                 dp_time += rs.time_s
                 gather_time += ag.time_s
                 add("dp", rs, 1, None)
