@@ -3,6 +3,7 @@
     interlink doctor                      environment checks: transports, /dev/shm, ptrace scope, NICs, ...
     interlink doctor hang DIR             merge every rank's dump in DIR into verdicts with their evidence
     interlink doctor hang DIR --ranks 8   the job had 8 ranks (names the ranks that left no dump)
+    interlink doctor nccl-tests LOG -t 2xdgx-h100   nccl-tests output: what the hardware allows, best explanation
     interlink doctor ... --json           the same as JSON
 
 Dumps: run the job with INTERLINK_DUMP_DIR=DIR (interlink writes interlink-rank<R>.json on a failed call,
@@ -36,8 +37,43 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     h.add_argument("--ranks", "-n", type=int, metavar="N", help="the job's ranks (default: what the dumps say)")
     h.add_argument("--json", action="store_true", help="print JSON")
     h.set_defaults(func=_hang)
+    n = sub.add_parser("nccl-tests", help="what the hardware allows for an nccl-tests log, and the explanation that "
+                                          "fits the measured curve best",
+                       description="Read nccl-tests output (any *_perf binary, any version's columns) and rank "
+                                   "explanations by pricing variants of the cluster with the model: NVLS off, one "
+                                   "algorithm or protocol, NVLink slower, P2P over PCIe or host memory, fewer NICs, "
+                                   "TCP sockets.")
+    n.add_argument("log", metavar="LOG", help="the nccl-tests output (a file; - for stdin)")
+    n.add_argument("--topology", "-t", metavar="SPEC",
+                   help="the cluster (dgx-h100, 2xdgx-h100, 2xdgx-h100:gpus=4, a file); default: guessed from the "
+                        "log's GPU model, hosts and ranks")
+    n.add_argument("--op", metavar="COLLECTIVE", help="the collective (default: from the log, else all_reduce)")
+    n.add_argument("--top", type=int, default=5, metavar="K", help="explanations shown (default 5)")
+    n.add_argument("--json", action="store_true", help="print JSON")
+    n.set_defaults(func=_nccl_tests)
     p.set_defaults(func=_env)
     return p
+
+
+def _nccl_tests(args: argparse.Namespace) -> int:
+    from ..doctor import ncclt
+
+    try:
+        text = sys.stdin.read() if args.log == "-" else open(args.log, errors="replace").read()
+        log = ncclt.parse(text, args.op)
+    except (OSError, ValueError) as e:
+        print(f"interlink doctor nccl-tests: {e}", file=sys.stderr)
+        return 2
+    topo = None if args.topology in (None, "this") else args.topology
+    spec, fits = ncclt.explain(log, topo)
+    if args.json:
+        print(json.dumps({"collective": log.collective, "ranks": log.nranks, "hosts": log.hosts, "gpu": log.gpu,
+                          "topology": spec, "measured": [[r.nbytes, r.time_us, r.busbw] for r in log.rows],
+                          "explanations": [{"name": f.variant.name, "cause": f.variant.what, "error": f.error,
+                                            "predicted": f.predicted} for f in fits]}, indent=1))
+    else:
+        print(ncclt.report(log, spec, fits, args.top))
+    return 0
 
 
 def _hang(args: argparse.Namespace) -> int:
