@@ -35,6 +35,15 @@ step (at most --max-restarts times): the report names the step, each rank's erro
 
 --replay STEP,... runs only those steps (same seed, ranks, groups and transport): the reproduction of a
 reported failure. Exit status: 0 when every call completed with the right result, 1 otherwise.
+
+--faults N: a lost rank every N calls. At a fault step a rank drawn from the seed (rank 0 too) makes its
+first call of the step and SIGKILLs itself, with that call possibly in flight; the survivors finish or
+fail the step (a call that completes is checked like any other; one that raises PeerLostError is counted
+as interrupted), call interlink.shrink() without naming the rank (they agree on who is lost; a shrink
+that leaves out another set is an error), make their subgroups again on the shrunk world (the old
+groups' members renumbered, groups of fewer than 2 dropped) and go on with the next step. A world of
+--ranks ranks takes --ranks - 2 faults, then runs N more calls and a fresh world starts. Steps are the
+same function of (seed, step, world, groups, thresholds) as without faults, on the shrunk world's.
 """
 
 from __future__ import annotations
@@ -112,6 +121,7 @@ class Cfg:
     fault: Optional[str] = None  # hidden, tests of the watchdog: "skip:STEP" (the last rank skips its
     # calls of that step: its peers time out) or "stall:STEP" (every rank sleeps there: no progress)
     hang_after: Optional[float] = None  # the watchdog's limit without progress (default call_timeout + 30)
+    faults: int = 0  # a rank SIGKILLed every this many calls, the survivors shrink (0: none)
 
 
 @dataclass
@@ -372,6 +382,8 @@ class RankStats:
     loop_s: float = 0.0
     call_s: float = 0.0  # time inside interlink's calls and waits (the rest: making and checking data)
     corrupted: int = 0
+    shrinks: int = 0  # --faults: shrinks this rank took part in
+    interrupted: int = 0  # --faults: fault steps whose calls raised PeerLostError here
 
 
 def _size_class(n: int) -> str:
@@ -412,6 +424,8 @@ class RankRunner:
         self.dist, self.cfg, self.rank, self.groups = _Timed(dist), cfg, rank, groups
         self.stats = RankStats()
         self.corrupt_done = False
+        self.die_at: Optional[int] = None  # --faults: the step in which this rank kills itself
+        self.die: Any = None
 
     def run_step(self, step: Step) -> None:
         cfg, rank = self.cfg, self.rank
@@ -433,12 +447,16 @@ class RankRunner:
             if spec.kind in ("send/recv", "isend/irecv") and rank not in (members[spec.root], members[spec.peer]):
                 continue
             works, checks = self.call(step, j, spec, asyn=(step.mode == ASYNC))
+            if self.die_at == step.index:
+                self.die()  # SIGKILL after this rank's first call of the step (it may be in flight)
             seq = None
             if spec.kind not in ("send/recv", "isend/irecv"):
                 seqs[spec.group] += 1
                 seq = seqs[spec.group]
             pending.append((j, spec, works, checks, seq))
             self._count(spec)
+        if self.die_at == step.index:
+            self.die()  # no call of this step involved this rank
         if step.mode == ASYNC:
             order = [w for q in pending for w in q[2]]
             np.random.default_rng([cfg.seed, step.index, 2, rank]).shuffle(order)
@@ -696,14 +714,17 @@ def _worker(rank: int, world: int, env: dict, cfg: Cfg, inq: Any, outq: Any, pro
     if msg is None:
         dist.destroy()
         return
-    steps, thresholds = msg
+    steps, thresholds, faults = msg
     rr = RankRunner(dist, cfg, rank, groups)
     i = -1
     t0 = time.perf_counter()
     try:
         for i in steps:
             progress[rank] = i
-            rr.run_step(make_step(cfg, i, thresholds))
+            if i in faults:
+                rr, thresholds = _fault_step(dist, rr, i, thresholds, rank, outq)
+                continue
+            rr.run_step(make_step(rr.cfg, i, thresholds))
         progress[rank] = 1 << 40
         rr.stats.loop_s = time.perf_counter() - t0
         rr.stats.call_s = rr.dist.t
@@ -720,6 +741,61 @@ def _worker(rank: int, world: int, env: dict, cfg: Cfg, inq: Any, outq: Any, pro
         dist.destroy()
     except BaseException:  # noqa: BLE001
         pass
+
+
+def _victim(cfg: Cfg, step: int) -> int:
+    """The rank (of the current world) that dies at fault step ``step``."""
+    return int(np.random.default_rng([cfg.seed, step, 9]).integers(cfg.world))
+
+
+def _shrunk_cfg(cfg: Cfg, victim: int) -> Cfg:
+    """The steps' configuration on the survivors' world: ranks renumbered, groups of fewer than 2 dropped."""
+    import dataclasses
+
+    new = {r: i for i, r in enumerate(r for r in range(cfg.world) if r != victim)}
+    groups = [tuple(range(cfg.world - 1))]
+    for g in cfg.groups[1:]:
+        m = tuple(new[x] for x in g if x != victim)
+        if len(m) >= 2:
+            groups.append(m)
+    return dataclasses.replace(cfg, world=cfg.world - 1, groups=groups)
+
+
+def _fault_step(dist: Any, rr: "RankRunner", i: int, thresholds: dict, rank: int, outq: Any) -> tuple:
+    """--faults: step i with a rank dying in it; the survivors shrink and return (runner, thresholds) of the
+    shrunk world."""
+    from interlink.errors import PeerLostError
+
+    cfg = rr.cfg
+    victim = _victim(cfg, i)
+    if rr.rank == victim:
+        def die() -> None:
+            outq.put(("killed", rank, {"step": i, "time": time.time()}, rr.stats))
+            outq.close()
+            outq.join_thread()
+            os.kill(os.getpid(), 9)
+
+        rr.die, rr.die_at = die, i
+    try:
+        rr.run_step(make_step(cfg, i, thresholds))
+    except PeerLostError:
+        rr.stats.interrupted += 1
+    g = dist.shrink()
+    if list(g.lost) != [victim]:
+        raise RuntimeError(f"step {i}: shrink left out ranks {list(g.lost)}, rank {victim} was killed")
+    new = _shrunk_cfg(cfg, victim)
+    groups: list = [g]
+    for m in new.groups[1:]:
+        h = dist.new_group(list(m))
+        groups.append(h if g.rank in m else None)
+    mine = {gi: h.path_thresholds() for gi, h in enumerate(groups) if h is not None}
+    every: list = [None] * g.size
+    dist.all_gather_object(every, mine)
+    thr = {gi: every[m[0]][gi] for gi, m in enumerate(new.groups)}  # as the parent merges them: the lowest member's
+    nxt = RankRunner(dist, new, g.rank, groups)
+    nxt.dist, nxt.stats = rr.dist, rr.stats
+    nxt.stats.shrinks += 1
+    return nxt, thr
 
 
 # ---- the parent -------------------------------------------------------------------------------------
@@ -745,11 +821,13 @@ class Segment:
     progress: list
     loop_s: float
     thresholds: dict
+    killed: dict = field(default_factory=dict)  # --faults: rank -> {"step", "time"} of its injected death
 
 
 def run_segment(cfg: Cfg, transport: str, steps: list, init_timeout: float = 180.0,
-                hang_s: Optional[float] = None) -> Segment:
-    """One world of cfg.world ranks runs the given steps. Returns what every rank reported."""
+                hang_s: Optional[float] = None, faults: tuple = ()) -> Segment:
+    """One world of cfg.world ranks runs the given steps (``faults``: the steps in which a rank dies, the
+    survivors shrinking). Returns what every rank reported."""
     ctx = mp.get_context("spawn")
     env: dict = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
                  "INTERLINK_SECRET": secrets.token_hex(16),
@@ -764,6 +842,7 @@ def run_segment(cfg: Cfg, transport: str, steps: list, init_timeout: float = 180
     hang_s = hang_s if hang_s is not None else cfg.hang_after if cfg.hang_after else cfg.call_timeout + 30.0
     stats: dict = {}
     fails: dict = {}
+    killed: dict = {}
     ready: dict = {}
     thresholds: dict = {}
     status = "ok"
@@ -789,7 +868,7 @@ def run_segment(cfg: Cfg, transport: str, steps: list, init_timeout: float = 180
             return Segment("init", stats, fails, list(progress), 0.0, thresholds)
         thresholds, _notes = merge_thresholds(cfg, ready)
         for q in inqs:
-            q.put((steps, thresholds))
+            q.put((steps, thresholds, set(faults)))
         t_run = time.monotonic()
         last = list(progress)
         last_change = time.monotonic()
@@ -797,16 +876,18 @@ def run_segment(cfg: Cfg, transport: str, steps: list, init_timeout: float = 180
 
         def record(kind: str, rank: int, val: Any, st: Any) -> None:
             """One rank's report: its statistics when done, its failure (and statistics so far) when not."""
-            if kind != "done":
+            if kind == "killed":
+                killed[rank] = val
+            elif kind != "done":
                 fails[rank] = val
             if st is not None or kind == "done":
                 stats[rank] = st
 
-        while len(set(stats) | set(fails)) < cfg.world:
+        while len(set(stats) | set(fails) | set(killed)) < cfg.world:
             try:
                 kind, rank, val, st = outq.get(timeout=0.5)
                 record(kind, rank, val, st)
-                if kind != "done" and grace is None:
+                if kind not in ("done", "killed") and grace is None:
                     grace = time.monotonic() + 20.0  # the others get the abort and report too
                 continue
             except queue.Empty:
@@ -815,7 +896,8 @@ def run_segment(cfg: Cfg, transport: str, steps: list, init_timeout: float = 180
             cur = list(progress)
             if cur != last:
                 last, last_change = cur, now
-            dead = [r for r, pr in enumerate(procs) if pr.exitcode is not None and r not in stats and r not in fails]
+            dead = [r for r, pr in enumerate(procs)
+                    if pr.exitcode is not None and r not in stats and r not in fails and r not in killed]
             if dead:
                 time.sleep(0.5)  # its report may still be in the queue
                 try:
@@ -824,7 +906,7 @@ def run_segment(cfg: Cfg, transport: str, steps: list, init_timeout: float = 180
                 except queue.Empty:
                     pass
                 for r in dead:
-                    if r not in stats and r not in fails:
+                    if r not in stats and r not in fails and r not in killed:
                         fails[r] = {"step": progress[r], "type": "died",
                                     "msg": f"exit code {procs[r].exitcode} without a report"}
                 grace = grace or now + 20.0
@@ -836,7 +918,7 @@ def run_segment(cfg: Cfg, transport: str, steps: list, init_timeout: float = 180
         if fails and status == "ok":
             status = "fail"
         for r in range(cfg.world):
-            if r not in stats and r not in fails:
+            if r not in stats and r not in fails and r not in killed:
                 fails[r] = {"step": progress[r], "type": "hung" if status == "hang" else "no report",
                             "msg": f"no progress for {hang_s:.0f} s at step {progress[r]}" if status == "hang"
                             else "killed after the others failed"}
@@ -853,7 +935,7 @@ def run_segment(cfg: Cfg, transport: str, steps: list, init_timeout: float = 180
             if pr.is_alive():
                 pr.kill()
                 pr.join(5)
-    return Segment(status, stats, fails, list(progress), loop_s, thresholds)
+    return Segment(status, stats, fails, list(progress), loop_s, thresholds, killed)
 
 
 def plan_steps(seed: int, calls: int) -> tuple[list, int]:
@@ -953,6 +1035,109 @@ def run_transport(cfg: Cfg, transport: str, steps: list, max_restarts: int, log:
     }
 
 
+def fault_chunks(cfg: Cfg, steps: list, ncalls: dict) -> list:
+    """--faults: (steps, fault steps) per world: a fault each time cfg.faults more calls have been planned,
+    cfg.world - 2 of them, then cfg.faults more calls and the next world."""
+    chunks, cur, fl, acc = [], [], [], 0
+    for i in steps:
+        cur.append(i)
+        acc += ncalls[i]
+        if acc >= cfg.faults:
+            acc = 0
+            if len(fl) < max(1, cfg.world - 2):
+                fl.append(i)
+            else:
+                chunks.append((cur, fl))
+                cur, fl = [], []
+    if cur:
+        chunks.append((cur, fl))
+    return chunks
+
+
+def run_transport_faults(cfg: Cfg, transport: str, steps: list, max_restarts: int, log: Any) -> dict:
+    """--faults: the steps in worlds that each lose ranks (fault_chunks); a failed world is an incident and
+    the next world goes on with the next chunk. Returns run_transport's figures, plus the faults."""
+    t0 = time.monotonic()
+    ncalls = {i: step_shape(cfg.seed, i)[1] for i in steps}
+    chunks = fault_chunks(cfg, steps, ncalls)
+    fault_steps = {i for _c, fl in chunks for i in fl}
+    completed: list = []
+    incidents: list = []
+    wrong, corrupted, restarts, killed, interrupted = 0, 0, 0, 0, 0
+    wrong_details: list = []
+    shrinks = 0
+    paths: collections.Counter = collections.Counter()
+    mix0: collections.Counter = collections.Counter()
+    dtypes0: collections.Counter = collections.Counter()
+    groups0: collections.Counter = collections.Counter()
+    sizes0: collections.Counter = collections.Counter()
+    loop_s = call_s0 = loop_s0 = 0.0
+    thresholds: dict = {}
+    for chunk, fl in chunks:
+        log(f"# {transport}: {cfg.world} ranks, steps {chunk[0]}..{chunk[-1]} "
+            f"({sum(ncalls[i] for i in chunk)} calls), a rank lost at steps {fl}")
+        seg = run_segment(cfg, transport, chunk, faults=tuple(fl))
+        thresholds = seg.thresholds or thresholds
+        loop_s += seg.loop_s
+        killed += len(seg.killed)
+        first = min(seg.stats) if seg.stats else None
+        for r, st in seg.stats.items():
+            if st is None:
+                continue
+            wrong += st.wrong
+            corrupted += st.corrupted
+            wrong_details.extend(st.wrong_details[:max(0, 10 - len(wrong_details))])
+            paths.update(st.paths)
+            if r not in seg.killed:
+                shrinks += st.shrinks
+                interrupted += st.interrupted
+            if r == first:
+                call_s0 += st.call_s
+                loop_s0 += st.loop_s
+                mix0.update(st.mix)
+                dtypes0.update(st.by_dtype)
+                groups0.update(st.by_group)
+                sizes0.update(st.sizes)
+        if seg.status == "ok" and len(seg.killed) == len(fl):
+            completed.extend(i for i in chunk if i not in fault_steps)
+            continue
+        kinds = {f.get("type", "") for f in seg.fails.values()}
+        timeout = seg.status == "hang" or any("Timeout" in k for k in kinds)
+        failed_step = min((f["step"] for f in seg.fails.values() if f.get("step", -1) >= 0), default=chunk[0])
+        inc = {"kind": "hang" if seg.status == "hang" else ("timeout" if timeout else
+                                                            "init" if seg.status == "init" else "error"),
+               "step": failed_step, "ranks_at": list(seg.progress), "lost_steps": chunk,
+               "fails": {r: {k: v for k, v in f.items() if k != "tb"} for r, f in seg.fails.items()},
+               "tracebacks": {r: f.get("tb", "") for r, f in seg.fails.items()}, "killed": seg.killed}
+        if seg.status == "ok":
+            inc["fails"] = {-1: {"type": "faults", "msg": f"{len(seg.killed)} ranks killed, {len(fl)} planned"}}
+        incidents.append(inc)
+        log(f"#   {inc['kind']} at step {failed_step}: " + "; ".join(
+            f"rank {r}: {f['type']}: {f['msg'].splitlines()[0][:200]}" for r, f in sorted(inc["fails"].items())))
+        restarts += 1
+        if restarts > max_restarts:
+            break
+    planned = [i for i in steps if i not in fault_steps]
+    done_calls = sum(ncalls[i] for i in completed)
+    return {
+        "transport": transport, "ranks": cfg.world, "steps": len(steps), "calls_planned": sum(ncalls[i] for i in planned),
+        "calls_completed": done_calls, "steps_completed": len(completed),
+        "calls_per_s": done_calls / loop_s if loop_s > 0 else 0.0, "loop_s": loop_s, "wall_s": time.monotonic() - t0,
+        "wrong": wrong, "wrong_details": wrong_details,
+        "hangs": sum(1 for x in incidents if x["kind"] in ("hang", "timeout")),
+        "errors": sum(1 for x in incidents if x["kind"] in ("error", "init")),
+        "incidents": incidents, "restarts": restarts, "corrupted": corrupted,
+        "faults": {"planned": len(fault_steps), "killed": killed, "worlds": len(chunks),
+                   "shrinks_per_survivor": shrinks, "fault_step_calls": sum(ncalls[i] for i in fault_steps),
+                   "interrupted_steps_per_survivor": interrupted},
+        "rank0_loop_s": loop_s0, "rank0_in_interlink_s": call_s0,
+        "mix_rank0": dict(mix0.most_common()), "paths": dict(sorted(paths.items())),
+        "dtypes_rank0": dict(dtypes0.most_common()), "groups_rank0": dict(groups0.most_common()),
+        "sizes_rank0": dict(sizes0.most_common()),
+        "thresholds": {",".join(map(str, cfg.groups[gi])): t for gi, t in thresholds.items()},
+    }
+
+
 def report(res: dict) -> str:
     out = [f"## {res['transport']}: {res['ranks']} ranks",
            "",
@@ -960,6 +1145,12 @@ def report(res: dict) -> str:
            "|---|---|---|---|---|---|---|---|---|",
            f"| {res['calls_planned']} | {res['calls_completed']} | {res['calls_per_s']:.1f} | {res['wrong']} | "
            f"{res['hangs']} | {res['errors']} | {res['restarts']} | {res['loop_s']:.1f} | {res['wall_s']:.1f} |", ""]
+    if res.get("faults"):
+        fa = res["faults"]
+        out.append(f"faults: {fa['killed']} of {fa['planned']} planned ranks SIGKILLed mid-step in {fa['worlds']} worlds, "
+                   f"{fa['shrinks_per_survivor']} shrinks (summed over survivors), {fa['fault_step_calls']} calls in "
+                   f"the fault steps (not counted above; those that completed were checked), "
+                   f"{fa['interrupted_steps_per_survivor']} fault steps raised PeerLostError on a survivor")
     for dd in res["wrong_details"][:5]:
         out.append(f"WRONG step {dd['step']} call {dd['call']} ({dd['mode']}) on rank {dd['rank']}: {dd['what']}")
         out.append(f"    path: {dd['path'] or '-'}")
@@ -999,6 +1190,7 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--call-timeout", type=float, default=60.0)
     ap.add_argument("--max-restarts", type=int, default=3)
     ap.add_argument("--replay", default=None, help="run only these step indices (comma-separated)")
+    ap.add_argument("--faults", type=int, default=0, help="SIGKILL a rank every this many calls and shrink (0: never)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--corrupt", type=int, nargs="?", const=0, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--fault", default=None, help=argparse.SUPPRESS)
@@ -1012,7 +1204,7 @@ def main(argv: Optional[list] = None) -> int:
         if all(0 <= x < W for x in g) and len(set(g)) == len(g):
             groups.append(g)
     dtypes = a.dtypes.split(",") if a.dtypes else list(BASE_DTYPES) + (["bfloat16"] if have_bfloat16() else [])
-    cfg = Cfg(a.seed, W, groups, dtypes, a.max_elems, a.call_timeout, a.corrupt, a.fault, a.hang_after)
+    cfg = Cfg(a.seed, W, groups, dtypes, a.max_elems, a.call_timeout, a.corrupt, a.fault, a.hang_after, a.faults)
     if a.replay:
         steps = sorted({int(x) for x in a.replay.split(",")})
     else:
@@ -1028,7 +1220,7 @@ def main(argv: Optional[list] = None) -> int:
     for tr in [t.strip() for t in a.transport.split(",") if t.strip()]:
         if tr not in ("shm", "tcp"):
             raise SystemExit(f"unknown transport {tr}")
-        res = run_transport(cfg, tr, steps, a.max_restarts, log)
+        res = (run_transport_faults if cfg.faults else run_transport)(cfg, tr, steps, a.max_restarts, log)
         result["transports"][tr] = res
         print(report(res), flush=True)
         print(flush=True)

@@ -45,3 +45,20 @@ def test_a_corrupted_result_is_reported_wrong(tmp_path) -> None:
     d = shm["wrong_details"][0]
     assert d["rank"] == 0 and d["step"] >= 3 and d["problems"][0]["wrong"] == 1
     assert "WRONG step" in proc.stdout and "RESULT: FAILED" in proc.stdout
+
+
+def test_soak_with_lost_ranks_shrinks_and_stays_correct(tmp_path) -> None:
+    """--faults: ranks SIGKILLed mid-step (rank 0 among the candidates), the survivors shrink and go on;
+    every completed call is still checked, none wrong, no hang."""
+    out = tmp_path / "soak.json"
+    proc = subprocess.run([sys.executable, _SCRIPT, "--ranks", "3", "--calls", "90", "--faults", "30", "--transport",
+                           "shm", "--seed", "3", "--max-elems", str(1 << 16), "--call-timeout", "30", "--json",
+                           str(out)], cwd=_ROOT, capture_output=True, text=True, timeout=180)
+    with open(out) as f:
+        res = json.load(f)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shm = res["transports"]["shm"]
+    assert shm["faults"]["planned"] >= 2 and shm["faults"]["killed"] == shm["faults"]["planned"], shm["faults"]
+    assert shm["faults"]["shrinks_per_survivor"] == 2 * shm["faults"]["killed"], shm["faults"]
+    assert shm["calls_completed"] == shm["calls_planned"] >= 60
+    assert shm["wrong"] == 0 and shm["hangs"] == 0 and shm["errors"] == 0
