@@ -19,7 +19,8 @@
 
 In 2 and 3 the file's secret is mixed (HMAC-SHA256) with the job's public identity: the master address and
 port, the world size and the launcher's job id where it gives one (``TORCHELASTIC_RUN_ID`` of torchrun,
-``SLURM_JOB_ID``/``SLURM_STEP_ID`` of Slurm, ``PMIX_NAMESPACE`` of Open MPI and PMIx launchers), so two jobs
+``SLURM_JOB_ID``/``SLURM_STEP_ID`` of Slurm, ``PMIX_NAMESPACE`` of Open MPI and PMIx launchers,
+``I_MPI_HYDRA_UUID`` of Intel MPI), so two jobs
 of one user never share a secret: a process started by hand beside a torchrun or Slurm job, even the same
 user's, is refused. What a secret cannot tell apart is a process of the same user started with the very same
 environment as a rank (``RANK=2 ... python job.py`` beside a job of plain environment variables): the store
@@ -47,7 +48,7 @@ __all__ = ["job_secret", "parse_secret", "user_secret", "user_secret_path", "mas
 log = logging.getLogger("interlink")
 
 _HEX = frozenset("0123456789abcdefABCDEF")
-_LAUNCHER_IDS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMIX_NAMESPACE")
+_LAUNCHER_IDS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMIX_NAMESPACE", "I_MPI_HYDRA_UUID")
 
 HOW = ("set the same random INTERLINK_SECRET on every rank (export INTERLINK_SECRET=$(python3 -c "
        "'import secrets; print(secrets.token_hex(32))') before the launcher, which passes the environment on; "
