@@ -28,7 +28,7 @@ else by cross-memory attach), and a Put writes into the peer's buffer the same w
   double-buffered (each half of the slot holds one): in round k the root copies chunk k in while every
   receiver copies chunk k - 1 out of the other half. Two user-space copies, as ``fast``, where ``fastd``
   makes each receiver pin and copy the root's pages in the kernel: 4 ranks on 2 cores, 16 MiB, through
-  16 MiB slots 2566 us against fastd's 3401 (benchmarks/RESULTS.md section 32).
+  16 MiB slots 2566 us against fastd's 3401 (benchmarks/RESULTS.md).
 * ``fastd`` (all_reduce, broadcast, all_gather, reduce_scatter, all_to_all; too large for a slot): one copy, from
   and into the ranks' own buffers, no slot. all_reduce: each rank reduces its slice reading that slice of
   every peer's input, then puts it into every peer's output (:func:`reduce_push`; the executor pushes
@@ -319,8 +319,7 @@ def all_gather_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
 def all_to_all_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
     """1 exchange into the ranks' own buffers: every rank puts block j of its input into rank j's output,
     starting with the next rank (r+1, r+2, ...: the ranks' first puts go to different outputs; in rank
-    order every rank put into rank 0's first: 4 ranks, 2 MiB, 411-413 -> 376-414 us, benchmarks/RESULTS.md
-    section 31)."""
+    order every rank put into rank 0's first: 4 ranks, 2 MiB, 411-413 -> 376-414 us, benchmarks/RESULTS.md)."""
     p, n = nranks, count
     b = Builder("all_to_all", "fastd", p, n, root)
     for r in range(p):

@@ -254,7 +254,7 @@ def cores_scarce(ncpu: int, nlocal: int) -> bool:
     local rank. An overlapped CPU collective then runs on the core the training's own compute needs (the
     runner thread and the backward pass take turns, and every thread hop costs a wake-up): inline is
     faster there. DDP, 21M parameters, batch 1, 2 cores: gloo / interlink 1.33-1.56x with async Works,
-    1.45-1.87x inline at 2 ranks; 1.42-1.55x and 1.45-1.61x at 4 (benchmarks/RESULTS.md section 21)."""
+    1.45-1.87x inline at 2 ranks; 1.42-1.55x and 1.45-1.61x at 4 (benchmarks/RESULTS.md)."""
     return ncpu < 2 * nlocal
 
 

@@ -59,7 +59,7 @@ def time_loop(call: Callable[[], None], barrier: Callable[[], None], max_over_ra
     touch: called with the call's index before each call, outside the timing (each call then times
     alone, summed): it writes the rank's input, as an application does between calls. Without it the
     input never changes, and a library that reads a peer's buffer by cross-memory attach finds its lines
-    in its own cache on every call but the first (benchmarks/RESULTS.md section 20)."""
+    in its own cache on every call but the first (benchmarks/RESULTS.md)."""
     iters = iters_for(nbytes)
     # past the first calls' page faults and cache fills, and interlink's measuring of its two paths
     for k in range(probe_warmup(nbytes, max(warmup, iters // 10))):
@@ -96,9 +96,9 @@ PAGE = 4096
 def aligned_empty(n: int, dtype=np.float32, align: int = PAGE) -> np.ndarray:
     """n elements of dtype starting on an ``align``-byte boundary, as nccl-tests' (cudaMalloc) and the OSU
     micro-benchmarks' (posix_memalign) buffers do. Two arrays allocated one after the other from the heap
-    lie 16 bytes apart modulo 4 KiB, and a copy from the first into the second runs 2-8x slower on this
-    project's x86 machines from 4 KiB to 256 KiB (4K aliasing: every load waits on the store just made;
-    benchmarks/RESULTS.md section 27), in whichever system copies: MPICH's out-of-place Allreduce of
+    lie 16 bytes apart modulo 4 KiB, and a copy from the first into the second runs 2-8x slower on the
+    x86 machines measured from 4 KiB to 256 KiB (4K aliasing: every load waits on the store just made;
+    benchmarks/RESULTS.md), in whichever system copies: MPICH's out-of-place Allreduce of
     256 KiB on 2 ranks took 258 us on such buffers and 99 us on page-aligned ones. A benchmark that
     allocates its buffers in sequence measures the allocator, not the library."""
     dt = np.dtype(dtype)
@@ -289,7 +289,7 @@ def run_same_process(nranks: int, sizes: Sequence[int], collectives: Sequence[st
                      turns: int = 3, timeout: float = 1800, touch: bool = False) -> list[dict]:
     """interlink (shared memory) and MPICH in one MPICH job, taking turns per collective and size, a few
     milliseconds apart: both land in the same of this VM's fast and slow modes, which last seconds
-    (benchmarks/RESULTS.md sections 20 and 26). Rows of both systems, each the median over the turns;
+    (benchmarks/RESULTS.md). Rows of both systems, each the median over the turns;
     [] with a note on stderr if mpi4py/mpich is missing."""
     exe = _mpi_launcher()
     if exe is None:

@@ -93,7 +93,7 @@ class Param:
 
 
 _TUNING = "NCCL 2.30 src/graph/tuning.cc (docs/reference.md section 4)"
-_RESULTS = "benchmarks/RESULTS.md section 1 (2-core VM, 2026-11-22)"
+_RESULTS = "benchmarks/RESULTS.md (2-core VM, 2026-11-22)"
 
 
 def _p(name: str, value: float | None, unit: str, source: str) -> Param:
@@ -169,11 +169,11 @@ def _defaults() -> list[Param]:
            "ranks sharing cores: a byte costs 1 + k x (ranks per core - 1) times its cost on a core of its "
            "own (k = this; 1: the cores' time is simply shared; calibration fits it)"),
         _p("host.llc_bytes", 32.0 * 2**20, "B",
-           "estimate (this project's VM: 32 MiB L3); per-byte costs grow once a host's working set leaves it"),
+           "estimate (a 2-core AMD EPYC VM: 32 MiB L3); per-byte costs grow once a host's working set leaves it"),
         _p("host.dram_factor", 1.0, "x",
            "per-byte cost out of cache / in cache; 1: no cache effect (calibration fits it); the factor applied "
            "is 1 + (x - 1) * max(0, 1 - llc / working set), working set = 2 x S x ranks on the host"),
-        # host.page.*: fitted together by interlink bench --calibrate on the project's 2-core VM, 2026-11-26 (24 host-page samples, 2 and 4 ranks)
+        # host.page.*: fitted together by interlink bench --calibrate on a 2-core x86 VM, 2026-11-26 (24 host-page samples, 2 and 4 ranks)
         _p("host.page.call_us", 0.0, "us",
            "the fixed cost of one call on the host page's paths, beyond its rounds and messages (the latency "
            "path skips most of what host.call_us measures): fitted 0"),

@@ -88,7 +88,7 @@ class Engine:
         self.spin = min(SPIN, OVERSUB_SPIN) if self.oversub else SPIN
         # spins before each further one yields the core: at once where ranks share cores (a peer that
         # shares this one needs it to publish; 4 ranks on 2 cores, 8 B all_reduce: 68 -> 55 us, 3 ranks
-        # 47 -> 35 us; 64 KiB 1.09-1.11x; benchmarks/RESULTS.md section 26)
+        # 47 -> 35 us; 64 KiB 1.09-1.11x; benchmarks/RESULTS.md)
         self.yield_after = 0 if self.oversub else YIELD_AFTER
         self.channels = channels  # peer -> its channel of lane 0
         # peer -> its channels, one per lane (lane 0 first); a pair without lanes has [channels[peer]]

@@ -119,7 +119,7 @@ class Small:
 #: the first calls of a measured call shape: PROBE_WARM calls by the limits' path (the user's buffers'
 #: first touches), then four blocks of PROBE_BLOCK calls, the paths in turn, the first PROBE_SKIP calls of
 #: each block untimed (they find the other path's lines in the caches): 2 ranks, 1.5 MiB all_gather output,
-#: a path's first calls after the other's took 1.5-2x its later ones (benchmarks/RESULTS.md section 31)
+#: a path's first calls after the other's took 1.5-2x its later ones (benchmarks/RESULTS.md)
 PROBE_WARM, PROBE_BLOCK, PROBE_SKIP, PROBE_BLOCKS = 2, 8, 2, 4
 PROBE_CALLS = PROBE_WARM + PROBE_BLOCKS * PROBE_BLOCK
 
@@ -134,8 +134,7 @@ def choose(blocks: list) -> int:
     on a tie or without timings. Medians per block: a burst of noise moves one block's median, not every
     call's weight. Their mean, not their best: the best of two blocks favours the noisier path (4 ranks,
     broadcast of 16 MiB in compare.py's warm-up: fastd's blocks 2413 and 3171 us, fastp's 2452 and 2777;
-    the best block kept fastd, 3184 us a call once timed against fastp's 2478-2551; benchmarks/RESULTS.md
-    section 32). A path's first block can still be warming up (2 ranks, 1 MiB of all_gather output: the
+    the best block kept fastd, 3184 us a call once timed against fastp's 2478-2551; benchmarks/RESULTS.md). A path's first block can still be warming up (2 ranks, 1 MiB of all_gather output: the
     slots' first block 57-62 us, its second 34-40, fastd 50-61 in both): the mean still takes the slots."""
     meds: list[list[float]] = [[], []]
     for b, ts in enumerate(blocks):
@@ -347,8 +346,8 @@ class FastPath:
     def _rotation(self, nbytes: int) -> tuple[int, int]:
         """(places per parity, bytes between them) for a payload of nbytes in each rank's slot. A slot line
         written again while a reader's cache still holds it from the last call costs an invalidation per
-        line: on the project's VM such a copy runs at 6 GB/s, against 40 for a local copy
-        (benchmarks/coherence.py). So from ``slot_rotation_min_bytes`` up, successive calls of a parity
+        line: on a 2-core x86 VM such a copy runs at 6 GB/s, against 40 for a local copy
+        (benchmarks/README.md: coherence). So from ``slot_rotation_min_bytes`` up, successive calls of a parity
         put their payload at successive places of the slot (page-aligned), cycling through about
         ``slot_rotation_bytes`` (a reader's L2 size or more): by the time a place comes round again, the
         readers have let its lines go. The place is a function of the call count, the same on every rank."""

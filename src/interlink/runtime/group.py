@@ -781,7 +781,7 @@ class Group:
         """A blocking send or receive of a numpy array run in the calling thread when nothing is queued
         before it: the same op, engine and errors as the runner's batch (run_p2p_batch), without handing
         the message to the runner thread and waiting to be woken (a round trip of 8 bytes on 2 ranks: 189
-        -> 40 us, benchmarks/RESULTS.md section 30). False (nothing done): the caller queues it (work is
+        -> 40 us, benchmarks/RESULTS.md). False (nothing done): the caller queues it (work is
         pending, another thread runs a call, a device array or a torch tensor, or on the runner itself)."""
         runner = self.ctx.runner
         if type(tensor) is not np.ndarray or runner._pending or runner.on_runner():

@@ -92,7 +92,7 @@ def fast_small_bytes() -> int:
     in-process A/B, inputs rewritten before each call, default path / one-shot at 128 and 256 KiB:
     2 ranks (the ring) 1.82 and 1.38, 3 ranks (fast2) 1.79 and 1.37, 4 ranks 1.47 and 1.14, 8 ranks on
     2 cores (fast_once against fast2) 2.12 and 1.33; at 512 KiB 2 and 3 ranks still gain (1.16, 1.18) but
-    4 ranks lose (0.95), at 1 MiB 2 ranks are even (0.98) (benchmarks/RESULTS.md section 24). Broadcast,
+    4 ranks lose (0.95), at 1 MiB 2 ranks are even (0.98) (benchmarks/RESULTS.md). Broadcast,
     all_gather and reduce_scatter go further inline (:func:`fast_inline_max_bytes`)."""
     return env_int("INTERLINK_FAST_MAX_BYTES", 256 << 10)
 
@@ -102,12 +102,12 @@ def fast_inline_max_bytes() -> int:
     the slots (INTERLINK_FAST_INLINE_MAX_BYTES, 512 KiB; never below :func:`fast_small_bytes`); above it,
     up to the slots' limit, the runtime runs the same ``fast`` Schedule step by step (runtime/pageplan.py),
     which walks a reduction a cache-sized piece at a time and reads a peer's ``interlink.empty`` input in
-    place. The step-by-step executor costs 10-15 us more a call on the project's VM (2 ranks, 4 KiB
-    forced through both: broadcast 22 against 12 us); in-process A/B (benchmarks/inline_ab.py), inputs
+    place. The step-by-step executor costs 10-15 us more a call on a 2-core x86 VM (2 ranks, 4 KiB
+    forced through both: broadcast 22 against 12 us); in-process A/B (benchmarks/README.md: inline_ab), inputs
     rewritten before each call, program / inline at 256 KiB and 512 KiB: 2 ranks broadcast 1.56 and 1.38,
     all_gather (its output) 1.68 and 1.32, reduce_scatter 1.34 and 1.01; 4 ranks at 512 KiB: all_gather 1.20,
     broadcast 1.10, reduce_scatter 1.17; from 1 MiB the two are within the noise, and reduce_scatter at
-    2 MiB favours the pieces (0.70-0.93) (benchmarks/RESULTS.md section 24)."""
+    2 MiB favours the pieces (0.70-0.93) (benchmarks/RESULTS.md)."""
     return max(fast_small_bytes(), env_int("INTERLINK_FAST_INLINE_MAX_BYTES", 512 << 10))
 
 
@@ -126,7 +126,7 @@ def slots_max_bytes_two_ranks() -> int:
     Since the slots' rotation, two user-space copies through them beat one kernel copy from 512 KiB to
     2 MiB (a cross-memory copy of 2 MiB runs at 13 GB/s against 47 for a numpy copy that stays in L3):
     2 ranks, in-process A/B, inputs rewritten before each call, 1 MiB: all_gather 77 -> 52 us,
-    reduce_scatter 107 -> 56, broadcast 83 -> 39 (benchmarks/RESULTS.md section 20)."""
+    reduce_scatter 107 -> 56, broadcast 83 -> 39 (benchmarks/RESULTS.md)."""
     return env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_2", 2 << 20)
 
 
@@ -135,12 +135,10 @@ def slots_max_bytes_two_ranks_all_gather() -> int:
     cross-memory attach (fastd) instead of going through the slots, where cross-memory attach works
     (INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG, 256 KiB; at most :func:`slots_max_bytes_two_ranks`). The
     all_gather's output is twice its input, so the slots' copies leave the cache earlier than a
-    broadcast's: in-process A/B, inputs rewritten before each call (benchmarks/slots_cma_ab.py, RESULTS
-    section 23), slots / fastd at 1, 2, 3, 4 MiB of output: 0.78, 1.04, 1.40, 1.81 (1.40-2.85 in the VM's
+    broadcast's: in-process A/B, inputs rewritten before each call (benchmarks/README.md: slots_cma_ab), slots / fastd at 1, 2, 3, 4 MiB of output: 0.78, 1.04, 1.40, 1.81 (1.40-2.85 in the VM's
     slow mode, 1 MiB output included), while broadcast and reduce_scatter keep the slots up to 2 MiB
-    (0.55-0.70); since fastd's push runs inlined (FastPath._push, RESULTS section 25) 0.89-0.95 at 1 MiB
-    and 1.09 at 2 MiB of output; session 37 (`interlink run -n 2 benchmarks/stream_ab.py all_gather
-    768K,1M --slots --fastd`, three jobs, medians of 8 turns): 768 KiB of output 1.71, 1.79, 1.02; 1 MiB
+    (0.55-0.70); since fastd's push runs inlined (FastPath._push, benchmarks/RESULTS.md) 0.89-0.95 at 1 MiB
+    and 1.09 at 2 MiB of output; the same A/B three jobs later (medians of 8 turns): 768 KiB of output 1.71, 1.79, 1.02; 1 MiB
     1.91, 2.03, 1.23 (fastd never slower), 512 KiB 1.00: so 256 KiB of input (512 KiB was)."""
     return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG", 256 << 10), slots_max_bytes_two_ranks())
 
@@ -148,8 +146,8 @@ def slots_max_bytes_two_ranks_all_gather() -> int:
 def slots_max_bytes_all_to_all() -> int:
     """On 3 or more ranks, an all_to_all whose input is larger than this puts its blocks into the peers'
     outputs by cross-memory attach (fastd) instead of going through the slots, where cross-memory attach
-    works (INTERLINK_SHM_SLOTS_MAX_BYTES_A2A, default 1 MiB; at most the slot size). In-process A/B on the
-    project's VM (RESULTS section 30), slots / fastd by input: 3 ranks 1 MiB 0.77, 1.5 MiB 1.11, 2 MiB 1.22,
+    works (INTERLINK_SHM_SLOTS_MAX_BYTES_A2A, default 1 MiB; at most the slot size). In-process A/B on a
+    2-core x86 VM (benchmarks/README.md: a2a_slots_ab), slots / fastd by input: 3 ranks 1 MiB 0.77, 1.5 MiB 1.11, 2 MiB 1.22,
     3 MiB 1.28; 4 ranks 1 MiB 0.79-0.93, 1.5 MiB 1.22, 2 MiB 1.20-1.32, 3 MiB 1.31. On 2 ranks the slots win
     up to 2 MiB (0.69-0.79) and all_to_all keeps :func:`slots_max_bytes_two_ranks`."""
     return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_A2A", 1 << 20), fast_max_bytes())
@@ -161,10 +159,10 @@ def slots_max_bytes_all_gather(nlocal: int | None = None) -> int:
     (INTERLINK_SHM_SLOTS_MAX_BYTES_AG; at most the slot size, :func:`fast_max_bytes`). Broadcast and
     reduce_scatter keep the slots up to the slot size. With streaming copies out of the slots
     (transport/stream.py, :func:`stream_min_bytes`) the all_gather keeps them too: in-process A/B
-    (`interlink run -n P benchmarks/stream_ab.py all_gather ... --slots --fastd`, RESULTS section 28), slots
+    (`interlink run -n P benchmarks/README.md (stream_ab) all_gather ... --slots --fastd`, benchmarks/RESULTS.md), slots
     (streaming) / fastd by per-rank input of 1, 2, 4 MiB: 3 ranks 1.14, 0.90, 0.99; 4 ranks 0.79, 0.84,
     0.90; 8 ranks 0.75, 0.83, 0.96 (slots faster below 1). Without them (another architecture) 1 MiB:
-    slots / fastd then (RESULTS section 26) 3 ranks 0.95-1.21, 1.30-1.34, -; 4 ranks 0.99-1.10, 1.16-1.19,
+    slots / fastd then (benchmarks/RESULTS.md) 3 ranks 0.95-1.21, 1.30-1.34, -; 4 ranks 0.99-1.10, 1.16-1.19,
     1.19-1.25; 8 ranks (2 MiB, 4 MiB) 1.06, 1.21.
     With ``nlocal`` (the host's ranks), the slot size only where every all_gather above 1 MiB of input
     streams (its outputs on the host, nlocal^2 x the input, reach :func:`stream_min_bytes`): on a host
@@ -183,8 +181,8 @@ def autotune() -> bool:
     slot: through it in chunks, ``fastp``) and through cross-memory attach in turn,
     the host's first rank times them and publishes the faster on the host page, and every rank takes it
     from then on (runtime.fastpath.FastPath.pick). The crossover moves with the machine and its state: on
-    the project's VM, 2 ranks, 1 MiB of all_gather output, slots / fastd measured 1.2-2.0 one day
-    (session 37) and 0.65-0.74 another (benchmarks/RESULTS.md section 31), so no fixed limit suits both.
+    a 2-core x86 VM, 2 ranks, 1 MiB of all_gather output, slots / fastd measured 1.2-2.0 one day
+    and 0.65-0.74 another (benchmarks/RESULTS.md), so no fixed limit suits both.
     Intel MPI's run-time autotuner (I_MPI_TUNING_MODE=auto) works the same way. The same switch measures
     streaming against plain copies near :func:`stream_min_bytes` (:func:`stream_band`)."""
     return os.environ.get("INTERLINK_AUTOTUNE", "1").strip() != "0"
@@ -195,9 +193,9 @@ def ar_direct_min_bytes() -> int:
     (INTERLINK_SHM_AR_DIRECT_MIN_BYTES; 2 ranks with plain numpy buffers: 1 MiB 155 us by the ring vs
     277 us, 4 MiB 605 vs 480 us; 4 ranks 16 MiB 7.9 vs 5.3 ms; in interlink.empty buffers it wins from
     256 KiB). On 2 ranks it is also where the two-phase all_reduce in the slots (fast2) stops: below it
-    fast2 beats the ring over the channels (benchmarks/fast2_ab.py, in-process A/B, ring / fast2 at
+    fast2 beats the ring over the channels (benchmarks/README.md: fast2_ab, in-process A/B, ring / fast2 at
     512 KiB, 1 and 2 MiB: 1.29-1.30, 1.47-1.51, 1.48-1.60; at 4 MiB fastd beats fast2 1.8x;
-    benchmarks/RESULTS.md section 25)."""
+    benchmarks/RESULTS.md)."""
     return env_int("INTERLINK_SHM_AR_DIRECT_MIN_BYTES", 2 << 20)
 
 
@@ -215,7 +213,7 @@ def slot_rotation_bytes() -> int:
     """Successive calls of one shape put their payload at successive places of the slots, cycling
     through about this many bytes (INTERLINK_SLOT_ROTATION_BYTES, 2 MiB; 0: always at the start), so that
     a slot line is written again only after the readers' caches have let it go: writing lines another core
-    holds ran at 6 GB/s against 40 for a local copy on the project's VM (benchmarks/coherence.py;
+    holds ran at 6 GB/s against 40 for a local copy on a 2-core x86 VM (benchmarks/README.md: coherence;
     runtime.fastpath.FastPath._rotation)."""
     return env_int("INTERLINK_SLOT_ROTATION_BYTES", 2 << 20)
 
@@ -232,8 +230,7 @@ def stream_min_bytes() -> int:
     (INTERLINK_STREAM_MIN_BYTES; 0: never): half the host's last-level cache (sysfs; 16 MiB where it
     cannot be read). Outputs that large are not in cache when the call writes them, where a plain copy
     reads every line before writing it; below, the lines may still be in cache from the last call and a
-    streaming copy, which evicts them, is slower. In-process A/B (benchmarks/stream_ab.py, benchmarks/
-    RESULTS.md section 28), plain / streaming, all_gather by the outputs of the host's ranks: 4 ranks
+    streaming copy, which evicts them, is slower. In-process A/B (benchmarks/README.md: stream_ab), plain / streaming, all_gather by the outputs of the host's ranks: 4 ranks
     8 MiB 1.05, 16 MiB 1.47, 64 MiB 1.28; 2 ranks 4 MiB 0.74, 8 MiB 1.11, 16 MiB 1.44."""
     v = env_int("INTERLINK_STREAM_MIN_BYTES", -1)
     if v < 0:
@@ -245,10 +242,10 @@ def stream_band(stream_min: int) -> tuple[int, int]:
     """The outputs of the host's ranks in one call, (lo, hi] bytes, for which the host page measures its
     copies into the outputs with streaming stores against plain ones (the first calls of each shape, as
     for the slots' limit: runtime.fastpath.FastPath.pick), where :func:`stream_min_bytes` is a guess: half
-    of it to 4x it. Why: on the project's VM the plain / streaming ratio at the same outputs moved with the
-    day: 4 ranks, broadcast of 4 MiB (16 MiB of outputs, the threshold) 0.65-0.70 one hour of session 39,
-    no difference later, 0.62 in session 40; all_gather of 4 MiB output 0.87-0.90, of 16 MiB 1.27-1.51
-    (benchmarks/RESULTS.md sections 28, 31, 32). (0, 0) where the rule says never."""
+    of it to 4x it. Why: on a 2-core x86 VM the plain / streaming ratio at the same outputs moved with the
+    day: 4 ranks, broadcast of 4 MiB (16 MiB of outputs, the threshold) 0.65-0.70 in one hour,
+    no difference later, 0.62 on another day; all_gather of 4 MiB output 0.87-0.90, of 16 MiB 1.27-1.51
+    (benchmarks/RESULTS.md). (0, 0) where the rule says never."""
     if stream_min >= 1 << 61:
         return 0, 0
     return measured_band(stream_min, 1 << 62)  # the slots' band's rule, without a top

@@ -175,7 +175,7 @@ class Runner:
         """A thread waiting for a queued point-to-point job runs the batch at the head of the queue itself,
         as the runner would (the same ops, engine and errors; the jobs' done-callbacks on this thread, which
         counts as the runner's while it runs them), instead of waking the runner thread and being woken
-        back: an isend/irecv exchange of 4 bytes on 2 ranks 42 -> 24 us (benchmarks/RESULTS.md section 33).
+        back: an isend/irecv exchange of 4 bytes on 2 ranks 42 -> 24 us (benchmarks/RESULTS.md).
         Nothing is done unless the runner is idle (its lock free) and no job has left the queue without
         finishing (one it took and has yet to run comes first), so the call order stays the queue's: the
         check and the taking hold the queue's lock together (the runner takes jobs under it)."""

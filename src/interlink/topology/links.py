@@ -263,7 +263,7 @@ _ENTRIES: list[LinkSpec] = [pcie(g) for g in (3, 4, 5, 6)] + [
     _e("ipoib-ndr", "ipoib", "NDR", 50.0, 10.0, 5.0, "IPoIB on NDR: kernel IP stack; effective: estimate"),
     # ---- Inside one host, between CPU ranks ----
     _e("shm", "shm", "memcpy", 8.0, 8.0, 0.5,
-       "host shared memory, one core's memcpy: numpy copy of 64 MiB ~8 GB/s on the project's 2-core machine "
+       "host shared memory, one core's memcpy: numpy copy of 64 MiB ~8 GB/s on a 2-core x86 VM "
        "(docs/reference.md section 6); discovery can measure it (discover(measure=True))"),
     _e("loopback-tcp", "tcp", "loopback", 8.0, 2.0, 5.0,
        "TCP over the loopback device (gloo's only intra-host transport): memcpy-bound line, effective and "
@@ -364,7 +364,7 @@ def delay_seconds(text: str) -> float:
 
 
 #: TCP goodput over a shaped link: payload / line rate (1500-byte frames: 1448 B of payload in 1538 B
-#: on the wire); measured 0.94 on this project's emulated 1 Gbit/s link (benchmarks/RESULTS.md section 4)
+#: on the wire); measured 0.94 on an emulated 1 Gbit/s link (benchmarks/RESULTS.md)
 TCP_GOODPUT = 0.94
 
 

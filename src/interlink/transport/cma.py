@@ -23,8 +23,8 @@ class _Iovec(ctypes.Structure):
 
 
 # The calls take the iovecs' addresses as plain integers (c_void_p), not POINTER(_Iovec) with byref:
-# ctypes converts an int in a fraction of the time (a 4 KiB read of a peer: 6.7 -> ~2 us a call on the
-# project's VM, most of it the syscall). Each thread fills its own pair of iovecs (_iov).
+# ctypes converts an int in a fraction of the time (a 4 KiB read of a peer: 6.7 -> ~2 us a call on a
+# 2-core x86 VM, most of it the syscall). Each thread fills its own pair of iovecs (_iov).
 _ARGTYPES = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
 try:
     _libc = ctypes.CDLL(None, use_errno=True)
@@ -70,7 +70,7 @@ def allow_peers() -> None:
 
 def address(a) -> int:
     """The address of a contiguous numpy array's first byte. ``ctypes.addressof(c_char.from_buffer(a))``
-    takes a third of the time of ``a.ctypes.data`` (0.33 against 1.2 us on the project's VM), which the
+    takes a third of the time of ``a.ctypes.data`` (0.33 against 1.2 us on a 2-core x86 VM), which the
     host-page paths pay several times a call; read-only and empty arrays take the slow way."""
     try:
         return _addressof(_c_char.from_buffer(a))
@@ -92,13 +92,13 @@ def _copy(call, what: str, pid: int, remote_addr: int, local_addr: int, nbytes: 
 
 
 # A copy whose destination lies 1 to 31 bytes past its source modulo 4 KiB runs 5x (the kernel's copy)
-# to 13x (glibc's memmove) slower on the project's AMD EPYC VM: every load of the next vector aliases the
+# to 13x (glibc's memmove) slower on an AMD EPYC VM: every load of the next vector aliases the
 # store just made (4K aliasing). Two buffers allocated one after the other from the heap sit exactly there
 # (the second 16 bytes past a 4 KiB multiple from the first), and so does a peer's buffer of the same
 # allocation order: 2-rank reduce_scatter of 4 MiB read its peer's input into its output 4x slower after
 # the process had freed larger arrays (1,467 against 371 us). Such a transfer goes in two hops through a
 # bounce buffer placed 2 KiB off both ends, in pieces that stay in cache: 256 KiB by cross-memory attach,
-# d = 16: 155 -> ~50 us (benchmarks/RESULTS.md section 24).
+# d = 16: 155 -> ~50 us (benchmarks/RESULTS.md).
 ALIAS_BYTES = 32
 BOUNCE_MIN = 16 << 10  # below it the aliased copy costs less than the second hop
 _HOP = 256 << 10

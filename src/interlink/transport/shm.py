@@ -327,8 +327,7 @@ def _map(fd: int, size: int, populate: bool) -> mmap.mmap:
     """The host page mapped; with ``populate``, every page present from the start (MAP_POPULATE, where the
     platform has it), so that no call pays for the first touch of a slot: successive calls of one shape
     rotate through up to 16 places of each slot, and each place's first use faulted its pages in, in every
-    rank (2 ranks, all_reduce of 16 KiB: calls 2-32 took 2.1x the steady state's time; benchmarks/RESULTS.md
-    section 27). The cost: the page's memory is committed at init (the runtime's policy decides,
+    rank (2 ranks, all_reduce of 16 KiB: calls 2-32 took 2.1x the steady state's time; benchmarks/RESULTS.md). The cost: the page's memory is committed at init (the runtime's policy decides,
     policy.host_page_populate)."""
     flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
     return mmap.mmap(fd, size, flags=flags)

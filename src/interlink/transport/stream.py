@@ -3,10 +3,10 @@
 A plain copy (numpy, glibc's memcpy) into memory that is not in cache first reads every destination line
 into the cache (read-for-ownership), then writes it back later: twice the memory traffic of the bytes
 written. Non-temporal stores write whole lines straight to memory. glibc switches to them only above a
-threshold it derives from the shared cache's size (3/4 of it: on the project's VM, whose CPUID reports
+threshold it derives from the shared cache's size (3/4 of it: on a 2-core x86 VM, whose CPUID reports
 256 MiB of L3, 192 MiB), so a collective's output of a few MiB is written the slow way: a 4 MiB copy into
 memory not in cache runs at 5.5-7.6 GB/s with numpy and 14.6-15.3 GB/s with streaming stores on that VM
-(benchmarks/RESULTS.md section 28). The host paths use this copy where a call writes its output out of a
+(benchmarks/RESULTS.md). The host paths use this copy where a call writes its output out of a
 slot and the output is too large to stay in cache (runtime/policy.py ``stream_min_bytes``); into memory
 that is in cache a streaming copy is slower (it evicts the lines), so nothing else uses it.
 
