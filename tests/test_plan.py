@@ -307,6 +307,10 @@ def test_context_parallelism_gathers_keys_and_values() -> None:
     cp = [c for c in two.collectives if c["kind"] == "cp"]
     assert {c["collective"] for c in cp} == {"all_gather", "reduce_scatter"} and cp[0]["ranks"] == 2
     assert two.memory_gib["activations"] < one.memory_gib["activations"] * 0.6
+    # ring attention passes K and V under the attention's compute; Llama 3's all-gather waits for them
+    ag = plan_step(m, Layout(tp=8, cp=2, dp=1, sp=True, global_batch=2, cp_comm="allgather"), ctx)
+    assert two.breakdown["cp"] < ag.breakdown["cp"]
+    assert ag.breakdown["cp"] == pytest.approx(sum(c["exposed_s"] for c in ag.collectives if c["kind"] == "cp"))
 
 
 def test_fp8_needs_a_gpu_that_has_it(a100x4: Context) -> None:

@@ -62,6 +62,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--compress", default="none", metavar="C", help="gradient compression: none, fp8, bf16, powersgd:R")
     p.add_argument("--order", default="tp-cp-ep-dp-pp", metavar="ORDER",
                    help="how groups map onto ranks, innermost first (default Megatron's tp-cp-ep-dp-pp)")
+    p.add_argument("--cp-comm", default="ring", choices=("ring", "allgather"),
+                   help="context parallelism: ring attention under the attention compute (default), or an exposed "
+                        "all-gather of K and V (Llama 3)")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8"), help="GEMM precision (default bf16)")
     p.add_argument("--no-overlap", action="store_true",
                    help="gradient reduction and parameter gather after the backward, not under it")
@@ -163,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
                      micro_batch=args.micro_batch or 1, global_batch=gb or _default_batch(model, dp, args.micro_batch or 1),
                      virtual_stages=args.virtual_stages or 1, compress=args.compress, order=args.order,
                      overlap_grad_reduce=not args.no_overlap, overlap_param_gather=not args.no_overlap,
-                     tp_overlap=args.tp_overlap, dtype=args.dtype)
+                     tp_overlap=args.tp_overlap, dtype=args.dtype, cp_comm=args.cp_comm)
         result = plan_step(model, lay, ctx, contention=args.contention)
         if args.trace:
             from ..plan.trace import write_trace

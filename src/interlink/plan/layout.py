@@ -46,6 +46,7 @@ class Layout:
     overlap_param_gather: bool = True  # ZeRO-1/2's parameter all-gather overlaps the next forward
     tp_overlap: float = 0.0          # fraction of tensor-parallel communication hidden under GEMMs
     scatter_gather: bool = True      # pipeline sends split over the TP ranks (Narayanan 2021, section 4.1)
+    cp_comm: str = "ring"            # ring: K/V passed around under the attention; allgather: gathered first
     dtype: str = "bf16"              # bf16, fp16, fp8 (fp8 GEMMs; 16-bit weights and activations)
     grad_dtype: str = ""             # "" : fp32 (Megatron's main grads; fp16 jobs reduce fp16)
 
@@ -100,6 +101,8 @@ class Layout:
             raise PlanError(f"--virtual-stages needs the micro-batches of a step ({self.sequences()} / (dp {self.dp} x "
                             f"micro-batch {self.micro_batch})) to be a multiple of --pp {self.pp}, as Megatron-LM's "
                             f"interleaved schedule does: change --global-batch or --micro-batch")
+        if self.cp_comm not in ("ring", "allgather"):
+            raise PlanError(f"--cp-comm must be ring or allgather, got {self.cp_comm!r}")
         if model.seq % self.cp:
             raise PlanError(f"sequence {model.seq} does not divide by --cp {self.cp}")
         if self.ep > 1:

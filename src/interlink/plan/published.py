@@ -70,7 +70,7 @@ def _llama(id_: str, gpus: int, cp: int, seq: int, tflops: float, v: int) -> Run
     dp = gpus // (tp * pp * cp)
     seqs = (16 << 20) // seq
     lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, sp=True, micro_batch=1, global_batch=seqs, virtual_stages=v,
-                 zero=2, recompute="none", dtype="bf16", order="tp-cp-pp-dp")
+                 zero=2, recompute="none", dtype="bf16", order="tp-cp-pp-dp", cp_comm="allgather")
     spec = "llama3-405b" + (f",seq={seq}" if seq != 8192 else "")
     return Run(id_, spec, lay, f"{gpus // 8}xdgx-h100:net=roce-400g", "tflops", tflops, LLAMA3)
 

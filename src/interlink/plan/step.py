@@ -206,11 +206,18 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         kv = 2 * b * s * model.kv_dim * act_b / tp  # K and V of the whole sequence, gathered
         ag = price("all_gather", kv, g, kind="cp")
         rs = price("reduce_scatter", kv, g, kind="cp")
-        t_cp_f = ag.time_s
-        t_cp_b = ag.time_s + rs.time_s
         n = model.layers / pp * m
-        add("cp", ag, n * (2 + (1 if L.recompute == "full" else 0)), None)
-        add("cp", rs, n, None)
+        if L.cp_comm == "ring":
+            # ring attention (Megatron-Core's context parallelism): K and V pass around the ring one block
+            # a step while the attention of the block in hand runs; exposed is what the passing exceeds it by
+            t_cp_f = max(0.0, ag.time_s - t_attn)
+            t_cp_b = max(0.0, ag.time_s + rs.time_s - 2.0 * t_attn)
+        else:
+            # all-gather of K and V before the attention (Llama 3's context parallelism): exposed
+            t_cp_f = ag.time_s
+            t_cp_b = ag.time_s + rs.time_s
+        add("cp", ag, n * (2 + (1 if L.recompute == "full" else 0)), t_cp_f * n * (2 + (L.recompute == "full")))
+        add("cp", rs, n, max(0.0, t_cp_b - t_cp_f) * n)
     t_ep_f = 0.0
     if model.moe and ep > 1:
         g = L.group("ep")
