@@ -269,9 +269,17 @@ def test_cli_bad_input_is_one_line(capsys, argv: list, msg: str) -> None:
     assert len(err.splitlines()) == 1 and msg in err and err.startswith("interlink plan: ")
 
 
-def test_sweep_reports_efficiency_against_linear(capsys) -> None:
-    assert main(["plan", "-m", GPT, "-t", "dgx-a100", "--sweep-gpus", "8,16", "--global-batch", "32", "--json"]) == 0
+def test_sweep_reports_efficiency_against_linear(capsys, tmp_path) -> None:
+    png = tmp_path / "s.png"
+    argv = ["plan", "-m", GPT, "-t", "dgx-a100", "--sweep-gpus", "8,16", "--global-batch", "32", "--json"]
+    try:
+        import matplotlib  # noqa: F401
+        argv += ["--plot", str(png)]
+    except ImportError:
+        png = None
+    assert main(argv) == 0
     rows = json.loads(capsys.readouterr().out)
+    assert png is None or png.stat().st_size > 1000
     assert [r["gpus"] for r in rows] == [8, 16]
     assert rows[0]["efficiency"] == pytest.approx(1.0) and 0.5 < rows[1]["efficiency"] <= 1.01
     assert math.isfinite(rows[1]["tokens_per_s"])
@@ -336,3 +344,15 @@ def test_contention_is_the_simulators_concurrent_groups() -> None:
     assert over.pricer.contention("all_to_all", 1 << 25, ep.all_groups("ep")) > 1.2
     a, b = plan_step(m, ep, over), plan_step(m, ep, over, contention=True)
     assert b.breakdown["ep"] > 1.2 * a.breakdown["ep"] and any("simulated" in n for n in b.notes)
+
+
+def test_progress_lines_after_two_seconds(capsys) -> None:
+    from interlink.cli.plan import _Progress
+
+    p = _Progress()
+    p("early")
+    assert capsys.readouterr().err == ""
+    p.t0 -= 5.0
+    p("pricing all_gather of 1.0 MiB on 2048 ranks")
+    err = capsys.readouterr().err
+    assert err.startswith("interlink plan: [") and "pricing all_gather" in err
