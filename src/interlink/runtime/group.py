@@ -83,8 +83,11 @@ class Group:
         self.rank = self._index.get(ctx.rank, -1)
         self.size = len(self.ranks)
         self.seq = 0
-        # the flight recorder: the last calls in preallocated lists (recorder.CallRing; a call writes its slot)
-        self.recorder = recorder.CallRing(RECORDER_SIZE)
+        # the flight recorder: the last calls in preallocated lists (recorder.CallRing); a call writes its plan
+        # and start into its slot, then its number when it is done (its lists bound here: no lookups a call)
+        self.recorder = ring = recorder.CallRing(RECORDER_SIZE, lambda: self.seq)
+        self._rmask, self._rplans, self._rstarts, self._rseqs, self._rends = (ring.mask, ring.plans, ring.starts,
+                                                                             ring.seqs, ring.ends)
         recorder.track(self)  # listed in this rank's flight-recorder dump (runtime/recorder.py)
         self._plans: dict[tuple, Plan] = {}
         # the small-message fast path: the world group of a job whose ranks share one host
@@ -270,11 +273,9 @@ class Group:
         except ValueError:
             self.seq -= 1  # e.g. unknown algorithm: nothing was sent
             raise
-        ring = self.recorder
-        i = seq & ring.mask
-        ring.seqs[i] = -seq  # started (runtime/recorder.py CallRing)
-        ring.plans[i] = plan
-        ring.starts[i] = t0 = perf_counter()
+        i = seq & self._rmask  # the flight recorder's slot of this call
+        self._rplans[i] = plan
+        self._rstarts[i] = t0 = perf_counter()
         deadline = time.monotonic() + (timeout if timeout is not None else self.ctx.timeout)
         try:
             if device:
@@ -284,15 +285,15 @@ class Group:
             if finish is not None:
                 finish()
         except InterlinkError:
-            ring.failed.add(seq)
+            self.recorder.failed.add(seq)
             raise
         except BaseException as e:
-            ring.failed.add(seq)
+            self.recorder.failed.add(seq)
             if isinstance(e, (KeyboardInterrupt, MemoryError)):
                 raise
             raise self._fail(e, collective, seq) from None
-        ring.ends[i] = t1 = perf_counter()
-        ring.seqs[i] = seq  # done
+        self._rends[i] = t1 = perf_counter()
+        self._rseqs[i] = seq  # done
         if self._trace:
             self._log_call(seq, plan, t1 - t0)
 
@@ -354,20 +355,17 @@ class Group:
         tn = sc.tune
         if tn is not None:  # a shape whose path this host measures: this call's path (FastPath.pick)
             sc = self._fast.pick(tn)
-        ring = self.recorder  # the flight recorder's slot of this call: started, then done (no end time here)
-        i = seq & ring.mask
-        seqs = ring.seqs
-        seqs[i] = -seq
-        ring.plans[i] = sc
-        ring.starts[i] = t0 = perf_counter()
+        i = seq & self._rmask  # the flight recorder's slot of this call: plan and start, then done (no end time)
+        self._rplans[i] = sc
+        self._rstarts[i] = t0 = perf_counter()
         try:
             self._fast.hot(sc, a, out, seq, self.ctx.timeout if timeout is None else timeout)
         except BaseException as e:
-            ring.failed.add(seq)
+            self.recorder.failed.add(seq)
             if isinstance(e, (KeyboardInterrupt, MemoryError)):
                 raise
             raise self._fail(e, NAMES[kind], seq) from None
-        seqs[i] = seq
+        self._rseqs[i] = seq
         if tn is not None:
             self._fast.timed(tn, perf_counter() - t0)
         if self._trace:

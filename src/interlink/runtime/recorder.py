@@ -64,42 +64,54 @@ class Record:
 
 class CallRing:
     """A group's last calls, in preallocated lists indexed by ``seq & mask`` (the size is a power of two,
-    at least 1: the runtime's error messages and ``interlink bench`` read the last call). A call costs
-    three list stores and one clock read when it starts (``seqs[i] = -seq``, ``plans[i]``, ``starts[i]``)
-    and one store when it ends (``seqs[i] = seq``); the regular path also stores its end (``ends[i]``).
-    A failed call's seq goes into ``failed``. Reading it (``ring[-1]``, iteration) builds Records."""
+    at least 1: the runtime's error messages and ``interlink bench`` read the last call). A call costs two
+    list stores and one clock read when it starts (``plans[i]``, ``starts[i]``) and one store when it ends
+    (``seqs[i] = seq``); the regular path also stores its end (``ends[i]``). A failed call's number goes
+    into ``failed``. Which call a slot holds follows from the group's current number (``current()``): the
+    last k <= current with k & mask == i; it is done when ``seqs[i] == k``, failed when k is in ``failed``,
+    running when k is the current call, and not recorded otherwise. Reading it (``ring[-1]``, iteration)
+    builds Records."""
 
-    __slots__ = ("mask", "seqs", "plans", "starts", "ends", "failed")
+    __slots__ = ("mask", "seqs", "plans", "starts", "ends", "failed", "current")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, current: Any = None) -> None:
         n = 1
         while n < max(1, size):
             n <<= 1
         self.mask = n - 1
-        self.seqs = [0] * n  # -seq: started, seq: done, 0: empty
+        self.seqs = [0] * n  # the number of the call that finished in this slot
         self.plans: list = [None] * n
         self.starts = [0.0] * n
         self.ends = [0.0] * n
         self.failed: set[int] = set()
+        self.current = current or (lambda: max(self.seqs))
 
     def records(self) -> list[Record]:
+        top = int(self.current())
         out = []
-        for i, s in enumerate(self.seqs):
-            if s == 0:
+        mask = self.mask
+        for i, plan in enumerate(self.plans):
+            if plan is None:
                 continue
-            seq = abs(s)
-            if seq in self.failed:
+            k = top - ((top - i) & mask)
+            if k < 1:
+                continue
+            if k in self.failed:
                 state = "failed"
+            elif self.seqs[i] == k:
+                state = "done"
+            elif k == top:
+                state = "running"
             else:
-                state = "done" if s > 0 else "running"
+                continue  # the slot was not written for call k
             end = self.ends[i]
             dur = end - self.starts[i] if state == "done" and end >= self.starts[i] else None
-            out.append(Record(seq, self.plans[i], self.starts[i], state, dur))
+            out.append(Record(k, plan, self.starts[i], state, dur))
         out.sort(key=lambda r: r.seq)
         return out
 
     def __len__(self) -> int:
-        return sum(1 for s in self.seqs if s)
+        return len(self.records())
 
     def __iter__(self) -> Any:
         return iter(self.records())
