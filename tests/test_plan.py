@@ -356,3 +356,15 @@ def test_progress_lines_after_two_seconds(capsys) -> None:
     p("pricing all_gather of 1.0 MiB on 2048 ranks")
     err = capsys.readouterr().err
     assert err.startswith("interlink plan: [") and "pricing all_gather" in err
+
+
+def test_cli_ranks_global_tokens_and_search_json(capsys) -> None:
+    assert main(["plan", "-m", GPT, "-t", "dgx-a100", "--ranks", "16", "--tp", "8", "--global-tokens", "65536",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["gpus"] == 16 and out["layout"]["global_batch"] == 65536 // 2048
+    assert main(["plan", "-m", GPT, "-t", "dgx-a100", "-n", "8", "--global-batch", "16", "--zero", "3", "--top", "2",
+                 "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert len(res["ranked"]) == 2 and all(r["layout"]["zero"] == 3 for r in res["ranked"])
+    assert res["ranked"][0]["step_s"] <= res["ranked"][1]["step_s"] and res["why"]

@@ -41,8 +41,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--topology", "-t", default="this", metavar="SPEC",
                    help="cluster (2048xdgx-h100, 16xdgx-a100:net=roce-400g), a machine preset grown to --gpus, a "
                         "file, or 'this' (default)")
-    p.add_argument("--gpus", "-n", type=int, default=None, metavar="N", help="GPUs of the job (default: tp x pp x dp x cp, "
-                                                                           "or all of the topology's)")
+    p.add_argument("--gpus", "--ranks", "-n", dest="gpus", type=int, default=None, metavar="N",
+                   help="GPUs (ranks) of the job (default: tp x pp x dp x cp, or all of the topology's)")
     for d, what in (("tp", "tensor"), ("pp", "pipeline"), ("dp", "data"), ("cp", "context"), ("ep", "expert")):
         p.add_argument(f"--{d}", type=int, default=None, metavar="N", help=f"{what}-parallel degree")
     p.add_argument("--sp", dest="sp", action="store_true", default=None,
