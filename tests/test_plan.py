@@ -368,3 +368,21 @@ def test_cli_ranks_global_tokens_and_search_json(capsys) -> None:
     res = json.loads(capsys.readouterr().out)
     assert len(res["ranked"]) == 2 and all(r["layout"]["zero"] == 3 for r in res["ranked"])
     assert res["ranked"][0]["step_s"] <= res["ranked"][1]["step_s"] and res["why"]
+
+
+def test_sweep_plot_without_matplotlib_prints_the_table(capsys, monkeypatch, tmp_path) -> None:
+    import builtins
+
+    real = builtins.__import__
+
+    def fake(name, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    assert main(["plan", "-m", GPT, "-t", "dgx-a100", "--sweep-gpus", "8", "--global-batch", "16",
+                 "--plot", str(tmp_path / "p.png")]) == 1
+    cap = capsys.readouterr()
+    assert "pip install 'interlink[plot]'" in cap.err and "vs linear" in cap.out
+    assert not (tmp_path / "p.png").exists() and "# plot:" not in cap.out

@@ -257,11 +257,25 @@ def _print_search(args: argparse.Namespace, res: Any) -> int:
 
 
 def _print_sweep(args: argparse.Namespace, model: Any, rows: list[dict]) -> int:
+    plot_error = None
     if args.plot:
-        _plot(args.plot, model, rows)
+        try:
+            _plot(args.plot, model, rows)
+        except ImportError:
+            plot_error = ("interlink plan: --plot needs matplotlib: pip install 'interlink[plot]' "
+                          "(the table above is without the plot)")
+            args.plot = None
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
+    else:
+        _sweep_table(args, model, rows)
+    if plot_error:
+        print(plot_error, file=sys.stderr)
+        return 1
+    return 0
+
+
+def _sweep_table(args: argparse.Namespace, model: Any, rows: list[dict]) -> None:
     o = sys.stdout
     o.write(f"# interlink plan: {model.name or model.spec()}, the best layout at each GPU count\n")
     o.write(f"# {'GPUs':>6} {'layout':<44} {'step':>10} {'tokens/s':>12} {'MFU':>6} {'vs linear':>9}\n")
@@ -280,17 +294,14 @@ def _print_sweep(args: argparse.Namespace, model: Any, rows: list[dict]) -> int:
         o.write(f"# the cliff: efficiency drops more than 10% from {cliff[0]} to {cliff[1]} GPUs\n")
     if args.plot:
         o.write(f"# plot: {args.plot}\n")
-    return 0
 
 
 def _plot(path: str, model: Any, rows: list[dict]) -> None:
-    try:
-        import matplotlib
+    import matplotlib  # ImportError: the caller prints the table without the plot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ValueError("--plot needs matplotlib (pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     ok = [r for r in rows if "error" not in r]
     fig, ax = plt.subplots(figsize=(7, 4))
     xs = [r["gpus"] for r in ok]
