@@ -6,7 +6,7 @@ Three versions of the call through the host page (``Group._call_small``) are swa
 group, every rank at the same call, blocks of ``--block`` calls each, the order rotated every turn:
 
 - ``none``: the call without any recorder (the baseline);
-- ``ring``: the runtime's call, the recorder as it is (runtime/recorder.py ``CallRing``: three list stores
+- ``ring``: the runtime's call, the recorder as it is (runtime/recorder.py ``CallRing``: two list stores
   and one clock read at the start, one store at the end);
 - ``record``: the recorder as it was before the CallRing, a ``Record`` object per call appended to a deque
   and two clock reads (the same code, restated here).
