@@ -386,3 +386,11 @@ def test_sweep_plot_without_matplotlib_prints_the_table(capsys, monkeypatch, tmp
     cap = capsys.readouterr()
     assert "pip install 'interlink[plot]'" in cap.err and "vs linear" in cap.out
     assert not (tmp_path / "p.png").exists() and "# plot:" not in cap.out
+
+
+def test_tp_overlap_hides_that_fraction(a100x4: Context) -> None:
+    lay = Layout(tp=8, dp=4, global_batch=8)
+    a = plan_step(GPT, lay, a100x4)
+    b = plan_step(GPT, lay.with_(tp_overlap=0.75), a100x4)
+    assert b.breakdown["tp"] == pytest.approx(a.breakdown["tp"] / 4)
+    assert sum(c["exposed_s"] for c in b.collectives if c["kind"] == "tp") == pytest.approx(b.breakdown["tp"])

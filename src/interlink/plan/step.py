@@ -192,13 +192,14 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
             ag = price("all_gather", act, g, kind="tp")
             rs = price("reduce_scatter", act, g, kind="tp")
             t_tp_f = 2 * (ag.time_s + rs.time_s)
-            calls_f = 2 * (3 if L.recompute == "full" else 2)
-            add("tp", ag, calls_f * n_layers_step, None)
-            add("tp", rs, calls_f * n_layers_step, None)
+            calls = 2 * (3 if L.recompute == "full" else 2) * n_layers_step
+            add("tp", ag, calls, ag.time_s * calls * (1.0 - L.tp_overlap))
+            add("tp", rs, calls, rs.time_s * calls * (1.0 - L.tp_overlap))
         else:
             ar = price("all_reduce", act, g, kind="tp")
             t_tp_f = 2 * ar.time_s
-            add("tp", ar, 2 * (3 if L.recompute == "full" else 2) * n_layers_step, None)
+            calls = 2 * (3 if L.recompute == "full" else 2) * n_layers_step
+            add("tp", ar, calls, ar.time_s * calls * (1.0 - L.tp_overlap))
         t_tp_f *= (1.0 - L.tp_overlap)
     t_cp_f = t_cp_b = 0.0
     if cp > 1:
