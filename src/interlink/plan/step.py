@@ -143,7 +143,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
                 pr = replace(pr, time_s=pr.time_s * f, busbw_gbps=pr.busbw_gbps / f)
         return pr
 
-    tp, pp, dp, cp, ep, v = L.tp, L.pp, L.dp, L.cp, L.ep, L.virtual_stages
+    tp, pp, cp, ep, v = L.tp, L.pp, L.cp, L.ep, L.virtual_stages
     b, m = L.micro_batch, L.micro_batches()
     sp = L.sp and tp > 1
     h, s = model.hidden, model.seq
