@@ -31,7 +31,7 @@ def bench(size: int, rate: str, nics: int, algorithm: str | None, iters: int) ->
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "b.json")
         cmd = [sys.executable, "-m", "interlink", "bench", "all_reduce", "-b", str(size), "-e", str(size),
-               "-n", str(iters), "-w", "2", "--emulate-hosts", "2", "--nproc-per-host", "2", "--link-rate", rate,
+               "--iters", str(iters), "-w", "2", "--emulate-hosts", "2", "--nproc-per-host", "2", "--link-rate", rate,
                "--nics", str(nics), "--json", out]
         if algorithm:
             cmd += ["--algorithm", algorithm]

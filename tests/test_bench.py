@@ -42,7 +42,7 @@ def _bench(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict, lis
     ("broadcast", 3, ("--transport", "tcp"), lambda n: 1.0),
 ])
 def test_bench_table_and_json(tmp_path, collective, nranks, extra, factor):
-    proc, doc, table = _bench(tmp_path, collective, "-b", "8", "-e", "64K", "-f", "4", "-n", "3", "-w", "1",
+    proc, doc, table = _bench(tmp_path, collective, "-b", "8", "-e", "64K", "-f", "4", "--iters", "3", "-w", "1",
                               "--ranks", str(nranks), *extra)
     transport = "tcp" if extra else "shm"
     assert f"#  Collective {collective}, nranks {nranks}, transport {transport}" in proc.stdout
@@ -76,7 +76,7 @@ def test_every_bench_collective_runs_as_a_user_types_it(tmp_path, collective):
     """`interlink bench COLLECTIVE` on 3 ranks: every row checked, 0 wrong; the collectives without an
     in-place form (all_to_all, sendrecv; barrier moves no data) print N/A in the in-place columns instead
     of failing (an in-place all_to_all is refused by the API, as NCCL has none)."""
-    proc, doc, table = _bench(tmp_path, collective, "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1",
+    proc, doc, table = _bench(tmp_path, collective, "-b", "8", "-e", "4K", "-f", "8", "--iters", "2", "-w", "1",
                               "--ranks", "3", "-d", "float64")
     assert f"#  Collective {collective}, nranks 3" in proc.stdout
     no_ip = collective in ("all_to_all", "sendrecv", "barrier")

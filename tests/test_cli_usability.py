@@ -266,7 +266,7 @@ def test_bench_real_ranks_with_a_wrong_result_exit_1(tmp_path):
             interlink.broadcast = broadcast
     """))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-    proc = subprocess.run([*_interlink(), "bench", "broadcast", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2", "-w", "1",
+    proc = subprocess.run([*_interlink(), "bench", "broadcast", "-b", "1K", "-e", "4K", "-f", "4", "--iters", "2", "-w", "1",
                            "--ranks", "2"], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = _data(proc.stdout)

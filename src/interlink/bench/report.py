@@ -68,10 +68,18 @@ def _mode_cells(row: dict, mode: str) -> str:
 
 
 def format_row(row: dict, extras: Sequence[Column] = ()) -> str:
-    line = (f"{row['size']:>12}  {row['count']:>12}  {row['type']:>8}  {row['redop']:>6}  {row['root']:>6}"
-            + _mode_cells(row, "oop") + _mode_cells(row, "ip"))
+    """One row; a barrier's (type "-") has no bandwidth: its GB/s cells are "-". A prediction made with the
+    model's default host parameters (``pred_uncalibrated``) is marked "*" (the note under the table)."""
+    cells = _mode_cells(row, "oop") + _mode_cells(row, "ip")
+    if row.get("type") == "-":
+        cells = "".join(f"  {_time(row.get(f'{m}_time_us')):>7}  {'-':>6}  {'-':>6} {_wrong(row.get(f'{m}_wrong')):>6}"
+                        for m in ("oop", "ip"))
+    line = (f"{row['size']:>12}  {row['count']:>12}  {row['type']:>8}  {row['redop']:>6}  {row['root']:>6}" + cells)
     for c in extras:
-        line += f"  {c.fmt(row.get(c.key)):>{c.width}}"
+        cell = "-" if row.get("type") == "-" else c.fmt(row.get(c.key))
+        if c.key == "pred_busbw" and row.get("pred_uncalibrated") and row.get(c.key) is not None:
+            cell += "*"
+        line += f"  {cell:>{c.width}}"
     return line + f"  {row.get('algorithm', '')}"
 
 
@@ -142,7 +150,9 @@ def footer(rows: Sequence[dict], check: bool = True) -> list[str]:
         lines.append(f"# Wrong values        : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
     else:
         lines.append("# Wrong values        : N/A" + ("" if check else " (-c 0)"))
-    lines += [f"# Avg bus bandwidth    : {avg_busbw(rows) / GB:.4f}", "#"]
+    if not all(r.get("type") == "-" for r in rows):  # a barrier moves no bytes
+        lines.append(f"# Avg bus bandwidth    : {avg_busbw(rows) / GB:.4f}")
+    lines.append("#")
     return lines
 
 

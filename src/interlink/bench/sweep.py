@@ -133,9 +133,9 @@ class BenchConfig:
             raise ValueError(f"need 0 <= -b ({self.min_bytes}) <= -e ({self.max_bytes})")
         if self.factor < 2 and self.max_bytes > max(self.min_bytes, 1):
             raise ValueError(f"-f must be >= 2 (got {self.factor})")
-        for what, v in (("-n", self.iters), ("-w", self.warmup)):
-            if v is not None and v < (1 if what == "-n" else 0):
-                raise ValueError(f"{what} must be {'>= 1' if what == '-n' else '>= 0'}, got {v}")
+        for what, v in (("--iters", self.iters), ("-w", self.warmup)):
+            if v is not None and v < (1 if what == "--iters" else 0):
+                raise ValueError(f"{what} must be {'>= 1' if what == '--iters' else '>= 0'}, got {v}")
         dt = parse_dtype(self.dtype)
         if self.collective in REDUCING:
             check_op_dtype(self.op, dt)
@@ -424,7 +424,8 @@ def run_size(g: Any, cfg: BenchConfig, size: int, transport: str = "") -> dict:
     barrier = lambda: il.barrier()
     factor = busbw_factor(coll, p)
     row: dict[str, Any] = {
-        "size": nbytes, "count": count, "type": str(dt), "redop": rop.name.lower() if coll in REDUCING else "none",
+        "size": nbytes, "count": count, "type": "-" if coll == "barrier" else str(dt),
+        "redop": rop.name.lower() if coll in REDUCING else "none",
         "root": cfg.root if coll in ROOTED else -1,
         "algorithm": "dissemination" if coll == "barrier" else algorithm_for(coll, count, dt.itemsize, p, cfg.algorithm,
                                                                              g.host_layout(), g.nics()),

@@ -2,7 +2,7 @@
 
     interlink bench                                   # all_reduce, 8 B .. 64 MiB, x2, default ranks
     interlink bench all_gather -b 8 -e 64M -f 4 --ranks 4 --transport tcp
-    interlink bench all_reduce -d bfloat16 -o max -n 50 -w 10 --algorithm ring --json out.json
+    interlink bench all_reduce --dtype bfloat16 -o max --iters 50 -w 10 --algorithm ring --json out.json
 
 It starts ``--ranks`` local ranks itself (the ``interlink run`` launcher: a free port on 127.0.0.1,
 a fresh job secret, INTERLINK_TRANSPORT from --transport), each running
@@ -17,7 +17,7 @@ that rank's error. Wrong results (#wrong > 0) print the table and exit 1, like n
 Defaults: ``--ranks`` min(4, cpu count), at least 2; ``-b 8 -e 64M -f 2``; iterations auto: at most
 20 timed (5 warmup) per size, capped so that at most 1 GiB is timed per size and mode
 (``iters = clamp(1 GiB // size, 1, 20)``, ``warmup = clamp(iters // 4, 1, 5)``: 16/4 at 64 MiB);
-explicit -n/-w apply to every size. A bare ``interlink bench`` (24 sizes, 2 ranks) takes about 5 s on
+explicit --iters/-w apply to every size. A bare ``interlink bench`` (24 sizes, 2 ranks) takes about 5 s on
 a 2-core machine.
 """
 
@@ -66,7 +66,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "bench",
         help="nccl-tests style bandwidth/latency sweep of a collective on local ranks",
         description="Benchmark a collective in nccl-tests form: for each size from -b to -e (times -f) run "
-                    "-w warmup and -n timed iterations out-of-place and in-place on --ranks local processes, "
+                    "-w warmup and --iters timed iterations out-of-place and in-place on -n/--ranks local processes, "
                     "check the results (#wrong) and print size, count, type, redop, root, time (us, max over "
                     "ranks), algbw and busbw (GB/s = 1e9 B/s, nccl-tests' bus bandwidth factors) per size.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -74,7 +74,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                "for all_reduce, broadcast, reduce, sendrecv; size/typesize/nranks for all_gather, reduce_scatter, "
                "all_to_all, gather, scatter. Default iterations: at most 20 (+5 warmup) per size, capped so that "
                f"at most {AUTO_BYTES >> 20} MiB are timed per size and mode. Exit status: 0, 1 when any "
-               "result is wrong, the failing rank's status when a rank fails, 2 for bad arguments.",
+               "result is wrong, the failing rank's status when a rank fails, 2 for bad arguments. As in every "
+               "interlink command, -n is the number of ranks (nccl-tests' -n, iterations, is --iters here).",
     )
     p.add_argument("collective", nargs="?", default="all_reduce", type=parse_collective,
                    help=f"one of {', '.join(BENCH_COLLECTIVES)} (default all_reduce); barrier prints its latency")
@@ -82,25 +83,28 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("-e", "--maxbytes", type=parse_size, default=64 * 1024**2, metavar="SIZE",
                    help="largest size (default 64M)")
     p.add_argument("-f", "--stepfactor", type=int, default=2, metavar="F", help="size multiplier (default 2)")
-    p.add_argument("-n", "--iters", type=int, default=None, metavar="N",
+    p.add_argument("--iters", type=int, default=None, metavar="N",
                    help="timed iterations per size (default auto: <= 20, fewer for large sizes)")
-    p.add_argument("-w", "--warmup_iters", dest="warmup", type=int, default=None, metavar="W",
+    p.add_argument("-w", "--warmup_iters", "--warmup", dest="warmup", type=int, default=None, metavar="W",
                    help="warmup iterations per size (default auto: <= 5)")
-    p.add_argument("-d", "--datatype", dest="dtype", default="float32", metavar="DTYPE",
+    p.add_argument("--datatype", dest="dtype", default="float32", help=argparse.SUPPRESS)  # the old spelling
+    p.add_argument("-d", "--dtype", dest="dtype", default="float32", metavar="DTYPE",
                    help="float32 (float), float16 (half), float64 (double), bfloat16, int8, uint8, int32, uint32, "
                         "int64, uint64, ... (default float32)")
     p.add_argument("-o", "--op", default="sum", metavar="OP", help="sum, prod, min, max, avg, band, bor, bxor (default sum)")
     p.add_argument("-r", "--root", type=int, default=0, metavar="R", help="root of rooted collectives (default 0)")
     p.add_argument("-c", "--check", type=int, default=1, choices=(0, 1), metavar="0|1",
                    help="check results and report #wrong (default 1)")
-    p.add_argument("--ranks", type=int, default=None, metavar="N",
+    p.add_argument("-n", "--ranks", type=int, default=None, metavar="N",
                    help=f"local ranks to start (default min(4, cpus), at least 2: {default_ranks()} here)")
+    p.add_argument("--nranks", dest="ranks", type=int, default=None, help=argparse.SUPPRESS)  # predict's spelling
     p.add_argument("--transport", choices=("shm", "tcp"), default=None,
                    help="shm (default between ranks of one host) or tcp (loopback sockets)")
     p.add_argument("--algorithm", default=None, metavar="A",
                    help="force an algorithm (see `interlink algorithms`); default: INTERLINK_ALGO or the built-in choice")
-    p.add_argument("--json", dest="json_path", default=None, metavar="FILE",
-                   help="also write {collective, nranks, rows: [...]} to FILE ('-' for stdout, instead of the table)")
+    p.add_argument("--json", dest="json_path", nargs="?", const="-", default=None, metavar="FILE",
+                   help="print {collective, nranks, rows: [...]} as JSON instead of the table; with FILE, write it "
+                        "there as well as the table ('-': stdout)")
     p.add_argument("--emulate-hosts", type=int, default=None, metavar="H",
                    help="run on H emulated hosts (network namespaces, as `interlink run --emulate-hosts`; root and "
                         "iproute2) with --nproc-per-host ranks each; the predicted column models those hosts and link")
@@ -124,8 +128,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 class _Progress:
     """A rich progress bar when rich is importable and stderr is a terminal; else a line per size."""
 
-    def __init__(self, collective: str) -> None:
+    def __init__(self, collective: str, rows_shown: bool = False) -> None:
         self.collective = collective
+        self.rows_shown = rows_shown  # the table's rows go to the same terminal: no line a size besides them
         self._rich = None
         self._task = None
         self._lock = threading.Lock()
@@ -182,6 +187,8 @@ class _Progress:
         if self._rich is not None:
             self._rich.update(self._task, completed=index + 1,
                               description=f"{self.collective}: {_human(row['size'])} done")
+            return
+        if self.rows_shown:
             return
         t = row.get("oop_time_us")
         bw = row.get("oop_busbw")
@@ -279,6 +286,8 @@ class ModelColumn:
             return
         algo = row.get("algorithm")
         row["pred_busbw"] = None
+        if row.get("type") == "-":  # a barrier moves no bytes: no bandwidth to predict
+            return
         if self.collective == "sendrecv" or algo is None:
             sr = self.collective == "sendrecv"
             key = ("sendrecv", "point to point: the model prices collectives") if sr else ("?", "no algorithm")
@@ -286,7 +295,8 @@ class ModelColumn:
             return
         try:
             pred = self._predict(self.collective, row["size"], self.topology, algorithm=algo,
-                                 dtype=row.get("type", "float32"), root=max(0, int(row.get("root", 0))),
+                                 dtype=row.get("type", "float32") if row.get("type") != "-" else "float32",
+                                 root=max(0, int(row.get("root", 0))),
                                  transport="tcp" if self.tcp else None)
         except Exception as exc:  # noqa: BLE001 - a column of predictions must never break the benchmark
             why = _na_reason(self.collective, str(algo), exc)
@@ -295,6 +305,7 @@ class ModelColumn:
         row["pred_busbw"] = pred.busbw_gbps * 1e9
         if any(n.startswith(_DEFAULTS_NOTE) for n in pred.notes):
             self.defaults = True
+            row["pred_uncalibrated"] = True  # marked "*" in the table
 
     def warm(self, dtype: str) -> None:
         """Make one prediction and forget it: the model's first one loads the host parameters and builds its
@@ -317,8 +328,8 @@ class ModelColumn:
         if self.defaults:
             from ..model.params import profile_path
 
-            out.append(f"the model column uses default host parameters (no calibrated profile at {profile_path()}): "
-                       "run `interlink bench --calibrate` (about 2 minutes) to fit them to this host")
+            out.append(f"* the model column uses default host parameters (no calibrated profile at {profile_path()}): "
+                       "run `interlink bench --calibrate` (about 8 minutes) to fit them to this host")
         return out
 
 
@@ -386,12 +397,13 @@ def run(args: argparse.Namespace) -> int:
     # the table is printed as it goes, like nccl-tests: its header when the ranks are up, each row as
     # soon as its size is done (predicted column included), the footer and notes at the end
     state: dict[str, Any] = {"rows": [], "start": None, "end": False, "meta": None, "model": None, "extras": []}
-    with _Progress(cfg.collective) as progress:
+    with _Progress(cfg.collective, rows_shown=show_table and sys.stdout.isatty() and sys.stderr.isatty()) as progress:
 
         def started(ev: dict) -> None:
             state["start"] = ev
             state["meta"] = {"version": __version__, "collective": cfg.collective, "nranks": ev["nranks"],
-                             "transport": ev["transport"], "dtype": dtype_name, "op": cfg.op, "root": cfg.root,
+                             "transport": ev["transport"], "dtype": "-" if cfg.collective == "barrier" else dtype_name,
+                             "op": cfg.op, "root": cfg.root,
                              "algorithm": cfg.algorithm, "min_bytes": cfg.min_bytes, "max_bytes": cfg.max_bytes,
                              "factor": cfg.factor, "iters": cfg.iters, "warmup": cfg.warmup, "check": cfg.check,
                              "auto_bytes": AUTO_BYTES}

@@ -43,8 +43,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("collective", type=parse_collective, help="all_reduce, broadcast, reduce, all_gather, ...")
     p.add_argument("--size", "-s", type=parse_size, required=True, metavar="BYTES",
                    help="bytes of the largest buffer (8, 64K, 1M, 8G); at least one element per rank")
-    p.add_argument("--topology", "-t", default=None, metavar="SPEC", help="topology (default: this machine)")
-    p.add_argument("--nranks", "-n", type=int, default=None, metavar="N",
+    p.add_argument("--topology", "-t", default="this", metavar="SPEC", help="topology (default 'this': this machine)")
+    p.add_argument("--nranks", "-n", "--ranks", type=int, default=None, metavar="N",
                    help="ranks (default: every rank of the topology; the first N otherwise)")
     p.add_argument("--algorithm", "-a", default=None, metavar="A", help="only this algorithm (or nvls, fast)")
     p.add_argument("--dtype", "-d", default="float32", metavar="D", help="element type (default float32)")
@@ -108,6 +108,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         nranks = args.nranks if args.nranks is not None else resolve_topology(args.topology).nranks
+        if args.nranks is not None and "ranks=" in str(args.topology):
+            slots = resolve_topology(args.topology).nranks  # the spec says how many ranks its hosts hold
+            if args.nranks > slots:
+                raise ValueError(f"topology {args.topology!r} holds {slots} ranks; cannot place {args.nranks} "
+                                 f"(raise its ranks= or its host count)")
         bad = size_error(args.collective, args.size, args.dtype, nranks) if nranks >= 1 else None
         if bad:
             raise ValueError(bad)

@@ -30,7 +30,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "on this machine as network namespaces joined by (optionally shaped) veth links, and "
                     "--nproc-per-host ranks start on each (see docs/multinode.md).",
     )
-    p.add_argument("-n", "--nproc-per-node", "--nproc-per-host", dest="nproc", type=int, metavar="N",
+    p.add_argument("-n", "--ranks", "--nproc-per-node", "--nproc-per-host", dest="nproc", type=int, metavar="N",
                    help="ranks to start on this node (required; with --emulate-hosts: on each emulated host)")
     p.add_argument("--nnodes", type=int, default=1, metavar="M", help="number of nodes (default 1)")
     p.add_argument("--node-rank", type=int, default=0, metavar="K", help="this node's index, 0..M-1 (default 0)")

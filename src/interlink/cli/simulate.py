@@ -41,19 +41,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "links, shared max-min fairly within a round; each rank and channel starts its next round when "
                     "its own messages are in (dependency-driven, as predict times it).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=SIZE_EPILOG + " Topologies: a preset (dgx-h100), a cluster (16xdgx-h100:oversub=2) or a "
-               ".yaml/.json file. --plot needs matplotlib (pip install 'interlink[plot]'): without it the result "
+        epilog=SIZE_EPILOG + " Topologies: a preset (dgx-h100), a cluster (16xdgx-h100:oversub=2), a "
+               ".yaml/.json file, or 'this' (the default: this machine, as `interlink topo` discovers it)."
+               " The algorithm is the one `interlink predict` picks unless --algorithm names one. --plot needs matplotlib (pip install 'interlink[plot]'): without it the result "
                "is printed, then the command exits 1.",
     )
     p.add_argument("collective", type=parse_collective, help="all_reduce, broadcast, all_gather, all_to_all, ...")
     p.add_argument("--size", "-s", type=parse_size, required=True, metavar="BYTES",
                    help="bytes of the largest buffer (8, 64K, 1M, 1G); at least one element per rank")
-    p.add_argument("--topology", "-t", required=True, metavar="SPEC",
-                   help="preset, NxPRESET[:oversub=R,net=LINK] cluster, or file; with --sweep-nodes: the machine")
+    p.add_argument("--topology", "-t", default="this", metavar="SPEC",
+                   help="preset, NxPRESET[:oversub=R,net=LINK] cluster, file, or 'this' (default: this machine); "
+                        "with --sweep-nodes: the machine")
     p.add_argument("--algorithm", "-a", default=None, metavar="A",
-                   help="algorithm (default ring where there is one); with --sweep-nodes a comma list "
+                   help="algorithm (default: the model's choice, as `interlink predict` picks it); with --sweep-nodes "
+                        "a comma list "
                         "(default ring,tree,hierarchical)")
-    p.add_argument("--nranks", "-n", type=int, default=None, metavar="N", help="the first N ranks of the topology")
+    p.add_argument("--nranks", "-n", "--ranks", type=int, default=None, metavar="N",
+                   help="the first N ranks of the topology")
     p.add_argument("--dtype", "-d", default="float32", metavar="D", help="element type (default float32)")
     p.add_argument("--root", type=int, default=0, help="root of rooted collectives (default 0)")
     p.add_argument("--local-size", type=int, default=None, metavar="L",

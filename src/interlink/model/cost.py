@@ -997,10 +997,13 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
             table.insert(0, near[0])
     best = table[0]
     runner = next((c for c in table if c.algorithm != best.algorithm), None)
-    if any(c.channels > 1 for c in table):
-        ch = max(c.channels for c in table)
-        notes.append(f"ring algorithms run {ch} channels (one ring per NIC, as NCCL does); a single ring "
+    rings = [c.channels for c in table if c.algorithm == "ring"]
+    if rings and max(rings) > 1:  # the channels column of the table's ring rows, the same count
+        notes.append(f"ring algorithms run {max(rings)} channels (one ring per NIC, as NCCL does); a single ring "
                      f"spanning hosts would cross each host boundary through one NIC")
+    trees = [c.channels for c in table if c.algorithm == "nccl_tree"]
+    if trees and max(trees) > 1:
+        notes.append(f"nccl_tree runs {max(trees)} channels (a channel of each of its two trees per NIC)")
     if not gpu and info.oversub.max() > 1 and not any("share them" in n for n in notes):
         notes.append(f"{int(info.ranks_on_host.max())} ranks on a host of {int(info.cores_per_host.min())} cores: "
                      f"ranks beyond the cores share them")
