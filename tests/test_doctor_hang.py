@@ -92,6 +92,25 @@ def test_straggler(tmp_path, capsys):
     assert 30 < float(v["summary"].split("calls ")[1].split(" ms")[0]) < 200
 
 
+def test_trace_of_the_straggler_job(tmp_path_factory, tmp_path, capsys):
+    """`interlink doctor trace`: every rank's calls on one timeline, and per call the model's time from the
+    moment the last rank entered: the straggler is the last to enter, 40 ms after the first."""
+    tmp = _run(tmp_path_factory, "straggler")
+    out = tmp_path / "t.json"
+    assert main(["doctor", "trace", str(tmp / "dumps"), "-o", str(out)]) == 0
+    ev = json.loads(out.read_text())["traceEvents"]
+    measured = [e for e in ev if e.get("pid") == 1 and e["ph"] in ("X", "i")]
+    model = [e for e in ev if e.get("pid") == 2 and e["ph"] == "X"]
+    assert sorted({e["tid"] for e in measured}) == [0, 1, 2, 3] and len(measured) == 4 * 13
+    assert len(model) == 13 and all(e["dur"] > 0 for e in model)
+    late = [e for e in model if e["args"]["entry_spread_us"] > 30e3]
+    assert len(late) >= 6 and all(e["args"]["last_entered"] == 1 for e in late)
+    for e in late:  # the model's event starts when rank 1 entered that call
+        k = e["name"].split("#")[1].split()[0]
+        r1 = next(m for m in measured if m["tid"] == 1 and m["args"]["seq"] == int(k))
+        assert abs(e["ts"] - r1["ts"]) < 1e-6
+
+
 def test_dead_rank(tmp_path_factory, capsys):
     out = _doctor(_run(tmp_path_factory, "dead"), capsys)
     assert _kinds(out) == ["dead"] and out["verdicts"][0]["ranks"] == [2]

@@ -4,6 +4,7 @@
     interlink doctor hang DIR             merge every rank's dump in DIR into verdicts with their evidence
     interlink doctor hang DIR --ranks 8   the job had 8 ranks (names the ranks that left no dump)
     interlink doctor nccl-tests LOG -t 2xdgx-h100   nccl-tests output: what the hardware allows, best explanation
+    interlink doctor trace DIR -o t.json  every rank's recorded calls on one timeline, beside the model's
     interlink doctor ... --json           the same as JSON
 
 Dumps: run the job with INTERLINK_DUMP_DIR=DIR (interlink writes interlink-rank<R>.json on a failed call,
@@ -37,6 +38,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     h.add_argument("--ranks", "-n", type=int, metavar="N", help="the job's ranks (default: what the dumps say)")
     h.add_argument("--json", action="store_true", help="print JSON")
     h.set_defaults(func=_hang)
+    t = sub.add_parser("trace", help="every rank's recorded calls on one Chrome/Perfetto timeline, beside the model's",
+                       description="Merge the flight-recorder dumps in DIR into one Chrome/Perfetto trace: a track per "
+                                   "rank (clocks aligned), and per call the time the cost model predicts from the "
+                                   "moment the last rank entered it.")
+    t.add_argument("dir", metavar="DIR", help="directory of dumps")
+    t.add_argument("-o", "--output", default="interlink-trace.json", metavar="FILE",
+                   help="the trace file (default interlink-trace.json)")
+    t.add_argument("--topology", "-t", default="this", metavar="SPEC",
+                   help="the topology the model prices the calls on (default this host)")
+    t.add_argument("--no-model", action="store_true", help="the measured tracks only")
+    t.set_defaults(func=_trace)
     n = sub.add_parser("nccl-tests", help="what the hardware allows for an nccl-tests log, and the explanation that "
                                           "fits the measured curve best",
                        description="Read nccl-tests output (any *_perf binary, any version's columns) and rank "
@@ -53,6 +65,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     n.set_defaults(func=_nccl_tests)
     p.set_defaults(func=_env)
     return p
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from ..doctor import dumps as dmod, trace
+
+    try:
+        ds = dmod.load_dir(args.dir)
+    except (OSError, dmod.DumpError) as e:
+        print(f"interlink doctor trace: {e}", file=sys.stderr)
+        return 2
+    n = trace.write_trace(ds, args.output, None if args.topology == "this" else args.topology, not args.no_model)
+    print(f"{args.output}: {n} events from {len(ds)} rank(s); open it in ui.perfetto.dev or chrome://tracing")
+    return 0
 
 
 def _nccl_tests(args: argparse.Namespace) -> int:

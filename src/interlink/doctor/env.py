@@ -30,6 +30,14 @@ INTERLINK_SLOT_ROTATION_MIN_BYTES INTERLINK_SPIN INTERLINK_STREAM_COPY INTERLINK
 INTERLINK_TCP_LANES INTERLINK_TORCH_ASYNC INTERLINK_TRANSPORT INTERLINK_TUNER INTERLINK_TRACE
 """.split())
 
+#: families of variables (INTERLINK_PEER_<NAME>: where benchmarks/compare.py finds an MPI)
+KNOWN_INTERLINK_PREFIXES = ("INTERLINK_PEER_",)
+
+
+def known_var(name: str) -> bool:
+    return name in KNOWN_INTERLINK_VARS or any(name.startswith(p) for p in KNOWN_INTERLINK_PREFIXES)
+
+
 SHM_WARN = 1 << 30
 SHM_FAIL = 64 << 20
 
@@ -236,7 +244,7 @@ def check_vars(environ: Optional[dict] = None) -> list[Check]:
     env = os.environ if environ is None else environ
     out = []
     il = sorted(k for k in env if k.startswith("INTERLINK_"))
-    unknown = [k for k in il if k not in KNOWN_INTERLINK_VARS]
+    unknown = [k for k in il if not known_var(k)]
     shown = [f"{k}={'***' if 'SECRET' in k else env[k]}" for k in il]
     out.append(Check("INTERLINK_* variables", "warn" if unknown else "pass" if il else "info",
                      ", ".join(shown) if shown else "none set",

@@ -1,0 +1,103 @@
+"""Every rank's flight-recorder calls on one Chrome / Perfetto timeline, beside what the model says each
+call should take.
+
+Process "measured": one thread per rank, one event per recorded call (from its start to its end; a call
+of the shared-page path, which records no end, is an instant; a call not done lasts until the dump). Clocks
+are aligned as :func:`interlink.doctor.hang.clock_offsets` aligns them. Process "model": for each call
+every rank entered, one event from the moment the last rank entered (when the collective can start) for
+the time the cost model predicts for that call (``interlink.model.predict``: the same collective, bytes,
+ranks and algorithm on the given topology, default this host). A measured call much longer than the
+model's, after the last rank entered, is where reality departs from the algorithm; a call that waits for a
+late rank shows as the gap before the model's event. Open the file in ui.perfetto.dev or chrome://tracing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any, Optional
+
+from .dumps import RankDump
+from .hang import clock_offsets
+
+_PID_MEASURED, _PID_MODEL = 1, 2
+
+
+def _predict_us(op: str, nbytes: int, nranks: int, algorithm: str, topology: Optional[str],
+                cache: dict) -> Optional[tuple[float, str]]:
+    key = (op, nbytes, nranks, algorithm, topology)
+    if key in cache:
+        return cache[key]
+    from ..model import predict
+
+    got = None
+    for algo in (algorithm or None, None):
+        try:
+            p = predict(op, max(0, nbytes), topology, nranks=nranks, algorithm=algo)
+            got = (p.time_us, f"{p.algorithm}/{p.protocol}")
+            break
+        except Exception:  # noqa: BLE001 - an algorithm the model does not price here: its own choice
+            continue
+    cache[key] = got
+    return got
+
+
+def chrome_trace(dumps: list[RankDump], topology: Optional[str] = None, model: bool = True) -> dict[str, Any]:
+    offs = clock_offsets(dumps)
+    starts = [c.start - offs.get(d.rank, 0.0) for d in dumps for g in d.groups.values() for c in g.calls.values()
+              if c.start is not None]
+    t0 = min(starts) if starts else 0.0
+    ev: list[dict[str, Any]] = [
+        {"ph": "M", "pid": _PID_MEASURED, "name": "process_name", "args": {"name": "measured (flight recorder)"}},
+        {"ph": "M", "pid": _PID_MODEL, "name": "process_name", "args": {"name": "model"}},
+    ]
+    entered: dict[tuple, dict[int, float]] = defaultdict(dict)
+    info: dict[tuple, Any] = {}
+    for d in sorted(dumps, key=lambda d: d.rank):
+        ev.append({"ph": "M", "pid": _PID_MEASURED, "tid": d.rank, "name": "thread_name",
+                   "args": {"name": f"rank {d.rank}"}})
+        for g in d.groups.values():
+            for c in sorted(g.calls.values(), key=lambda c: c.seq):
+                if c.start is None:
+                    continue
+                ts = (c.start - offs.get(d.rank, 0.0) - t0) * 1e6
+                args = {"group": g.name, "seq": c.seq, "op": c.op, "algorithm": c.algorithm, "dtype": c.dtype,
+                        "count": c.count, "bytes": c.nbytes, "state": c.state}
+                name = f"{g.name} #{c.seq} {c.op}" + (f":{c.algorithm}" if c.algorithm else "")
+                dur = c.duration
+                if dur is None and c.failed_at is not None:
+                    dur = c.failed_at - c.start
+                if dur is None and c.state != "done" and d.time is not None:
+                    dur = d.time - c.start
+                if dur is None:
+                    ev.append({"ph": "i", "s": "t", "pid": _PID_MEASURED, "tid": d.rank, "ts": ts, "name": name,
+                               "args": args})
+                else:
+                    ev.append({"ph": "X", "pid": _PID_MEASURED, "tid": d.rank, "ts": ts, "dur": dur * 1e6,
+                               "name": name, "args": args})
+                entered[(g.name, c.seq)][d.rank] = ts
+                info[(g.name, c.seq)] = (c, len(g.ranks) or len(dumps))
+    if model:
+        ev.append({"ph": "M", "pid": _PID_MODEL, "tid": 0, "name": "thread_name", "args": {"name": "predicted"}})
+        cache: dict = {}
+        for key, ts in sorted(entered.items(), key=lambda kv: max(kv[1].values())):
+            c, n = info[key]
+            if len(ts) < n or c.nbytes < 0:
+                continue  # not every rank entered it (or its size is unknown): nothing to predict from
+            got = _predict_us(c.op, c.nbytes, n, c.algorithm, topology, cache)
+            if got is None:
+                continue
+            us, how = got
+            ev.append({"ph": "X", "pid": _PID_MODEL, "tid": 0, "ts": max(ts.values()), "dur": us,
+                       "name": f"{key[0]} #{key[1]} {c.op} (model: {how})",
+                       "args": {"predicted_us": us, "last_entered": max(ts, key=ts.get),
+                                "entry_spread_us": max(ts.values()) - min(ts.values())}})
+    return {"traceEvents": ev, "displayTimeUnit": "ns",
+            "otherData": {"ranks": sorted(d.rank for d in dumps), "clock_offsets_s": offs}}
+
+
+def write_trace(dumps: list[RankDump], path: str, topology: Optional[str] = None, model: bool = True) -> int:
+    tr = chrome_trace(dumps, topology, model)
+    with open(path, "w") as f:
+        json.dump(tr, f)
+    return len(tr["traceEvents"])
