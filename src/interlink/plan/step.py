@@ -150,7 +150,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     act_b = 2  # 16-bit activations
     peak = gpu.peak_tflops(L.dtype) * 1e12
     gemm_rate = peak * gemm_fraction(gpu.family)
-    attn_rate = gpu.bf16_tflops * 1e12 * gemm_fraction(gpu.family)  # attention runs in 16-bit
+    attn_rate = gpu.bf16_tflops * 1e12 * gemm_fraction(gpu.family)  # attention and the output layer: 16-bit
     hbm = gpu.hbm_gbps * 1e9 * hbm_fraction()
 
     # ---- compute of one layer, one micro-batch, per GPU ------------------------------------------
@@ -171,7 +171,9 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         t_layer_b += t_layer_f
     elif L.recompute == "selective":
         t_layer_b += t_attn + ew_sc / hbm
-    logits = model.logits_flops(b) / tp / cp / gemm_rate + ELEMENTWISE_LOGITS * s * b * model.vocab / tp / cp / hbm
+    # the output layer stays a 16-bit GEMM under fp8 recipes (NVIDIA/Megatron-LM megatron/core/models/gpt/
+    # gpt_model.py: tensor_parallel.ColumnParallelLinear unless an MXFP8 output projection is asked for)
+    logits = model.logits_flops(b) / tp / cp / attn_rate + ELEMENTWISE_LOGITS * s * b * model.vocab / tp / cp / hbm
 
     # ---- collectives of one layer, one micro-batch ------------------------------------------------
     colls: list[dict[str, Any]] = []
