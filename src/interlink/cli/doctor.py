@@ -5,6 +5,7 @@
     interlink doctor hang DIR --ranks 8   the job had 8 ranks (names the ranks that left no dump)
     interlink doctor nccl-tests LOG -t 2xdgx-h100   nccl-tests output: what the hardware allows, best explanation
     interlink doctor trace DIR -o t.json  every rank's recorded calls on one timeline, beside the model's
+    interlink doctor perf                 this host's sweep against the model, the term behind each gap
     interlink doctor ... --json           the same as JSON
 
 Dumps: run the job with INTERLINK_DUMP_DIR=DIR (interlink writes interlink-rank<R>.json on a failed call,
@@ -49,6 +50,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="the topology the model prices the calls on (default this host)")
     t.add_argument("--no-model", action="store_true", help="the measured tracks only")
     t.set_defaults(func=_trace)
+    f = sub.add_parser("perf", help="sweep the collectives on this host and explain every gap to the model",
+                       description="Run `interlink bench` for each collective on this host and compare each size with "
+                                   "what the model says this host allows; every gap over 25%% is named by its term "
+                                   "(latency, bandwidth or reduction, ranks sharing cores, loopback TCP).")
+    f.add_argument("--ranks", "-n", type=int, default=2, metavar="N", help="ranks (default 2)")
+    f.add_argument("--ops", default="all_reduce,all_gather,broadcast", metavar="LIST",
+                   help="collectives, comma-separated (default all_reduce,all_gather,broadcast)")
+    f.add_argument("-b", "--minbytes", default="8", metavar="SIZE", help="smallest size (default 8)")
+    f.add_argument("-e", "--maxbytes", default="4M", metavar="SIZE", help="largest size (default 4M)")
+    f.add_argument("-f", "--stepfactor", default="8", metavar="F", help="size multiplier (default 8)")
+    f.add_argument("--transport", choices=("shm", "tcp"), default=None, help="as interlink bench")
+    f.add_argument("--json", action="store_true", help="print JSON")
+    f.set_defaults(func=_perf)
     n = sub.add_parser("nccl-tests", help="what the hardware allows for an nccl-tests log, and the explanation that "
                                           "fits the measured curve best",
                        description="Read nccl-tests output (any *_perf binary, any version's columns) and rank "
@@ -77,6 +91,49 @@ def _trace(args: argparse.Namespace) -> int:
         return 2
     n = trace.write_trace(ds, args.output, None if args.topology == "this" else args.topology, not args.no_model)
     print(f"{args.output}: {n} events from {len(ds)} rank(s); open it in ui.perfetto.dev or chrome://tracing")
+    return 0
+
+
+def _perf(args: argparse.Namespace) -> int:
+    import os
+    import subprocess
+    import tempfile
+
+    from ..doctor import perf
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    results = []
+    loads = []
+    for op in [o.strip() for o in args.ops.split(",") if o.strip()]:
+        before = perf.load_average()
+        with tempfile.TemporaryDirectory(prefix="interlink-perf-") as d:
+            out = os.path.join(d, "bench.json")
+            cmd = [sys.executable, "-m", "interlink", "bench", op, "--ranks", str(args.ranks), "--minbytes",
+                   args.minbytes, "--maxbytes", args.maxbytes, "--stepfactor", args.stepfactor, "--check", "0",
+                   "--json", out] + (["--transport", args.transport] if args.transport else [])
+            run = subprocess.run(cmd, capture_output=True, text=True)
+            if run.returncode != 0 or not os.path.exists(out):
+                print(f"interlink doctor perf: `{' '.join(cmd[1:])}` failed:\n{run.stderr[-2000:]}", file=sys.stderr)
+                return 2
+            with open(out) as f:
+                data = json.load(f)
+        n = int(data.get("nranks", args.ranks))
+        # the load of the other jobs: the 1-minute average before the sweep (the sweep's own ranks raise it)
+        points = perf.explain_rows(data["rows"], op, n, cores, data.get("transport", "shm"),
+                                   perf.model_latency(op, n), before)
+        results.append((op, n, points))
+    note = perf.host_note()
+    if args.json:
+        print(json.dumps({"cores": cores, "note": note, "collectives": [
+            {"collective": op, "ranks": n, "points": [p.as_dict() for p in pts]} for op, n, pts in results]}, indent=1))
+    else:
+        for op, n, pts in results:
+            print(perf.report(op, n, pts))
+        if note:
+            print(note)
     return 0
 
 
