@@ -96,10 +96,6 @@ class Clocks:
         self.settle = settle
         self.history_bytes = float(history_bytes)
 
-    def rank_times(self, row: int = 0) -> np.ndarray:
-        """Per rank: the latest clock over its channels."""
-        return self.T[row].reshape(self.p, self.C).max(axis=1)
-
     def makespan(self, row: int = 0) -> float:
         return max(float(self.T[row].max(initial=0.0)), float(self.landed[row]))
 

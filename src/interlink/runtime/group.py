@@ -140,8 +140,6 @@ class Group:
             return 1
         return max(1, min((got[g] for g in self.ranks), default=1))
 
-    size_ = property(lambda self: self.size)
-
     # ---- a lost rank --------------------------------------------------------------------------
     def shrink(self, exclude: Optional[Sequence[int]] = None, timeout: Optional[float] = None) -> "Group":
         """The survivors as a new group (ranks 0 .. n-1 in the order of their ranks here), on connections

@@ -151,12 +151,6 @@ def bind_addresses(master_addr: str, master_port: int) -> list[str]:
         return ["127.0.0.1"]
 
 
-def bind_address(master_addr: str, master_port: int) -> str:
-    """The address of this rank's first NIC (:func:`bind_addresses`): where its peers dial lane 0 and the
-    control connection."""
-    return bind_addresses(master_addr, master_port)[0]
-
-
 def pair_connections(t: Any, me: dict, them: dict) -> tuple[int, tuple[tuple[str, str], ...]]:
     """(lanes, the connections the pair opens for transport ``t``): its ``connections``, plus its
     ``lane_purpose`` connection again for lanes 1 .. L - 1 (named ``purpose#i``), L from the policy."""

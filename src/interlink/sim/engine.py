@@ -154,11 +154,6 @@ class PhaseResult:
     link_res: np.ndarray
     link_busy_us: np.ndarray
 
-    @property
-    def end_us(self) -> float:
-        return self.start_us + self.repeat * self.round_us
-
-
 @dataclass
 class SimResult:
     """What :func:`simulate` returns. Times in microseconds, bandwidths in GB/s (1e9 B/s).

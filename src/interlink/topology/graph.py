@@ -71,7 +71,6 @@ __all__ = [
 DEVICE_KINDS = ("gpu", "cpu", "nic", "pcie_switch", "nvswitch", "net_switch", "host_mem")
 
 _INF = math.inf
-_ALL = object()
 _CACHE_MAX = 1 << 20
 
 
@@ -170,10 +169,6 @@ class Path:
     line_gbps: float
     latency_us: float
     path_type: PathType
-
-    @property
-    def nhops(self) -> int:
-        return len(self.hops)
 
     def directed_hops(self) -> tuple[tuple[int, int], ...]:
         """(link id, direction) per hop: the resources a flow along this path occupies."""
@@ -281,12 +276,6 @@ class Topology:
         r = self._routing()
         return [self.devices[v].id for _, v in r.adj[i]]
 
-    def devices_of_kind(self, kind: str, host: Any = _ALL) -> list[Device]:
-        """Devices of a kind, optionally only those on one host (``host=None``: fabric devices)."""
-        if kind not in DEVICE_KINDS:
-            raise TopologyError(f"kind {kind!r} is not one of {', '.join(DEVICE_KINDS)}")
-        return [d for d in self.devices if d.kind == kind and (host is _ALL or d.host == host)]
-
     def links_between(self, a: str | int, b: str | int) -> list[Link]:
         """The links joining two devices directly (several specs may join the same pair)."""
         ia, ib = self._index(a), self._index(b)
@@ -344,12 +333,6 @@ class Topology:
     @property
     def nranks(self) -> int:
         return len(self.ranks)
-
-    def rank_of(self, device_id: str) -> int:
-        try:
-            return self._rank_of[device_id]
-        except KeyError:
-            raise TopologyError(f"device {device_id!r} holds no rank") from None
 
     def device_of(self, rank: int) -> str:
         """The device id holding ``rank``."""

@@ -285,25 +285,6 @@ def mps_active() -> bool:
     return os.path.exists(os.path.join(pipe, "control"))
 
 
-def close_all() -> None:
-    """Close every opened peer allocation (at destroy)."""
-    if not _opened:
-        return
-    import cupy
-
-    with _lock:
-        items = list(_opened.items())
-        _opened.clear()
-    for (dev, _), base in items:
-        try:
-            with cupy.cuda.Device(dev):
-                cupy.cuda.runtime.ipcCloseMemHandle(base)
-        except Exception:  # noqa: BLE001
-            pass
-
-
-# ---- kernels: copy and reduce on the device ------------------------------------------------------
-
 _VIEWS: dict[tuple, Any] = {}
 
 _CUPY_UFUNC = {"sum": "add", "avg": "add", "prod": "multiply", "min": "minimum", "max": "maximum",
