@@ -23,6 +23,8 @@ import time
 from typing import Any
 
 _DEGREES = ("tp", "pp", "dp", "cp", "ep")
+#: one layout's plan plays concurrent groups in the simulator up to this many GPUs (about a second more)
+CONTENTION_MAX_GPUS = 8192
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -70,9 +72,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="gradient reduction and parameter gather after the backward, not under it")
     p.add_argument("--tp-overlap", type=float, default=0.0, metavar="F",
                    help="fraction of tensor-parallel communication hidden under GEMMs (default 0)")
-    p.add_argument("--contention", action="store_true",
+    p.add_argument("--contention", dest="contention", action="store_true", default=None,
                    help="play every group of a kind at once in the simulator and charge what sharing links costs "
-                        "(one plan; slower at thousands of GPUs)")
+                        "(default for one layout of up to 8,192 GPUs; never in the search)")
+    p.add_argument("--no-contention", dest="contention", action="store_false",
+                   help="price each group alone")
     p.add_argument("--memory", type=float, default=None, metavar="GIB", help="GPU memory (default: the GPU's)")
     p.add_argument("--top", type=int, default=10, help="search: layouts to list (default 10)")
     p.add_argument("--sweep-gpus", default=None, metavar="N,N,...", help="the best layout at each GPU count")
@@ -167,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
                      virtual_stages=args.virtual_stages or 1, compress=args.compress, order=args.order,
                      overlap_grad_reduce=not args.no_overlap, overlap_param_gather=not args.no_overlap,
                      tp_overlap=args.tp_overlap, dtype=args.dtype, cp_comm=args.cp_comm)
-        result = plan_step(model, lay, ctx, contention=args.contention)
+        contention = lay.gpus <= CONTENTION_MAX_GPUS if args.contention is None else args.contention
+        result = plan_step(model, lay, ctx, contention=contention)
         if args.trace:
             from ..plan.trace import write_trace
 
