@@ -72,19 +72,26 @@ def run(ranks: list[int], collectives: list[str], sizes: list[int], systems: lis
     # a turn: one job per system over every collective (sweep) or over one collective (collective: the
     # systems' jobs of one collective follow each other within seconds, inside one of the VM's modes)
     groups = [collectives] if turns == "sweep" else [[c] for c in collectives]
-    for p in ranks:
-        for k, colls, system in ((k, g, s) for k in range(runs) for g in groups for s in systems):
-            t0 = time.monotonic()
-            print(f"# {system}, {p} ranks, {','.join(colls)}{f' (run {k + 1} of {runs})' if runs > 1 else ''} ...",
-                  file=sys.stderr, flush=True)
-            rows = _sweep(system, p, sizes, colls, touch)
-            print(f"#   {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-            every[k].extend(rows)
+    jobs = [(p, k, g, s) for p in ranks for k in range(runs) for g in groups for s in systems]
+    start = time.monotonic()
+    for j, (p, k, colls, system) in enumerate(jobs):
+        t0 = time.monotonic()
+        left = "" if not j else f", about {_dur((t0 - start) / j * (len(jobs) - j))} left"
+        print(f"# [{j + 1}/{len(jobs)}] {system}, {p} ranks, {','.join(colls)}"
+              f"{f' (run {k + 1} of {runs})' if runs > 1 else ''} ({_dur(t0 - start)} so far{left}) ...",
+              file=sys.stderr, flush=True)
+        rows = _sweep(system, p, sizes, colls, touch)
+        print(f"#   {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        every[k].extend(rows)
     result["rows"] += median_rows(every)
     if runs > 1:
         result["runs"] = every
     result["memcpy_gbps_after"] = peers.memcpy_bandwidth()
     return result
+
+
+def _dur(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
 
 
 def _sweep(system: str, p: int, sizes: list[int], collectives: list[str], touch: bool) -> list[dict]:

@@ -178,7 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-staged", action="store_true", help="time cuda-ipc only")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    import torch
+    try:
+        import torch
+    except ImportError:
+        print("gpu.py: needs torch with CUDA (pip install torch) and CuPy for cuda-ipc (pip install -e '.[cuda12]')",
+              file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("gpu.py: no CUDA GPU here (torch.cuda.is_available() is False): nothing to measure", file=sys.stderr)
+        return 2
 
     args = {"collectives": a.collectives.split(","), "sizes": [parse_size(s) for s in a.sizes.split(",")],
             "runs": a.runs, "spread": a.spread,

@@ -18,11 +18,14 @@ from interlink.sim import simulate_collective
 
 
 def main(ids: list[str]) -> None:
+    rows = [r for r in PUBLISHED if not ids or r.id in ids]
     print("| id | topology | size | published | predict | simulate | seconds |")
     print("|---|---|---|---|---|---|---|")
-    for r in PUBLISHED:
-        if ids and r.id not in ids:
-            continue
+    start = time.time()
+    for k, r in enumerate(rows):
+        # progress on stderr (stdout is the table): which row, and the time so far
+        print(f"published.py: [{k + 1}/{len(rows)}] {r.id} on {r.topology} ({time.time() - start:.0f} s so far; the "
+              f"1,440-GPU row takes 1-3 minutes)", file=sys.stderr, flush=True)
         t = time.time()
         pr = predict(r.collective, r.nbytes, r.topology, algorithm=r.algorithm, nranks=r.nranks)
         sm = simulate_collective(r.collective, r.nbytes, r.topology, algorithm=r.algorithm or pr.best.algorithm,
@@ -36,4 +39,8 @@ def main(ids: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("ids", nargs="*", help="only these rows (ids of interlink.model.published, e.g. A5 C22)")
+    main(ap.parse_args().ids)
