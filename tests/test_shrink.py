@@ -210,6 +210,32 @@ def test_live_rank_excluded_is_told_and_survivors_compute() -> None:
     assert res[2]["err"] == "PeerLostError" and res[2]["elapsed"] < 5.0, res
 
 
+def subgroup(rank: int, world: int) -> dict:
+    """Shrinking a subgroup of a healthy world: its survivors get a group of their own, and the world (the
+    old communicator) stays usable by every rank."""
+    import interlink as dist
+
+    dist.init(timeout=30)
+    sub = dist.new_group([1, 2, 3])
+    out = {}
+    if rank in (1, 2):
+        g = sub.shrink(exclude=[2])  # group rank 2 = global rank 3, which does not call it
+        y = np.full(4, float(rank))
+        g.all_reduce(y)
+        out = {"y": y.tolist(), "size": g.size, "parent": list(g.parent_ranks)}
+    w = np.full(3, float(rank))
+    dist.all_reduce(w)
+    out["world"] = w.tolist()
+    return out
+
+
+def test_shrinking_a_subgroup_leaves_the_world_usable() -> None:
+    res = run_ranks(4, subgroup, timeout=90)
+    for r in (1, 2):
+        assert res[r] == {"y": [3.0] * 4, "size": 2, "parent": [0, 1], "world": [6.0] * 3}, res
+    assert res[0] == res[3] == {"world": [6.0] * 3}, res
+
+
 def silent(rank: int, world: int) -> dict:
     import interlink as dist
     from interlink.errors import CommTimeoutError
