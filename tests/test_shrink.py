@@ -210,6 +210,43 @@ def test_live_rank_excluded_is_told_and_survivors_compute() -> None:
     assert res[2]["err"] == "PeerLostError" and res[2]["elapsed"] < 5.0, res
 
 
+def two_lost(rank: int, world: int, flags: str) -> dict:
+    """Ranks 1 and 2 die; rank 0 excludes only rank 2: PeerLostError naming rank 1; excluding both leaves a
+    world of one rank, which still computes."""
+    import interlink as dist
+    from interlink.errors import PeerLostError
+
+    dist.init(timeout=30)
+    dist.barrier()
+    if rank in (1, 2):
+        while not os.path.exists(os.path.join(flags, "0")):
+            time.sleep(0.002)
+        os.kill(os.getpid(), signal.SIGKILL)
+    open(os.path.join(flags, "0"), "w").close()
+    try:
+        while True:
+            dist.barrier()
+    except PeerLostError:
+        pass
+    try:
+        dist.shrink(exclude=[2])
+        first = None
+    except PeerLostError as e:
+        first = {"msg": str(e), "ranks": list(e.ranks)}
+    g = dist.shrink(exclude=[1, 2])
+    y = np.arange(3.0)
+    g.all_reduce(y)
+    return {"first": first, "size": g.size, "y": y.tolist()}
+
+
+def test_exclude_that_misses_a_lost_rank_names_it() -> None:
+    with tempfile.TemporaryDirectory() as flags:
+        res = run_ranks(3, two_lost, flags, expect_dead=(1, 2), timeout=90)
+    out = res[0]
+    assert out["first"] is not None and out["first"]["ranks"] == [1] and "lost too" in out["first"]["msg"], out
+    assert out["size"] == 1 and out["y"] == [0.0, 1.0, 2.0], out
+
+
 def subgroup(rank: int, world: int) -> dict:
     """Shrinking a subgroup of a healthy world: its survivors get a group of their own, and the world (the
     old communicator) stays usable by every rank."""
