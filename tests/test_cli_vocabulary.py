@@ -83,3 +83,28 @@ def test_uncalibrated_model_column_is_marked_in_the_row_and_a_barrier_has_no_ban
     line = report.format_row(bar, extras)
     assert "float32" not in line.split() and "0.00" not in line.split() and line.split().count("-") >= 5
     assert not any("Avg bus bandwidth" in ln for ln in report.footer([bar]))
+
+
+def test_piped_tables_are_plain_and_whole() -> None:
+    """Piped (not a terminal), `algorithms` and `topo` print plain lines, never cut at 80 columns, and each
+    algorithm's summary is a whole sentence (not the first line of a wrapped docstring)."""
+    out = subprocess.run([*_interlink(), "algorithms"], capture_output=True, text=True, timeout=60).stdout
+    lines = out.splitlines()
+    assert lines[0].split() == ["collective", "algorithm", "summary"] and not any("│" in ln for ln in lines)
+    chain = next(ln for ln in lines if "collnet_chain" in ln)
+    assert "goes back down the chain; pipelined." in chain, chain
+    summaries = [ln.split("  [params")[0].rstrip() for ln in lines[1:]]
+    assert all(s.endswith((".", ")", "]")) or len(s.split()) < 4 for s in summaries), [s for s in summaries
+                                                                                      if not s.endswith(".")][:3]
+    topo = subprocess.run([*_interlink(), "topo", "-t", "dgx-h100"], capture_output=True, text=True, timeout=60).stdout
+    assert "Intel Xeon Platinum 8480C" in topo and "nvls=True" in topo and not any("│" in ln for ln in topo.splitlines())
+
+
+@pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_bench_model_column_prices_zero_byte_rows(collective: str, nranks: int) -> None:
+    from interlink.cli.bench import add_predictions
+
+    rows = [{"size": 0, "type": "float32", "root": -1, "algorithm": a} for a in ("ring", "fast")]
+    add_predictions(rows, collective, nranks, "shm")
+    assert all(r["pred_busbw"] == 0.0 for r in rows), rows  # a price (0 bytes move), not N/A (None)

@@ -35,11 +35,20 @@ def register(collective: str, algorithm: str, summary: str = "", params: tuple[s
         key = (collective, algorithm)
         if key in _REGISTRY and _REGISTRY[key].builder is not fn:
             raise ValueError(f"{collective}/{algorithm} registered twice")
-        doc = summary or (fn.__doc__ or "").strip().splitlines()[0] if (summary or fn.__doc__) else ""
-        _REGISTRY[key] = Entry(collective, algorithm, fn, doc, params)
+        _REGISTRY[key] = Entry(collective, algorithm, fn, summary or _first_sentence(fn.__doc__ or ""), params)
         return fn
 
     return deco
+
+
+def _first_sentence(doc: str) -> str:
+    """A docstring's first paragraph as one line, cut after its first sentence where it is longer than
+    200 characters (never inside a sentence, as the first line of a wrapped paragraph would be)."""
+    para = " ".join(doc.strip().split("\n\n")[0].split())
+    if len(para) <= 200:
+        return para
+    cut = para.find(". ")
+    return para[:cut + 1] if cut > 0 else para
 
 
 _LOADED = [False]

@@ -25,6 +25,7 @@ import json
 import math
 import re
 import sys
+import time
 from typing import Any
 
 from .bench import parse_collective, parse_size
@@ -239,9 +240,13 @@ def _sweep(args: argparse.Namespace) -> int:
             raise ValueError(f"no algorithm {a!r} for {args.collective}; available: {have}")
     kw = _kwargs(args)
     rows: list[dict[str, Any]] = []
-    for n in nodes:
+    t0 = time.monotonic()
+    for k, n in enumerate(nodes):
         spec = f"{n}x{machine}" + (f":{opts}" if opts else "")
         row: dict[str, Any] = {"nodes": n, "topology": spec}
+        # progress on stderr (the larger node counts take most of the time: each doubles the ranks)
+        print(f"interlink simulate: [{k + 1}/{len(nodes)}] {spec}, {', '.join(algos)} "
+              f"({time.monotonic() - t0:.0f} s so far)", file=sys.stderr, flush=True)
         for a in algos:
             try:
                 r = simulate_collective(args.collective, args.size, spec, algorithm=a, **kw)

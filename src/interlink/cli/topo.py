@@ -196,7 +196,7 @@ def _print(topo, notes: list[str], full: bool) -> None:
         from rich.table import Table
     except ImportError:
         Console = None  # type: ignore[assignment]
-    if Console is not None:
+    if Console is not None and sys.stdout.isatty():  # piped: the plain table below, never cut at 80 columns
         con = Console()
         con.print(f"[bold]{head}[/bold]")
         if extra:
