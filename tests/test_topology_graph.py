@@ -161,6 +161,8 @@ def test_gb200_nvl72_is_one_nvlink_domain_across_trays():
     two = parse_topology("2xgb200-nvl72")
     assert two.path(0, 72).path_type == NET
     assert two.nvlink_domain(0) != two.nvlink_domain(72)
+    # numbered 0, 1, ... by their first rank, not an internal index
+    assert sorted({two.nvlink_domain(r) for r in range(two.nranks)}) == [0, 1]
 
 
 def test_cpu_host_cluster():

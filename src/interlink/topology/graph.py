@@ -409,7 +409,8 @@ class Topology:
         return None
 
     def nvlink_domain(self, ref: str | int) -> int:
-        """Index of the NVLink domain (devices joined by NVLink, through NVSwitches) of a rank/device.
+        """Index of the NVLink domain (devices joined by NVLink, through NVSwitches) of a rank/device:
+        domains are numbered 0, 1, 2, ... in the order of their first rank (then devices without ranks).
 
         Devices without NVLink are alone in their domain. An NVL72 rack is one domain across 18 hosts.
         """
@@ -427,7 +428,11 @@ class Topology:
                     a, b = find(self._idx[ln.a]), find(self._idx[ln.b])
                     if a != b:
                         parent[max(a, b)] = min(a, b)
-            self._domains = [find(i) for i in range(len(self.devices))]
+            roots = [find(i) for i in range(len(self.devices))]
+            dense: dict[int, int] = {}  # numbered by their first rank, then devices without ranks
+            for i in [self._idx[d] for d in self.ranks] + list(range(len(self.devices))):
+                dense.setdefault(roots[i], len(dense))
+            self._domains = [dense[r] for r in roots]
         return self._domains[self._index(ref)]
 
     # ---- paths -------------------------------------------------------------------------------------
