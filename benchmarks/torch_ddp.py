@@ -160,7 +160,9 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
             rs(shard, full, group=g)
     for name, m in models.items():  # warm-up: buckets built, buffers touched
         steps(m, opts[name])
-    for _ in range(args["runs"]):
+    for run in range(args["runs"]):
+        if rank == 0:  # progress on stderr (stdout is the table)
+            print(f"torch_ddp.py: {world} ranks, run {run + 1} of {args['runs']}", file=sys.stderr, flush=True)
         for name, m in models.items():
             res[name].append(steps(m, opts[name], name.endswith("_inline")))
         res["compute"].append(steps(local, opt_local))
