@@ -9,6 +9,7 @@ dumps with ``interlink doctor hang``.
   stalled       call 4 is a 16 MiB all_reduce over the ring Schedule; rank 3 stops itself (SIGSTOP) inside it
   straggler     rank 1 sleeps 40 ms before each of calls 3..10
   dead          rank 2 kills itself (SIGKILL) before call 4
+  traced        calls 4 and 5 are 1 MiB all_reduces over the ring Schedule (run with INTERLINK_TRACE)
   torch_*       the same with torch.distributed on gloo (torch's flight recorder, dumped on failure)
 """
 
@@ -53,6 +54,10 @@ def interlink_job(scenario: str) -> None:
 
             threading.Thread(target=stop, daemon=True).start()
         interlink.all_reduce(big, algorithm="ring")
+    elif scenario == "traced":  # INTERLINK_TRACE: host-page calls, then two ring all_reduces of 1 MiB
+        big = np.ones(1 << 18, dtype=np.float32)
+        for _ in range(2):
+            interlink.all_reduce(big, algorithm="ring")
     elif scenario == "straggler":
         for _ in range(8):
             if rank == 1:

@@ -24,10 +24,12 @@ def free_port() -> int:
 
 
 def run_job(scenario: str, dumps: pathlib.Path, n: int = 4, timeout: float = 2.0, no_dump: tuple = (),
-            stop_signal: int = signal.SIGTERM, limit: float = 60.0, grace: float = 0.0) -> list[int]:
+            stop_signal: int = signal.SIGTERM, limit: float = 60.0, grace: float = 0.0,
+            env_name: str = "INTERLINK_DUMP_DIR") -> list[int]:
     """Run ``n`` ranks of the scenario; when one exits with an error, signal the rest with ``stop_signal``
     (interlink dumps on SIGTERM; the torch jobs on SIGUSR1), continue stopped ones, then kill what is
-    left. Ranks in ``no_dump`` run without INTERLINK_DUMP_DIR. Returns the exit codes."""
+    left. Ranks in ``no_dump`` run without INTERLINK_DUMP_DIR (``env_name``: INTERLINK_TRACE instead). Returns
+    the exit codes."""
     dumps.mkdir(parents=True, exist_ok=True)
     port = free_port()
     secret = secrets.token_hex(16)
@@ -38,8 +40,9 @@ def run_job(scenario: str, dumps: pathlib.Path, n: int = 4, timeout: float = 2.0
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), INTERLINK_SECRET=secret,
                    DOCTOR_JOB_TIMEOUT=str(timeout), OMP_NUM_THREADS="1")
         env.pop("INTERLINK_DUMP_DIR", None)
+        env.pop("INTERLINK_TRACE", None)
         if r not in no_dump:
-            env["INTERLINK_DUMP_DIR"] = str(dumps)
+            env[env_name] = str(dumps)
         log = open(dumps.parent / f"{scenario}-rank{r}.log", "wb")
         logs.append(log)
         procs.append(subprocess.Popen([sys.executable, JOB, scenario], env=env, stdout=log, stderr=log,

@@ -103,12 +103,35 @@ def test_trace_of_the_straggler_job(tmp_path_factory, tmp_path, capsys):
     model = [e for e in ev if e.get("pid") == 2 and e["ph"] == "X"]
     assert sorted({e["tid"] for e in measured}) == [0, 1, 2, 3] and len(measured) == 4 * 13
     assert len(model) == 13 and all(e["dur"] > 0 for e in model)
-    late = [e for e in model if e["args"]["entry_spread_us"] > 30e3]
-    assert len(late) >= 6 and all(e["args"]["last_entered"] == 1 for e in late)
+    # rank 1 sleeps 40 ms before 8 of the calls (on a loaded host another rank may also be late once)
+    late = [e for e in model if e["args"]["entry_spread_us"] > 30e3 and e["args"]["last_entered"] == 1]
+    assert len(late) >= 6
     for e in late:  # the model's event starts when rank 1 entered that call
         k = e["name"].split("#")[1].split()[0]
         r1 = next(m for m in measured if m["tid"] == 1 and m["args"]["seq"] == int(k))
         assert abs(e["ts"] - r1["ts"]) < 1e-6
+
+
+def test_interlink_trace(tmp_path_factory, tmp_path, capsys):
+    """INTERLINK_TRACE=DIR: a Chrome trace per rank (every call a span, the host page's calls too; each round of
+    the ring split into its transfer and local phases), merged by `interlink doctor trace`."""
+    tmp = _run(tmp_path_factory, "traced", env_name="INTERLINK_TRACE")
+    d = tmp / "dumps"
+    for r in range(4):
+        ev = json.loads((d / f"interlink-trace-rank{r}.json").read_text())["traceEvents"]
+        calls = [e for e in ev if e.get("name", "").startswith("#") and "round" not in e["name"]]
+        assert len(calls) == 7 and all(e["ph"] == "X" and e["dur"] > 0 for e in calls)
+        rounds = [e for e in ev if " round " in e.get("name", "")]
+        assert sorted({e["args"]["seq"] for e in rounds}) == [4, 5]
+        assert len(rounds) == 2 * 6 and all(e["args"]["rounds"] == 6 for e in rounds)  # ring: 2(p-1) rounds
+        assert sum(e["args"]["bytes_sent"] for e in rounds) == 2 * 6 * (1 << 20) // 4
+        transfer = [e for e in ev if e.get("name") == "transfer"]
+        assert len(transfer) == 12 and all(e["dur"] > 0 for e in transfer)
+    out = tmp_path / "t.json"
+    assert main(["doctor", "trace", str(d), "-o", str(out), "--no-model"]) == 0
+    merged = json.loads(out.read_text())["traceEvents"]
+    assert len([e for e in merged if e.get("name") == "transfer"]) == 4 * 12
+    assert {e["tid"] for e in merged if e.get("name") == "local"} == {1000, 1001, 1002, 1003}
 
 
 def test_dead_rank(tmp_path_factory, capsys):

@@ -102,6 +102,7 @@ class RankDump:
     groups: dict[str, GroupView] = field(default_factory=dict)
     broken: Optional[dict] = None
     queued: list[str] = field(default_factory=list)
+    rounds: list = field(default_factory=list)  # INTERLINK_TRACE: [sig, seq, round, rounds, t0, t1, t2, sent, received]
 
 
 class DumpError(ValueError):
@@ -158,7 +159,7 @@ def _from_interlink(d: dict, path: str) -> RankDump:
     rd = RankDump(rank=int(rank if rank is not None else -1), path=path, source="interlink",
                   world_size=d.get("world_size"), host=d.get("host", ""), host_id=d.get("host_id") or d.get("host", ""),
                   pid=d.get("pid"), reason=d.get("reason", ""), time=d.get("time"), broken=d.get("broken"),
-                  queued=list(d.get("queued") or []))
+                  queued=list(d.get("queued") or []), rounds=list(d.get("rounds") or []))
     for g in d.get("groups", []):
         calls = {}
         for c in g.get("calls", []):

@@ -21,6 +21,7 @@ from .dumps import RankDump
 from .hang import clock_offsets
 
 _PID_MEASURED, _PID_MODEL = 1, 2
+_ROUNDS = 1000  # thread ids of the ranks' round tracks: 1000 + rank
 
 
 def _predict_us(op: str, nbytes: int, nranks: int, algorithm: str, topology: Optional[str],
@@ -77,6 +78,22 @@ def chrome_trace(dumps: list[RankDump], topology: Optional[str] = None, model: b
                                "name": name, "args": args})
                 entered[(g.name, c.seq)][d.rank] = ts
                 info[(g.name, c.seq)] = (c, len(g.ranks) or len(dumps))
+    for d in dumps:  # INTERLINK_TRACE: each round of the executor, its transfer and local phases
+        if not d.rounds:
+            continue
+        tid = _ROUNDS + d.rank
+        ev.append({"ph": "M", "pid": _PID_MEASURED, "tid": tid, "name": "thread_name",
+                   "args": {"name": f"rank {d.rank} rounds"}})
+        off = offs.get(d.rank, 0.0)
+        for sig, seq, k, n, r0, r1, r2, sent, received in d.rounds:
+            args = {"call": sig, "seq": seq, "round": k, "rounds": n, "bytes_sent": sent, "bytes_received": received}
+            base = (r0 - off - t0) * 1e6
+            ev.append({"ph": "X", "pid": _PID_MEASURED, "tid": tid, "ts": base, "dur": (r2 - r0) * 1e6,
+                       "name": f"#{seq} round {k + 1}/{n}", "args": args})
+            for name, a, b in (("transfer", r0, r1), ("local", r1, r2)):
+                if b > a:
+                    ev.append({"ph": "X", "pid": _PID_MEASURED, "tid": tid, "ts": (a - off - t0) * 1e6,
+                               "dur": (b - a) * 1e6, "name": name, "args": args})
     if model:
         ev.append({"ph": "M", "pid": _PID_MODEL, "tid": 0, "name": "thread_name", "args": {"name": "predicted"}})
         cache: dict = {}

@@ -105,6 +105,7 @@ class Engine:
         # last wait that went to sleep, and (call, round, rounds) of the executor
         self.waiting: Optional[list[Op]] = None
         self.at: Optional[tuple[int, int, int]] = None
+        self.trace: Optional[list] = None  # INTERLINK_TRACE: the executor appends each round's phases here
         self.dead: set[int] = set()
         self.departed: set[int] = set()
         self.pongs: dict[int, dict] = {}  # answers to this rank's last probe()

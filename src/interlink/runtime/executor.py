@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+from time import perf_counter
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -284,8 +285,11 @@ def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: i
     reducer = plan.reducer
     fn = plan.ufunc
     nrounds = len(plan.rounds)
+    tr = engine.trace  # INTERLINK_TRACE: each round's transfer and local phases (runtime/recorder.py); else None
     for k, (sends, recvs, locs, order) in enumerate(plan.rounds):
         landed: dict = {}
+        if tr is not None:
+            t0 = perf_counter()
         if sends or recvs:
             engine.at = (seq, k, nrounds)  # the flight recorder: which round a call waits in
             ops = [Op("send", peer, B[b][lo:hi], seq, 0, sigb, None, bulk, lane)
@@ -305,6 +309,8 @@ def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: i
                     ops.append(Op("recv", peer, B[b][lo:hi], seq, 0, sigb, reducer if mode == REDUCE else None,
                                   0, lane))
             engine.run(ops, deadline)
+            if tr is not None:
+                t1 = perf_counter()
             if deferred:
                 for dst, tmp in deferred:
                     reducer(dst, tmp)
@@ -319,5 +325,8 @@ def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: i
                 _local(T, fn, *st[1:])
         for loc in locs:
             _local(T, fn, *loc)
+        if tr is not None:
+            tr.append((sigb, seq, k, nrounds, t0, t1 if sends or recvs else t0, perf_counter(),
+                       sum(x[3] - x[2] for x in sends), sum(x[3] - x[2] for x in recvs)))
     if plan.avg:
         finish_avg(out, plan.nranks)

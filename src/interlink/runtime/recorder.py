@@ -32,6 +32,8 @@ from typing import Any, Optional
 FORMAT = "interlink-flight-recorder"
 VERSION = 1
 RECORDER_SIZE = int(os.environ.get("INTERLINK_RECORDER", "32"))  # rounded up to a power of two, at least 1
+TRACE_CALLS = 1 << 16  # calls a group keeps when INTERLINK_TRACE is set
+TRACE_ROUNDS = 1 << 18  # rounds the executor keeps (the first ones) when INTERLINK_TRACE is set
 
 # the groups a dump lists: held (the last KEEP_GROUPS made) so that the dump at exit still has the world
 # group of a job that called destroy()
@@ -75,6 +77,8 @@ class CallRing:
     __slots__ = ("mask", "seqs", "plans", "starts", "ends", "failed", "current")
 
     def __init__(self, size: int, current: Any = None) -> None:
+        if trace_dir():
+            size = max(size, TRACE_CALLS)
         n = 1
         while n < max(1, size):
             n <<= 1
@@ -120,9 +124,13 @@ class CallRing:
         return self.records()[k]
 
 
+def trace_dir() -> Optional[str]:
+    return os.environ.get("INTERLINK_TRACE", "") or None
+
+
 def dump_dir() -> Optional[str]:
-    d = os.environ.get("INTERLINK_DUMP_DIR", "")
-    return d or None
+    """Where dumps go: INTERLINK_DUMP_DIR, else INTERLINK_TRACE's directory (a trace is a dump at exit)."""
+    return os.environ.get("INTERLINK_DUMP_DIR", "") or trace_dir()
 
 
 def track(group: Any) -> None:
@@ -133,6 +141,35 @@ def track(group: Any) -> None:
         _groups[_order] = group
         if len(_groups) > KEEP_GROUPS:
             _groups.pop(next(iter(_groups)))
+    if trace_dir():
+        _trace_group(group)
+
+
+def _trace_group(group: Any) -> None:
+    """INTERLINK_TRACE: the shared-page path's calls also store their end (their call wrapped on this group
+    only: nothing changes for a job without tracing), and the engine keeps each round's phases."""
+    from time import perf_counter
+
+    eng = group.ctx.engine
+    if getattr(eng, "trace", None) is None:
+        eng.trace = _Rounds()
+    inner = group._call_small  # (only the world group of an all-local job calls it)
+    ends, mask = group._rends, group._rmask
+
+    def call_small(kind: int, sc: Any, a: Any, out: Any, timeout: Any) -> None:
+        inner(kind, sc, a, out, timeout)
+        ends[group.seq & mask] = perf_counter()
+
+    group._call_small = call_small
+
+
+class _Rounds(list):
+    """The executor's round records (plan signature, seq, round, rounds, start, transfer end, end, bytes sent,
+    bytes received), the first TRACE_ROUNDS of them."""
+
+    def append(self, item: Any) -> None:
+        if len(self) < TRACE_ROUNDS:
+            super().append(item)
 
 
 def _parse_sig(sig: str) -> dict:
@@ -298,6 +335,11 @@ def snapshot(reason: str, ctx: Any = None) -> dict:
             calls.append(c)
         out["groups"].append({"name": g.name, "ranks": [int(r) for r in g.ranks], "rank": int(g.rank),
                               "seq": int(g.seq), "calls": calls})
+    tr = getattr(eng, "trace", None)
+    if tr:
+        off = now_wall - now_pc
+        out["rounds"] = [[sig.decode(errors="replace"), seq, k, n, t0 + off, t1 + off, t2 + off, sent, received]
+                         for sig, seq, k, n, t0, t1, t2, sent, received in list(tr)]
     return out
 
 
@@ -333,9 +375,46 @@ def _on_signal(signum: int, frame: Any) -> None:
 def _at_exit() -> None:
     if dump_dir():
         try:
-            write_dump("exit" if not _last_reason else f"exit after {_last_reason}")
+            path = write_dump("exit" if not _last_reason else f"exit after {_last_reason}")
+            if trace_dir() and path:
+                write_chrome_trace(path)
         except Exception:  # noqa: BLE001
             pass
+
+
+def write_chrome_trace(dump_path: str) -> str:
+    """This rank's Chrome / Perfetto trace (``interlink-trace-rank{R}.json`` beside its dump): a thread per
+    group with one event per call, and a thread of the executor's rounds, each split into its transfer
+    (sends and receives, reducing receives included) and its local steps (deferred reductions, copies).
+    Timestamps are wall-clock microseconds; ``interlink doctor trace DIR`` merges the ranks."""
+    with open(dump_path) as f:
+        d = json.load(f)
+    rank = d.get("rank", 0)
+    ev: list[dict] = [{"ph": "M", "pid": rank, "name": "process_name", "args": {"name": f"rank {rank}"}}]
+    for tid, g in enumerate(d.get("groups", []), 1):
+        ev.append({"ph": "M", "pid": rank, "tid": tid, "name": "thread_name", "args": {"name": f"calls of {g['name']}"}})
+        for c in g.get("calls", []):
+            dur = c.get("duration")
+            e = {"pid": rank, "tid": tid, "ts": c["start"] * 1e6, "name": f"#{c['seq']} {c.get('op')}:{c.get('algorithm')}",
+                 "args": {k: c.get(k) for k in ("seq", "dtype", "count", "bytes", "state")}}
+            e.update({"ph": "X", "dur": dur * 1e6} if dur is not None else {"ph": "i", "s": "t"})
+            ev.append(e)
+    rt = len(d.get("groups", [])) + 1
+    ev.append({"ph": "M", "pid": rank, "tid": rt, "name": "thread_name", "args": {"name": "rounds"}})
+    for sig, seq, k, n, t0, t1, t2, sent, received in d.get("rounds", []):
+        args = {"call": sig, "seq": seq, "round": k, "rounds": n, "bytes_sent": sent, "bytes_received": received}
+        ev.append({"ph": "X", "pid": rank, "tid": rt, "ts": t0 * 1e6, "dur": (t2 - t0) * 1e6,
+                   "name": f"#{seq} round {k + 1}/{n}", "args": args})
+        if t1 > t0:
+            ev.append({"ph": "X", "pid": rank, "tid": rt, "ts": t0 * 1e6, "dur": (t1 - t0) * 1e6, "name": "transfer",
+                       "args": args})
+        if t2 > t1:
+            ev.append({"ph": "X", "pid": rank, "tid": rt, "ts": t1 * 1e6, "dur": (t2 - t1) * 1e6, "name": "local",
+                       "args": args})
+    path = os.path.join(os.path.dirname(dump_path), f"interlink-trace-rank{rank}.json")
+    with open(path, "w") as f:
+        json.dump({"traceEvents": ev, "displayTimeUnit": "ns"}, f)
+    return path
 
 
 def install() -> None:
