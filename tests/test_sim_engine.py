@@ -316,8 +316,9 @@ def test_cli_sweep_nodes(tmp_path, capsys):
     assert main(["simulate", "all_reduce", "--size", "1G", "--topology", "dgx-h100", "--sweep-nodes", "1,2,...,8",
                  "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["algorithms"] == ["ring", "tree", "hierarchical"]
+    assert d["algorithms"] == ["ring", "tree", "hierarchical", "choice"]  # and the model's own pick
     rows = {row["nodes"]: row for row in d["rows"]}
+    assert rows[1]["choice"]["algorithm"] == "nvls" and rows[1]["choice"]["busbw_gbps"] > rows[1]["ring"]["busbw_gbps"]
     assert sorted(rows) == [1, 2, 4, 8]
     # no cliff at 2 nodes: the ring runs one channel per NIC (8 x 400 Gb/s), so NVLink stays the bound
     assert rows[1]["ring"]["busbw_gbps"] > 300 and rows[2]["ring"]["busbw_gbps"] > 0.95 * rows[1]["ring"]["busbw_gbps"]

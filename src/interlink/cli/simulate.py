@@ -32,6 +32,7 @@ from .bench import parse_collective, parse_size
 from .predict import SIZE_EPILOG, _time, size_error
 
 _SWEEP_DEFAULT = ("ring", "tree", "hierarchical")
+CHOICE = "choice"  # --sweep-nodes without --algorithm: the model's choice at each node count, as predict picks
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -238,6 +239,8 @@ def _sweep(args: argparse.Namespace) -> int:
     for a in algos:
         if a not in have:
             raise ValueError(f"no algorithm {a!r} for {args.collective}; available: {have}")
+    if not args.algorithm:
+        algos.append(CHOICE)  # the model's own pick at each node count, beside the fixed algorithms
     kw = _kwargs(args)
     rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
@@ -249,13 +252,15 @@ def _sweep(args: argparse.Namespace) -> int:
               f"({time.monotonic() - t0:.0f} s so far)", file=sys.stderr, flush=True)
         for a in algos:
             try:
-                r = simulate_collective(args.collective, args.size, spec, algorithm=a, **kw)
+                r = simulate_collective(args.collective, args.size, spec, algorithm=None if a == CHOICE else a, **kw)
             except (ValueError, MemoryError) as exc:
                 row[a] = {"error": str(exc)}
                 continue
             row["nranks"] = r.nranks
             row[a] = {"time_us": r.time_us, "algbw_gbps": r.algbw_gbps, "busbw_gbps": r.busbw_gbps,
                       "ideal_us": r.ideal_us, "wall_s": r.wall_s}
+            if a == CHOICE:
+                row[a]["algorithm"] = r.algorithm
         rows.append(row)
     for a in algos:
         base = next((row[a]["busbw_gbps"] for row in rows if "busbw_gbps" in row.get(a, {})), None)
@@ -284,7 +289,8 @@ def _sweep(args: argparse.Namespace) -> int:
         for a in algos:
             cell = row.get(a, {})
             if "busbw_gbps" in cell:
-                line += f" {cell['busbw_gbps']:>18.2f} {100 * cell.get('efficiency', 0):>5.1f}%"
+                what = f"{cell['algorithm']} " if a == CHOICE else ""
+                line += f" {what + format(cell['busbw_gbps'], '.2f'):>18} {100 * cell.get('efficiency', 0):>5.1f}%"
             else:
                 line += f" {'-':>18} {'-':>6}"
         print(line)
@@ -293,8 +299,9 @@ def _sweep(args: argparse.Namespace) -> int:
     if published:
         print(f"published nccl-tests figures on N x {machine} ({args.collective}; interlink.model.published):")
         for r in published:
+            other = "" if r["nbytes"] == args.size else "  (another size: not plotted)"
             print(f"  {r['id']:>7} {r['nodes']:>4} node{'s' if r['nodes'] > 1 else ' '} {r['nbytes'] / 2**30:g} GiB "
-                  f"{r['busbw_gbps']:>8.1f} GB/s  {r['algorithm']:<8} {r['source']}")
+                  f"{r['busbw_gbps']:>8.1f} GB/s  {r['algorithm']:<8} {r['source']}{other}")
     if plotted:
         print(f"plot: {args.plot}")
     return _plot_failed(plot_error)
@@ -408,7 +415,8 @@ def plot_sweep(rows: list[dict[str, Any]], algos: list[str], args: argparse.Name
                published: list[dict[str, Any]] | None = None) -> None:
     plt = _plt()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
-    for i, r in enumerate(published or []):  # measured points (any size), labelled with their id and size
+    same = [r for r in published or [] if r["nbytes"] == args.size]  # the others measured another size
+    for i, r in enumerate(same):  # measured points at this sweep's size, labelled with their id
         ax1.scatter([r["nodes"]], [r["busbw_gbps"]], marker="*", s=120, color="black", zorder=5,
                     label="published (nccl-tests)" if i == 0 else None)
         ax1.annotate(f"{r['id']} {r['nbytes'] / 2**30:g}G", (r["nodes"], r["busbw_gbps"]), fontsize=7,
@@ -419,8 +427,10 @@ def plot_sweep(rows: list[dict[str, Any]], algos: list[str], args: argparse.Name
         if not pts:
             continue
         xs, bw, eff = zip(*pts)
-        ax1.plot(xs, bw, marker="o", label=a)
-        ax2.plot(xs, [100 * e for e in eff], marker="o", label=a)
+        label = "model's choice" if a == CHOICE else a
+        ax1.plot(xs, bw, marker="o", label=label, **({"linestyle": "--", "color": "black"} if a == CHOICE else {}))
+        ax2.plot(xs, [100 * e for e in eff], marker="o", label=label,
+                 **({"linestyle": "--", "color": "black"} if a == CHOICE else {}))
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("nodes")
