@@ -226,7 +226,7 @@ def test_predict_names_the_band_the_runtime_measures(world: int) -> None:
     from interlink.bench.calibrate import shm_limits
 
     t = run_ranks(world, _thresholds, timeout=60)[0]
-    params = default_params().replace({"host.stream.min_bytes": float(shm_limits()[7])}, "this host")
+    params = default_params().replace({"host.stream.min_bytes": float(shm_limits().stream_min)}, "this host")
     for coll in ("all_gather", "all_to_all", "broadcast"):
         band = measured_band_for(coll, world, params)
         if cma.available:

@@ -25,6 +25,19 @@ class Entry:
 
 
 _REGISTRY: dict[tuple[str, str], Entry] = {}
+#: former names of algorithms -> their names (accepted wherever an algorithm is named: INTERLINK_ALGO, algorithm=)
+_ALIASES: dict[str, str] = {}
+
+
+def alias(former: str, name: str) -> None:
+    """Accept ``former`` wherever ``name`` is named (a renamed algorithm keeps its old name working)."""
+    _ALIASES[former] = name
+
+
+def canonical(algorithm: str) -> str:
+    """An algorithm's name from its name or a former one (algorithms/hostpath.py: ``fastd`` -> ``peer_buffers``)."""
+    _load()
+    return _ALIASES.get(algorithm, algorithm)
 
 
 def register(collective: str, algorithm: str, summary: str = "", params: tuple[str, ...] = ()) -> Callable[[Builder], Builder]:
@@ -80,7 +93,7 @@ def algorithms_for(collective: str) -> list[str]:
 def get_entry(collective: str, algorithm: str) -> Entry:
     _load()
     try:
-        return _REGISTRY[(collective, algorithm)]
+        return _REGISTRY[(collective, _ALIASES.get(algorithm, algorithm))]
     except KeyError:
         if collective not in COLLECTIVES:
             raise ValueError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}") from None

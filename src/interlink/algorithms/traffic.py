@@ -444,7 +444,7 @@ def has_generator(collective: str, algorithm: str) -> bool:
     """Whether (collective, algorithm) has a registered vectorised traffic generator."""
     from . import registry
 
-    registry.get_entry(collective, algorithm)  # loads the families
+    algorithm = registry.get_entry(collective, algorithm).algorithm  # loads the families; a former name's
     return (collective, algorithm) in _FAST
 
 
@@ -452,8 +452,15 @@ def stored_messages(collective: str, algorithm: str, nranks: int, count: int, **
     """The messages the generator's traffic holds for ``nranks`` and ``count`` when it declared them
     (quadratic and pipelined algorithms), else None (about p log p or fewer: no concern)."""
     has_generator(collective, algorithm)
-    fn = _MESSAGES.get((collective, algorithm))
+    fn = _MESSAGES.get((collective, registry_name(collective, algorithm)))
     return None if fn is None else int(fn(nranks, count, **params))
+
+
+def registry_name(collective: str, algorithm: str) -> str:
+    """The registered name of (collective, algorithm), a former name resolved."""
+    from . import registry
+
+    return registry.get_entry(collective, algorithm).algorithm
 
 
 # above this many (rank x round) cells, a Schedule of objects is too slow to build
@@ -468,7 +475,7 @@ def traffic(collective: str, algorithm: str, nranks: int, count: int, root: int 
     otherwise builds the Schedule (cached) and derives the traffic from it."""
     from . import registry
 
-    registry.get_entry(collective, algorithm)  # validates the names, loads the families
+    algorithm = registry.get_entry(collective, algorithm).algorithm  # validates the names (a former name's too)
     fast = _FAST.get((collective, algorithm))
     big = nranks * max(nranks, 1) > BUILD_LIMIT
     if fast is not None and (prefer_fast or (prefer_fast is None and big)):

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..model.calibrate import (BUDGET_BYTES, CASES, DEFAULT_PASSES, DEFAULT_RANKS, DEFAULT_REPS, DIRECT_SIZES,
                                FAST_SIZES, SIZES, TRANSPORTS, Sample, fit_profile, report_lines, to_samples)
+from ..algorithms.hostpath import HostLimits
 from ..model.params import Profile
 
 __all__ = ["calibrate", "measure", "plan", "run_points", "wait_quiet", "merge_passes", "report_lines",
@@ -98,26 +99,13 @@ def _worker(spec: Mapping[str, Any]) -> None:
         il.destroy()
 
 
-def shm_limits() -> tuple[int, int, int, int, int, int, int, int]:
-    """(largest one-shot shared-page payload, largest two-phase shared-memory all_reduce, size above which
-    all_reduce reads the ranks' own buffers, size above which 2 ranks' broadcast/all_gather/reduce_scatter
-    leave the slots, the same for all_gather's per-rank input, all_gather's on 3+ ranks, all_to_all's on 3+
-    ranks, the host outputs from which copies stream, 0: never) of the runtime here (its policy): the fit
-    records them with the profile (the model itself never imports the runtime)."""
+def shm_limits() -> HostLimits:
+    """The host page's limits of the runtime here (runtime.policy.host_limits: algorithms.hostpath.HostLimits,
+    the streaming threshold 0 where copies never stream): the fit records them with the profile
+    (HostLimits.to_params; the model itself never imports the runtime)."""
     from ..runtime import policy
 
-    small, big = int(policy.fast_small_bytes()), int(policy.fast_max_bytes())
-    return (small, max(big, small), int(policy.ar_direct_min_bytes()), int(policy.slots_max_bytes_two_ranks()),
-            int(policy.slots_max_bytes_two_ranks_all_gather()), int(policy.slots_max_bytes_all_gather()),
-            int(policy.slots_max_bytes_all_to_all()), _stream_min())
-
-
-def _stream_min() -> int:
-    from ..runtime import policy
-    from ..transport import stream
-
-    v = policy.stream_min_bytes()
-    return int(v) if stream.available and v < 1 << 61 else 0
+    return policy.host_limits()
 
 
 # ---- the whole measurement (parent process) -------------------------------------------------------
@@ -131,7 +119,8 @@ def plan(transport: str, sizes: Sequence[int] = SIZES, fast_sizes: Sequence[int]
          cases: Sequence[tuple[str, str, int]] = CASES) -> list[tuple[str, Optional[str], int]]:
     out: list[tuple[str, Optional[str], int]] = [(c, a, s) for c, a, top in cases for s in sizes if s <= top]
     if transport == "shm":
-        _small, big, direct = shm_limits()[:3]
+        lim = shm_limits()
+        big, direct = lim.slot_bytes, lim.peer_buffers_all_reduce_min
         out += [("all_reduce", None, s) for s in fast_sizes if s <= big]
         out += [("all_reduce", None, s) for s in DIRECT_SIZES if s > max(big, direct)]
     return out

@@ -154,7 +154,7 @@ class BenchConfig:
             from ..algorithms import registry
 
             have = registry.algorithms_for(self.collective)
-            if self.algorithm not in have:
+            if registry.canonical(self.algorithm) not in have:  # a former name (fastd) too
                 raise ValueError(f"unknown algorithm {self.algorithm!r} for {self.collective}; "
                                  f"registered: {sorted(have)}")
 

@@ -38,6 +38,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..algorithms.hostpath import HostLimits
 from ..algorithms.traffic import traffic
 from .params import Profile, save_profile
 
@@ -163,7 +164,7 @@ DRAM_GRID = tuple(1.0 + 0.25 * k for k in range(9))  # 1.0 .. 3.0
 
 
 def fit(samples: Sequence[Sample], cores: Optional[int] = None,
-        limits: Optional[tuple[int, ...]] = None) -> tuple[dict[str, float], dict[str, Any]]:
+        limits: Optional[HostLimits] = None) -> tuple[dict[str, float], dict[str, Any]]:
     """Fit host.* parameters to the samples; returns (params, fit quality per transport).
 
     Linear parameters by non-negative least absolute relative error (reweighted least squares); the
@@ -237,27 +238,14 @@ def fit(samples: Sequence[Sample], cores: Optional[int] = None,
             quality[t] = {"samples": int(sel.sum()), "median_rel_err": float(np.median(e)),
                           "max_rel_err": float(e.max())}
     if limits is not None:  # the runtime's shared-page sizes, measured with the samples (the bench layer)
-        params["host.fast.max_bytes"] = float(limits[0])
-        params["host.fast2.max_bytes"] = float(limits[1])
-        if len(limits) > 2:
-            params["host.fastd.min_bytes"] = float(limits[2])
-        if len(limits) > 3:
-            params["host.slots.max_bytes_2"] = float(limits[3])
-        if len(limits) > 4:
-            params["host.slots.max_bytes_2_all_gather"] = float(limits[4])
-        if len(limits) > 5:
-            params["host.slots.max_bytes_all_gather"] = float(limits[5])
-        if len(limits) > 6:
-            params["host.slots.max_bytes_all_to_all"] = float(limits[6])
-        if len(limits) > 7:
-            params["host.stream.min_bytes"] = float(limits[7])
+        params.update(limits.to_params())
     return params, quality
 
 
 def fit_profile(samples: Sequence[Sample], *, ranks: Sequence[int] = DEFAULT_RANKS,
                 transports: Sequence[str] = TRANSPORTS, reps: int = DEFAULT_REPS, passes: int = DEFAULT_PASSES,
                 seconds: float = 0.0, save: bool = True, path: Optional[str] = None,
-                limits: Optional[tuple[int, ...]] = None) -> Profile:
+                limits: Optional[HostLimits] = None) -> Profile:
     """Fit this host's parameters to measured ``samples`` and (by default) save the profile, with the raw
     samples in it so that a later fit needs no new measurement. The measuring is
     :func:`interlink.bench.calibrate.calibrate` (it starts ranks: the bench layer, above the runtime)."""

@@ -63,7 +63,9 @@ import numpy as np
 
 from ..algorithms import registry
 from ..algorithms import traffic as _traffic
-from ..algorithms.hostpage import HOST_PAGE, measured_band, pipe_max
+from ..algorithms import hostpath
+from ..algorithms.hostpage import HOST_PAGE
+from ..algorithms.hostpath import HostLimits
 from ..algorithms.schedule import COLLECTIVES, Schedule, busbw_factor
 from ..algorithms.switch import MAX_HEADS
 from ..algorithms.traffic import Traffic, from_schedule
@@ -916,7 +918,7 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
     local_size = int(info.ranks_on_host.max()) if info.nhosts > 1 else p
     have = registry.algorithms_for(collective)
     if algorithm is not None:
-        names = [algorithm]
+        names = [registry.canonical(algorithm)]  # a former name (fastd) prices its algorithm (peer_buffers)
     elif candidates is not None:
         names = list(candidates)
     else:
@@ -1078,36 +1080,16 @@ def _sharp_unavailable(info: _TopoInfo, local_size: int) -> str:
 
 def _slots_limit(collective: str, p: int, params: Params) -> float:
     """The payload above which a broadcast, all_gather, reduce_scatter or all_to_all of p local ranks leaves
-    the slots for fastd (runtime.fastpath's limits, mirrored by ``host.slots.*``)."""
-    slots = params.value("host.fast2.max_bytes")  # the slot size
-    if p == 2:  # 2 ranks: broadcast, all_gather, reduce_scatter leave the slots early (fastd)
-        top = min(slots, params.value("host.slots.max_bytes_2"))
-        if collective == "all_gather":  # earlier still (its output is twice its input)
-            top = min(top, params.value("host.slots.max_bytes_2_all_gather"))
-        return top
-    # 3+ ranks: all_gather and all_to_all leave the slots above their own limits, the others at the slot size
-    if collective == "all_gather":  # the slot size only where the host's outputs stream (policy, nlocal)
-        smin = params.value("host.stream.min_bytes")
-        big = 0 < smin <= p * p * 2**20
-        return min(slots, params.value("host.slots.max_bytes_all_gather") if big else 2**20)
-    if collective == "all_to_all":
-        return min(slots, params.value("host.slots.max_bytes_all_to_all"))
-    return slots
+    the slots for fastd (algorithms.hostpath.HostLimits.slots_limit on the profile's limits)."""
+    return float(HostLimits.from_params(params).slots_limit(collective, p))
 
 
 def measured_band_for(collective: str, p: int, params: Params) -> tuple[int, int]:
     """The payloads (lo, hi] (a rank's input) of an all_gather, all_to_all or broadcast of p local ranks for
     which the runtime measures the slots (``fast``; a broadcast larger than a slot: ``fastp``, through it in
-    chunks) against ``fastd`` (algorithms.hostpage.measured_band around the slots limit, above the
-    one-shot size: runtime.fastpath.FastPath.band); (0, 0) for other collectives."""
-    if collective not in ("all_gather", "all_to_all", "broadcast") or p < 2:
-        return 0, 0
-    slots = params.value("host.fast2.max_bytes")
-    top = min(slots, params.value("host.slots.max_bytes_2")) if p == 2 else slots
-    if collective == "broadcast":
-        top = pipe_max(int(slots))
-    lo, hi = measured_band(int(_slots_limit(collective, p, params)), int(top))
-    return max(lo, int(params.value("host.fast.max_bytes"))), hi
+    chunks) against ``fastd`` (algorithms.hostpath.HostLimits.measured_band on the profile's limits: the
+    runtime's own band, runtime.fastpath.FastPath.band); (0, 0) for other collectives."""
+    return HostLimits.from_params(params).measured_band(collective, p)
 
 
 def _measured_note(collective: str, S: int, p: int, algorithm: str, params: Params) -> Optional[str]:
@@ -1115,7 +1097,7 @@ def _measured_note(collective: str, S: int, p: int, algorithm: str, params: Para
     the price is the limit's path, the runtime may take the other."""
     lo, hi = measured_band_for(collective, p, params)
     payload = S // p if collective == "all_gather" else S
-    if algorithm not in ("fast", "fastd") or not lo < payload <= hi:
+    if hostpath.canonical(algorithm) not in (hostpath.SLOTS, hostpath.PEER_BUFFERS) or not lo < payload <= hi:
         return None
     slots = "fastp" if collective == "broadcast" and payload > params.value("host.fast2.max_bytes") else "fast"
     return (f"the runtime measures {slots} against fastd for this call shape on its first calls and keeps the "
@@ -1127,13 +1109,12 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
                algorithm: str = "fast", itemsize: int = 4, root: int = 0) -> "_Rounds | None":
     """A host-page path of an all-local CPU group (the world group of a one-host job), priced from its
     Schedule's steps like any algorithm (its traffic, on the host page's rates ``host.page.*``), or None
-    where the runtime would not take it (the sizes of runtime.fastpath: ``host.fast.max_bytes``,
-    ``host.fast2.*``, ``host.fastd.min_bytes``, ``host.slots.max_bytes_2[_all_gather]``,
-    ``host.slots.max_bytes_all_gather``, ``host.slots.max_bytes_all_to_all``)."""
+    where the runtime would not take it: the choice is algorithms.hostpath.host_path's on the profile's
+    limits (HostLimits.from_params: ``host.fast.max_bytes``, ``host.fast2.*``, ``host.fastd.min_bytes``,
+    ``host.slots.*``, ``host.stream.min_bytes``), the runtime's own. Asked for by name (``explicit``: bench
+    prices the path a row ran), either side of the measured band and either one-shot all_reduce."""
     why = None
     p = info.n
-    moves = ("broadcast", "all_gather", "reduce_scatter", "all_to_all")
-    kind = "fast" if algorithm == "fast_once" else algorithm
     if info.gpu or info.nhosts != 1:
         why = "the shared-memory paths serve CPU ranks of one host"
     elif algorithm not in registry.algorithms_for(collective):
@@ -1143,50 +1124,36 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
     else:
         # payload: what one rank writes (checked against the slot size, as FastPath.takes does)
         payload = S // p if collective == "all_gather" else 0 if collective == "barrier" else S
-        slots = params.value("host.fast2.max_bytes")  # the slot size
-        slots_moves = _slots_limit(collective, p, params)
-        two_phase = p >= params.value("host.fast2.min_ranks")
-        # the two-phase all_reduce runs up to the slot size; on 2 ranks up to where fastd takes over
-        top2 = slots if p >= 3 else max(params.value("host.fast.max_bytes"),
-                                        min(slots, params.value("host.fastd.min_bytes")))
-        if kind == "fast":
-            lo, top = -1.0, params.value("host.fast.max_bytes")
-            if collective in moves:  # one-shot up to the slot (streamed through it above fast.max_bytes)
-                top = slots_moves
-        elif kind == "fast2":
-            lo, top = params.value("host.fast.max_bytes"), top2
-        elif kind == "fastp":  # a broadcast through the slot in chunks: above the slot, up to PIPE_CHUNKS / 2 slots
-            lo, top = slots, float(pipe_max(int(slots)))
-        elif collective in moves:  # fastd: above the slots
-            lo, top = slots_moves, float("inf")
-        else:  # fastd all_reduce: above the two-phase path (from 3 ranks) or the one-shot path, and its minimum
-            lo = max(params.value("host.fastd.min_bytes"), top2 if two_phase else params.value("host.fast.max_bytes"))
-            top = float("inf")
-        if explicit and collective in moves and kind in ("fast", "fastd"):
-            # asked for by name (bench prices the path a row ran): within the band where the runtime measures
-            # the slots against fastd and keeps the faster, either may run
-            blo, bhi = measured_band_for(collective, p, params)
-            if bhi:
-                if kind == "fast":
-                    top = max(top, min(bhi, slots))
-                else:
-                    lo = min(lo, blo)
-        if not lo < payload <= top:
-            why = f"the payload ({payload} bytes) is outside ({max(lo, 0):.0f}, {top:.0f}] bytes"
-        elif kind == "fastp" and not explicit:
+        limits = HostLimits.from_params(params)
+        name = hostpath.canonical(algorithm)
+        oversub = float(info.oversub.max()) > 2.0  # the runtime reduces the one-shot all_reduce once (nlocal > 2 x ncpu)
+
+        def taken(nbytes: int, once: bool = oversub) -> bool:
+            return hostpath.host_path(collective, max(nbytes, 1) if collective != "barrier" else nbytes, p, limits,
+                                      reduce_once=once, itemsize=itemsize) == name
+
+        def by_name(nbytes: int) -> bool:  # either one-shot all_reduce; either side of the band; fastp's chunks
+            if taken(nbytes) or taken(nbytes, not oversub):
+                return True
+            lo, hi = limits.measured_band(collective, p)
+            sides = (True, False) if lo < nbytes <= hi else (False,) if collective == "broadcast" else ()
+            got = [hostpath.host_path(collective, nbytes, p, limits, itemsize=itemsize, direct=d) for d in sides]
+            return name in got if lo < nbytes <= hi else hostpath.SLOTS_PIPELINED in got and name == got[0]
+
+        if name == hostpath.TWO_PHASE and p < limits.two_phase_min_ranks:
+            why = f"the two-phase path needs {limits.two_phase_min_ranks}+ ranks"
+        elif explicit and by_name(payload) or not explicit and taken(payload):
+            count = count_for(collective, S, itemsize, p)[0]
+            return _rounds(_traffic_cached(collective, algorithm, p, count, root, ()), info, params, itemsize, PAGE)
+        elif name == hostpath.SLOTS_PIPELINED and by_name(payload):
             # the runtime takes it only where its first calls measure it faster than fastd (FastPath.band): the
             # limit's path (fastd) is priced, with a note (measured_band_for)
             why = "taken only where the runtime measures it faster than fastd (INTERLINK_AUTOTUNE)"
-        elif kind == "fast2" and not two_phase:
-            why = f"the two-phase path needs {params.value('host.fast2.min_ranks'):g}+ ranks"
-        elif collective == "all_reduce" and kind == "fast" and not explicit \
-                and (algorithm == "fast_once") != (float(info.oversub.max()) > 2.0):
-            # the runtime's one-shot all_reduce reduces once where more than two local ranks share a core
-            # (runtime.fastpath: nlocal > 2 x ncpu)
-            why = "the runtime takes " + ("fast_once" if algorithm == "fast" else "fast") + " here"
+        elif collective == "all_reduce" and taken(payload, not oversub):
+            why = "the runtime takes " + ("fast_once" if name == hostpath.SLOTS else "fast") + " here"
         else:
-            count = count_for(collective, S, itemsize, p)[0]
-            return _rounds(_traffic_cached(collective, algorithm, p, count, root, ()), info, params, itemsize, PAGE)
+            lo, top = hostpath.path_range(by_name, limits)
+            why = f"the payload ({payload} bytes) is outside ({max(lo, 0):.0f}, {top:.0f}] bytes"
     if explicit:
         raise ModelError(f"{algorithm} is not available here: {why}")
     return None

@@ -316,6 +316,8 @@ def parse_algo_env(spec: str) -> dict[str, str]:
         return {}
     colls = [c for c in ALGORITHM_TABLE if c != "barrier"] + ["barrier"]
     if ":" not in spec and "=" not in spec:
+        spec = registry.canonical(spec)  # a former name (fastd) is its algorithm's (peer_buffers)
+    if ":" not in spec and "=" not in spec:
         if "," in spec:
             raise ValueError(f"INTERLINK_ALGO={spec!r}: a list needs collective:algorithm pairs, "
                              f"e.g. all_reduce:ring,broadcast:binomial")
@@ -328,7 +330,7 @@ def parse_algo_env(spec: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for part in spec.split(","):
         k, sep, v = part.replace("=", ":").partition(":")
-        k, v = k.strip(), v.strip()
+        k, v = k.strip(), registry.canonical(v.strip())
         if not sep or not k or not v:
             raise ValueError(f"INTERLINK_ALGO={spec!r}: {part!r} is not collective:algorithm")
         if k not in colls:

@@ -38,7 +38,8 @@ from typing import Any, Optional
 import numpy as np
 
 from ..algorithms import registry
-from ..algorithms.hostpage import host_plan, measured_band, pipe_max, pipe_scratch
+from ..algorithms import hostpath
+from ..algorithms.hostpage import host_plan
 from ..errors import CollectiveMismatchError
 from ..ops import ReduceOp, finish_avg, ufunc
 from ..transport import cma, shm, shmalloc, stream
@@ -59,6 +60,8 @@ DESC = 16
 _META = struct.Struct(f"<QQQ8x{SIG_BYTES}s")  # from word 2 on: group seq, crc, nbytes, (reserved), signature
 _GC = struct.Struct("<QQ")  # group seq, crc
 _CRCS: dict[bytes, int] = {}
+_OLD = {v: k for k, v in hostpath.ALIASES.items()}  # the paths' registered names
+_NEW = hostpath.ALIASES
 _NOMAP: dict = {}
 
 
@@ -197,23 +200,20 @@ class FastPath:
         self.page = bell.page
         self.me = bell.index
         self.n = self.page.nlocal
-        self.max = min(self.page.fast_max, policy.fast_small_bytes())  # one-shot all_reduce
-        # broadcast, all_gather and reduce_scatter through the slots: the inlined executor up to this payload
-        # (the same `fast` Schedule; above it step by step, runtime/pageplan.py)
-        self.inline_max = min(self.page.fast_max, max(self.max, policy.fast_inline_max_bytes()))
-        # two-phase all_reduce (reduce-scatter + all-gather in place) up to the slot size; on 2 ranks up to
-        # the size where the ranks' own buffers take over (fastd, policy.ar_direct_min_bytes, 2 MiB)
-        self.direct_max = self.page.fast_max if self.n >= 3 else \
-            max(self.max, min(self.page.fast_max, policy.ar_direct_min_bytes()))
-        # broadcast, all_gather and reduce_scatter go through the slots up to their size (above `max`:
-        # the fast Schedule), except on 2 ranks: there one copy by cross-memory attach (fastd) takes over
-        # above policy.slots_max_bytes_two_ranks (2 MiB; the rotated slots win below it)
-        self.move_max = min(self.page.fast_max, policy.slots_max_bytes_two_ranks()) if self.n == 2 else self.page.fast_max
-        # all_gather leaves them earlier (its output is p times its input), where cross-memory attach works
-        self.move_max_ag = min(self.move_max, policy.slots_max_bytes_two_ranks_all_gather() if self.n == 2
-                               else policy.slots_max_bytes_all_gather(self.n))
-        # all_to_all on 3+ ranks too (its puts beat the slots' two copies from 1.5 MiB of input)
-        self.move_max_a2a = self.move_max if self.n == 2 else min(self.move_max, policy.slots_max_bytes_all_to_all())
+        # the limits of the host page's paths (algorithms/hostpath.py, named once; their environment: policy),
+        # on this page's slot size; which path a call takes is hostpath.host_path's choice
+        self.limits = lim = policy.host_limits().with_slot(self.page.fast_max)
+        self.max = lim.oneshot()  # one-shot all_reduce
+        # broadcast, all_gather, reduce_scatter and all_to_all through the slots: the inlined executor up to
+        # this payload (the same Schedule; above it step by step, runtime/pageplan.py)
+        self.inline_max = lim.inline()
+        # two-phase all_reduce up to the slot size; on 2 ranks up to where the ranks' own buffers take over
+        self.direct_max = lim.two_phase_max(self.n)
+        # broadcast, all_gather, reduce_scatter and all_to_all through the slots up to this (without
+        # cross-memory attach); all_gather and all_to_all leave them earlier where it works
+        self.move_max = lim.slots_max(self.n)
+        self.move_max_ag = lim.slots_limit("all_gather", self.n)
+        self.move_max_a2a = lim.slots_limit("all_to_all", self.n)
         self.chunk = policy.fast_chunk_bytes()
         self.stream_min = policy.stream_min_bytes()
         self.rot_bytes, self.rot_min = policy.slot_rotation_bytes(), policy.slot_rotation_min_bytes()
@@ -280,7 +280,7 @@ class FastPath:
         self.arenas = shmalloc.PeerArenas()
         # all_reduce from the ranks' own buffers (each rank reduces its 1/p slice reading every rank's
         # buffer, then copies the other slices): above this size
-        self.ar_direct_min = policy.ar_direct_min_bytes()
+        self.ar_direct_min = lim.peer_buffers_all_reduce_min
 
     def _agree(self, flags: int, timeout: float = 60.0) -> int:
         """All local ranks AND a few flag bits through the host page (every rank builds its FastPath at
@@ -300,14 +300,8 @@ class FastPath:
 
     def takes(self, kind: int, nbytes: int) -> bool:
         """Whether a call with nbytes of input goes through the host page (the slots, or the ranks' own
-        buffers), not the channels. The choice is the same on every rank (size and agreed flags only)."""
-        if kind == BAR:
-            return True
-        if kind == AR:  # one-shot or two-phase in the slots, else from the ranks' own buffers
-            return nbytes <= self.direct_max or (self.cma and nbytes > max(self.direct_max, self.ar_direct_min))
-        if nbytes <= 0:
-            return False
-        return nbytes <= self.move_max or self.cma
+        buffers), not the channels (hostpath.takes). The same on every rank (size and agreed flags only)."""
+        return hostpath.takes(NAMES[kind], nbytes, self.n, self.limits, cma=self.cma)
 
     def thresholds(self) -> dict[str, int]:
         """The sizes (bytes of a call's input) at which this host's choice of path changes: what `takes`
@@ -437,17 +431,15 @@ class FastPath:
 
     def _limit(self, kind: int) -> int:
         """The input bytes above which a broadcast, all_gather, reduce_scatter or all_to_all leaves the slots
-        for fastd (the fixed limits of runtime/policy.py)."""
-        return self.move_max_ag if kind == AG and self.cma else self.move_max_a2a if kind == A2A and self.cma \
-            else self.move_max
+        for fastd (hostpath.HostLimits.slots_limit)."""
+        return self.limits.slots_limit(NAMES[kind], self.n, self.cma)
 
     def band(self, kind: int) -> tuple[int, int]:
         """The inputs (lo, hi] for which this host measures the slots against fastd (pick); (0, 0): none. A
         broadcast too large for a slot goes through it in chunks (fastp), up to PIPE_CHUNKS / 2 slots."""
         if not self.autotune or kind not in (AG, A2A, BC):
             return 0, 0
-        lo, hi = measured_band(self._limit(kind), pipe_max(self.page.fast_max) if kind == BC else self.move_max)
-        return max(lo, self.max), hi
+        return self.limits.measured_band(NAMES[kind], self.n, self.cma)
 
     def host_outputs(self, kind: int, nbytes: int) -> int:
         """The bytes every local rank's output of a call with nbytes of input add up to (what decides
@@ -471,30 +463,28 @@ class FastPath:
         (stream_min), and within its measured band (``stream_tuned``) a Small whose ``tune`` holds both."""
         count, dt, me = a.size, a.dtype, self.me
         sends = kind != BAR and (kind != BC or root == me)
-        big = a.nbytes > self.max
-        two_phase = big and kind == AR and a.nbytes <= self.direct_max
         if direct is None:
             lo, hi = self.band(kind)
             if lo < a.nbytes <= hi and (out is not None or kind == BC):
                 return self._tuned(kind, a, out, op, root, group)
-            direct = big and not two_phase and (kind == AR or a.nbytes > self._limit(kind))
             if streams is None and self.stream_tuned(kind, a.nbytes):
+                direct = hostpath.page_path(NAMES[kind], a.nbytes, self.n, self.limits, cma=self.cma,
+                                            reduce_once=self.once, itemsize=dt.itemsize) == hostpath.PEER_BUFFERS
                 rule = self.small(kind, a, out, op, root, group, direct, None)
                 if rule.program is None:  # the inlined executor: numpy's copies only
                     return rule
                 ruled = self.host_outputs(kind, a.nbytes) >= self.stream_min
                 return self._tuned(kind, a, out, op, root, group,
                                    (rule, self.small(kind, a, out, op, root, group, direct, not ruled)))
-        # a broadcast too large for a slot goes through it in chunks (fastp) where two of them fit, else fastd
-        piped = kind == BC and not direct and a.nbytes > self.page.fast_max
-        if piped and pipe_scratch(count) * dt.itemsize > self.page.fast_max:
-            piped, direct = False, True
-        # the flight recorder and `interlink bench` name the path: the registered Schedule it runs
-        once = kind == AR and not big and self.once and self.n > 1
-        path = "fastd" if direct else "fastp" if piped else "fast2" if two_phase else "fast_once" if once else "fast"
+        # the path (hostpath.host_path: the limits, or a measured shape's forced side), named in the signature:
+        # the flight recorder and `interlink bench` show the registered Schedule it runs
+        path = hostpath.page_path(NAMES[kind], a.nbytes, self.n, self.limits, cma=self.cma, reduce_once=self.once,
+                                  itemsize=dt.itemsize, direct=direct)
+        path = _OLD[path]
+        once = path == "fast_once"
         # the inlined executor: the one-shot sizes, and a broadcast, all_gather or reduce_scatter through the
         # slots up to inline_max (the same `fast` Schedule, without the step-by-step executor's per-call cost)
-        inline = not big or (kind in (BC, AG, RS, A2A) and not direct and a.nbytes <= self.inline_max)
+        inline = hostpath.inlined(NAMES[kind], a.nbytes, _NEW[path], self.limits)
         # the call shape's plan comes from its Schedule (checked to be of the form this executor runs)
         # (fast_once: the reducer is whichever rank publishes last; the plan is the Schedule of the last
         # rank, and every reducer's Schedule computes the same bits: tests/test_algorithms_hostpage.py)

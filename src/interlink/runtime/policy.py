@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from ..algorithms.hostpage import measured_band
+from ..algorithms.hostpath import HostLimits
 from ..transport import cuda_ipc, stream
 
 
@@ -86,6 +87,14 @@ def transport_params() -> dict[str, int]:
 
 # ---- the shared-page paths of an all-local group (runtime/fastpath.py) ----------------------------
 
+def host_limits() -> HostLimits:
+    """The host page's limits here: algorithms.hostpath.HostLimits from the environment (each limit's
+    variable and default: hostpath.LIMITS), the streaming threshold from this host's cache where
+    INTERLINK_STREAM_MIN_BYTES is unset. The functions below read their limit from it; the measurements
+    behind each default are in their docstrings."""
+    return HostLimits.from_env(os.environ, stream_min=last_level_cache_bytes() // 2, streams=stream.available)
+
+
 def fast_small_bytes() -> int:
     """Largest payload of the one-shot shared-page path (INTERLINK_FAST_MAX_BYTES): 256 KiB. Up to it the
     one-shot all_reduce (every rank writes its slot, every rank reduces every slot) beats the next path:
@@ -94,7 +103,7 @@ def fast_small_bytes() -> int:
     2 cores (fast_once against fast2) 2.12 and 1.33; at 512 KiB 2 and 3 ranks still gain (1.16, 1.18) but
     4 ranks lose (0.95), at 1 MiB 2 ranks are even (0.98) (benchmarks/RESULTS.md). Broadcast,
     all_gather and reduce_scatter go further inline (:func:`fast_inline_max_bytes`)."""
-    return env_int("INTERLINK_FAST_MAX_BYTES", 256 << 10)
+    return host_limits().oneshot_max
 
 
 def fast_inline_max_bytes() -> int:
@@ -108,16 +117,13 @@ def fast_inline_max_bytes() -> int:
     all_gather (its output) 1.68 and 1.32, reduce_scatter 1.34 and 1.01; 4 ranks at 512 KiB: all_gather 1.20,
     broadcast 1.10, reduce_scatter 1.17; from 1 MiB the two are within the noise, and reduce_scatter at
     2 MiB favours the pieces (0.70-0.93) (benchmarks/RESULTS.md)."""
-    return max(fast_small_bytes(), env_int("INTERLINK_FAST_INLINE_MAX_BYTES", 512 << 10))
+    return host_limits().inline_max
 
 
 def fast_max_bytes() -> int:
     """Slot size on the host page: the largest all_reduce done in place in shared memory
     (INTERLINK_SHM_DIRECT_MAX_BYTES; 0 disables the shared-page paths)."""
-    small = fast_small_bytes()
-    if small <= 0:
-        return 0
-    return max(small, env_int("INTERLINK_SHM_DIRECT_MAX_BYTES", 4 * 1024 * 1024))
+    return host_limits().slot_bytes
 
 
 def slots_max_bytes_two_ranks() -> int:
@@ -127,7 +133,7 @@ def slots_max_bytes_two_ranks() -> int:
     2 MiB (a cross-memory copy of 2 MiB runs at 13 GB/s against 47 for a numpy copy that stays in L3):
     2 ranks, in-process A/B, inputs rewritten before each call, 1 MiB: all_gather 77 -> 52 us,
     reduce_scatter 107 -> 56, broadcast 83 -> 39 (benchmarks/RESULTS.md)."""
-    return env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_2", 2 << 20)
+    return host_limits().slots_max_2
 
 
 def slots_max_bytes_two_ranks_all_gather() -> int:
@@ -140,7 +146,7 @@ def slots_max_bytes_two_ranks_all_gather() -> int:
     (0.55-0.70); since fastd's push runs inlined (FastPath._push, benchmarks/RESULTS.md) 0.89-0.95 at 1 MiB
     and 1.09 at 2 MiB of output; the same A/B three jobs later (medians of 8 turns): 768 KiB of output 1.71, 1.79, 1.02; 1 MiB
     1.91, 2.03, 1.23 (fastd never slower), 512 KiB 1.00: so 256 KiB of input (512 KiB was)."""
-    return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG", 256 << 10), slots_max_bytes_two_ranks())
+    return host_limits().slots_max_2_all_gather
 
 
 def slots_max_bytes_all_to_all() -> int:
@@ -150,7 +156,7 @@ def slots_max_bytes_all_to_all() -> int:
     2-core x86 VM (benchmarks/README.md: a2a_slots_ab), slots / fastd by input: 3 ranks 1 MiB 0.77, 1.5 MiB 1.11, 2 MiB 1.22,
     3 MiB 1.28; 4 ranks 1 MiB 0.79-0.93, 1.5 MiB 1.22, 2 MiB 1.20-1.32, 3 MiB 1.31. On 2 ranks the slots win
     up to 2 MiB (0.69-0.79) and all_to_all keeps :func:`slots_max_bytes_two_ranks`."""
-    return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_A2A", 1 << 20), fast_max_bytes())
+    return host_limits().slots_max_all_to_all
 
 
 def slots_max_bytes_all_gather(nlocal: int | None = None) -> int:
@@ -168,9 +174,9 @@ def slots_max_bytes_all_gather(nlocal: int | None = None) -> int:
     streams (its outputs on the host, nlocal^2 x the input, reach :func:`stream_min_bytes`): on a host
     whose cache is large the slots' plain copies lose to fastd there (an Intel Xeon with 300 MiB of L3, 4
     ranks, 16 MiB of output: 2708 against 2393 us), so the limit stays 1 MiB."""
-    big = stream.available and (nlocal is None or stream_min_bytes() <= nlocal * nlocal * (1 << 20))
-    default = fast_max_bytes() if big else 1 << 20
-    return min(env_int("INTERLINK_SHM_SLOTS_MAX_BYTES_AG", default), fast_max_bytes())
+    lim = host_limits()
+    streams = lim.stream_min > 0 and (nlocal is None or lim.stream_min <= nlocal * nlocal * (1 << 20))
+    return lim.slots_max_all_gather if streams else lim.all_gather_max_cached
 
 
 def autotune() -> bool:
@@ -196,7 +202,7 @@ def ar_direct_min_bytes() -> int:
     fast2 beats the ring over the channels (benchmarks/README.md: fast2_ab, in-process A/B, ring / fast2 at
     512 KiB, 1 and 2 MiB: 1.29-1.30, 1.47-1.51, 1.48-1.60; at 4 MiB fastd beats fast2 1.8x;
     benchmarks/RESULTS.md)."""
-    return env_int("INTERLINK_SHM_AR_DIRECT_MIN_BYTES", 2 << 20)
+    return host_limits().peer_buffers_all_reduce_min
 
 
 def host_page_populate() -> bool:
@@ -232,10 +238,7 @@ def stream_min_bytes() -> int:
     reads every line before writing it; below, the lines may still be in cache from the last call and a
     streaming copy, which evicts them, is slower. In-process A/B (benchmarks/README.md: stream_ab), plain / streaming, all_gather by the outputs of the host's ranks: 4 ranks
     8 MiB 1.05, 16 MiB 1.47, 64 MiB 1.28; 2 ranks 4 MiB 0.74, 8 MiB 1.11, 16 MiB 1.44."""
-    v = env_int("INTERLINK_STREAM_MIN_BYTES", -1)
-    if v < 0:
-        v = last_level_cache_bytes() // 2
-    return v if v > 0 else 1 << 62
+    return HostLimits.from_env(os.environ, stream_min=last_level_cache_bytes() // 2).stream_min or 1 << 62
 
 
 def stream_band(stream_min: int) -> tuple[int, int]:
