@@ -1,0 +1,162 @@
+"""The measured band of the host page (runtime/fastpath.py's autotuning concern): where a fixed limit of
+algorithms/hostpath.py is a guess, a call shape's first calls run both paths in blocks, the host's first
+rank times them, publishes the faster in the host page's choice table, and every rank keeps it
+(policy.autotune, INTERLINK_AUTOTUNE; the same for streaming against plain copies near policy.stream_min_bytes).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Optional
+
+import numpy as np
+
+from ..ops import ReduceOp
+from ..transport import shm
+from . import policy
+from .pageproto import NAMES, BAR, Small
+
+#: the first calls of a measured call shape: PROBE_WARM calls by the limits' path (the user's buffers'
+#: first touches), then four blocks of PROBE_BLOCK calls, the paths in turn, the first PROBE_SKIP calls of
+#: each block untimed (they find the other path's lines in the caches): 2 ranks, 1.5 MiB all_gather output,
+#: a path's first calls after the other's took 1.5-2x its later ones (benchmarks/RESULTS.md)
+PROBE_WARM, PROBE_BLOCK, PROBE_SKIP, PROBE_BLOCKS = 2, 8, 2, 4
+PROBE_CALLS = PROBE_WARM + PROBE_BLOCKS * PROBE_BLOCK
+
+
+def probe_path(i: int) -> int:
+    """Which path (0: the limits', 1: the other) probe call i of a shape takes."""
+    return 0 if i < PROBE_WARM else ((i - PROBE_WARM) // PROBE_BLOCK) & 1
+
+
+def choose(blocks: list) -> int:
+    """The path whose block medians (the median of each block's timed calls) average lower; 0 (the limits')
+    on a tie or without timings. Medians per block: a burst of noise moves one block's median, not every
+    call's weight. Their mean, not their best: the best of two blocks favours the noisier path (4 ranks,
+    broadcast of 16 MiB in compare.py's warm-up: fastd's blocks 2413 and 3171 us, fastp's 2452 and 2777;
+    the best block kept fastd, 3184 us a call once timed against fastp's 2478-2551; benchmarks/RESULTS.md). A path's first block can still be warming up (2 ranks, 1 MiB of all_gather output: the
+    slots' first block 57-62 us, its second 34-40, fastd 50-61 in both): the mean still takes the slots."""
+    meds: list[list[float]] = [[], []]
+    for b, ts in enumerate(blocks):
+        if len(ts) > 1:
+            meds[b & 1].append(float(np.median(ts)))
+    if not meds[0] or not meds[1]:
+        return 0
+    return 1 if sum(meds[1]) / len(meds[1]) < sum(meds[0]) / len(meds[0]) else 0
+
+
+class TuneState:
+    """The measurement of one call signature (shared by its cached shapes: a flat and an N-d array of
+    the same call count as one): calls so far, the host's first rank's timings per path, the choice."""
+
+    __slots__ = ("key", "calls", "times", "choice", "last")
+
+    def __init__(self, key: int) -> None:
+        self.key = key  # the signature's CRC, non-zero: its entry in the host page's choice table
+        self.calls = 0
+        self.times: list[list] = [[] for _ in range(PROBE_BLOCKS)]  # the first rank's, per block
+        self.choice: Optional[int] = None
+        self.last = -1  # the probe call in flight (its index)
+
+
+class Tune:
+    """A cached call shape in the band where both paths are measured: alts[0] the fixed limits' path, alts[1]
+    the other, and the signature's shared TuneState."""
+
+    __slots__ = ("alts", "state")
+
+    def __init__(self, alts: tuple, state: TuneState) -> None:
+        self.alts = alts
+        self.state = state
+
+
+class Autotune:
+    """The measured band's calls (a mixin of FastPath)."""
+
+    def stream_tuned(self, kind: int, nbytes: int) -> bool:
+        """Whether a call of this kind and input size measures streaming against plain copies into its
+        outputs (policy.stream_band around stream_min; only a Schedule run step by step streams)."""
+        if not self.autotune_stream or kind == BAR:
+            return False
+        lo, hi = policy.stream_band(self.stream_min)
+        return lo < self.host_outputs(kind, nbytes) <= hi
+
+    # ---- the measured band: the slots or fastd, chosen by the host's first rank's timings ---------------
+    def _tuned(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: ReduceOp, root: int, group: str,
+               alts: Optional[tuple] = None) -> Small:
+        """A shape in a measured band: a Small carrying both paths' Smalls (the rule's choice first: the
+        limits', or ``alts``: the rule's copies and the other copies into the outputs) and its signature's
+        TuneState, shared by every cached shape of that signature (a shape lies in one band only)."""
+        if alts is None:
+            first = a.nbytes > self._limit(kind)
+            alts = (self.small(kind, a, out, op, root, group, first),
+                    self.small(kind, a, out, op, root, group, not first))
+        key = zlib.crc32(f"{NAMES[kind]} {a.dtype} n={a.size} {op.name} root={root} {group}".encode()) | 1 << 32
+        st = self.tuning.get(key)
+        if st is None:
+            if len(self.tuning) > 4096:  # the same calls on every rank: cleared at the same call everywhere
+                self.tuning.clear()
+            st = self.tuning[key] = TuneState(key)
+        sc = Small(kind, alts[0].sigb, alts[0].nbytes, alts[0].sends)
+        sc.tune = Tune(alts, st)
+        return sc
+
+    def pick(self, tn: Tune) -> Small:
+        """The Small this call of a measured shape runs. The first PROBE_CALLS calls take the two paths in
+        blocks, in turn (``probe_path``); at the start of the last of them the host's first rank (local rank 0)
+        compares the mean of each path's block medians it measured (``timed``, ``choose``) and writes the faster path into the host page's choice
+        table before it publishes that call; at the next call every rank (the first too) reads the table,
+        after every rank has seen that publication (every call of the host page waits for every peer's
+        header), and
+        keeps the choice. Another shape's choice in the same entry (a key that differs) means the limits'
+        path, on every rank alike."""
+        st = tn.state
+        i = st.calls
+        st.calls = i + 1
+        if st.choice is not None:
+            return tn.alts[st.choice]
+        if i < PROBE_CALLS:
+            if i == PROBE_CALLS - 1 and self.me == 0:
+                self._publish_choice(st.key, choose(st.times))
+            st.last = i
+            return tn.alts[probe_path(i)]
+        st.choice = self._read_choice(st.key)
+        if self.me == 0:
+            self.pending.pop(st.key, None)  # every rank has read it once this rank finishes this call
+        return tn.alts[st.choice]
+
+    def _publish_choice(self, key: int, choice: int) -> None:
+        """The first rank writes a shape's choice into the table: the first entry from key % entries on
+        that no other shape's choice still waits to be read in (``pending``; all waiting: that one, and
+        its shape takes the limits' path), the key's older entry cleared (one entry per key)."""
+        W, n = self.W, shm.TUNE_ENTRIES
+        busy = set(self.pending.values())
+        start = key % n
+        e = next(((start + k) % n for k in range(n) if (start + k) % n not in busy), start)
+        for k in range(n):
+            w = self.page.tune_word(k)
+            if k != e and W[w] == key:
+                W[w] = 0
+        w = self.page.tune_word(e)
+        W[w + 1] = choice + 1
+        W[w] = key
+        self.pending[key] = e
+
+    def _read_choice(self, key: int) -> int:
+        """A shape's choice from the table (every rank, the first too): 0, the limits' path, where no entry
+        holds its key."""
+        W, n = self.W, shm.TUNE_ENTRIES
+        for k in range(n):
+            w = self.page.tune_word((key + k) % n)
+            if W[w] == key:
+                c = int(W[w + 1]) - 1
+                return c if c in (0, 1) else 0
+        return 0
+
+    def timed(self, tn: Tune, seconds: float) -> None:
+        """The host's first rank notes a probe call's time (not the warm-up calls, nor the first PROBE_SKIP
+        of each block)."""
+        st = tn.state
+        k = st.last - PROBE_WARM
+        if self.me == 0 and st.choice is None and k >= 0 and k % PROBE_BLOCK >= PROBE_SKIP:
+            st.times[k // PROBE_BLOCK].append(seconds)

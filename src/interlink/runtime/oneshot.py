@@ -1,0 +1,120 @@
+"""The one-shot latency path, inlined (runtime/fastpath.py's one-shot executor): `slots` up to the one-shot
+size (and broadcast, all_gather, reduce_scatter and all_to_all through the slots up to the inline limit,
+algorithms/hostpath.py), `slots_once` and the barrier. Every rank writes its payload once into its own
+slot on the host page and publishes it; every reader then takes all ranks' payloads as one strided array
+(all_to_all: its column of them; all_reduce reduces them in rank order, so every rank gets bit-identical
+results). Its views come from the Schedule's form (``hostpage.host_plan`` refuses a Schedule of another
+form). On an oversubscribed host (more than two local ranks a core) the all_reduce is reduced once, by
+the last rank to publish, into a shared result slot that every rank copies (_reduce_once).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import numpy as np
+
+from ..errors import CollectiveMismatchError
+from ..ops import finish_avg
+from .pageproto import A2A, AG, AR, BC, CRC, GSEQ, RS, Small, _META
+
+class OneShot:
+    """The inlined one-shot executor (a mixin of FastPath)."""
+
+    def hot(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], seq: int, timeout: float) -> None:
+        """One call through the slots, every step inlined: copy in, publish, wait, check, read (reductions
+        in rank order: identical bits on every rank), mark done. Above the one-shot size: the call shape's
+        page program (_program)."""
+        self.f = f = self.f + 1
+        q = f & 1
+        pos = f % sc.npos  # where this call's payload lies (its parity is q)
+        W, B = self.W, self.B
+        if f > 2 and self.safe < f - 2:  # every peer must have finished reading call f-2 (this slot)
+            done = self.page.done
+            self._wait(lambda: int(done.min()) >= f - 2, lambda: [i for i in self.peers if int(done[i]) < f - 2],
+                       time.monotonic() + timeout, seq, sc.sigb)
+        if sc.program is not None:
+            if sc.push is not None and out is not None and not np.may_share_memory(a, out):
+                return self._push(sc, a, out, f, pos, seq, timeout)
+            return self._program(sc, a, out, f, pos, seq, timeout)
+        if sc.kind == A2A:  # the peers' blocks into this rank's slot (its own block it copies out directly)
+            mine = sc.mine[pos]
+            a2 = a.reshape(mine.shape)
+            for j in self.peers:
+                mine[j] = a2[j]
+        elif sc.sends:
+            sc.mine[pos][...] = a
+        _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
+        W[self.my_w[q]] = f  # publish last
+        wake = self.wake
+        for flag, bell in wake:
+            if B[flag]:
+                bell.ring()
+        if sc.res is not None:
+            return self._reduce_once(sc, a, f, pos, seq, timeout)
+        crc = sc.crc
+        for pw in self.peer_w[q]:  # every peer's header published and of this call (else wait or raise there)
+            if W[pw] < f or W[pw + GSEQ] != seq or W[pw + CRC] != crc:
+                self._gather_headers(sc, f, q, seq, timeout)
+                break
+        else:
+            self.safe = f - 1  # a peer publishes call f only after finishing call f-1
+        kind = sc.kind
+        if kind == AR or kind == RS:
+            dst = a if kind == AR else out
+            parts = sc.parts[pos]
+            fn = sc.fn
+            if len(parts) > 1:  # (out passed by position: a ufunc parses a keyword in 0.25 us more)
+                fn(parts[0], parts[1], dst)
+                for k in range(2, len(parts)):
+                    fn(dst, parts[k], dst)
+            else:
+                dst[...] = parts[0]
+            if sc.avg:
+                finish_avg(dst, self.n)
+        elif kind == BC:
+            if not sc.sends:
+                a[...] = sc.parts[pos][0]
+        elif kind == AG:
+            out.reshape(sc.oshape)[...] = sc.stack[pos]
+        elif kind == A2A:
+            col = sc.stack[pos]
+            o2 = out.reshape(col.shape)
+            for j in self.peers:
+                o2[j] = col[j]
+            o2[self.me] = a2[self.me]  # (a2: this call's input by blocks, from the slot write above)
+        W[self.done_w] = f
+        for flag, bell in wake:
+            if B[flag]:
+                bell.ring()
+
+    def _reduce_once(self, sc: Small, a: np.ndarray, f: int, pos: int, seq: int, timeout: float) -> None:
+        """The one-shot all_reduce of an oversubscribed host (this rank has published): the rank that
+        finds every peer published reduces every slot, in rank order, and writes the result into the
+        shared result slot; the others wait for it and copy it out. Two ranks publishing at once may
+        both reduce: they write the same bits. The signature check runs on every rank."""
+        W, q = self.W, pos & 1
+        rw = self.ready_w[q]
+        if self._all_published(f, q):
+            try:
+                self._gather_headers(sc, f, q, seq, timeout)
+            except CollectiveMismatchError:
+                self._set(rw, f)  # the waiters check the signatures themselves
+                raise
+            parts, fn = sc.parts[pos], sc.fn
+            fn(parts[0], parts[1], a)
+            for k in range(2, len(parts)):
+                fn(a, parts[k], a)
+            if sc.avg:
+                finish_avg(a, self.n)
+            sc.res[pos][...] = a
+            self._set(rw, f)
+        else:
+            if W[rw] < f:
+                peer_w = self.peer_w[q]
+                self._wait(lambda: W[rw] >= f, lambda: [i for i, x in zip(self.peers, peer_w) if W[x] < f],
+                           time.monotonic() + timeout, seq, sc.sigb)
+            self._gather_headers(sc, f, q, seq, timeout)  # every peer has published: no wait
+            a[...] = sc.res[pos]
+        self._set(self.done_w, f)
