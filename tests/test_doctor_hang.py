@@ -49,7 +49,7 @@ def test_a_healthy_job_gets_no_verdict(tmp_path, capsys):
     c = calls[0]
     assert (c["op"], c["dtype"], c["count"], c["bytes"]) == ("all_reduce", "float32", 2, 8)
     # the host-page path records its start only (one clock read a call); the regular path also its end
-    assert c["algorithm"] == "fast" and "duration" not in c and c["start"] > 1e9
+    assert c["algorithm"] == "slots" and "duration" not in c and c["start"] > 1e9
 
 
 def test_never_entered_and_a_missing_dump(tmp_path_factory, capsys):
@@ -163,7 +163,8 @@ def fr_env(monkeypatch):
     ("torch_straggler", ["straggler"], [1]),
 ])
 def test_torch_gloo_dumps(tmp_path, capsys, fr_env, scenario, kinds, ranks):
-    run_job(scenario, tmp_path / "dumps", stop_signal=signal.SIGUSR1)
+    # gloo's timeout 3 s: on a loaded 2-core host the first calls of 4 torch processes may take more than 2 s
+    run_job(scenario, tmp_path / "dumps", stop_signal=signal.SIGUSR1, timeout=3.0)
     ds = dmod.load_dir(str(tmp_path / "dumps"))
     assert {d.source for d in ds} == {"torch"}
     out = _doctor(tmp_path, capsys, "--ranks", "4")
