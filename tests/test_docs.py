@@ -39,7 +39,7 @@ SLOW = ("benchmarks/compare.py", "benchmarks/soak.py", "benchmarks/published.py"
         "--calibrate", "--sweep-nodes", "--sweep-gpus", "-m pytest", "algorithms --verify --max-ranks")
 GPU = ("benchmarks/gpu.py", "cuda12", "cuda13", "-m gpu")
 ROOT_ONLY = ("--emulate-hosts", "sudo ", "interlink.cli.netns")
-CLUSTER = ("srun", "mpirun", "mpiexec", "--nnodes", "train.py", "SLURM", "node0")
+CLUSTER = ("srun", "mpirun", "mpiexec", "--nnodes", "SLURM", "node0")
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class Snippet:
     where: str  # file:line
     kind: str  # "command" | "python" | "yaml"
     text: str
+    block: str = ""  # file:line of the block it is in: a block's commands run in order, in one directory
 
     def __str__(self) -> str:
         return self.where
@@ -81,9 +82,9 @@ def snippets() -> list[Snippet]:
                     j += 1
                 body = "\n".join(lines[start:j])
                 if lang == "python":
-                    out.append(Snippet(f"{rel}:{start}", "python", body))
+                    out.append(Snippet(f"{rel}:{start}", "python", body, f"{rel}:{start}"))
                 elif lang in ("yaml", "yml", "json"):
-                    out.append(Snippet(f"{rel}:{start}", "yaml", body))
+                    out.append(Snippet(f"{rel}:{start}", "yaml", body, f"{rel}:{start}"))
                 elif lang in ("bash", "sh", "shell", ""):
                     out += _commands(rel, start, lines[start:j], indent=0)
                 i = j + 1
@@ -114,7 +115,7 @@ def _commands(rel: str, first: int, block: list[str], indent: int) -> list[Snipp
         word = s.split()[0]
         if not (word in PROGRAMS or word.startswith("INTERLINK_") or word.startswith(("python3", "MASTER="))):
             continue  # output, a listing, a tree: not a command
-        out.append(Snippet(f"{rel}:{at}", "command", _command_of(s) if "  " in s or " #" in s else s))
+        out.append(Snippet(f"{rel}:{at}", "command", _command_of(s) if "  " in s or " #" in s else s, f"{rel}:{first}"))
     return out
 
 
@@ -150,6 +151,8 @@ def _kind(s: Snippet) -> tuple[str, str]:
         return "synopsis", ""
     if any(c in text for c in CLUSTER):
         return "skip", "needs several hosts"
+    if "train.py" in text:
+        return "skip", "runs the reader's own training script"
     if any(g in text for g in GPU):
         return "gpu", ""
     if any(r in text for r in ROOT_ONLY):
@@ -202,8 +205,8 @@ def _python_command(s: Snippet, cwd: str) -> str:
     return f"{shlex.quote(sys.executable)} snippet.py"
 
 
-def _check(s: Snippet, tmp_path, timeout: float) -> None:
-    cwd = _scratch(tmp_path, s)
+def _check(s: Snippet, tmp_path, timeout: float, cwd: str | None = None) -> None:
+    cwd = cwd or _scratch(tmp_path, s)
     if s.kind == "python":
         cmd = _python_command(s, cwd)
     else:
@@ -228,9 +231,20 @@ def test_the_docs_have_commands_and_code() -> None:
     assert kinds["fast"] >= 20 and kinds["synopsis"] >= 3 and len(_of("torch")) >= 1, kinds
 
 
-@pytest.mark.parametrize("s", _of("fast"), ids=str)
-def test_command_runs(s: Snippet, tmp_path) -> None:
-    _check(s, tmp_path, timeout=240)
+def _blocks(mark: str) -> list[list[Snippet]]:
+    """The snippets of a mark grouped by block, in order (a reader runs a block's commands one after the
+    other: a later one may read what an earlier one wrote)."""
+    out: dict[str, list[Snippet]] = {}
+    for s in _of(mark):
+        out.setdefault(s.block or s.where, []).append(s)
+    return list(out.values())
+
+
+@pytest.mark.parametrize("block", _blocks("fast"), ids=lambda b: b[0].where)
+def test_command_runs(block: list[Snippet], tmp_path) -> None:
+    cwd = _scratch(tmp_path, block[0])
+    for s in block:
+        _check(s, tmp_path, timeout=240, cwd=cwd)
 
 
 def _asked(request, mark: str) -> bool:
