@@ -15,7 +15,9 @@ sockets instead of InfiniBand. Each variant's fit is the median over the sizes f
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from typing import Any, Callable, Optional
 
 from ..model import predict
 from ..topology import catalog_from_dict, parse_topology
+from ..topology.io import topology_from_dict
 from ..topology.links import CATALOG
 
 NCCL_ALGOS = ("ring", "nccl_tree", "nvls", "nvls_tree")
@@ -31,6 +34,8 @@ _DTYPES = {"float": "float32", "half": "float16", "double": "float64", "int8": "
            "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64", "bfloat16": "bfloat16",
            "int": "int32", "float32": "float32", "float16": "float16", "float64": "float64", "fp8_e4m3": "uint8",
            "fp8_e5m2": "uint8", "char": "int8"}
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1, "int32": 4,
+             "uint32": 4, "int64": 8, "uint64": 8}
 _OPS = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "all_to_all",
         "sendrecv", "gather", "scatter", "hypercube"}
 _COLL = {"alltoall": "all_to_all"}
@@ -130,7 +135,20 @@ def _row(s: str) -> Optional[Row]:
             continue
         tin = nums[4] if len(nums) >= 7 else None
         bin_ = nums[6] if len(nums) >= 7 else None
-        return Row(int(t[0]), int(t[1]), _DTYPES[dtype], nums[0], nums[1], nums[2], tin, bin_)
+        nbytes, count = int(t[0]), int(t[1])
+        # some old nccl-tests printed a size column that is not count x element size (2020's 2.6 era with -g 2:
+        # twice it); algbw is the message (count x element size) over the time, so when the size column
+        # disagrees with algbw and count x element size agrees, the message is count x element size
+        elem = _ITEMSIZE.get(_DTYPES[dtype])
+        if elem and count > 0 and nums[0] and nums[0] > 0 and nums[1] and nums[1] > 0:
+            by_count = count * elem
+
+            def off(b: float) -> float:
+                return abs(b / (nums[0] * 1e3) / nums[1] - 1.0)
+
+            if off(nbytes) > 0.3 and off(by_count) < 0.1:
+                nbytes = by_count
+        return Row(nbytes, count, _DTYPES[dtype], nums[0], nums[1], nums[2], tin, bin_)
     return None
 
 
@@ -202,11 +220,13 @@ def variants() -> list[Variant]:
     ]
 
 
-def _scaled_catalog(scale: dict) -> Optional[dict]:
+def _scaled_catalog(scale: dict, base: Optional[dict] = None) -> Optional[dict]:
+    """``base`` (default the link catalog) with the links of the kinds in ``scale`` scaled."""
     if not scale:
-        return None
+        return base
+    cat = CATALOG if base is None else base
     entries = {}
-    for name, spec in CATALOG.items():
+    for name, spec in cat.items():
         f = scale.get(spec.kind)
         if f is None:
             continue
@@ -216,11 +236,29 @@ def _scaled_catalog(scale: dict) -> Optional[dict]:
         entries[name] = {"line_gbps": spec.line_gbps * f, "effective_gbps": spec.effective_gbps * f}
         if scale.get(spec.kind) in ("pcie", "host"):
             entries[name]["latency_us"] = spec.latency_us + 1.0
-    return catalog_from_dict(entries)
+    return catalog_from_dict(entries, cat)
+
+
+def _is_file(spec: str) -> bool:
+    return spec.endswith((".yaml", ".yml", ".json")) or os.path.sep in spec or os.path.isfile(spec)
 
 
 def _topology(spec: str, v: Variant) -> Any:
     s = spec
+    if _is_file(s) and not v.net:
+        # a topology file may carry its own link specs, which take precedence over a catalog given to the
+        # loader: scale those too, or the variant would be the cluster as given
+        text = open(s, encoding="utf-8").read()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            import yaml  # the loader needs PyYAML for a YAML file as well
+
+            data = yaml.safe_load(text)
+        if isinstance(data, dict) and data.get("specs") and v.scale:
+            base = catalog_from_dict(data["specs"])
+            data = {k: val for k, val in data.items() if k != "specs"}
+            return topology_from_dict(data, catalog=_scaled_catalog(v.scale, base), where=s)
     if v.net:
         head, _, opts = s.partition(":")
         if not re.match(r"^\d+x", head):
