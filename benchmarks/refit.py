@@ -5,7 +5,7 @@
 A profile written by ``interlink bench --calibrate`` keeps its raw samples (``meta.samples``). This fits
 them again with :func:`interlink.model.calibrate.fit` (no measuring, deterministic) and prints the
 fitted host-page rates (``host.page.*``), the fit's error per transport, and per host-page path
-(fast, fast_once, fast2, fastd) the median and worst |predicted / measured - 1|; ``-v`` prints every
+(slots, slots_once, two_phase, peer_buffers) the median and worst |predicted / measured - 1|; ``-v`` prints every
 point. So a change of the model can be judged on the very samples an older model was fitted to.
 """
 
@@ -16,6 +16,7 @@ import json
 
 import numpy as np
 
+from interlink.algorithms import registry
 from interlink.model.calibrate import Sample, fit
 from interlink.model.cost import cpu_topology, predict
 from interlink.model.params import default_params
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     table = default_params().replace(params, "refit")
     per: dict[str, list] = {}
     for s in samples:
-        if s.algorithm not in ("fast", "fast_once", "fast2", "fastd"):
+        if registry.canonical(s.algorithm) not in ("slots", "slots_once", "two_phase", "peer_buffers"):
             continue
         t = predict(s.collective, s.nbytes, cpu_topology(s.nranks, cores=cores), algorithm=s.algorithm,
                     params=table).time_us

@@ -121,3 +121,18 @@ def test_the_profile_records_the_limits_and_the_model_reads_them_back() -> None:
 def test_old_names_are_aliases() -> None:
     assert {hostpath.canonical(k) for k in hostpath.ALIASES} == set(hostpath.PATHS)
     assert hostpath.canonical("ring") == "ring"
+
+
+def test_former_names_still_name_the_paths() -> None:
+    """INTERLINK_ALGO, algorithm= and the model accept the former names (fast, fast_once, fast2, fastd, fastp)."""
+    from interlink.algorithms import registry
+    from interlink.model import predict
+    from interlink.model.tuner import parse_algo_env
+
+    assert parse_algo_env("all_reduce:fastd,broadcast:fastp") == {"all_reduce": "peer_buffers",
+                                                                  "broadcast": "slots_pipelined"}
+    assert parse_algo_env("fast2") == {"all_reduce": "two_phase"}
+    for former, name in hostpath.ALIASES.items():
+        assert registry.canonical(former) == name
+    assert registry.get_schedule("all_reduce", "fastd", 2, 8).algorithm == "peer_buffers"
+    assert predict("all_reduce", 8, "cpu-host", nranks=2, algorithm="fast", profile=False).algorithm == "slots"

@@ -169,7 +169,7 @@ BCAST = ["bench", "broadcast", "-b", "64K", "-e", "1M", "-f", "4", "--ranks", "2
 
 def test_bench_prints_each_row_when_its_size_is_done(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("INTERLINK_PROFILE", str(tmp_path / "none.json"))
-    rows = [_row(65536, "fast"), _row(1048576, "fast"), _row(4194304, "fastd")]
+    rows = [_row(65536, "slots"), _row(1048576, "slots"), _row(4194304, "peer_buffers")]
     seen: list[str] = []
 
     def after_row(i: int) -> None:  # what a user sees while the next size runs
@@ -195,10 +195,10 @@ def test_bench_prints_each_row_when_its_size_is_done(tmp_path, monkeypatch, caps
 
 def test_bench_notes_why_model_is_na_and_how_to_calibrate(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("INTERLINK_PROFILE", str(tmp_path / "none.json"))  # an uncalibrated host
-    # a 'fast' row where the runtime would not take that path (a broadcast larger than a slot, 8 MiB: it
-    # goes through the root's slot in chunks, 'fastp', or reads the root's buffer, 'fastd'; up to a slot
-    # the runtime may measure the slots against fastd and keep them): the model refuses it, and says why
-    _fake_launch(monkeypatch, [_row(65536, "fast"), _row(1048576, "fast"), _row(8388608, "fast")])
+    # a 'slots' row where the runtime would not take that path (a broadcast larger than a slot, 8 MiB: it
+    # goes through the root's slot in chunks, 'slots_pipelined', or reads the root's buffer, 'peer_buffers'; up to a slot
+    # the runtime may measure the slots against peer_buffers and keep them): the model refuses it, and says why
+    _fake_launch(monkeypatch, [_row(65536, "slots"), _row(1048576, "slots"), _row(8388608, "slots")])
     assert main(BCAST) == 0
     out = capsys.readouterr().out
     data = _data(out)
@@ -207,7 +207,7 @@ def test_bench_notes_why_model_is_na_and_how_to_calibrate(tmp_path, monkeypatch,
     assert out.splitlines().index(notes[0]) > out.splitlines().index("# Wrong values        : 0 OK")  # under the table
     na = [n for n in notes if "N/A" in n]
     assert len(na) == 1  # one line for every N/A of the table
-    assert "'fast' at 8388608 B" in na[0] and "outside (0, 4194304]" in na[0]
+    assert "'slots' at 8388608 B" in na[0] and "outside (0, 4194304]" in na[0]
     assert any("interlink bench --calibrate" in n and "default host parameters" in n for n in notes)
 
 
@@ -217,7 +217,7 @@ def test_bench_no_calibrate_note_with_a_profile(tmp_path, monkeypatch, capsys):
     prof = tmp_path / "profile.json"
     save_profile(Profile({"host.call_us": 3.0}, {}, {"host": "testhost", "date": "2026-01-01"}), prof)
     monkeypatch.setenv("INTERLINK_PROFILE", str(prof))
-    _fake_launch(monkeypatch, [_row(65536, "fast"), _row(131072, "ring")])
+    _fake_launch(monkeypatch, [_row(65536, "slots"), _row(131072, "ring")])
     assert main(["bench", "all_reduce", "-b", "64K", "-e", "128K", "--ranks", "2"]) == 0
     out = capsys.readouterr().out
     assert "--calibrate" not in out and "N/A" not in out
@@ -225,7 +225,7 @@ def test_bench_no_calibrate_note_with_a_profile(tmp_path, monkeypatch, capsys):
 
 def test_bench_json_to_stdout_stays_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("INTERLINK_PROFILE", str(tmp_path / "none.json"))
-    _fake_launch(monkeypatch, [_row(65536, "fast"), _row(8388608, "fast")])  # 'fast' at 8 MiB: model N/A
+    _fake_launch(monkeypatch, [_row(65536, "slots"), _row(8388608, "slots")])  # 'slots' at 8 MiB: model N/A
     assert main([*BCAST, "--json", "-"]) == 0
     cap = capsys.readouterr()
     assert [r["size"] for r in json.loads(cap.out)["rows"]] == [65536, 8388608]
@@ -234,7 +234,7 @@ def test_bench_json_to_stdout_stays_json(tmp_path, monkeypatch, capsys):
 
 def test_bench_wrong_values_exit_1(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("INTERLINK_PROFILE", str(tmp_path / "none.json"))
-    _fake_launch(monkeypatch, [_row(65536, "fast"), _row(262144, "fast", wrong=3)])
+    _fake_launch(monkeypatch, [_row(65536, "slots"), _row(262144, "slots", wrong=3)])
     assert main(BCAST) == 1
     cap = capsys.readouterr()
     assert "# Wrong values        : 3 FAILED" in cap.out and len(_data(cap.out)) == 2

@@ -134,7 +134,7 @@ def _sweep_cases(thresholds: dict, p: int):
         # tests/test_runtime_hot.py: many pieces and a ragged last one, at a fraction of the bytes)
         # (cuda_ipc.min: device arrays only; the sweep's arrays are the host's)
         for t in sorted({v for key, v in thresholds.items()
-                         if key not in ("fastd.cma_piece", "fastd.push_piece", "cuda_ipc.min")}):
+                         if key not in ("peer_buffers.cma_piece", "peer_buffers.push_piece", "cuda_ipc.min")}):
             for d in (-1, 1):
                 for inplace in (False, True):
                     dtype = _DT[k % len(_DT)]
@@ -165,9 +165,9 @@ def test_threshold_sweep(pool, p):
         path = res[0][1]["path"].split()[0]
         paths[path] = paths.get(path, 0) + 1
     taken = {x.split(":")[1] for x in paths if ":" in x}
-    want = {"fast", "fast2", "fastd"}
+    want = {"slots", "two_phase", "peer_buffers"}
     assert want <= taken, f"sizes reached only {sorted(paths)}"
-    assert taken - {"fast", "fast2", "fastd"}, f"no Schedule was run: {sorted(paths)}"
+    assert taken - {"slots", "two_phase", "peer_buffers"}, f"no Schedule was run: {sorted(paths)}"
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])

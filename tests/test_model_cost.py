@@ -149,7 +149,7 @@ def test_small_messages_pick_a_latency_optimal_algorithm(spec: str) -> None:
     big = predict("all_reduce", GiB, spec)
     # bandwidth-optimal ones: 2(p-1)/p of the buffer per rank (twoshot: in 2 rounds), or in-switch
     assert big.algorithm in ("ring", "rabenseifner", "twoshot", "nvls", "hierarchical", "nccl_tree", "nvls_tree",
-                             "fast2", "fastd"), \
+                             "two_phase", "peer_buffers"), \
         big.per_algorithm()
 
 
@@ -187,9 +187,9 @@ def test_every_algorithm_is_priced_from_its_traffic_at_any_rank_count() -> None:
         assert {c.method for c in p.table} == {"traffic"}, coll
         priced = {c.algorithm for c in p.table}
         for algo in registry.algorithms_for(coll):
-            # in-switch steps need a reducing switch; the host page's paths (fast, fast2, fastd, fastp) one CPU host
-            if algo in priced or algo in ("nvls", "collnet_direct", "collnet_chain", "fast", "fast_once", "fast2",
-                                              "fastd", "fastp"):
+            # in-switch steps need a reducing switch; the host page's paths (fast, two_phase, peer_buffers, slots_pipelined) one CPU host
+            if algo in priced or algo in ("nvls", "collnet_direct", "collnet_chain", "slots", "slots_once", "two_phase",
+                                              "peer_buffers", "slots_pipelined"):
                 continue
             assert any(n.startswith(f"{algo}: left out at {8 * nodes} ranks") for n in p.notes), (coll, algo, p.notes)
             assert algo in ("direct", "twoshot", "pairwise"), (coll, algo)
@@ -478,7 +478,7 @@ def test_calibrate_measures_fits_and_saves(tmp_path) -> None:
                                    path=str(path), quiet_wait=0)
     assert path.exists() and samples
     algos = {s.algorithm for s in samples}
-    assert {"ring", "rabenseifner", "binomial"} <= algos and "fast" in algos  # explicit and the runtime's own
+    assert {"ring", "rabenseifner", "binomial"} <= algos and "slots" in algos  # explicit and the runtime's own
     loaded = load_profile(str(path))
     assert len(loaded.meta["samples"]) == len(samples)
     assert loaded.params["host.shm.beta_ns_per_byte"] > 0
@@ -491,7 +491,7 @@ def test_calibrate_measures_fits_and_saves(tmp_path) -> None:
 
 
 def test_fit_recovers_the_host_page_rates_from_the_schedules_steps() -> None:
-    """The host page's Schedules (fast, fast2, fastd) are priced from their steps on one set of rates,
+    """The host page's Schedules (fast, two_phase, peer_buffers) are priced from their steps on one set of rates,
     host.page.* (a call, a round, a message, a byte copied, a byte reduced): calibration recovers them from
     samples of all three paths at 2 and 4 ranks, fitted with the other transports in one regression."""
     truth = {"host.page.call_us": 1.0, "host.page.alpha_us": 2.0, "host.page.op_us": 1.5,
@@ -502,10 +502,10 @@ def test_fit_recovers_the_host_page_rates_from_the_schedules_steps() -> None:
     samples = []
     for p in (2, 3, 4):
         topo = cpu_topology(p, cores=2)
-        cases = [("fast", n) for n in (8, 1024, 16384, 65536, 256 << 10)] + \
-            [("fastd", n) for n in (8 << 20, 16 << 20, 64 << 20)]
+        cases = [("slots", n) for n in (8, 1024, 16384, 65536, 256 << 10)] + \
+            [("peer_buffers", n) for n in (8 << 20, 16 << 20, 64 << 20)]
         if p >= 3:  # above the one-shot size (host.fast.max_bytes, 256 KiB)
-            cases += [("fast2", n) for n in (512 << 10, 1 << 20, 4 << 20)]
+            cases += [("two_phase", n) for n in (512 << 10, 1 << 20, 4 << 20)]
         for algo, n in cases:
             t = predict("all_reduce", n, topo, algorithm=algo, params=params).time_us
             samples.append(Sample("shm", p, "all_reduce", algo, n, n // 4, t * 1e-6))
@@ -514,15 +514,15 @@ def test_fit_recovers_the_host_page_rates_from_the_schedules_steps() -> None:
     for k in ("host.page.call_us", "host.page.alpha_us", "host.page.op_us", "host.page.beta_ns_per_byte",
               "host.page.reduce_ns_per_byte"):
         assert got[k] == pytest.approx(truth[k], rel=0.05, abs=0.02), (k, got)
-    # fastd is the runtime's own path only above its minimum and the two-phase path
+    # peer_buffers is the runtime's own path only above its minimum and the two-phase path
     small = predict("all_reduce", 1 << 20, cpu_topology(2, cores=2), params=params)
-    assert "fastd" not in {c.algorithm for c in small.table}
+    assert "peer_buffers" not in {c.algorithm for c in small.table}
 
 
 @pytest.mark.parametrize("collective,algorithm,p,nbytes", [
-    ("all_reduce", "fast", 2, 4096), ("all_reduce", "fast", 5, 65536), ("all_reduce", "fast2", 3, 1 << 20),
-    ("all_reduce", "fastd", 4, 8 << 20), ("broadcast", "fast", 3, 100000), ("broadcast", "fastd", 2, 4 << 20),
-    ("all_gather", "fastd", 2, 8 << 20), ("reduce_scatter", "fast", 4, 65536), ("barrier", "fast", 3, 0)])
+    ("all_reduce", "slots", 2, 4096), ("all_reduce", "slots", 5, 65536), ("all_reduce", "two_phase", 3, 1 << 20),
+    ("all_reduce", "peer_buffers", 4, 8 << 20), ("broadcast", "slots", 3, 100000), ("broadcast", "peer_buffers", 2, 4 << 20),
+    ("all_gather", "peer_buffers", 2, 8 << 20), ("reduce_scatter", "slots", 4, 65536), ("barrier", "slots", 3, 0)])
 def test_host_page_paths_are_priced_from_their_schedules_steps(collective, algorithm, p, nbytes) -> None:
     """No closed form for the host page (issue 15): predict's row for a host-page path is the time of its
     registered Schedule's steps on the host page's rates (schedule_time of the built Schedule, transport
@@ -544,7 +544,7 @@ def test_host_page_paths_are_priced_from_their_schedules_steps(collective, algor
 
 
 def test_two_ranks_all_gather_leaves_the_slots_where_the_runtime_does() -> None:
-    """On 2 ranks the model prices the path the runtime takes: all_gather reads the peer's input (fastd)
+    """On 2 ranks the model prices the path the runtime takes: all_gather reads the peer's input (peer_buffers)
     above host.slots.max_bytes_2_all_gather of input (256 KiB), broadcast only above host.slots.max_bytes_2
     (2 MiB)."""
     topo = cpu_topology(2, cores=8)
@@ -552,17 +552,17 @@ def test_two_ranks_all_gather_leaves_the_slots_where_the_runtime_does() -> None:
     def page_rows(coll: str, nbytes: int) -> set:
         return {c.algorithm for c in predict(coll, nbytes, topo, profile=False).table if c.method == "host page"}
 
-    assert page_rows("all_gather", 512 << 10) == {"fast"}  # 256 KiB per rank: the slots
-    assert page_rows("all_gather", 1 << 20) == {"fastd"}  # 512 KiB per rank: one cross-memory write
-    assert page_rows("broadcast", 2 << 20) == {"fast"} and page_rows("broadcast", 4 << 20) == {"fastd"}
+    assert page_rows("all_gather", 512 << 10) == {"slots"}  # 256 KiB per rank: the slots
+    assert page_rows("all_gather", 1 << 20) == {"peer_buffers"}  # 512 KiB per rank: one cross-memory write
+    assert page_rows("broadcast", 2 << 20) == {"slots"} and page_rows("broadcast", 4 << 20) == {"peer_buffers"}
     params = default_params().replace({"host.slots.max_bytes_2_all_gather": float(4 << 20)}, "test")
     assert {c.algorithm for c in predict("all_gather", 4 << 20, topo, params=params, profile=False).table
-            if c.method == "host page"} == {"fast"}  # the limit is the parameter's
+            if c.method == "host page"} == {"slots"}  # the limit is the parameter's
 
 
 @pytest.mark.parametrize("p", [3, 4, 8])
 def test_all_gather_leaves_the_slots_at_its_own_limit_from_3_ranks(p: int) -> None:
-    """From 3 ranks all_gather reads the peers' inputs (fastd) above host.slots.max_bytes_all_gather of
+    """From 3 ranks all_gather reads the peers' inputs (peer_buffers) above host.slots.max_bytes_all_gather of
     input (the slot size, 4 MiB, by default where the runtime streams its copies out of the slots: the host's
     outputs, p^2 MiB, reach host.stream.min_bytes, 16 MiB by default, so from 4 ranks; else 1 MiB, as
     runtime.policy.slots_max_bytes_all_gather(nlocal)), while broadcast and reduce_scatter keep the slots up
@@ -574,15 +574,15 @@ def test_all_gather_leaves_the_slots_at_its_own_limit_from_3_ranks(p: int) -> No
                 if c.method == "host page"}
 
     limit = 4 << 20 if p * p >= 16 else 1 << 20
-    assert page_rows("all_gather", p * limit) == {"fast"}  # the limit per rank: the slots
-    assert page_rows("all_gather", p * limit + 4 * p) == {"fastd"}  # just above: cross-memory attach
+    assert page_rows("all_gather", p * limit) == {"slots"}  # the limit per rank: the slots
+    assert page_rows("all_gather", p * limit + 4 * p) == {"peer_buffers"}  # just above: cross-memory attach
     never = default_params().replace({"host.stream.min_bytes": 0.0}, "test")  # no streaming copies: 1 MiB
-    assert page_rows("all_gather", p << 20, never) == {"fast"}
-    assert page_rows("all_gather", (p << 20) + 4 * p, never) == {"fastd"}
-    assert page_rows("broadcast", 4 << 20) == {"fast"} and page_rows("reduce_scatter", 4 << 20) == {"fast"}
+    assert page_rows("all_gather", p << 20, never) == {"slots"}
+    assert page_rows("all_gather", (p << 20) + 4 * p, never) == {"peer_buffers"}
+    assert page_rows("broadcast", 4 << 20) == {"slots"} and page_rows("reduce_scatter", 4 << 20) == {"slots"}
     params = default_params().replace({"host.slots.max_bytes_all_gather": float(1 << 20)}, "test")
-    assert page_rows("all_gather", p << 20, params) == {"fast"}  # the limit is the parameter's
-    assert page_rows("all_gather", 2 * p << 20, params) == {"fastd"}
+    assert page_rows("all_gather", p << 20, params) == {"slots"}  # the limit is the parameter's
+    assert page_rows("all_gather", 2 * p << 20, params) == {"peer_buffers"}
 
 
 def test_one_sided_steps_cost_the_end_that_copies() -> None:
@@ -591,13 +591,13 @@ def test_one_sided_steps_cost_the_end_that_copies() -> None:
     from interlink.model.cost import host_terms
 
     params = default_params()
-    one = host_terms(tr_of("broadcast", "fast", 2, 1 << 18), cpu_topology(2, cores=8), params, transport="page")
-    two = host_terms(tr_of("broadcast", "fast", 3, 1 << 18), cpu_topology(3, cores=8), params, transport="page")
+    one = host_terms(tr_of("broadcast", "slots", 2, 1 << 18), cpu_topology(2, cores=8), params, transport="page")
+    two = host_terms(tr_of("broadcast", "slots", 3, 1 << 18), cpu_topology(3, cores=8), params, transport="page")
     assert two.beta_s.sum() == pytest.approx(one.beta_s.sum())  # each reader copies its own
     # the same messages as two-sided sends: the root copies out to both receivers, twice the busiest port
     import dataclasses
 
-    t3 = tr_of("broadcast", "fast", 3, 1 << 18)
+    t3 = tr_of("broadcast", "slots", 3, 1 << 18)
     sends = dataclasses.replace(t3, phases=tuple(dataclasses.replace(ph, by=None) for ph in t3.phases))
     both = host_terms(sends, cpu_topology(3, cores=8), params, transport="page")
     assert both.beta_s.sum() == pytest.approx(2 * two.beta_s.sum())

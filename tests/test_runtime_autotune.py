@@ -114,7 +114,7 @@ def _check(world: int, force: int | None, entries: int = 0, env: dict | None = N
 
 def _limits_path(coll: str, nbytes: int, world: int) -> str:
     limit = 4096 if coll == "all_gather" or world > 2 else 32 << 10
-    return "fastd" if nbytes > limit else "fast"
+    return "peer_buffers" if nbytes > limit else "slots"
 
 
 @pytest.mark.parametrize("world,force", [(2, 1), (3, 1), (3, 0)])
@@ -123,7 +123,7 @@ def test_the_band_measures_both_paths_and_every_rank_takes_the_first_ranks_choic
 
     got = _check(world, force)
     lo, hi, on = got["band"]
-    if not cma.available:  # no fastd: nothing to choose between
+    if not cma.available:  # no peer_buffers: nothing to choose between
         assert not on
         return
     assert (lo, hi) == (2048, 16384)
@@ -134,7 +134,7 @@ def test_the_band_measures_both_paths_and_every_rank_takes_the_first_ranks_choic
         coll, dt, n = name.split()
         nbytes = int(n) * np.dtype(dt).itemsize
         default = _limits_path(coll, nbytes, world)
-        other = "fast" if default == "fastd" else "fastd"
+        other = "slots" if default == "peer_buffers" else "peer_buffers"
         band = (16 << 10, 32 << 10) if coll == "all_to_all" and world == 2 else (lo, hi)
         if not band[0] < nbytes <= band[1]:
             assert seq == [default] * STEPS, (name, seq)
@@ -149,7 +149,7 @@ def test_the_band_measures_both_paths_and_every_rank_takes_the_first_ranks_choic
 def test_the_choice_is_the_lower_mean_of_block_medians() -> None:
     """choose: blocks alternate path 0 (the limits'), path 1; each block's median, averaged per path. The
     cases measured (benchmarks/RESULTS.md sections 31, 32): a noisy path with one fast block loses to a
-    steadier faster one (4 ranks, broadcast 16 MiB: the best block would have kept fastd); a path whose first
+    steadier faster one (4 ranks, broadcast 16 MiB: the best block would have kept peer_buffers); a path whose first
     block still warms up keeps winning when its average is lower (2 ranks, all_gather 1 MiB output); no
     timings or a tie: the limits'."""
     from interlink.runtime.fastpath import choose
@@ -179,11 +179,11 @@ def test_a_choice_overwritten_in_the_table_means_the_limits_path_on_every_rank()
     # in the band on 2 ranks: all_gather 700, 2049, 4000 x f32 and 1001 x f64 (2-16 KB), all_to_all 24 KB
     # (16-32 KB); the all_to_all is called last in each step, so its choice (forced: not the limits') is the
     # one left in the entry
-    assert after["all_to_all float32 6000"] == ["fastd"] * (STEPS - PROBE_CALLS), after
-    assert after["all_gather float32 700"] == ["fast"] * (STEPS - PROBE_CALLS), after
-    assert after["all_gather float32 2049"] == ["fastd"] * (STEPS - PROBE_CALLS), after
-    assert after["all_gather float64 1001"] == ["fastd"] * (STEPS - PROBE_CALLS), after
-    assert after["all_gather float32 4000"] == ["fastd"] * (STEPS - PROBE_CALLS), after
+    assert after["all_to_all float32 6000"] == ["peer_buffers"] * (STEPS - PROBE_CALLS), after
+    assert after["all_gather float32 700"] == ["slots"] * (STEPS - PROBE_CALLS), after
+    assert after["all_gather float32 2049"] == ["peer_buffers"] * (STEPS - PROBE_CALLS), after
+    assert after["all_gather float64 1001"] == ["peer_buffers"] * (STEPS - PROBE_CALLS), after
+    assert after["all_gather float32 4000"] == ["peer_buffers"] * (STEPS - PROBE_CALLS), after
 
 
 def test_autotune_off_leaves_the_limits_alone() -> None:
@@ -194,7 +194,7 @@ def test_autotune_off_leaves_the_limits_alone() -> None:
         nbytes = int(n) * np.dtype(dt).itemsize
         import interlink.transport.cma as cma
 
-        want = _limits_path(coll, nbytes, 3) if cma.available else "fast"
+        want = _limits_path(coll, nbytes, 3) if cma.available else "slots"
         assert seq == [want] * STEPS, (name, seq)
 
 
@@ -235,15 +235,15 @@ def test_predict_names_the_band_the_runtime_measures(world: int) -> None:
         for payload, inside in ((lo, False), (lo + 4096, True), (hi, True), (hi + 4096, False)):
             size = payload * world if coll == "all_gather" else payload
             pred = predict(coll, size, None, nranks=world, params=params, profile=False)
-            said = any(re.search(r"measures fastp? against fastd", n) for n in pred.notes)
+            said = any(re.search(r"measures (slots|slots_pipelined) against peer_buffers", n) for n in pred.notes)
             assert said == inside, (coll, payload, pred.algorithm, pred.notes)
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_predict_prices_either_measured_path_by_name_inside_the_band(world: int) -> None:
     """Inside the band the runtime may run either path, so asked for by name (`interlink bench` prices the
-    path a row ran) the model prices the slots (`fast`) and `fastd` there, and refuses each outside its own
-    range: at 4 ranks a 4 MiB-a-rank all_gather that ran fastd once showed N/A in bench's model column."""
+    path a row ran) the model prices the slots (`slots`) and `peer_buffers` there, and refuses each outside its own
+    range: at 4 ranks a 4 MiB-a-rank all_gather that ran peer_buffers once showed N/A in bench's model column."""
     from interlink.model import ModelError, predict
     from interlink.model.cost import measured_band_for
     from interlink.model.params import default_params
@@ -254,14 +254,14 @@ def test_predict_prices_either_measured_path_by_name_inside_the_band(world: int)
         lo, hi = measured_band_for(coll, world, params)
         per = world if coll == "all_gather" else 1
         for payload in (lo + 4096, min(hi, slots)):
-            for algo in ("fast", "fastd"):
+            for algo in ("slots", "peer_buffers"):
                 pr = predict(coll, payload * per, "cpu-host", nranks=world, algorithm=algo, params=params,
                              profile=False)
                 assert pr.algorithm == algo and pr.time_us > 0, (coll, payload, algo)
         with pytest.raises(ModelError, match="outside"):  # below the band: the slots only
-            predict(coll, lo * per, "cpu-host", nranks=world, algorithm="fastd", params=params, profile=False)
+            predict(coll, lo * per, "cpu-host", nranks=world, algorithm="peer_buffers", params=params, profile=False)
         with pytest.raises(ModelError, match="outside"):  # above a slot: never the one-shot slots
-            predict(coll, (slots + 4096) * per, "cpu-host", nranks=world, algorithm="fast", params=params,
+            predict(coll, (slots + 4096) * per, "cpu-host", nranks=world, algorithm="slots", params=params,
                     profile=False)
 
 
@@ -271,11 +271,11 @@ def test_predict_prices_either_measured_path_by_name_inside_the_band(world: int)
 # Per rank count, (collective, input elements of float32, whether the rule streams, whether it is measured).
 # Broadcasts stay at or under 16 KiB of input, below the slots' band (a broadcast's limit is the 32 KiB slot).
 # 2 ranks: a broadcast through the slots of 16 KiB (32 KiB of outputs: the rule streams) and one of 12 KiB
-# (24 KiB, copied plainly by the rule), the fastd all_gather's push (20 KiB of input, above the slots-or-fastd
+# (24 KiB, copied plainly by the rule), the peer_buffers all_gather's push (20 KiB of input, above the slots-or-peer_buffers
 # band: 80 KiB of outputs), the two-phase all_reduce (24 KiB, in place: 48 KiB), and an all_gather above the
 # band (40 KiB of input: 160 KiB of outputs, streamed, never measured). 3 ranks: broadcasts of 12 KiB (36 KiB)
 # and 8 KiB (24 KiB, plain by the rule), the two-phase all_reduce (72 KiB), an all_gather in the slots' band
-# (6 KB of input: 54 KB of outputs; the slots and fastd are measured, each streaming by the rule) and one
+# (6 KB of input: 54 KB of outputs; the slots and peer_buffers are measured, each streaming by the rule) and one
 # above the streaming band (20 KiB: 180 KiB).
 STREAM_ENV = {**ENV, "INTERLINK_STREAM_MIN_BYTES": str(32 << 10)}
 STREAM_SHAPES = {2: [("broadcast", 4096, True, True), ("broadcast", 3000, False, True),
@@ -367,7 +367,7 @@ def test_streaming_band_off_with_autotune_off() -> None:
             assert res[r][1][f"{coll} {n}"] == [rule] * STEPS, (r, coll, n)
 
 
-# ---- a broadcast larger than a slot: fastd, or through the slot in chunks (fastp) ----------------------
+# ---- a broadcast larger than a slot: peer_buffers, or through the slot in chunks (slots_pipelined) ----------------------
 
 def _bcast_suite(rank: int, world: int, force: int, root: int) -> tuple[list[str], dict]:
     import interlink as dist
@@ -399,14 +399,14 @@ def _bcast_suite(rank: int, world: int, force: int, root: int) -> tuple[list[str
 def test_a_broadcast_larger_than_a_slot_measures_fastd_against_the_slot_in_chunks(world: int, force: int,
                                                                                    root: int) -> None:
     """The broadcast's band runs to PIPE_CHUNKS / 2 slots (128 KiB here): above the slot (32 KiB) its other
-    path is ``fastp``, the payload through the root's slot in chunks, two halves in turn. Every call right on
+    path is ``slots_pipelined``, the payload through the root's slot in chunks, two halves in turn. Every call right on
     every rank (odd counts, several dtypes, a root that is not rank 0), the probe takes both, every rank
-    keeps the first rank's choice; 128 KiB and more: fastd alone."""
+    keeps the first rank's choice; 128 KiB and more: peer_buffers alone."""
     import interlink.transport.cma as cma
     from interlink.runtime.fastpath import PROBE_CALLS, probe_path
 
     if not cma.available:
-        pytest.skip("no cross-memory attach: no fastd to measure against")
+        pytest.skip("no cross-memory attach: no peer_buffers to measure against")
     res = run_ranks(world, _bcast_suite, force, root, env=ENV, timeout=240)
     fails = [f for fl, _ in res for f in fl]
     assert not fails, "\n".join(fails[:10])
@@ -417,8 +417,8 @@ def test_a_broadcast_larger_than_a_slot_measures_fastd_against_the_slot_in_chunk
     for name, seq in first.items():
         dt, n = name.split()
         nbytes = int(n) * np.dtype(dt).itemsize
-        rule = "fastd" if nbytes > 32 << 10 else "fast"
-        other = "fastp" if nbytes > 32 << 10 else "fastd"
+        rule = "peer_buffers" if nbytes > 32 << 10 else "slots"
+        other = "slots_pipelined" if nbytes > 32 << 10 else "peer_buffers"
         if not lo < nbytes <= hi:
             assert seq == [rule] * STEPS, (name, seq)
             continue

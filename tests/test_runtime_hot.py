@@ -135,7 +135,7 @@ def hot_suite(rank: int, world: int) -> tuple[int, list[str], int]:
     hot = sum(isinstance(v, Small) for v in fast.shapes.values()) if fast else 0
     once = sum(isinstance(v, Small) and v.res is not None for v in fast.shapes.values()) if fast else 0
     # and the flight recorder names the Schedule each took
-    named = sum(isinstance(v, Small) and v.sigb.startswith(b"all_reduce:fast_once ") for v in fast.shapes.values()) \
+    named = sum(isinstance(v, Small) and v.sigb.startswith(b"all_reduce:slots_once ") for v in fast.shapes.values()) \
         if fast else 0
     assert named == once, (named, once)
     dist.destroy()
@@ -256,7 +256,7 @@ def test_streamed_and_direct_paths_against_numpy(nranks: int, path: str) -> None
 # ---- the host paths are the Schedules of algorithms/hostpage.py ------------------------------------------
 
 def _uneven_split_suite(rank: int, world: int, sizes: tuple) -> dict:
-    """fast2 and fastd all_reduce, and the fastd broadcast, with their builders swapped for variants that
+    """two_phase and peer_buffers all_reduce, and the peer_buffers broadcast, with their builders swapped for variants that
     split the buffer otherwise (rank 0's slice twice the others'; the broadcast's root pushing nothing):
     the executor must take the split from the Schedule and still compute the right sums."""
     import interlink as dist
@@ -268,23 +268,23 @@ def _uneven_split_suite(rank: int, world: int, sizes: tuple) -> dict:
         edges = [n * sum(w[:i]) // sum(w) for i in range(p + 1)]
         return [(edges[i], edges[i + 1] - edges[i]) for i in range(p)]
 
-    def fast2(nranks, count, root=0):
-        return hostpage.two_phase("fast2", nranks, count, root, split0(count, nranks))
+    def two_phase(nranks, count, root=0):
+        return hostpage.two_phase("two_phase", nranks, count, root, split0(count, nranks))
 
-    def fastd(nranks, count, root=0):
-        return hostpage.reduce_push("fastd", nranks, count, root, split0(count, nranks))
+    def peer_buffers(nranks, count, root=0):
+        return hostpage.reduce_push("peer_buffers", nranks, count, root, split0(count, nranks))
 
     def bc_pull_all(nranks, count, root=0):
-        b = Builder("broadcast", "fastd", nranks, count, root)
+        b = Builder("broadcast", "peer_buffers", nranks, count, root)
         b.copy(0, root, inp(0, count), out(0, count))
         for r in range(nranks):
             if r != root:
                 b.get(0, r, root, inp(0, count), out(0, count))
         return b.build()
 
-    fn_of = {("all_reduce", "fast2"): fast2, ("all_reduce", "fastd"): fastd, ("broadcast", "fastd"): bc_pull_all}
-    for (coll, algo), fn in ((("all_reduce", "fast2"), fast2), (("all_reduce", "fastd"), fastd),
-                             (("broadcast", "fastd"), bc_pull_all)):
+    fn_of = {("all_reduce", "two_phase"): two_phase, ("all_reduce", "peer_buffers"): peer_buffers, ("broadcast", "peer_buffers"): bc_pull_all}
+    for (coll, algo), fn in ((("all_reduce", "two_phase"), two_phase), (("all_reduce", "peer_buffers"), peer_buffers),
+                             (("broadcast", "peer_buffers"), bc_pull_all)):
         e = registry.get_entry(coll, algo)
         registry._REGISTRY[(coll, algo)] = registry.Entry(coll, algo, fn, e.summary, e.params)
     registry._cached.cache_clear()
@@ -304,7 +304,7 @@ def _uneven_split_suite(rank: int, world: int, sizes: tuple) -> dict:
 
     for key, sc in g._fast.shapes.items():
         if sc and sc.schedule is not None:
-            # fastd runs the program of the registered (here: swapped) builder's Schedule
+            # peer_buffers runs the program of the registered (here: swapped) builder's Schedule
             built = fn_of.get((sc.schedule.collective, sc.schedule.algorithm), registry.get_schedule)
             args = (world, sc.schedule.count, sc.schedule.root)
             if sc.program is not None and sc.program != compile_page(
@@ -323,32 +323,32 @@ def test_host_paths_follow_their_schedules(nranks: int) -> None:
     env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": "1024",
            "INTERLINK_SHM_DIRECT_MAX_BYTES": "65536",
            "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": "65536",
-           # the limits' paths on every call (a broadcast of 120 KB is in its measured band: fastp on
+           # the limits' paths on every call (a broadcast of 120 KB is in its measured band: slots_pipelined on
            # probe calls, checked in tests/test_runtime_autotune.py)
            "INTERLINK_AUTOTUNE": "0"}
-    sizes = (1001, 30011)  # 8 KB: fast2 in the slots; 240 KB: fastd from the ranks' own buffers
+    sizes = (1001, 30011)  # 8 KB: two_phase in the slots; 240 KB: peer_buffers from the ranks' own buffers
     res = run_ranks(nranks, _uneven_split_suite, sizes, env=env, timeout=300)
     for out in res:
         assert out["fails"] == [], out["fails"][:5]
     sp = res[0]["splits"]
     want = lambda n: [n * sum(([2] + [1] * (nranks - 1))[:i]) // (nranks + 1) for i in range(nranks)] + [n]  # noqa: E731
-    # fast2: rank 0 reduces its (doubled) slice from the peers' slots, then writes it back into its own
-    chain = sp["all_reduce:fast2 n=1001"][1].rounds[1].ops[0]
+    # two_phase: rank 0 reduces its (doubled) slice from the peers' slots, then writes it back into its own
+    chain = sp["all_reduce:two_phase n=1001"][1].rounds[1].ops[0]
     assert (chain.off, chain.count) == (0, want(1001)[1]) and all(x.reduce for x in chain.srcs[1:]), sp
-    if "all_reduce:fastd n=30011" in sp:  # fastd needs cross-memory attach between the ranks
+    if "all_reduce:peer_buffers n=30011" in sp:  # peer_buffers needs cross-memory attach between the ranks
         # rank 0 reduces its (doubled) slice and pushes it into every peer's output as it goes
-        prog = sp["all_reduce:fastd n=30011"][1]
+        prog = sp["all_reduce:peer_buffers n=30011"][1]
         ((own,),) = [rnd.ops for rnd in prog.rounds]
         assert [peer for peer, _ in own.pushes] == list(range(1, nranks)), prog
         assert (own.off, own.count) == (0, want(30011)[1]), prog
         # the variant's receivers pull everything (rank 0 is one: the root is the last rank)
-        (pull,) = sp["broadcast:fastd n=30011"][1].rounds[0].ops
+        (pull,) = sp["broadcast:peer_buffers n=30011"][1].rounds[0].ops
         assert (pull.off, pull.count) == (0, 30011), sp
 
 
 def _bits_suite(rank: int, world: int, sizes: tuple) -> list:
-    """Random float32 calls through every page-program path (fast2 and fastd all_reduce, streamed and
-    fastd reduce_scatter, all_gather, broadcast; plain arrays and interlink.empty arenas; reduce_scatter
+    """Random float32 calls through every page-program path (two_phase and peer_buffers all_reduce, streamed and
+    peer_buffers reduce_scatter, all_gather, broadcast; plain arrays and interlink.empty arenas; reduce_scatter
     and all_gather in place and out of place): every rank's
     result must be the reference interpreter's result for the Schedule the call ran, bit for bit (the
     same operations in the same order), not merely close to numpy's sum."""
@@ -404,7 +404,7 @@ def _bits_suite(rank: int, world: int, sizes: tuple) -> list:
     x = ins[rank].copy()
     dist.all_reduce(x)
     sc = [s for s in g._fast.shapes.values() if s and s.schedule is not None and s.count == n]
-    if not sc or sc[-1].program is not None or sc[-1].schedule.algorithm not in ("fast", "fast_once"):
+    if not sc or sc[-1].program is not None or sc[-1].schedule.algorithm not in ("slots", "slots_once"):
         fails.append(f"rank {rank}: all_reduce n={n} did not take the one-shot path")
     elif not np.array_equal(x.view(np.uint32), want.view(np.uint32)):
         fails.append(f"rank {rank}: one-shot all_reduce n={n}: not the rank-order sum, bit for bit")
@@ -421,7 +421,7 @@ def test_host_programs_compute_the_bits_of_their_schedule(nranks: int) -> None:
            "INTERLINK_SHM_DIRECT_MAX_BYTES": "65536",
            "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": "65536", "INTERLINK_FAST_CHUNK_BYTES": "4096",
            "INTERLINK_AUTOTUNE": "0"}  # the limits' paths (the measured band: tests/test_runtime_autotune.py)
-    # 4 KB: fast2 and the streamed slot paths (chains in 8 KB pieces); 120 KB: fastd from the own buffers
+    # 4 KB: two_phase and the streamed slot paths (chains in 8 KB pieces); 120 KB: peer_buffers from the own buffers
     res = run_ranks(nranks, _bits_suite, (1009, 30011), env=env, timeout=300)
     fails = [f for r in res for f in r]
     assert not fails, "\n".join(fails[:10])
@@ -510,7 +510,7 @@ def _all_gather_leaves_slots_suite(rank: int, world: int) -> tuple[list[str], li
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_all_gather_leaves_the_slots_before_broadcast_does(world: int) -> None:
-    """all_gather reads the peers' inputs by cross-memory attach (fastd) above its own limit (2 ranks:
+    """all_gather reads the peers' inputs by cross-memory attach (peer_buffers) above its own limit (2 ranks:
     INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG, below INTERLINK_SHM_SLOTS_MAX_BYTES_2; 3+ ranks:
     INTERLINK_SHM_SLOTS_MAX_BYTES_AG, below the slot size that broadcast and reduce_scatter keep): here 8 KB
     and 32 KB. Every result against numpy; without cross-memory attach both stay in the slots."""
@@ -526,11 +526,11 @@ def test_all_gather_leaves_the_slots_before_broadcast_does(world: int) -> None:
     for _, ran in res:
         cma = ran[-1][1] == 1
         got = {(c, n): a for c, n, a in ran[:-1]}
-        assert got[("all_gather", 1000)] == "fast" and got[("broadcast", 1000)] == "fast", got
-        assert got[("all_gather", 3000)] == ("fastd" if cma else "fast"), got  # 12 KB: above 8 KB
-        assert got[("broadcast", 3000)] == "fast", got  # below 32 KB: still the slots
-        assert got[("all_gather", 9000)] == ("fastd" if cma else "fast") and got[("broadcast", 9000)] == \
-            ("fastd" if cma else "fast"), got
+        assert got[("all_gather", 1000)] == "slots" and got[("broadcast", 1000)] == "slots", got
+        assert got[("all_gather", 3000)] == ("peer_buffers" if cma else "slots"), got  # 12 KB: above 8 KB
+        assert got[("broadcast", 3000)] == "slots", got  # below 32 KB: still the slots
+        assert got[("all_gather", 9000)] == ("peer_buffers" if cma else "slots") and got[("broadcast", 9000)] == \
+            ("peer_buffers" if cma else "slots"), got
 
 
 def _inline_limit_suite(rank: int, world: int) -> tuple[list[str], dict]:
@@ -580,7 +580,7 @@ def _inline_limit_suite(rank: int, world: int) -> tuple[list[str], dict]:
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_moves_through_the_slots_run_inline_up_to_their_limit(nranks: int) -> None:
-    """The inlined executor runs the `fast` broadcast, all_gather and reduce_scatter up to its limit
+    """The inlined executor runs the `slots` broadcast, all_gather and reduce_scatter up to its limit
     (INTERLINK_FAST_INLINE_MAX_BYTES, here 16 KiB, above the one-shot size of 1 KiB), the step-by-step
     executor above it; the same Schedule and the same bits either way."""
     env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": str(16 << 10),
@@ -590,15 +590,15 @@ def test_moves_through_the_slots_run_inline_up_to_their_limit(nranks: int) -> No
     assert not fails, fails
     for _, took in res:
         p = nranks
-        for coll in ("broadcast:fast", "all_gather:fast"):
+        for coll in ("broadcast:slots", "all_gather:slots"):
             assert took[(coll, 1000)] == "inline" and took[(coll, 5003)] == "program", took
         # reduce_scatter's payload is its whole input: 8 KB x p inline, 40 KB x p step by step
-        assert took[("reduce_scatter:fast", 1000 * p)] == ("inline" if 8000 * p <= 16 << 10 else "program"), took
-        assert took[("reduce_scatter:fast", 5003 * p)] == "program", took
+        assert took[("reduce_scatter:slots", 1000 * p)] == ("inline" if 8000 * p <= 16 << 10 else "program"), took
+        assert took[("reduce_scatter:slots", 5003 * p)] == "program", took
 
 
 def _aliased_suite(rank: int, world: int) -> tuple[list[str], list]:
-    """reduce_scatter and all_gather by cross-memory attach (fastd) with the output 16 bytes past the
+    """reduce_scatter and all_gather by cross-memory attach (peer_buffers) with the output 16 bytes past the
     input modulo 4 KiB (4K aliasing: the transfers bounce, the reductions stage their pieces), against
     numpy; then the same calls in an unaliased layout."""
     import interlink as dist
@@ -646,13 +646,13 @@ def test_aliased_buffers_stage_and_stay_exact() -> None:
     fails = [f for fl, _ in res for f in fl]
     assert not fails, fails
     for _, seen in res:
-        if seen[0][2] != "fastd":
+        if seen[0][2] != "peer_buffers":
             pytest.skip("no cross-memory attach here: the calls stayed in the slots")
-        assert seen == [("plain", False, "fastd"), ("aliased", True, "fastd")], seen
+        assert seen == [("plain", False, "peer_buffers"), ("aliased", True, "peer_buffers")], seen
 
 
 def _push_suite(rank: int, world: int) -> tuple[list[str], dict]:
-    """The fastd all_gather (a push program) on both executors: out of place it runs inlined
+    """The peer_buffers all_gather (a push program) on both executors: out of place it runs inlined
     (FastPath._push), in place (this rank's input is its output's chunk) step by step (FastPath._program);
     ranks mixing the two in one call, pieces of the push walk with a ragged last one, several dtypes; each
     result against numpy, and how many calls each executor ran."""
@@ -695,7 +695,7 @@ def _push_suite(rank: int, world: int) -> tuple[list[str], dict]:
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_push_programs_run_inlined_out_of_place(nranks: int) -> None:
-    """The fastd all_gather runs through FastPath._push out of place and FastPath._program in place, and the
+    """The peer_buffers all_gather runs through FastPath._push out of place and FastPath._program in place, and the
     two executors agree on the protocol (ranks mixing them in one call); exact results. Fails when the
     inlined executor is not taken, or a piece lands in the wrong place."""
     env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": "1024",
@@ -705,14 +705,14 @@ def test_push_programs_run_inlined_out_of_place(nranks: int) -> None:
     fails = [f for fl, _ in res for f in fl]
     assert not fails, fails
     for rank, (_, (ran, paths)) in enumerate(res):
-        if "all_gather:fastd" not in paths:
+        if "all_gather:peer_buffers" not in paths:
             pytest.skip("no cross-memory attach here: the calls stayed in the slots")
         # per dtype: 3 out-of-place calls, 3 mixed calls (rank 0 in place)
         assert ran == ({"push": 9, "program": 9} if rank == 0 else {"push": 18, "program": 0}), (rank, ran, paths)
 
 
 def _aliased_all_reduce_suite(rank: int, world: int) -> tuple[list[str], list]:
-    """The fastd all_reduce in place where a reducer's destination lies 16 bytes past a peer's input mapped
+    """The peer_buffers all_reduce in place where a reducer's destination lies 16 bytes past a peer's input mapped
     in place (modulo 4 KiB): even ranks' inputs live in interlink.empty arenas (page-aligned, mapped by the
     peers), odd ranks' 16 bytes past a page, so an odd rank's slice aliases the mapped view of every even
     rank's and stages its pieces (FastPath._staging); its own contribution is in its destination already
@@ -749,7 +749,7 @@ def _aliased_all_reduce_suite(rank: int, world: int) -> tuple[list[str], list]:
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_staged_reductions_keep_an_in_place_destination(nranks: int) -> None:
-    """A staged piece of the fastd all_reduce starts from what its destination holds (the rank's own
+    """A staged piece of the peer_buffers all_reduce starts from what its destination holds (the rank's own
     input, in place): fails when the staging buffer is reduced into without it (the sums then lack the
     reducer's own input, and every rank receives them)."""
     env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_FAST_INLINE_MAX_BYTES": "1024",
@@ -760,7 +760,7 @@ def test_staged_reductions_keep_an_in_place_destination(nranks: int) -> None:
     for rank, (_, (staged, path, cma_ok)) in enumerate(res):
         if not cma_ok:
             pytest.skip("no cross-memory attach here: arenas are not mapped")
-        assert path == "all_reduce:fastd", path
+        assert path == "all_reduce:peer_buffers", path
         assert staged == (rank % 2 == 1), (rank, staged)
 
 
@@ -796,8 +796,8 @@ def test_ranks_that_share_cores_yield_at_once(world: int, cpus: int) -> None:
 
 
 def _all_to_all_suite(rank: int, world: int) -> tuple[list[str], list[tuple[int, str]]]:
-    """all_to_all_single on both sides of the slot limit (small: the slots, `fast`; larger: one put into
-    each peer's output, `fastd`), every dtype class, N-d, async, torch tensors and interlink.empty inputs
+    """all_to_all_single on both sides of the slot limit (small: the slots, `slots`; larger: one put into
+    each peer's output, `peer_buffers`), every dtype class, N-d, async, torch tensors and interlink.empty inputs
     (peers may read them in place), against numpy; which Schedule each call ran; an overlapping call is
     refused before any byte moves."""
     import interlink as dist
@@ -851,9 +851,9 @@ def _all_to_all_suite(rank: int, world: int) -> tuple[list[str], list[tuple[int,
 
 @pytest.mark.parametrize("world", [2, 3, 5])
 def test_all_to_all_through_the_host_page_against_numpy(world: int) -> None:
-    """all_to_all_single of an all-local world runs the host page's Schedules: `fast` (each rank copies
+    """all_to_all_single of an all-local world runs the host page's Schedules: `slots` (each rank copies
     its peers' blocks into its slot once, each reads its block out of every slot) up to the slot limit,
-    `fastd` (each rank puts block j of its input into rank j's output by cross-memory attach) above it;
+    `peer_buffers` (each rank puts block j of its input into rank j's output by cross-memory attach) above it;
     here the limits are 16 KB (2 ranks: INTERLINK_SHM_SLOTS_MAX_BYTES_2) and 8 KB (3+ ranks:
     INTERLINK_SHM_SLOTS_MAX_BYTES_A2A, below the slot size, INTERLINK_SHM_DIRECT_MAX_BYTES, 16 KB), and the
     slots run inlined up to 4 KB (INTERLINK_FAST_INLINE_MAX_BYTES), step by step above. Without
@@ -870,6 +870,6 @@ def test_all_to_all_through_the_host_page_against_numpy(world: int) -> None:
     limit = (16 if world == 2 else 8) << 10
     for _, ran in res:
         for nbytes, algo in ran:
-            want = "fast" if nbytes <= limit or not cma.available else "fastd"
+            want = "slots" if nbytes <= limit or not cma.available else "peer_buffers"
             assert algo == want, (nbytes, algo, ran)
-        assert {a for _, a in ran} == ({"fast", "fastd"} if cma.available else {"fast"}), ran
+        assert {a for _, a in ran} == ({"slots", "peer_buffers"} if cma.available else {"slots"}), ran

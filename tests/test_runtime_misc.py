@@ -169,7 +169,7 @@ def test_algo_env_touches_only_the_named_collective() -> None:
     res = run_ranks(2, algo_env_scope, env={"INTERLINK_ALGO": "all_reduce:ring"})
     for r in res:
         assert "all_reduce:ring " in r["ar"], r
-        assert r["bc"].startswith("broadcast:fast"), r
+        assert r["bc"].startswith("broadcast:slots"), r
 
 
 def bad_algo_env(rank: int, world: int) -> str:

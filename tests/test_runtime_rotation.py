@@ -4,7 +4,7 @@ successive places of the host page's slots, the place a function of the call cou
 What it could get wrong is where a rank reads: a stale place (a previous call's data), a place the
 writer has not written, or ranks that place one call differently. So every call here carries data of
 its own (a function of the call's index), each shape is called more than twice around its cycle of
-places, on every slot path (one-shot, reduce-once, the page programs of `fast` and `fast2`), in place
+places, on every slot path (one-shot, reduce-once, the page programs of `slots` and `two_phase`), in place
 and out of place, and every result is compared with numpy. Ranks whose policy places a call differently
 must get a mismatch error, not a result.
 """
@@ -90,7 +90,7 @@ def test_rotated_slots_against_numpy(nranks: int, once: str) -> None:
     assert all(places == n for n, places in npos.values()), npos
     assert max(n for n, _ in npos.values()) == 32, npos
     for coll in ("all_reduce", "broadcast", "all_gather", "reduce_scatter"):
-        assert any(n > 2 for k, (n, _) in npos.items() if k.startswith(coll + ":fast")), (coll, npos)
+        assert any(n > 2 for k, (n, _) in npos.items() if k.startswith(coll + ":slots")), (coll, npos)
 
 
 def _misplaced(rank: int, world: int) -> str:

@@ -122,10 +122,10 @@ def _streamed_suite(rank: int, world: int) -> tuple[list[str], int]:
     return fails, made[0]
 
 
-@pytest.mark.parametrize("world,path", [(2, "slots"), (3, "slots"), (2, "fastd"), (3, "fastd")])
+@pytest.mark.parametrize("world,path", [(2, "slots"), (3, "slots"), (2, "peer_buffers"), (3, "peer_buffers")])
 def test_collectives_that_stream_equal_numpy(world: int, path: str) -> None:
     """The threshold lowered to one byte, so every copy of at least stream.MIN_BYTES that may stream does.
-    slots: the slots' limits raised (every size here runs through the slots, step by step); fastd: the
+    slots: the slots' limits raised (every size here runs through the slots, step by step); peer_buffers: the
     all_gather's limit lowered to 1 KiB, so its own block is streamed into its output and pushed from the
     input (FastPath._push), in pieces of 64 KiB."""
     env = {"INTERLINK_STREAM_MIN_BYTES": "1", "INTERLINK_FAST_MAX_BYTES": "1024",
@@ -133,7 +133,7 @@ def test_collectives_that_stream_equal_numpy(world: int, path: str) -> None:
            "INTERLINK_SHM_DIRECT_MAX_BYTES": str(256 << 10), "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": str(256 << 10),
            "INTERLINK_SHM_SLOTS_MAX_BYTES_2": str(256 << 10), "INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG": str(256 << 10),
            "INTERLINK_SHM_SLOTS_MAX_BYTES_AG": str(256 << 10)}
-    if path == "fastd":
+    if path == "peer_buffers":
         env.update(INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG="1024", INTERLINK_SHM_SLOTS_MAX_BYTES_AG="1024")
     res = run_ranks(world, _streamed_suite, env=env, timeout=180)
     fails = [f for fl, _ in res for f in fl]

@@ -1,6 +1,6 @@
 """The shared-memory paths of an all-local group, as one-sided Schedules over registered memory.
 
-The runtime's latency and one-host bandwidth paths (runtime/fastpath.py) are these Schedules: ``fastd``
+The runtime's latency and one-host bandwidth paths (runtime/fastpath.py) are these Schedules: ``peer_buffers``
 runs step by step (each rank's steps compiled by :func:`interlink.runtime.pageplan.compile_page`), the
 slot paths from per-shape plans read off their Schedule (:func:`host_plan`); the reference interpreter
 verifies them, the cost model prices them from their steps, the simulator runs them.
@@ -9,27 +9,27 @@ registered memory), so a peer's Get of ``scratch`` reads that slot in place; a G
 ``output`` reads the rank's own buffer (mapped in place when it lives in an ``interlink.empty`` arena,
 else by cross-memory attach), and a Put writes into the peer's buffer the same way.
 
-* ``fast`` (all_reduce, broadcast, all_gather, reduce_scatter, all_to_all, barrier): every writer copies its payload
+* ``slots`` (all_reduce, broadcast, all_gather, reduce_scatter, all_to_all, barrier): every writer copies its payload
   once into its slot (round 0), then every reader takes what it needs from every slot (round 1):
   all_reduce and reduce_scatter reduce the slots in rank order (identical bits on every rank: rank 0's
   chunk read plainly, every next one reduced in, a rank's own as an inline local step in its place),
   broadcast and all_gather copy. A reduce_scatter's or all_to_all's writer copies every block but its
   own (its own it reduces, or copies, straight from its input, in its place). The barrier is signals only.
-* ``fast_once`` (all_reduce of an oversubscribed host, more than two local ranks a core, up to the
+* ``slots_once`` (all_reduce of an oversubscribed host, more than two local ranks a core, up to the
   one-shot size): slots written once; one rank reduces every slot, in rank order (its own inline), into a result slot
   (its ``scratch[n:2n]`` here: the host page's result slot) and the others copy it out: p times less
   arithmetic where ranks share cores. The runtime lets the last rank to publish be the reducer (its
   ``root``): every reducer's Schedule is verified and gives the same bits.
-* ``fast2`` (all_reduce, up to the slot size; 2 ranks: up to fastd's 2 MiB): two phases in the slots: each rank writes the
+* ``two_phase`` (all_reduce, up to the slot size; 2 ranks: up to peer_buffers's 2 MiB): two phases in the slots: each rank writes the
   slices its peers reduce into its slot (round 0), reduces its 1/p slice from every slot into its output and writes it back into its own slot (round 1); then every
   rank copies the other ranks' final slices out of their slots (round 2). DeepSpeed's / vLLM's
   shared-memory all_reduce.
-* ``fastp`` (broadcast, too large for a slot): the root's payload through its slot in PIPE_CHUNKS chunks,
+* ``slots_pipelined`` (broadcast, too large for a slot): the root's payload through its slot in PIPE_CHUNKS chunks,
   double-buffered (each half of the slot holds one): in round k the root copies chunk k in while every
-  receiver copies chunk k - 1 out of the other half. Two user-space copies, as ``fast``, where ``fastd``
+  receiver copies chunk k - 1 out of the other half. Two user-space copies, as ``slots``, where ``peer_buffers``
   makes each receiver pin and copy the root's pages in the kernel: 4 ranks on 2 cores, 16 MiB, through
-  16 MiB slots 2566 us against fastd's 3401 (benchmarks/RESULTS.md).
-* ``fastd`` (all_reduce, broadcast, all_gather, reduce_scatter, all_to_all; too large for a slot): one copy, from
+  16 MiB slots 2566 us against peer_buffers's 3401 (benchmarks/RESULTS.md).
+* ``peer_buffers`` (all_reduce, broadcast, all_gather, reduce_scatter, all_to_all; too large for a slot): one copy, from
   and into the ranks' own buffers, no slot. all_reduce: each rank reduces its slice reading that slice of
   every peer's input, then puts it into every peer's output (:func:`reduce_push`; the executor pushes
   each piece as soon as it is final, while it is in cache, so no rank reads a reduced slice back from
@@ -54,12 +54,12 @@ from .schedule import Builder, Schedule, inp, out, scr, split
 from .traffic import RECEIVER, SENDER, Traffic, register_traffic
 
 #: the algorithms of this module: they need every rank of the group on one host page
-HOST_PAGE = frozenset({"fast", "fast_once", "fast2", "fastd", "fastp"})
+HOST_PAGE = frozenset({"slots", "slots_once", "two_phase", "peer_buffers", "slots_pipelined"})
 
 
 def measured_band(limit: int, top: int) -> tuple[int, int]:
-    """The inputs (lo, hi], in bytes, around a slots limit where the runtime measures ``fast`` against
-    ``fastd`` per call shape instead of trusting the limit (runtime.fastpath.FastPath.pick,
+    """The inputs (lo, hi], in bytes, around a slots limit where the runtime measures ``slots`` against
+    ``peer_buffers`` per call shape instead of trusting the limit (runtime.fastpath.FastPath.pick,
     INTERLINK_AUTOTUNE): from half the limit to 4x it, at most ``top`` (the slots' capacity for the call).
     The model names it in ``interlink predict``'s notes."""
     return limit // 2, min(4 * limit, top)
@@ -83,11 +83,11 @@ def _rank_order(b: Builder, rnd: int, r: int, p: int, src, dst, own) -> None:
             b.get(rnd, r, j, src, dst, reduce=j > 0)
 
 
-@register("all_reduce", "fast")
+@register("all_reduce", "slots")
 def all_reduce_fast(nranks: int, count: int, root: int = 0) -> Schedule:
     """1 exchange on the host page: each rank writes its input into its slot once, then reduces every slot (rank order)."""
     p, n = nranks, count
-    b = Builder("all_reduce", "fast", p, n, root, scratch=n)
+    b = Builder("all_reduce", "slots", p, n, root, scratch=n)
     for r in range(p):
         if p == 1:
             b.copy(0, r, inp(0, n), out(0, n))
@@ -97,11 +97,11 @@ def all_reduce_fast(nranks: int, count: int, root: int = 0) -> Schedule:
     return b.build()
 
 
-@register("all_reduce", "fast_once")
+@register("all_reduce", "slots_once")
 def all_reduce_fast_once(nranks: int, count: int, root: int = 0) -> Schedule:
     """2 exchanges on the host page: slots written once; one rank (root) reduces every slot into its result slot; the others copy it."""
     p, n = nranks, count
-    b = Builder("all_reduce", "fast_once", p, n, root, scratch=2 * n)
+    b = Builder("all_reduce", "slots_once", p, n, root, scratch=2 * n)
     for r in range(p):
         if p > 1:
             b.copy(0, r, inp(0, n), scr(0, n))
@@ -116,11 +116,11 @@ def all_reduce_fast_once(nranks: int, count: int, root: int = 0) -> Schedule:
     return b.build()
 
 
-@register("broadcast", "fast")
+@register("broadcast", "slots")
 def broadcast_fast(nranks: int, count: int, root: int = 0) -> Schedule:
     """1 exchange on the host page: the root writes its payload into its slot once; every receiver copies it out."""
     p, n = nranks, count
-    b = Builder("broadcast", "fast", p, n, root, scratch=n)
+    b = Builder("broadcast", "slots", p, n, root, scratch=n)
     if p > 1:
         b.copy(0, root, inp(0, n), scr(0, n))
     b.copy(0, root, inp(0, n), out(0, n))
@@ -129,11 +129,11 @@ def broadcast_fast(nranks: int, count: int, root: int = 0) -> Schedule:
     return b.build()
 
 
-@register("all_gather", "fast")
+@register("all_gather", "slots")
 def all_gather_fast(nranks: int, count: int, root: int = 0) -> Schedule:
     """1 exchange on the host page: each rank writes its block into its slot once; every rank copies every slot out."""
     p, n = nranks, count
-    b = Builder("all_gather", "fast", p, n, root, scratch=n)
+    b = Builder("all_gather", "slots", p, n, root, scratch=n)
     for r in range(p):
         if p > 1:
             b.copy(0, r, inp(0, n), scr(0, n))
@@ -143,11 +143,11 @@ def all_gather_fast(nranks: int, count: int, root: int = 0) -> Schedule:
     return b.build()
 
 
-@register("reduce_scatter", "fast")
+@register("reduce_scatter", "slots")
 def reduce_scatter_fast(nranks: int, count: int, root: int = 0) -> Schedule:
     """1 exchange on the host page: each rank writes the blocks of its peers into its slot; each reduces its block from every slot."""
     p, m = nranks, count
-    b = Builder("reduce_scatter", "fast", p, m, root, scratch=m * p)
+    b = Builder("reduce_scatter", "slots", p, m, root, scratch=m * p)
     for r in range(p):
         for j in _others(p, r):
             b.copy(0, r, inp(j * m, m), scr(j * m, m))
@@ -158,12 +158,12 @@ def reduce_scatter_fast(nranks: int, count: int, root: int = 0) -> Schedule:
     return b.build()
 
 
-@register("all_to_all", "fast")
+@register("all_to_all", "slots")
 def all_to_all_fast(nranks: int, count: int, root: int = 0) -> Schedule:
     """1 exchange on the host page: each rank writes the blocks of its peers into its slot; each copies its
     block out of every slot."""
     p, n = nranks, count
-    b = Builder("all_to_all", "fast", p, n, root, scratch=n * p)
+    b = Builder("all_to_all", "slots", p, n, root, scratch=n * p)
     for r in range(p):
         for j in _others(p, r):
             b.copy(0, r, inp(j * n, n), scr(j * n, n))
@@ -173,28 +173,28 @@ def all_to_all_fast(nranks: int, count: int, root: int = 0) -> Schedule:
     return b.build()
 
 
-@register("barrier", "fast")
+@register("barrier", "slots")
 def barrier_fast(nranks: int, count: int = 0, root: int = 0) -> Schedule:
     """1 exchange on the host page: every rank signals every other (its slot's published word)."""
     p = nranks
-    b = Builder("barrier", "fast", p, 0, root)
+    b = Builder("barrier", "slots", p, 0, root)
     for r in range(p):
         for j in _others(p, r):
             b.signal(0, r, j)
     return b.build()
 
 
-# ---- fast2: the two-phase all_reduce in the slots ------------------------------------------------------
+# ---- two_phase: the two-phase all_reduce in the slots ------------------------------------------------------
 
 def two_phase(algorithm: str, nranks: int, count: int, root: int = 0,
               blocks: list[tuple[int, int]] | None = None) -> Schedule:
     """The two-phase all_reduce on the host page over ``blocks`` (each rank's (offset, count) slice,
     tiling the buffer in rank order; even by default): each rank reduces its slice from every peer, then
-    copies the other slices from their owners. ``fast2`` reads the slots (each rank writes the slices its
-    peers reduce into its slot first, and its own slice, reduced, after); ``fastd`` reads the peers' own input, then output."""
+    copies the other slices from their owners. ``two_phase`` reads the slots (each rank writes the slices its
+    peers reduce into its slot first, and its own slice, reduced, after); ``peer_buffers`` reads the peers' own input, then output."""
     p, n = nranks, count
     blocks = split(n, p) if blocks is None else blocks
-    slots = algorithm == "fast2"
+    slots = algorithm == "two_phase"
     src = scr if slots else inp
     b = Builder("all_reduce", algorithm, p, n, root, scratch=n if slots else 0)
     for r in range(p):
@@ -214,18 +214,18 @@ def two_phase(algorithm: str, nranks: int, count: int, root: int = 0,
     return b.build()
 
 
-@register("all_reduce", "fast2")
+@register("all_reduce", "two_phase")
 def all_reduce_fast2(nranks: int, count: int, root: int = 0) -> Schedule:
     """2 exchanges on the host page: each rank writes its peers' slices into its slot; each reduces its 1/p slice from every slot into its output and its own slot; every rank copies the other slices out."""
-    return two_phase("fast2", nranks, count, root)
+    return two_phase("two_phase", nranks, count, root)
 
 
-# ---- fastd: one copy from and into the ranks' own buffers ----------------------------------------------
+# ---- peer_buffers: one copy from and into the ranks' own buffers ----------------------------------------------
 
-@register("all_reduce", "fastd")
+@register("all_reduce", "peer_buffers")
 def all_reduce_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
     """1 exchange from and into the ranks' own buffers: each rank reduces its 1/p slice reading every peer's input, and pushes it into every peer's output."""
-    return reduce_push("fastd", nranks, count, root)
+    return reduce_push("peer_buffers", nranks, count, root)
 
 
 def reduce_push(algorithm: str, nranks: int, count: int, root: int = 0,
@@ -251,16 +251,16 @@ def reduce_push(algorithm: str, nranks: int, count: int, root: int = 0,
 
 
 def broadcast_cut(nranks: int, count: int) -> int:
-    """Where the receivers' pull of a ``fastd`` broadcast ends and the root's push begins."""
+    """Where the receivers' pull of a ``peer_buffers`` broadcast ends and the root's push begins."""
     return count - count // nranks
 
 
-@register("broadcast", "fastd")
+@register("broadcast", "peer_buffers")
 def broadcast_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
     """1 exchange from the root's own buffer: the receivers pull the first (p-1)/p, the root pushes the last 1/p into each."""
     p, n = nranks, count
     cut = broadcast_cut(p, n)
-    b = Builder("broadcast", "fastd", p, n, root)
+    b = Builder("broadcast", "peer_buffers", p, n, root)
     b.copy(0, root, inp(0, n), out(0, n))
     for r in _others(p, root):
         b.get(0, r, root, inp(0, cut), out(0, cut))
@@ -270,28 +270,28 @@ def broadcast_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
     return b.build()
 
 
-#: chunks of a ``fastp`` broadcast (each half of the root's slot holds one: the slot must hold 2/PIPE_CHUNKS
+#: chunks of a ``slots_pipelined`` broadcast (each half of the root's slot holds one: the slot must hold 2/PIPE_CHUNKS
 #: of the payload; the host page's progress word allows ROUND_STRIDE - 1 = 15 rounds: PIPE_CHUNKS + 1)
 PIPE_CHUNKS = 8
 
 
 def pipe_scratch(count: int) -> int:
-    """The slot elements a ``fastp`` broadcast of ``count`` elements needs: two of its chunks."""
+    """The slot elements a ``slots_pipelined`` broadcast of ``count`` elements needs: two of its chunks."""
     return 2 * (-(-count // PIPE_CHUNKS))
 
 
 def pipe_max(slot_bytes: int) -> int:
-    """The largest broadcast (bytes) ``fastp`` carries through a slot of slot_bytes: PIPE_CHUNKS / 2 slots."""
+    """The largest broadcast (bytes) ``slots_pipelined`` carries through a slot of slot_bytes: PIPE_CHUNKS / 2 slots."""
     return PIPE_CHUNKS // 2 * slot_bytes
 
 
-@register("broadcast", "fastp")
+@register("broadcast", "slots_pipelined")
 def broadcast_fastp(nranks: int, count: int, root: int = 0) -> Schedule:
     """PIPE_CHUNKS + 1 exchanges through the root's slot, double-buffered: in round k the root copies chunk k into half k % 2 of its slot while every receiver copies chunk k - 1 out of the other half."""
     p, n = nranks, count
     chunks = split(n, PIPE_CHUNKS)
     half = pipe_scratch(n) // 2
-    b = Builder("broadcast", "fastp", p, n, root, scratch=2 * half if p > 1 else 0)
+    b = Builder("broadcast", "slots_pipelined", p, n, root, scratch=2 * half if p > 1 else 0)
     b.copy(0, root, inp(0, n), out(0, n))
     if p > 1:
         for k, (o, c) in enumerate(chunks):
@@ -302,11 +302,11 @@ def broadcast_fastp(nranks: int, count: int, root: int = 0) -> Schedule:
     return b.build()
 
 
-@register("all_gather", "fastd")
+@register("all_gather", "peer_buffers")
 def all_gather_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
     """1 exchange into the ranks' own buffers: every rank pushes its block into every peer's output."""
     p, n = nranks, count
-    b = Builder("all_gather", "fastd", p, n, root)
+    b = Builder("all_gather", "peer_buffers", p, n, root)
     for r in range(p):
         b.copy(0, r, inp(0, n), out(r * n, n))
         for j in _others(p, r) if n > 0 else ():
@@ -315,13 +315,13 @@ def all_gather_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
     return b.build()
 
 
-@register("all_to_all", "fastd")
+@register("all_to_all", "peer_buffers")
 def all_to_all_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
     """1 exchange into the ranks' own buffers: every rank puts block j of its input into rank j's output,
     starting with the next rank (r+1, r+2, ...: the ranks' first puts go to different outputs; in rank
     order every rank put into rank 0's first: 4 ranks, 2 MiB, 411-413 -> 376-414 us, benchmarks/RESULTS.md)."""
     p, n = nranks, count
-    b = Builder("all_to_all", "fastd", p, n, root)
+    b = Builder("all_to_all", "peer_buffers", p, n, root)
     for r in range(p):
         b.copy(0, r, inp(r * n, n), out(r * n, n))
         for j in [(r + k) % p for k in range(1, p)] if n > 0 else ():
@@ -330,11 +330,11 @@ def all_to_all_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
     return b.build()
 
 
-@register("reduce_scatter", "fastd")
+@register("reduce_scatter", "peer_buffers")
 def reduce_scatter_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
     """1 exchange from the ranks' own buffers: every rank reads its block from every peer's input and reduces its own in last."""
     p, m = nranks, count
-    b = Builder("reduce_scatter", "fastd", p, m, root)
+    b = Builder("reduce_scatter", "peer_buffers", p, m, root)
     for r in range(p):
         if p == 1:
             b.copy(0, r, inp(0, m), out(0, m))
@@ -355,7 +355,7 @@ def reduce_scatter_fastd(nranks: int, count: int, root: int = 0) -> Schedule:
 
 def host_plan(s: Schedule, rank: int) -> dict:
     """What the runtime's inlined one-shot executor (runtime/fastpath.py) takes from this rank's program of
-    a ``fast`` or ``fast_once`` Schedule: ``reducer`` (fast_once). ``fast2``, ``fastd`` and ``fast`` above the
+    a ``slots`` or ``slots_once`` Schedule: ``reducer`` (slots_once). ``two_phase``, ``peer_buffers`` and ``slots`` above the
     inlined executor's sizes (the one-shot size; a broadcast, all_gather or reduce_scatter's
     ``policy.fast_inline_max_bytes``) are not read this way: the runtime runs their steps (runtime/pageplan.py).
     Checks that the program has the form that executor runs (a slot write, then reads of every peer's
@@ -368,7 +368,7 @@ def host_plan(s: Schedule, rank: int) -> dict:
     where = f"{coll}/{algo}"
     if algo not in HOST_PAGE:
         raise ScheduleError(f"{where}: not a host-page Schedule ({', '.join(sorted(HOST_PAGE))})", op=where)
-    if algo in ("fastd", "fast2"):
+    if algo in ("peer_buffers", "two_phase"):
         raise ScheduleError(f"{where}: {algo} runs step by step from its Schedule (runtime/pageplan.py), "
                             "not from a plan of this form", op=where)
     prog = [list(rnd.steps) for rnd in s.ranks[rank]]
@@ -395,7 +395,7 @@ def host_plan(s: Schedule, rank: int) -> dict:
         if chain != list(range(p)):
             raise bad(f"round {k} reduces the ranks' chunks in the order {chain}; the executor reduces them in "
                       f"rank order, this rank's own in its place (inline)")
-    if algo == "fast_once":
+    if algo == "slots_once":
         red = s.root
         r1, r2 = steps(Get, 1), steps(Get, 2)
         read = sorted(st.peer for st in (r1 if rank == red else r2))
@@ -454,16 +454,16 @@ def _pushes(ph: _Phases, p: int, sizes: np.ndarray, pushers: np.ndarray) -> None
            by=SENDER)
 
 
-@register_traffic("all_reduce", "fast", messages=_quadratic)
+@register_traffic("all_reduce", "slots", messages=_quadratic)
 def all_reduce_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     p, n = nranks, count
     ph = _Phases(p)
     if n > 0 and p > 1:
         _gets(ph, p, np.full(p, n, dtype=np.int64), np.full(p, (p - 1) * n, dtype=np.int64))
-    return ph.traffic("all_reduce", "fast", n)
+    return ph.traffic("all_reduce", "slots", n)
 
 
-@register_traffic("all_reduce", "fast_once", messages=lambda p, n=0, **_: 2 * max(p - 1, 0))
+@register_traffic("all_reduce", "slots_once", messages=lambda p, n=0, **_: 2 * max(p - 1, 0))
 def all_reduce_fast_once_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     p, n = nranks, count
     ph = _Phases(p)
@@ -475,20 +475,20 @@ def all_reduce_fast_once_traffic(nranks: int, count: int, root: int = 0) -> Traf
                by=RECEIVER)
         ph.add(np.full(others.size, root, dtype=np.int64), others, np.full(others.size, n, dtype=np.int64), None,
                by=RECEIVER)
-    return ph.traffic("all_reduce", "fast_once", n)
+    return ph.traffic("all_reduce", "slots_once", n)
 
 
-@register_traffic("broadcast", "fast", messages=lambda p, n=0, **_: max(p - 1, 0))
+@register_traffic("broadcast", "slots", messages=lambda p, n=0, **_: max(p - 1, 0))
 def broadcast_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     p, n = nranks, count
     ph = _Phases(p)
     if n > 0 and p > 1:
         rd = np.array(_others(p, root), dtype=np.int64)
         ph.add(np.full(rd.size, root, dtype=np.int64), rd, np.full(rd.size, n, dtype=np.int64), None, by=RECEIVER)
-    return ph.traffic("broadcast", "fast", n)
+    return ph.traffic("broadcast", "slots", n)
 
 
-@register_traffic("broadcast", "fastp", messages=lambda p, n=0, **_: PIPE_CHUNKS * max(p - 1, 0))
+@register_traffic("broadcast", "slots_pipelined", messages=lambda p, n=0, **_: PIPE_CHUNKS * max(p - 1, 0))
 def broadcast_fastp_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     p, n = nranks, count
     ph = _Phases(p)
@@ -498,14 +498,14 @@ def broadcast_fastp_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
             if c:
                 ph.add(np.full(rd.size, root, dtype=np.int64), rd, np.full(rd.size, c, dtype=np.int64), None,
                        by=RECEIVER)
-    return ph.traffic("broadcast", "fastp", n)
+    return ph.traffic("broadcast", "slots_pipelined", n)
 
 
 def _blocks(collective: str, algorithm: str, p: int, n: int) -> Traffic:
-    """Every rank moves a block of n elements to every other: read from the slots (``fast``) or put with
-    its Signal (``fastd``). all_gather's and all_to_all's traffic (which block goes differs, not the sizes)."""
+    """Every rank moves a block of n elements to every other: read from the slots (``slots``) or put with
+    its Signal (``peer_buffers``). all_gather's and all_to_all's traffic (which block goes differs, not the sizes)."""
     ph = _Phases(p)
-    if algorithm == "fast":
+    if algorithm == "slots":
         if n > 0 and p > 1:
             _gets(ph, p, np.full(p, n, dtype=np.int64), None)
     elif p > 1:
@@ -513,41 +513,41 @@ def _blocks(collective: str, algorithm: str, p: int, n: int) -> Traffic:
     return ph.traffic(collective, algorithm, n)
 
 
-@register_traffic("all_gather", "fast", messages=_quadratic)
+@register_traffic("all_gather", "slots", messages=_quadratic)
 def all_gather_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
-    return _blocks("all_gather", "fast", nranks, count)
+    return _blocks("all_gather", "slots", nranks, count)
 
 
-@register_traffic("reduce_scatter", "fast", messages=_quadratic)
+@register_traffic("reduce_scatter", "slots", messages=_quadratic)
 def reduce_scatter_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     p, m = nranks, count
     ph = _Phases(p)
     if m > 0 and p > 1:
         _gets(ph, p, np.full(p, m, dtype=np.int64), np.full(p, (p - 1) * m, dtype=np.int64))
-    return ph.traffic("reduce_scatter", "fast", m)
+    return ph.traffic("reduce_scatter", "slots", m)
 
 
-@register_traffic("all_to_all", "fast", messages=_quadratic)
+@register_traffic("all_to_all", "slots", messages=_quadratic)
 def all_to_all_fast_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
-    return _blocks("all_to_all", "fast", nranks, count)
+    return _blocks("all_to_all", "slots", nranks, count)
 
 
-@register_traffic("barrier", "fast", messages=_quadratic)
+@register_traffic("barrier", "slots", messages=_quadratic)
 def barrier_fast_traffic(nranks: int, count: int = 0, root: int = 0) -> Traffic:
     p = nranks
     ph = _Phases(p)
     if p > 1:
         src, dst = _pairs(p)
         ph.add(src, dst, np.zeros(src.size, dtype=np.int64), None, by=SENDER)
-    return ph.traffic("barrier", "fast", 0)
+    return ph.traffic("barrier", "slots", 0)
 
 
-@register_traffic("all_reduce", "fast2", messages=lambda p, n=0, **_: 2 * _quadratic(p))
+@register_traffic("all_reduce", "two_phase", messages=lambda p, n=0, **_: 2 * _quadratic(p))
 def all_reduce_fast2_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
-    return _twophase("fast2", nranks, count)
+    return _twophase("two_phase", nranks, count)
 
 
-@register_traffic("all_reduce", "fastd", messages=lambda p, n=0, **_: 3 * _quadratic(p))
+@register_traffic("all_reduce", "peer_buffers", messages=lambda p, n=0, **_: 3 * _quadratic(p))
 def all_reduce_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     p, n = nranks, count
     ph = _Phases(p)
@@ -555,7 +555,7 @@ def all_reduce_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
         blk = split_sizes(n, p)
         _gets(ph, p, blk, (p - 1) * blk)
         _pushes(ph, p, blk, np.arange(p))
-    return ph.traffic("all_reduce", "fastd", n)
+    return ph.traffic("all_reduce", "peer_buffers", n)
 
 
 def _twophase(algo: str, p: int, n: int) -> Traffic:
@@ -569,7 +569,7 @@ def _twophase(algo: str, p: int, n: int) -> Traffic:
     return ph.traffic("all_reduce", algo, n)
 
 
-@register_traffic("broadcast", "fastd", messages=lambda p, n=0, **_: 3 * max(p - 1, 0))
+@register_traffic("broadcast", "peer_buffers", messages=lambda p, n=0, **_: 3 * max(p - 1, 0))
 def broadcast_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     p, n = nranks, count
     ph = _Phases(p)
@@ -588,20 +588,20 @@ def broadcast_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
                 src.append(root), dst.append(r), el.append(cut), by.append(RECEIVER)
         ph.add(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(el, dtype=np.int64), None,
                by=np.array(by, dtype=np.int64))
-    return ph.traffic("broadcast", "fastd", n)
+    return ph.traffic("broadcast", "peer_buffers", n)
 
 
-@register_traffic("all_gather", "fastd", messages=lambda p, n=0, **_: 2 * _quadratic(p))
+@register_traffic("all_gather", "peer_buffers", messages=lambda p, n=0, **_: 2 * _quadratic(p))
 def all_gather_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
-    return _blocks("all_gather", "fastd", nranks, count)
+    return _blocks("all_gather", "peer_buffers", nranks, count)
 
 
-@register_traffic("all_to_all", "fastd", messages=lambda p, n=0, **_: 2 * _quadratic(p))
+@register_traffic("all_to_all", "peer_buffers", messages=lambda p, n=0, **_: 2 * _quadratic(p))
 def all_to_all_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
-    return _blocks("all_to_all", "fastd", nranks, count)
+    return _blocks("all_to_all", "peer_buffers", nranks, count)
 
 
-@register_traffic("reduce_scatter", "fastd", messages=_quadratic)
+@register_traffic("reduce_scatter", "peer_buffers", messages=_quadratic)
 def reduce_scatter_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traffic:
     p, m = nranks, count
     ph = _Phases(p)
@@ -612,4 +612,4 @@ def reduce_scatter_fastd_traffic(nranks: int, count: int, root: int = 0) -> Traf
         rest = wr != first[rd]  # round 1: the other peers and the own block, reduced
         ph.add(wr[rest], rd[rest], np.full(int(rest.sum()), m, dtype=np.int64),
                np.full(p, (p - 1) * m, dtype=np.int64), by=RECEIVER)
-    return ph.traffic("reduce_scatter", "fastd", m)
+    return ph.traffic("reduce_scatter", "peer_buffers", m)

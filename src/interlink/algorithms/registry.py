@@ -73,6 +73,10 @@ def _load() -> None:
         return
     _LOADED[0] = True
     from . import barrier, bruck, direct, hierarchical, hostpage, pairwise, recursive, ring, switch, trees  # noqa: F401
+    from .hostpath import ALIASES
+
+    for former, name in ALIASES.items():
+        alias(former, name)
 
 
 _SORTED: list = [None, []]  # (registry size when sorted, entries)

@@ -79,12 +79,12 @@ def measure(cases: Sequence[tuple[str, Optional[str], int]], reps: int = DEFAULT
 
 def _last_path(collective: str) -> str:
     """The path the world group's last call took, from its flight recorder's signature: a host-page
-    Schedule ('fast', 'fast_once', 'fast2', 'fastd') or the Schedule's algorithm. The model prices each
-    from its own steps (fast_once: one rank reduces, the others copy)."""
+    Schedule ('slots', 'slots_once', 'two_phase', 'peer_buffers') or the Schedule's algorithm. The model prices each
+    from its own steps (slots_once: one rank reduces, the others copy)."""
     from ..runtime import api
     from .sweep import path_taken
 
-    return (path_taken(api._world(), collective) if api.is_initialized() else None) or "fast"
+    return (path_taken(api._world(), collective) if api.is_initialized() else None) or "slots"
 
 
 def _worker(spec: Mapping[str, Any]) -> None:

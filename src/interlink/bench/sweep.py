@@ -392,15 +392,15 @@ def _timed(call: Callable[[], None], iters: int, warmup: int, barrier: Callable[
 
 
 def path_taken(g: Any, collective: str) -> Optional[str]:
-    """The path the group's last call took, from its flight recorder: 'fast' (one shared write per rank),
-    'fast2' (the two-phase shared-memory all_reduce), 'fastd' (readers take from the writers' own buffers)
+    """The path the group's last call took, from its flight recorder: 'slots' (one shared write per rank),
+    'two_phase' (the two-phase shared-memory all_reduce), 'peer_buffers' (readers take from the writers' own buffers)
     or the Schedule's algorithm; None if unknown."""
     try:
         sig = g.recorder[-1].sig
     except (AttributeError, IndexError):
         return None
     sig = sig.decode() if isinstance(sig, bytes) else str(sig)
-    return sig.split(" ", 1)[0].partition(":")[2] or None  # e.g. all_reduce:ring, all_reduce:fast2
+    return sig.split(" ", 1)[0].partition(":")[2] or None  # e.g. all_reduce:ring, all_reduce:two_phase
 
 
 def transport_of(g: Any) -> str:

@@ -19,7 +19,7 @@ than cores, beta per byte the busiest rank moves, gamma per byte it reduces (byt
 factor x a cache factor), plus a fixed cost per call. Per transport, non-negative least absolute
 relative error (reweighted least squares, robust to points spoilt by load on a shared machine) fits
 the linear parameters; a grid search fits the cache parameters
-(``host.llc_bytes``, ``host.dram_factor``). The runtime's host-page paths (fast, fast_once, fast2, fastd)
+(``host.llc_bytes``, ``host.dram_factor``). The runtime's host-page paths (slots, slots_once, two_phase, peer_buffers)
 are priced from their Schedules' steps like every algorithm, on the host page's own rates
 (``host.page.*``: a transport of the model, fitted with the others in the same regression). The result is a :class:`~interlink.model.params.Profile` of ``host.*``
 parameters, saved as JSON at ``INTERLINK_PROFILE`` or ``~/.cache/interlink/profile.json``;
@@ -70,7 +70,7 @@ class Sample:
     transport: str
     nranks: int
     collective: str
-    algorithm: str  # "fast" for the fast path
+    algorithm: str  # "slots" for the fast path
     nbytes: int
     count: int
     seconds: float
@@ -99,7 +99,7 @@ def to_samples(points: Iterable[Mapping[str, Any]]) -> list[Sample]:
 
 def transport_of(sample: Sample) -> str:
     """The model's transport for a sample: its own (shm, tcp), or the host page (``page``) for the
-    runtime's host-page Schedules (fast, fast_once, fast2, fastd)."""
+    runtime's host-page Schedules (slots, slots_once, two_phase, peer_buffers)."""
     from ..algorithms.hostpage import HOST_PAGE
     from .cost import PAGE
 

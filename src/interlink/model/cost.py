@@ -35,7 +35,7 @@ paths between hosts; bytes weighed by the core-sharing factor (ranks / cores, at
 factor (up to ``host.dram_factor`` once the host's working set, 2 x S per rank, leaves
 ``host.llc_bytes``); a repeated ring pays the largest mean latency around a cycle per round; rounds add
 up. A one-sided step costs the end that copies (``Phase.by``: a Get its reader, a Put its writer). The
-shared-memory paths of an all-local group (``fast``, ``fast_once``, ``fast2``, ``fastd``) are Schedules
+shared-memory paths of an all-local group (``slots``, ``slots_once``, ``two_phase``, ``peer_buffers``) are Schedules
 (:mod:`interlink.algorithms.hostpage`) priced the same way from their steps, on the host page's own
 rates (``host.page.*``: the pseudo-transport :data:`PAGE`), where the runtime would take them
 (:func:`_host_page`).
@@ -889,7 +889,7 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
     """Predict a collective of ``nbytes`` (nccl-tests' S: the bytes of the largest buffer) on a topology.
 
     Every registered algorithm (or ``candidates``, or only ``algorithm``) is evaluated, on GPU topologies
-    under each protocol (LL, LL128, Simple), plus ``nvls`` where the hardware has it and ``fast`` (the
+    under each protocol (LL, LL128, Simple), plus ``nvls`` where the hardware has it and ``slots`` (the
     small-message path of an all-local CPU group; ``fast_path=False`` leaves it out); the fastest wins.
     The CollNet Schedules (``collnet_direct``, ``collnet_chain``: SHARP) are priced only when named by
     ``algorithm`` or ``candidates`` (and the fabric has SHARP), never in the default choice.
@@ -1025,7 +1025,7 @@ def predict(collective: str, nbytes: int, topology: Topology | str | None = None
 #: predictions closer than this (relative) count as a tie, broken by preference
 TIE_REL = 0.02
 
-PREFERENCE = ("nvls", "fast", "fast2", "fastd", "ring", "recursive_doubling", "rabenseifner", "binomial", "direct", "bruck",
+PREFERENCE = ("nvls", "slots", "two_phase", "peer_buffers", "ring", "recursive_doubling", "rabenseifner", "binomial", "direct", "bruck",
               "recursive_halving", "pairwise", "dissemination", "tree", "nccl_tree", "nvls_tree", "collnet_direct",
               "collnet_chain", "hierarchical")
 
@@ -1080,14 +1080,14 @@ def _sharp_unavailable(info: _TopoInfo, local_size: int) -> str:
 
 def _slots_limit(collective: str, p: int, params: Params) -> float:
     """The payload above which a broadcast, all_gather, reduce_scatter or all_to_all of p local ranks leaves
-    the slots for fastd (algorithms.hostpath.HostLimits.slots_limit on the profile's limits)."""
+    the slots for peer_buffers (algorithms.hostpath.HostLimits.slots_limit on the profile's limits)."""
     return float(HostLimits.from_params(params).slots_limit(collective, p))
 
 
 def measured_band_for(collective: str, p: int, params: Params) -> tuple[int, int]:
     """The payloads (lo, hi] (a rank's input) of an all_gather, all_to_all or broadcast of p local ranks for
-    which the runtime measures the slots (``fast``; a broadcast larger than a slot: ``fastp``, through it in
-    chunks) against ``fastd`` (algorithms.hostpath.HostLimits.measured_band on the profile's limits: the
+    which the runtime measures the slots (``slots``; a broadcast larger than a slot: ``slots_pipelined``, through it in
+    chunks) against ``peer_buffers`` (algorithms.hostpath.HostLimits.measured_band on the profile's limits: the
     runtime's own band, runtime.fastpath.FastPath.band); (0, 0) for other collectives."""
     return HostLimits.from_params(params).measured_band(collective, p)
 
@@ -1099,14 +1099,14 @@ def _measured_note(collective: str, S: int, p: int, algorithm: str, params: Para
     payload = S // p if collective == "all_gather" else S
     if hostpath.canonical(algorithm) not in (hostpath.SLOTS, hostpath.PEER_BUFFERS) or not lo < payload <= hi:
         return None
-    slots = "fastp" if collective == "broadcast" and payload > params.value("host.fast2.max_bytes") else "fast"
-    return (f"the runtime measures {slots} against fastd for this call shape on its first calls and keeps the "
+    slots = "slots_pipelined" if collective == "broadcast" and payload > params.value("host.fast2.max_bytes") else "slots"
+    return (f"the runtime measures {slots} against peer_buffers for this call shape on its first calls and keeps the "
             f"faster ({payload} bytes of input a rank, within ({lo}, {hi}]; INTERLINK_AUTOTUNE, on by default "
             f"where cross-memory attach works): {algorithm} is the limit's path, priced here")
 
 
 def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed: bool, explicit: bool,
-               algorithm: str = "fast", itemsize: int = 4, root: int = 0) -> "_Rounds | None":
+               algorithm: str = "slots", itemsize: int = 4, root: int = 0) -> "_Rounds | None":
     """A host-page path of an all-local CPU group (the world group of a one-host job), priced from its
     Schedule's steps like any algorithm (its traffic, on the host page's rates ``host.page.*``), or None
     where the runtime would not take it: the choice is algorithms.hostpath.host_path's on the profile's
@@ -1132,7 +1132,7 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
             return hostpath.host_path(collective, max(nbytes, 1) if collective != "barrier" else nbytes, p, limits,
                                       reduce_once=once, itemsize=itemsize) == name
 
-        def by_name(nbytes: int) -> bool:  # either one-shot all_reduce; either side of the band; fastp's chunks
+        def by_name(nbytes: int) -> bool:  # either one-shot all_reduce; either side of the band; slots_pipelined's chunks
             if taken(nbytes) or taken(nbytes, not oversub):
                 return True
             lo, hi = limits.measured_band(collective, p)
@@ -1146,11 +1146,11 @@ def _host_page(collective: str, S: int, info: _TopoInfo, params: Params, allowed
             count = count_for(collective, S, itemsize, p)[0]
             return _rounds(_traffic_cached(collective, algorithm, p, count, root, ()), info, params, itemsize, PAGE)
         elif name == hostpath.SLOTS_PIPELINED and by_name(payload):
-            # the runtime takes it only where its first calls measure it faster than fastd (FastPath.band): the
-            # limit's path (fastd) is priced, with a note (measured_band_for)
-            why = "taken only where the runtime measures it faster than fastd (INTERLINK_AUTOTUNE)"
+            # the runtime takes it only where its first calls measure it faster than peer_buffers (FastPath.band): the
+            # limit's path (peer_buffers) is priced, with a note (measured_band_for)
+            why = "taken only where the runtime measures it faster than peer_buffers (INTERLINK_AUTOTUNE)"
         elif collective == "all_reduce" and taken(payload, not oversub):
-            why = "the runtime takes " + ("fast_once" if name == hostpath.SLOTS else "fast") + " here"
+            why = "the runtime takes " + ("slots_once" if name == hostpath.SLOTS else "slots") + " here"
         else:
             lo, top = hostpath.path_range(by_name, limits)
             why = f"the payload ({payload} bytes) is outside ({max(lo, 0):.0f}, {top:.0f}] bytes"

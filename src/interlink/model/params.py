@@ -32,8 +32,8 @@ CPU hosts (interlink's own runtime; ``host.*`` entries are what ``interlink benc
     host.llc_bytes, host.dram_factor per-byte costs grow by up to dram_factor once the working set leaves the cache
     (cores per host come from the topology: ``meta['cores_per_host']`` or its core devices; ranks beyond them share)
     host.page.{call_us,alpha_us,op_us,fanout_us,alpha_oversub_us,beta_ns_per_byte}
-                                     the host page (the Schedules of algorithms/hostpage.py: fast, fast_once,
-                                     fast2, fastd), priced from their steps like a transport: a call, per
+                                     the host page (the Schedules of algorithms/hostpage.py: slots, slots_once,
+                                     two_phase, peer_buffers), priced from their steps like a transport: a call, per
                                      round, per message (a read of a slot or of a peer's buffer), per byte
     host.fast.max_bytes, host.fast2.{min_ranks,max_bytes}, host.fastd.min_bytes, host.slots.max_bytes_2,
     host.slots.max_bytes_2_all_gather, host.slots.max_bytes_all_gather, host.slots.max_bytes_all_to_all,
@@ -197,13 +197,13 @@ def _defaults() -> list[Param]:
            "interlink.runtime.policy.fast_max_bytes() default: the slot size (all_reduce in shared memory up to it)"),
         _p("host.slots.max_bytes_2", 2.0 * 2**20, "B",
            "interlink.runtime.policy.slots_max_bytes_two_ranks() default: on 2 ranks broadcast, all_gather and "
-           "reduce_scatter above this read the peer's buffer (fastd)"),
+           "reduce_scatter above this read the peer's buffer (peer_buffers)"),
         _p("host.slots.max_bytes_2_all_gather", 256.0 * 2**10, "B",
            "interlink.runtime.policy.slots_max_bytes_two_ranks_all_gather() default: on 2 ranks an all_gather "
-           "whose per-rank input is above this reads the peer's input (fastd)"),
+           "whose per-rank input is above this reads the peer's input (peer_buffers)"),
         _p("host.slots.max_bytes_all_gather", 4.0 * 2**20, "B",
            "interlink.runtime.policy.slots_max_bytes_all_gather() default: on 3+ ranks an all_gather whose "
-           "per-rank input is above this reads the peers' inputs (fastd); the slot size where the runtime "
+           "per-rank input is above this reads the peers' inputs (peer_buffers); the slot size where the runtime "
            "streams its copies out of the slots (transport/stream.py), else 1 MiB"),
         _p("host.stream.min_bytes", 16.0 * 2**20, "B",
            "interlink.runtime.policy.stream_min_bytes() (half the last-level cache; 0: never): on 3+ ranks an "
@@ -211,7 +211,7 @@ def _defaults() -> list[Param]:
            "it (its copies out of the slots stream), else up to 1 MiB"),
         _p("host.slots.max_bytes_all_to_all", 1.0 * 2**20, "B",
            "interlink.runtime.policy.slots_max_bytes_all_to_all() default: on 3+ ranks an all_to_all whose "
-           "input is above this puts its blocks into the peers' outputs (fastd)"),
+           "input is above this puts its blocks into the peers' outputs (peer_buffers)"),
         _p("host.fastd.min_bytes", 2.0 * 2**20, "B",
            "interlink.runtime.fastpath (INTERLINK_SHM_AR_DIRECT_MIN_BYTES): all_reduce from the ranks' own "
            "buffers above this size (and above the two-phase path's)"),

@@ -33,9 +33,9 @@ def choose(blocks: list) -> int:
     """The path whose block medians (the median of each block's timed calls) average lower; 0 (the limits')
     on a tie or without timings. Medians per block: a burst of noise moves one block's median, not every
     call's weight. Their mean, not their best: the best of two blocks favours the noisier path (4 ranks,
-    broadcast of 16 MiB in compare.py's warm-up: fastd's blocks 2413 and 3171 us, fastp's 2452 and 2777;
-    the best block kept fastd, 3184 us a call once timed against fastp's 2478-2551; benchmarks/RESULTS.md). A path's first block can still be warming up (2 ranks, 1 MiB of all_gather output: the
-    slots' first block 57-62 us, its second 34-40, fastd 50-61 in both): the mean still takes the slots."""
+    broadcast of 16 MiB in compare.py's warm-up: peer_buffers's blocks 2413 and 3171 us, slots_pipelined's 2452 and 2777;
+    the best block kept peer_buffers, 3184 us a call once timed against slots_pipelined's 2478-2551; benchmarks/RESULTS.md). A path's first block can still be warming up (2 ranks, 1 MiB of all_gather output: the
+    slots' first block 57-62 us, its second 34-40, peer_buffers 50-61 in both): the mean still takes the slots."""
     meds: list[list[float]] = [[], []]
     for b, ts in enumerate(blocks):
         if len(ts) > 1:
@@ -81,7 +81,7 @@ class Autotune:
         lo, hi = policy.stream_band(self.stream_min)
         return lo < self.host_outputs(kind, nbytes) <= hi
 
-    # ---- the measured band: the slots or fastd, chosen by the host's first rank's timings ---------------
+    # ---- the measured band: the slots or peer_buffers, chosen by the host's first rank's timings ---------------
     def _tuned(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: ReduceOp, root: int, group: str,
                alts: Optional[tuple] = None) -> Small:
         """A shape in a measured band: a Small carrying both paths' Smalls (the rule's choice first: the

@@ -33,10 +33,6 @@ from .pageplan import compile_page
 from .pageproto import (A2A, AG, AR, BAR, BC, CRC, DESC, GSEQ, MAX_ROTATION, NAMES, NBYTES, RD,  # noqa: F401
                         ROTATION_BUDGET, RS, SEQ, SIG_BYTES, SIG_OFF, PageProtocol, Small)
 
-_OLD = {v: k for k, v in hostpath.ALIASES.items()}  # the paths' registered names
-_NEW = hostpath.ALIASES
-
-
 class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
     def __init__(self, engine: Engine, world_ranks: int) -> None:
         bell = engine.bell
@@ -63,7 +59,7 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         self.stream_min = policy.stream_min_bytes()
         self.rot_bytes, self.rot_min = policy.slot_rotation_bytes(), policy.slot_rotation_min_bytes()
         self.cma_piece = 64 * self.chunk  # bytes per cross-memory read or write (8 MiB)
-        # a copy whose pieces are pushed into peers' outputs (fastd all_gather) walks 2 MiB at a time: it
+        # a copy whose pieces are pushed into peers' outputs (peer_buffers all_gather) walks 2 MiB at a time: it
         # does no arithmetic to keep in L2, and each piece costs a cross-memory write per peer
         self.push_piece = 16 * self.chunk
         self.f = 0  # fast-path calls so far (the same on every rank)
@@ -107,7 +103,7 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         rotate = self.rot_bytes > 0 and (force == "1" or (force != "0" and not engine.oversub))
         agreed = self._agree(int(self.cma) | 2 * int(self.once) | 4 * int(rotate) | 8 * int(policy.autotune()))
         self.cma, self.once = bool(agreed & 1), bool(agreed & 2)
-        # all_gather and all_to_all between the slots and fastd: measured per call shape (pick)
+        # all_gather and all_to_all between the slots and peer_buffers: measured per call shape (pick)
         self.autotune = bool(agreed & 8) and self.cma
         # copies into large outputs: streaming stores or plain, measured near stream_min (stream_tuned)
         self.autotune_stream = bool(agreed & 8) and stream.available
@@ -135,19 +131,19 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
     def thresholds(self) -> dict[str, int]:
         """The sizes (bytes of a call's input) at which this host's choice of path changes: what `takes`
         and `small` read. The differential tests draw sizes on both sides of each."""
-        return {"fast.max": self.max, "fast.inline.max": self.inline_max, "fast2.max": self.direct_max,
+        return {"oneshot.max": self.max, "inline.max": self.inline_max, "two_phase.max": self.direct_max,
                 "slots.max": self.move_max,
                 "slots.max.all_gather": self.move_max_ag,
                 "slots.max.all_to_all": self.move_max_a2a,
-                "fastd.all_reduce.min": self.ar_direct_min, "fast.chunk": self.chunk,
-                "fastd.piece": 2 * self.chunk, "fastd.cma_piece": 64 * self.chunk,
-                "fastd.push_piece": self.push_piece,
+                "peer_buffers.all_reduce.min": self.ar_direct_min, "page.chunk": self.chunk,
+                "peer_buffers.piece": 2 * self.chunk, "peer_buffers.cma_piece": 64 * self.chunk,
+                "peer_buffers.push_piece": self.push_piece,
                 "slots.rotation_min": self.rot_min if self.rot_bytes > 0 else 0,
                 # copies stream from here (the host's outputs add up to policy.stream_min_bytes): an input as
                 # large as its output (where the slots still take it), and an all_gather's per-rank input
                 "stream.min": self._stream_at(self.n),
                 "stream.min.all_gather": self._stream_at(self.n ** 2, all_gather=True),
-                # the band where the slots and fastd are measured against each other (pick; 0: none)
+                # the band where the slots and peer_buffers are measured against each other (pick; 0: none)
                 "tune.all_gather.lo": self.band(AG)[0], "tune.all_gather.hi": self.band(AG)[1],
                 "tune.all_to_all.lo": self.band(A2A)[0], "tune.all_to_all.hi": self.band(A2A)[1]}
 
@@ -156,17 +152,17 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         if not stream.available or self.stream_min >= 1 << 61:
             return 0
         at = -(-self.stream_min // div)
-        reach = self.move_max if self.n == 2 else self.page.fast_max  # broadcast, fast2: the slots' limit
+        reach = self.move_max if self.n == 2 else self.page.fast_max  # broadcast, two_phase: the slots' limit
         return at if all_gather or at <= reach else 0
 
     def _limit(self, kind: int) -> int:
         """The input bytes above which a broadcast, all_gather, reduce_scatter or all_to_all leaves the slots
-        for fastd (hostpath.HostLimits.slots_limit)."""
+        for peer_buffers (hostpath.HostLimits.slots_limit)."""
         return self.limits.slots_limit(NAMES[kind], self.n, self.cma)
 
     def band(self, kind: int) -> tuple[int, int]:
-        """The inputs (lo, hi] for which this host measures the slots against fastd (pick); (0, 0): none. A
-        broadcast too large for a slot goes through it in chunks (fastp), up to PIPE_CHUNKS / 2 slots."""
+        """The inputs (lo, hi] for which this host measures the slots against peer_buffers (pick); (0, 0): none. A
+        broadcast too large for a slot goes through it in chunks (slots_pipelined), up to PIPE_CHUNKS / 2 slots."""
         if not self.autotune or kind not in (AG, A2A, BC):
             return 0, 0
         return self.limits.measured_band(NAMES[kind], self.n, self.cma)
@@ -179,7 +175,7 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
     def small(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: ReduceOp, root: int,
               group: str, direct: Optional[bool] = None, streams: Optional[bool] = None) -> Small:
         """The cached views of a one-shot call of this shape (the caller validated it and checked that
-        the input fits a slot). ``direct``: force fastd (True) or the slots (False); None: the limits
+        the input fits a slot). ``direct``: force peer_buffers (True) or the slots (False); None: the limits
         decide, and within the measured band (``band``) a Small whose ``tune`` holds both. ``streams``:
         force streaming copies into the outputs (True) or plain ones (False); None: the rule
         (stream_min), and within its measured band (``stream_tuned``) a Small whose ``tune`` holds both."""
@@ -202,13 +198,12 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         # the flight recorder and `interlink bench` show the registered Schedule it runs
         path = hostpath.page_path(NAMES[kind], a.nbytes, self.n, self.limits, cma=self.cma, reduce_once=self.once,
                                   itemsize=dt.itemsize, direct=direct)
-        path = _OLD[path]
-        once = path == "fast_once"
+        once = path == "slots_once"
         # the inlined executor: the one-shot sizes, and a broadcast, all_gather or reduce_scatter through the
-        # slots up to inline_max (the same `fast` Schedule, without the step-by-step executor's per-call cost)
-        inline = hostpath.inlined(NAMES[kind], a.nbytes, _NEW[path], self.limits)
+        # slots up to inline_max (the same `slots` Schedule, without the step-by-step executor's per-call cost)
+        inline = hostpath.inlined(NAMES[kind], a.nbytes, path, self.limits)
         # the call shape's plan comes from its Schedule (checked to be of the form this executor runs)
-        # (fast_once: the reducer is whichever rank publishes last; the plan is the Schedule of the last
+        # (slots_once: the reducer is whichever rank publishes last; the plan is the Schedule of the last
         # rank, and every reducer's Schedule computes the same bits: tests/test_algorithms_hostpage.py)
         schedule = registry.get_schedule(NAMES[kind], path, self.n,
                                          count // self.n if kind in (RS, A2A) else 0 if kind == BAR else count,

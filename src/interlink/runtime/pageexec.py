@@ -20,7 +20,7 @@ from .pageproto import AG, AR, BC, DESC, RD, RS, Small, _META, _NOMAP
 
 def _push_form(prog: Any) -> Optional[tuple]:
     """(offset, count, pushes, waits, end) when a rank's page program is one round of one plain copy of its
-    input into its output, pushed into every peer's output (the fastd all_gather), with nothing read from
+    input into its output, pushed into every peer's output (the peer_buffers all_gather), with nothing read from
     its buffers, mapped or in the slots: FastPath._push runs it inlined; else None (FastPath._program)."""
     if len(prog.rounds) != 1 or prog.readers or prog.maps or prog.slot_readers or prog.scratch \
             or not prog.out_addr:
@@ -42,7 +42,7 @@ class PageProgram:
 
     def _program(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, pos: int, seq: int,
                  timeout: float) -> None:
-        """A call too large for a slot (fastd), run step by step from its Schedule's program for this rank
+        """A call too large for a slot (peer_buffers), run step by step from its Schedule's program for this rank
         (runtime/pageplan.py): every rank publishes the addresses of its input and output with its header;
         each Move walks its destination a cache-sized piece at a time through its sources (this rank's
         buffers; a peer's input mapped in place when it lives in an interlink.empty arena; else the peer's
@@ -124,7 +124,7 @@ class PageProgram:
             finish_avg(o, self.n)
 
     def _push(self, sc: Small, a: np.ndarray, out: np.ndarray, f: int, pos: int, seq: int, timeout: float) -> None:
-        """A push program (_push_form: the fastd all_gather) run inlined, out of place: the same words and
+        """A push program (_push_form: the peer_buffers all_gather) run inlined, out of place: the same words and
         the same order as _program (publish the header with this rank's output address; copy the input
         into its place in the output a piece at a time, each piece pushed into every peer's output while it
         is in cache; publish the round; wait for the peers' pushes into this rank's output; done), without

@@ -1,6 +1,6 @@
 """A host-page Schedule compiled for one rank into the program the host-page executor runs step by step.
 
-The ``fastd`` Schedules of algorithms/hostpage.py (one-sided steps on the ranks' own buffers) are not
+The ``peer_buffers`` Schedules of algorithms/hostpage.py (one-sided steps on the ranks' own buffers) are not
 matched against a hand-written kernel: :func:`compile_page` turns this rank's steps into a program of
 two kinds of operation, in the order the reference interpreter gives them (algorithms/reference.py: in
 a round, the one-sided steps in step order, then the local ones):
@@ -32,7 +32,7 @@ LOCAL = -1  # a Src of this rank
 IN, OUT, SCR = 0, 1, 2
 _BUF = {"input": IN, "output": OUT, "scratch": SCR}
 #: the progress word holds ROUND_STRIDE * call + rounds finished: a Schedule has at most this many - 1 rounds
-#: (16: a ``fastp`` broadcast's PIPE_CHUNKS + 1; the words are 64 bits)
+#: (16: a ``slots_pipelined`` broadcast's PIPE_CHUNKS + 1; the words are 64 bits)
 ROUND_STRIDE = 16
 
 

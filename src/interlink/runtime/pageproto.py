@@ -85,7 +85,7 @@ class Small:
         self.root = 0
         self.res: Optional[list] = None  # [position] -> the shared result slot (all_reduce reduced once)
         self.schedule: Any = None  # the Schedule this call shape runs (algorithms/hostpage.py)
-        self.program: Any = None  # fastd: this rank's program of it (runtime/pageplan.py)
+        self.program: Any = None  # peer_buffers: this rank's program of it (runtime/pageplan.py)
         self.bound: dict = {}  # (position, read in place, in place, overlap) -> the program's ops bound
         self.push: Optional[tuple] = None  # a push program's one step, run inlined (FastPath._push_form)
         self.tune: Any = None  # a shape whose path is measured (FastPath.pick): its two Smalls

@@ -99,8 +99,8 @@ def fast_small_bytes() -> int:
     """Largest payload of the one-shot shared-page path (INTERLINK_FAST_MAX_BYTES): 256 KiB. Up to it the
     one-shot all_reduce (every rank writes its slot, every rank reduces every slot) beats the next path:
     in-process A/B, inputs rewritten before each call, default path / one-shot at 128 and 256 KiB:
-    2 ranks (the ring) 1.82 and 1.38, 3 ranks (fast2) 1.79 and 1.37, 4 ranks 1.47 and 1.14, 8 ranks on
-    2 cores (fast_once against fast2) 2.12 and 1.33; at 512 KiB 2 and 3 ranks still gain (1.16, 1.18) but
+    2 ranks (the ring) 1.82 and 1.38, 3 ranks (two_phase) 1.79 and 1.37, 4 ranks 1.47 and 1.14, 8 ranks on
+    2 cores (slots_once against two_phase) 2.12 and 1.33; at 512 KiB 2 and 3 ranks still gain (1.16, 1.18) but
     4 ranks lose (0.95), at 1 MiB 2 ranks are even (0.98) (benchmarks/RESULTS.md). Broadcast,
     all_gather and reduce_scatter go further inline (:func:`fast_inline_max_bytes`)."""
     return host_limits().oneshot_max
@@ -109,7 +109,7 @@ def fast_small_bytes() -> int:
 def fast_inline_max_bytes() -> int:
     """Largest payload of a broadcast, all_gather or reduce_scatter that the inlined executor runs through
     the slots (INTERLINK_FAST_INLINE_MAX_BYTES, 512 KiB; never below :func:`fast_small_bytes`); above it,
-    up to the slots' limit, the runtime runs the same ``fast`` Schedule step by step (runtime/pageplan.py),
+    up to the slots' limit, the runtime runs the same ``slots`` Schedule step by step (runtime/pageplan.py),
     which walks a reduction a cache-sized piece at a time and reads a peer's ``interlink.empty`` input in
     place. The step-by-step executor costs 10-15 us more a call on a 2-core x86 VM (2 ranks, 4 KiB
     forced through both: broadcast 22 against 12 us); in-process A/B (benchmarks/README.md: inline_ab), inputs
@@ -138,22 +138,22 @@ def slots_max_bytes_two_ranks() -> int:
 
 def slots_max_bytes_two_ranks_all_gather() -> int:
     """On 2 ranks, an all_gather whose per-rank input is larger than this reads the peer's input by
-    cross-memory attach (fastd) instead of going through the slots, where cross-memory attach works
+    cross-memory attach (peer_buffers) instead of going through the slots, where cross-memory attach works
     (INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG, 256 KiB; at most :func:`slots_max_bytes_two_ranks`). The
     all_gather's output is twice its input, so the slots' copies leave the cache earlier than a
-    broadcast's: in-process A/B, inputs rewritten before each call (benchmarks/README.md: slots_cma_ab), slots / fastd at 1, 2, 3, 4 MiB of output: 0.78, 1.04, 1.40, 1.81 (1.40-2.85 in the VM's
+    broadcast's: in-process A/B, inputs rewritten before each call (benchmarks/README.md: slots_cma_ab), slots / peer_buffers at 1, 2, 3, 4 MiB of output: 0.78, 1.04, 1.40, 1.81 (1.40-2.85 in the VM's
     slow mode, 1 MiB output included), while broadcast and reduce_scatter keep the slots up to 2 MiB
-    (0.55-0.70); since fastd's push runs inlined (FastPath._push, benchmarks/RESULTS.md) 0.89-0.95 at 1 MiB
+    (0.55-0.70); since peer_buffers's push runs inlined (FastPath._push, benchmarks/RESULTS.md) 0.89-0.95 at 1 MiB
     and 1.09 at 2 MiB of output; the same A/B three jobs later (medians of 8 turns): 768 KiB of output 1.71, 1.79, 1.02; 1 MiB
-    1.91, 2.03, 1.23 (fastd never slower), 512 KiB 1.00: so 256 KiB of input (512 KiB was)."""
+    1.91, 2.03, 1.23 (peer_buffers never slower), 512 KiB 1.00: so 256 KiB of input (512 KiB was)."""
     return host_limits().slots_max_2_all_gather
 
 
 def slots_max_bytes_all_to_all() -> int:
     """On 3 or more ranks, an all_to_all whose input is larger than this puts its blocks into the peers'
-    outputs by cross-memory attach (fastd) instead of going through the slots, where cross-memory attach
+    outputs by cross-memory attach (peer_buffers) instead of going through the slots, where cross-memory attach
     works (INTERLINK_SHM_SLOTS_MAX_BYTES_A2A, default 1 MiB; at most the slot size). In-process A/B on a
-    2-core x86 VM (benchmarks/README.md: a2a_slots_ab), slots / fastd by input: 3 ranks 1 MiB 0.77, 1.5 MiB 1.11, 2 MiB 1.22,
+    2-core x86 VM (benchmarks/README.md: a2a_slots_ab), slots / peer_buffers by input: 3 ranks 1 MiB 0.77, 1.5 MiB 1.11, 2 MiB 1.22,
     3 MiB 1.28; 4 ranks 1 MiB 0.79-0.93, 1.5 MiB 1.22, 2 MiB 1.20-1.32, 3 MiB 1.31. On 2 ranks the slots win
     up to 2 MiB (0.69-0.79) and all_to_all keeps :func:`slots_max_bytes_two_ranks`."""
     return host_limits().slots_max_all_to_all
@@ -161,18 +161,18 @@ def slots_max_bytes_all_to_all() -> int:
 
 def slots_max_bytes_all_gather(nlocal: int | None = None) -> int:
     """On 3 or more ranks, an all_gather whose per-rank input is larger than this reads the peers' inputs by
-    cross-memory attach (fastd) instead of going through the slots, where cross-memory attach works
+    cross-memory attach (peer_buffers) instead of going through the slots, where cross-memory attach works
     (INTERLINK_SHM_SLOTS_MAX_BYTES_AG; at most the slot size, :func:`fast_max_bytes`). Broadcast and
     reduce_scatter keep the slots up to the slot size. With streaming copies out of the slots
     (transport/stream.py, :func:`stream_min_bytes`) the all_gather keeps them too: in-process A/B
-    (`interlink run -n P benchmarks/README.md (stream_ab) all_gather ... --slots --fastd`, benchmarks/RESULTS.md), slots
-    (streaming) / fastd by per-rank input of 1, 2, 4 MiB: 3 ranks 1.14, 0.90, 0.99; 4 ranks 0.79, 0.84,
+    (`interlink run -n P benchmarks/README.md (stream_ab) all_gather ... --slots --peer_buffers`, benchmarks/RESULTS.md), slots
+    (streaming) / peer_buffers by per-rank input of 1, 2, 4 MiB: 3 ranks 1.14, 0.90, 0.99; 4 ranks 0.79, 0.84,
     0.90; 8 ranks 0.75, 0.83, 0.96 (slots faster below 1). Without them (another architecture) 1 MiB:
-    slots / fastd then (benchmarks/RESULTS.md) 3 ranks 0.95-1.21, 1.30-1.34, -; 4 ranks 0.99-1.10, 1.16-1.19,
+    slots / peer_buffers then (benchmarks/RESULTS.md) 3 ranks 0.95-1.21, 1.30-1.34, -; 4 ranks 0.99-1.10, 1.16-1.19,
     1.19-1.25; 8 ranks (2 MiB, 4 MiB) 1.06, 1.21.
     With ``nlocal`` (the host's ranks), the slot size only where every all_gather above 1 MiB of input
     streams (its outputs on the host, nlocal^2 x the input, reach :func:`stream_min_bytes`): on a host
-    whose cache is large the slots' plain copies lose to fastd there (an Intel Xeon with 300 MiB of L3, 4
+    whose cache is large the slots' plain copies lose to peer_buffers there (an Intel Xeon with 300 MiB of L3, 4
     ranks, 16 MiB of output: 2708 against 2393 us), so the limit stays 1 MiB."""
     lim = host_limits()
     streams = lim.stream_min > 0 and (nlocal is None or lim.stream_min <= nlocal * nlocal * (1 << 20))
@@ -184,10 +184,10 @@ def autotune() -> bool:
     limits above are a guess (INTERLINK_AUTOTUNE, 1; 0: the limits alone decide). An all_gather, an
     all_to_all or a broadcast whose input lies within a factor of its limit, from half of it to 4x it
     (algorithms.hostpage.measured_band), runs its first calls through the slots (a broadcast larger than a
-    slot: through it in chunks, ``fastp``) and through cross-memory attach in turn,
+    slot: through it in chunks, ``slots_pipelined``) and through cross-memory attach in turn,
     the host's first rank times them and publishes the faster on the host page, and every rank takes it
     from then on (runtime.fastpath.FastPath.pick). The crossover moves with the machine and its state: on
-    a 2-core x86 VM, 2 ranks, 1 MiB of all_gather output, slots / fastd measured 1.2-2.0 one day
+    a 2-core x86 VM, 2 ranks, 1 MiB of all_gather output, slots / peer_buffers measured 1.2-2.0 one day
     and 0.65-0.74 another (benchmarks/RESULTS.md), so no fixed limit suits both.
     Intel MPI's run-time autotuner (I_MPI_TUNING_MODE=auto) works the same way. The same switch measures
     streaming against plain copies near :func:`stream_min_bytes` (:func:`stream_band`)."""
@@ -198,9 +198,9 @@ def ar_direct_min_bytes() -> int:
     """all_reduce of an all-local group reads the ranks' own buffers above this size
     (INTERLINK_SHM_AR_DIRECT_MIN_BYTES; 2 ranks with plain numpy buffers: 1 MiB 155 us by the ring vs
     277 us, 4 MiB 605 vs 480 us; 4 ranks 16 MiB 7.9 vs 5.3 ms; in interlink.empty buffers it wins from
-    256 KiB). On 2 ranks it is also where the two-phase all_reduce in the slots (fast2) stops: below it
-    fast2 beats the ring over the channels (benchmarks/README.md: fast2_ab, in-process A/B, ring / fast2 at
-    512 KiB, 1 and 2 MiB: 1.29-1.30, 1.47-1.51, 1.48-1.60; at 4 MiB fastd beats fast2 1.8x;
+    256 KiB). On 2 ranks it is also where the two-phase all_reduce in the slots (two_phase) stops: below it
+    two_phase beats the ring over the channels (benchmarks/README.md: fast2_ab, in-process A/B, ring / two_phase at
+    512 KiB, 1 and 2 MiB: 1.29-1.30, 1.47-1.51, 1.48-1.60; at 4 MiB peer_buffers beats two_phase 1.8x;
     benchmarks/RESULTS.md)."""
     return host_limits().peer_buffers_all_reduce_min
 
