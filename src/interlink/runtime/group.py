@@ -688,7 +688,10 @@ class Group:
 
     # ---- point to point ----------------------------------------------------------------------
     def _p2p_op(self, kind: str, tensor: Any, peer: int, tag: int,
-                st: Optional["devices.Staging"] = None) -> tuple[Op, int]:
+                st: Optional["devices.Staging"] = None, queued: bool = False) -> tuple[Op, int]:
+        """The op of a send or receive. A queued receive gets its per-pair sequence number when it runs
+        (run_p2p_batch), not when it is posted: a receive from any rank queued before it takes its number
+        only when it runs, and the numbers must follow the order the receives match messages in."""
         peer = self._rank_arg(peer, "dst" if kind == "send" else "src")
         if peer == self.rank:
             raise ValueError(f"{kind} to itself (rank {self.rank}) is not supported")
@@ -698,11 +701,15 @@ class Group:
             a = st.flat(tensor, "tensor", writable=(kind == "recv"), download=(kind == "send"))
         g = self.ranks[peer]
         book = self.ctx.p2p_sent if kind == "send" else self.ctx.p2p_recv
-        book[g] += 1
+        if queued and kind == "recv":
+            seq = -1  # numbered in run_p2p_batch, in the order the receives run
+        else:
+            book[g] += 1
+            seq = book[g]
         sigb = _p2p_sig(a.dtype, a.size, self.name)
         # a send from the policy's cross-memory threshold on lets the receiver read it in place (one copy);
         # below it the message goes eagerly through the ring and the send completes without the receiver
-        op = Op(kind, g, a.view(np.uint8), book[g], int(tag), sigb, None, cma_threshold() if kind == "send" else 0)
+        op = Op(kind, g, a.view(np.uint8), seq, int(tag), sigb, None, cma_threshold() if kind == "send" else 0)
         return op, g
 
     def isend(self, tensor: Any, dst: int, tag: int = 0) -> Work:
@@ -715,7 +722,7 @@ class Group:
     def irecv(self, tensor: Any, src: int, tag: int = 0) -> Work:
         self._check_usable("recv")
         st = devices.Staging()
-        op, _ = self._p2p_op("recv", tensor, src, tag, st)
+        op, _ = self._p2p_op("recv", tensor, src, tag, st, queued=True)
         work = self.ctx.runner.submit(None, f"recv from {src}", p2p=(self, op, "recv"))  # type: ignore[arg-type]
         return work if not st.keep else _StagedWork(work, st)
 
@@ -817,14 +824,20 @@ def _check_op_dtype_cached(op: Any, dtype: np.dtype) -> ReduceOp:
 
 def run_p2p_batch(ctx: _Ctx, jobs: list) -> None:
     """Progress a batch of queued p2p jobs together (more may join while it waits)."""
-    ops = []
-    for j in jobs:
-        ops.append(j.p2p[1])
+    book = ctx.p2p_recv
+
+    def numbered(op: Op) -> Op:
+        if op.seq < 0:  # a queued receive: its number now, in the order the receives run
+            book[op.peer] += 1
+            op.seq = book[op.peer]
+        return op
+
+    ops = [numbered(j.p2p[1]) for j in jobs]
 
     def feed() -> list:
         more = ctx.runner.take_p2p()
         jobs.extend(more)
-        return [j.p2p[1] for j in more]
+        return [numbered(j.p2p[1]) for j in more]
 
     try:
         if ctx.broken is not None:
