@@ -234,7 +234,7 @@ def _sweep(args: argparse.Namespace) -> int:
         raise ValueError(bad + (f" (at {nodes[-1]} nodes, the largest of --sweep-nodes)"
                                 if args.collective in PER_RANK_SPLIT else ""))
     have = registry.algorithms_for(args.collective)
-    algos = [a.strip() for a in args.algorithm.split(",")] if args.algorithm else \
+    algos = [registry.canonical(a.strip()) for a in args.algorithm.split(",")] if args.algorithm else \
         [a for a in _SWEEP_DEFAULT if a in have] or have[:1]
     for a in algos:
         if a not in have:

@@ -628,6 +628,7 @@ def _choose(collective: str, nbytes: int, topo: Topology, itemsize: int, root: i
     from ..algorithms import registry
     from ..model.cost import predict
 
+    algorithm = registry.canonical(algorithm) if algorithm else algorithm  # a former name (fastd) too
     have = registry.algorithms_for(collective)
     if not have:
         raise SimError(f"no algorithm for {collective!r}")
