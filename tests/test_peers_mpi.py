@@ -34,11 +34,14 @@ def test_a_missing_mpi_is_skipped_with_a_note(monkeypatch, tmp_path, capsys):
         peers.run_mpi(2, [8], ["all_reduce"], system="lam")
 
 
+@pytest.mark.slow  # MPI jobs beside the suite's leak checks of /dev/shm: run them on their own (-m slow)
 @pytest.mark.parametrize("system", ["mpich", "openmpi", "intelmpi"])
 def test_an_installed_mpi_runs_the_sweep(system):
     if peers.mpi_runtime(system) is None:
         pytest.skip(f"{system} is not installed (python benchmarks/compare.py --setup-peers)")
+    before = peers.shm_names()
     rows = peers.run_mpi(2, [8, 4096], ["all_reduce", "all_to_all"], system=system, timeout=300)
     assert {(r["system"], r["collective"], r["size"]) for r in rows} == {
         (system, c, s) for c in ("all_reduce", "all_to_all") for s in (8, 4096)}
     assert all(r["time_us"] > 0 for r in rows)
+    assert not peers.shm_leftovers(before), "the MPI job left shared memory behind"

@@ -394,3 +394,11 @@ def test_tp_overlap_hides_that_fraction(a100x4: Context) -> None:
     b = plan_step(GPT, lay.with_(tp_overlap=0.75), a100x4)
     assert b.breakdown["tp"] == pytest.approx(a.breakdown["tp"] / 4)
     assert sum(c["exposed_s"] for c in b.collectives if c["kind"] == "tp") == pytest.approx(b.breakdown["tp"])
+
+
+def test_sweep_names_a_count_where_no_layout_fits():
+    # llama3-70b on one 8-GPU host fits no layout: the sweep says so in that row instead of failing
+    from interlink.plan.search import sweep
+
+    rows = sweep("llama3-70b", [8], "dgx-h100", global_batch=1024)
+    assert len(rows) == 1 and "fits the GPUs' memory" in rows[0]["error"], rows

@@ -287,6 +287,23 @@ def _mpi_launcher() -> str | None:
     return exe
 
 
+#: what the MPIs name their shared-memory files in /dev/shm (MPICH: mpich_shm_*, Intel MPI: sm_segment.*, Open MPI
+#: 5: vader/sm segments); a job killed by its timeout can leave them behind
+_MPI_SHM = ("mpich_shm_", "sm_segment", "vader_segment", "sm_segment.", "shm_segment")
+
+
+def shm_names() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+def shm_leftovers(before: set[str]) -> list[str]:
+    """The MPI shared-memory files in /dev/shm that were not there ``before``."""
+    return sorted(n for n in shm_names() - before if n.startswith(_MPI_SHM))
+
+
 def run_mpi(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLLECTIVES,
             timeout: float = 900, touch: bool = False, system: str = "mpich") -> list[dict]:
     """Run the sweep under MPI ``system``'s mpiexec (mpich, openmpi, intelmpi: :data:`MPIS`), each rank alone
@@ -302,14 +319,25 @@ def run_mpi(nranks: int, sizes: Sequence[int], collectives: Sequence[str] = COLL
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, **MPIS[system][2])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "mpi.json")
-        code = (f"from interlink.bench.peers import _mpi_worker; "
-                f"_mpi_worker({list(sizes)!r}, {list(collectives)!r}, {out!r}, {touch!r}, {system!r})")
-        subprocess.run([exe, "-n", str(nranks), *MPIS[system][1], py, "-c", code], check=True, timeout=timeout,
-                       env=env)
-        with open(out) as f:
-            return json.load(f)
+    before = shm_names()
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "mpi.json")
+            code = (f"from interlink.bench.peers import _mpi_worker; "
+                    f"_mpi_worker({list(sizes)!r}, {list(collectives)!r}, {out!r}, {touch!r}, {system!r})")
+            subprocess.run([exe, "-n", str(nranks), *MPIS[system][1], py, "-c", code], check=True, timeout=timeout,
+                           env=env)
+            with open(out) as f:
+                return json.load(f)
+    except BaseException:
+        # a job that failed or was killed by its timeout can leave its shared memory in /dev/shm (one that
+        # ends normally leaves none: MPICH 5.0.2, Open MPI 5.0.11, Intel MPI 2021.18): remove what appeared
+        for name in shm_leftovers(before):
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except OSError:
+                pass
+        raise
 
 
 # ---- interlink and MPICH in the same processes -------------------------------------------------

@@ -194,6 +194,10 @@ def sweep(model: Model | str, counts: Iterable[int], machine: str, *, global_bat
         except PlanError as exc:
             rows.append({"gpus": n, "error": str(exc)})
             continue
+        if not r.ranked:
+            rows.append({"gpus": n, "topology": spec, "error": f"none of the {r.considered} layouts fits the GPUs' "
+                         "memory: add GPUs, recomputation or ZeRO-3"})
+            continue
         p = r.best
         tps = p.tokens_per_s
         if base is None:
