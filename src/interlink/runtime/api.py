@@ -102,6 +102,8 @@ def _start(r: int, w: int, store: Any, server: Any, secret: bytes, master_addr: 
     except BaseException:
         store.close()
         if server is not None:  # after a rank conflict, the other ranks still read why from the store
+            if server.conflict is not None:
+                server.await_claims(w, 5.0)  # ranks still starting come to hear it, for a few seconds
             server.close(linger=2.0 if server.conflict is not None else 0.0)
         raise
     ctx = _Ctx(r, w, engine, store, server, float(timeout))

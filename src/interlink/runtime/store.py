@@ -392,6 +392,17 @@ class StoreServer:
                     self._clients -= 1
                     self._cond.notify_all()
 
+    def await_claims(self, world_size: int, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds until every rank below ``world_size`` has connected (claimed), so that
+        after a conflict the ranks still starting read why from this store before it closes."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._claims) < world_size and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
+
     def _claim(self, hello: bytes, addr: str) -> str | None:
         """With self._cond held: take the rank this client names (``rank R ... pid P host H``) for it; the
         message of a conflict when another process holds that rank (the store refuses everything after)."""
@@ -405,6 +416,8 @@ class StoreServer:
         field = {words[i]: words[i + 1] for i in range(2, len(words) - 1, 2)}
         me = (field.get("pid", "?"), field.get("host", "?"), addr)
         first = self._claims.setdefault(rank, me)
+        if first is me:
+            self._cond.notify_all()  # await_claims
         if first[:2] == me[:2] or self.conflict is not None:
             return None
         self.conflict = (
