@@ -233,6 +233,7 @@ class Engine:
         return peer in self.departed
 
     def _send_to(self, peer: int, data: bytes) -> None:
+        """One control frame to ``peer``, best effort: blocking for at most 0.5 s, errors ignored."""
         sock = self.controls.get(peer)
         if sock is None:
             return
@@ -258,20 +259,9 @@ class Engine:
         self._send_all(_frame(info))
 
     def _send_all(self, data: bytes) -> None:
-        for peer, sock in self.controls.items():
-            if peer in self.dead or peer in self.departed:
-                continue
-            try:
-                sock.setblocking(True)
-                sock.settimeout(0.5)
-                sock.sendall(data)
-            except OSError:
-                pass
-            finally:
-                try:
-                    sock.setblocking(False)
-                except OSError:
-                    pass
+        for peer in list(self.controls):
+            if peer not in self.dead and peer not in self.departed:
+                self._send_to(peer, data)
 
     # ---- data plane ----------------------------------------------------------------------------
     def nlanes(self, peer: int) -> int:
