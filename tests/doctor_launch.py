@@ -7,20 +7,13 @@ import os
 import pathlib
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
 
+from mp import free_port  # noqa: E402  (tests/ is on the path of every test module)
+
 JOB = str(pathlib.Path(__file__).with_name("doctor_job.py"))
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def run_job(scenario: str, dumps: pathlib.Path, n: int = 4, timeout: float = 2.0, no_dump: tuple = (),
