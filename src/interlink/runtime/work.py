@@ -177,8 +177,8 @@ class Runner:
         counts as the runner's while it runs them), instead of waking the runner thread and being woken
         back: an isend/irecv exchange of 4 bytes on 2 ranks 42 -> 24 us (benchmarks/RESULTS.md).
         Nothing is done unless the runner is idle (its lock free) and no job has left the queue without
-        finishing (one it took and has yet to run comes first), so the call order stays the queue's: the
-        check and the taking hold the queue's lock together (the runner takes jobs under it)."""
+        finishing, so the call order stays the queue's: jobs leave the queue only under the executor lock,
+        which this holds while it runs the batch (and its feed takes the p2p jobs behind it)."""
         if self.on_runner() or not self._exec.acquire(blocking=False):
             return
         me = threading.get_ident()
@@ -217,14 +217,21 @@ class Runner:
             _RUNNER_THREAD.pop(threading.get_ident(), None)
 
     def _serve(self) -> None:
+        # Jobs leave the queue only under the executor lock (here, in help() and in take_p2p, which the
+        # lock's holder calls): a job popped before taking the lock could wait for it while a thread in
+        # help() ran a p2p batch whose feed took the p2p jobs queued behind that job, ahead of it
+        # (tests/test_runtime_runner_order.py).
         while True:
             with self._cv:
                 while not self._q and not self._stop:
                     self._cv.wait()
                 if self._stop and not self._q:
                     return
-                job = self._q.popleft()
             with self._exec:
+                with self._cv:
+                    if not self._q:
+                        continue  # help() ran it meanwhile
+                    job = self._q.popleft()
                 if job.p2p is not None:
                     jobs = [job] + self.take_p2p()
                     try:
