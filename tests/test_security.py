@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pathlib
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -141,10 +144,11 @@ def _start(tmp_path, rank: int, world: int, port: int, value: float, calls: int,
     e = {k: v for k, v in os.environ.items() if k not in ("INTERLINK_SECRET", "RANK", "WORLD_SIZE")}
     e.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
              PYTHONPATH=SRC + os.pathsep + e.get("PYTHONPATH", ""), XDG_CONFIG_HOME=str(tmp_path / "cfg"))
+    pre = env.pop("_preexec", None)  # (not an environment variable)
     e.update(env)
     return subprocess.Popen([sys.executable, str(script), str(value), str(calls), str(pause)], env=e,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **(
-                                {"preexec_fn": env.pop("_preexec")} if "_preexec" in env else {}))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **({"preexec_fn": pre} if pre is not None else {}))
 
 
 def _out(p: subprocess.Popen, timeout: float = 60) -> dict:
@@ -253,7 +257,7 @@ def test_a_stranger_beside_interlink_run_is_refused(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a process of another user")
-def test_another_users_process_cannot_join(tmp_path):
+def test_another_users_process_cannot_join(request):
     """A process of another user (uid 65534) with no secret of its own: it cannot read this user's secret file,
     so it cannot join, on loopback, by any launcher's variables."""
     if not os.access(sys.executable, os.X_OK):  # pragma: no cover
@@ -265,7 +269,11 @@ def test_another_users_process_cannot_join(tmp_path):
         pytest.skip("another user cannot run this interpreter")
     if probe.returncode != 0:
         pytest.skip("another user cannot import numpy from this interpreter")
+    # pytest's tmp_path lies under a directory only this user can enter: the other user's script and home
+    # go in a directory it can reach (this user's secret file stays in its 0700 directory inside it)
+    tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="interlink-other-user-"))
     tmp_path.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(tmp_path, ignore_errors=True))
     port = free_port()
     r0 = _start(tmp_path, 0, 2, port, 1.0, 1, 0.0)
     other = tmp_path / "other"
