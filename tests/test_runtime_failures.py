@@ -289,7 +289,8 @@ def mesh_stranger(rank: int, world: int, silent: bool) -> dict:
     import interlink as dist
     from interlink.errors import AuthenticationError
     from interlink.runtime.store import StoreClient
-    from interlink.transport.wire import MAGIC, authenticate_client, secret_from_env
+    from interlink.launch.secret import secret_from_env
+    from interlink.transport.wire import MAGIC, authenticate_client
 
     refused: list[str] = []
 

@@ -19,9 +19,9 @@ from interlink.transport.wire import (
     authenticate_server,
     recv_exact_into,
     recv_frame,
-    secret_from_env,
     send_frame,
 )
+from interlink.launch.secret import secret_from_env
 
 
 @pytest.fixture

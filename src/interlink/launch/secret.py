@@ -43,7 +43,7 @@ from typing import Mapping, Optional
 
 from ..errors import AuthenticationError
 
-__all__ = ["job_secret", "parse_secret", "user_secret", "user_secret_path", "master_is_local", "launcher_job_id"]
+__all__ = ["job_secret", "parse_secret", "secret_from_env", "user_secret", "user_secret_path", "master_is_local", "launcher_job_id"]
 
 log = logging.getLogger("interlink")
 
@@ -62,6 +62,14 @@ def parse_secret(raw: str) -> bytes:
     if len(raw) % 2 == 0 and set(raw) <= _HEX:
         return bytes.fromhex(raw)
     return raw.encode("utf-8")
+
+
+def secret_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[bytes]:
+    """``INTERLINK_SECRET`` as bytes (:func:`parse_secret`), or ``None`` when it is not set: then
+    :func:`job_secret` decides (a per-user secret on one host; across hosts a refusal that says what to set),
+    never a secret derived from public values unless asked for."""
+    raw = (os.environ if environ is None else environ).get("INTERLINK_SECRET")
+    return parse_secret(raw) if raw else None
 
 
 def launcher_job_id(env: Mapping[str, str]) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence
 
 from ..errors import CommTimeoutError, InterlinkError, PeerLostError, RankConflictError
 from ..launch.secret import job_secret
-from ..transport.wire import secret_from_env
+from ..launch.secret import secret_from_env
 from .fastpath import FastPath
 from . import recorder
 from .group import Group, _Ctx, run_p2p_batch

@@ -1,7 +1,7 @@
 """The job's key-value store: a small authenticated server run by rank 0, and its client.
 
 Every connection runs the mutual HMAC handshake of :mod:`interlink.transport.wire` with the job secret
-(:func:`~interlink.transport.wire.secret_from_env`), so a process of another job, or a port scanner, is
+(:func:`~interlink.launch.secret.secret_from_env`), so a process of another job, or a port scanner, is
 refused without disturbing the job. :mod:`interlink.runtime.rendezvous` uses it to meet; torch's store
 plays the same part under the torch backend.
 

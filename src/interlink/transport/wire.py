@@ -52,7 +52,6 @@ __all__ = [
     "recv_exact_into",
     "authenticate_server",
     "authenticate_client",
-    "secret_from_env",
     "Throttled",
 ]
 
@@ -371,7 +370,6 @@ def authenticate_client(
 # --------------------------------------------------------------------------------------------
 # the job secret
 
-_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 class Throttled:
@@ -400,17 +398,3 @@ class Throttled:
         else:
             self._held += 1
             self._last = msg % args if args else msg
-
-
-def secret_from_env(environ: Mapping[str, str] | None = None) -> bytes | None:
-    """``INTERLINK_SECRET`` as bytes (an even-length hex string decoded, any other text as UTF-8), or ``None``
-    when it is not set. Where no secret is set, :func:`interlink.launch.secret.job_secret` decides (a per-user
-    secret on one host; across hosts a refusal that says what to set): never a secret derived from public
-    values unless asked for."""
-    env = os.environ if environ is None else environ
-    raw = env.get("INTERLINK_SECRET")
-    if not raw:
-        return None
-    if len(raw) % 2 == 0 and set(raw) <= _HEX:
-        return bytes.fromhex(raw)
-    return raw.encode("utf-8")
