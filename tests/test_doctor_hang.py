@@ -132,6 +132,17 @@ def test_interlink_trace(tmp_path_factory, tmp_path, capsys):
     merged = json.loads(out.read_text())["traceEvents"]
     assert len([e for e in merged if e.get("name") == "transfer"]) == 4 * 12
     assert {e["tid"] for e in merged if e.get("name") == "local"} == {1000, 1001, 1002, 1003}
+    # with the model: the simulator's rounds of the same ring Schedule beside the measured ones, each round
+    # with the slowest rank's measured time of it
+    assert main(["doctor", "trace", str(d), "-o", str(out)]) == 0
+    merged = json.loads(out.read_text())["traceEvents"]
+    sim = [e for e in merged if e.get("pid") == 2 and e.get("tid") == 1 and e["ph"] == "X"]
+    assert len(sim) == 2 * 6 and all(e["args"]["rounds"] == 6 and e["dur"] > 0 for e in sim)
+    assert all(e["args"]["measured_us"] > 0 and e["args"]["measured_over_simulated"] > 0 for e in sim)
+    for seq in (4, 5):  # the rounds follow each other from the moment the last rank entered the call
+        mine = sorted((e for e in sim if f"#{seq} " in e["name"]), key=lambda e: e["ts"])
+        assert [e["args"]["round"] for e in mine] == list(range(6))
+        assert all(b["ts"] >= a["ts"] + a["dur"] - 1e-6 for a, b in zip(mine, mine[1:]))
 
 
 def test_dead_rank(tmp_path_factory, capsys):

@@ -43,6 +43,60 @@ def _predict_us(op: str, nbytes: int, nranks: int, algorithm: str, topology: Opt
     return got
 
 
+def _simulate_rounds(op: str, nbytes: int, nranks: int, algorithm: str, topology: Optional[str],
+                     cache: dict) -> Optional[list[tuple[float, float]]]:
+    """(start, duration) in us of every round the simulator plays for the call's Schedule (the same
+    collective, bytes, ranks and algorithm on ``topology``, default this host), or None where it has none."""
+    key = (op, nbytes, nranks, algorithm, topology)
+    if key not in cache:
+        from ..sim.engine import simulate_collective
+
+        got = None
+        try:
+            r = simulate_collective(op, max(0, nbytes), topology or "this", algorithm=algorithm or None,
+                                    nranks=nranks)
+            got = [(ph.start_us + k * ph.round_us, ph.round_us) for ph in r.phases for k in range(ph.repeat)]
+        except Exception:  # noqa: BLE001 - a path the simulator has no Schedule for (the host page's)
+            got = None
+        cache[key] = got
+    return cache[key]
+
+
+def _simulated_rounds(ev: list, dumps: list[RankDump], entered: dict, info: dict, offs: dict, t0: float,
+                      topology: Optional[str]) -> None:
+    """Process "model", thread "simulated rounds": for each call whose rounds were traced (INTERLINK_TRACE)
+    and that every rank entered, the simulator's rounds of its Schedule from the moment the last rank
+    entered, each with the slowest rank's measured time of the same round beside it (``measured_us``) and
+    their ratio: the round where the run departs from the algorithm is the one whose ratio stands out."""
+    measured: dict[tuple, dict[int, float]] = defaultdict(dict)  # (call signature's group, seq) -> round -> us
+    for d in dumps:
+        for sig, seq, k, n, r0, _r1, r2, _s, _r in d.rounds or ():
+            for key in info:
+                if key[1] == seq and key[0] in str(sig).split():
+                    measured[key][k] = max(measured[key].get(k, 0.0), (r2 - r0) * 1e6)
+                    break
+    if not measured:
+        return
+    ev.append({"ph": "M", "pid": _PID_MODEL, "tid": 1, "name": "thread_name", "args": {"name": "simulated rounds"}})
+    cache: dict = {}
+    for key, rounds in sorted(measured.items(), key=lambda kv: max(entered[kv[0]].values())):
+        c, n = info[key]
+        ts = entered[key]
+        if len(ts) < n or c.nbytes < 0:
+            continue
+        sim = _simulate_rounds(c.op, c.nbytes, n, c.algorithm, topology, cache)
+        if not sim:
+            continue
+        start = max(ts.values())
+        for k, (s0, dur) in enumerate(sim):
+            m = rounds.get(k)
+            args = {"round": k, "rounds": len(sim), "simulated_us": dur}
+            if m is not None:
+                args.update(measured_us=m, measured_over_simulated=(m / dur) if dur > 0 else None)
+            ev.append({"ph": "X", "pid": _PID_MODEL, "tid": 1, "ts": start + s0, "dur": dur,
+                       "name": f"{key[0]} #{key[1]} round {k + 1}/{len(sim)} (simulated)", "args": args})
+
+
 def chrome_trace(dumps: list[RankDump], topology: Optional[str] = None, model: bool = True) -> dict[str, Any]:
     offs = clock_offsets(dumps)
     starts = [c.start - offs.get(d.rank, 0.0) for d in dumps for g in d.groups.values() for c in g.calls.values()
@@ -95,6 +149,7 @@ def chrome_trace(dumps: list[RankDump], topology: Optional[str] = None, model: b
                     ev.append({"ph": "X", "pid": _PID_MEASURED, "tid": tid, "ts": (a - off - t0) * 1e6,
                                "dur": (b - a) * 1e6, "name": name, "args": args})
     if model:
+        _simulated_rounds(ev, dumps, entered, info, offs, t0, topology)
         ev.append({"ph": "M", "pid": _PID_MODEL, "tid": 0, "name": "thread_name", "args": {"name": "predicted"}})
         cache: dict = {}
         for key, ts in sorted(entered.items(), key=lambda kv: max(kv[1].values())):
