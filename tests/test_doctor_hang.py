@@ -127,11 +127,18 @@ def test_interlink_trace(tmp_path_factory, tmp_path, capsys):
         assert sum(e["args"]["bytes_sent"] for e in rounds) == 2 * 6 * (1 << 20) // 4
         transfer = [e for e in ev if e.get("name") == "transfer"]
         assert len(transfer) == 12 and all(e["dur"] > 0 for e in transfer)
+        # each round's transfer per peer and lane: a ring round sends to the next rank, receives from the last
+        names = {e["tid"]: e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+        ops = [e for e in ev if e["ph"] == "X" and names.get(e["tid"], "").startswith(("send ", "recv "))]
+        assert {names[e["tid"]] for e in ops} == {f"send to rank {(r + 1) % 4} lane 0",
+                                                  f"recv from rank {(r - 1) % 4} lane 0"}
+        assert len(ops) == 2 * 12 and all(e["args"]["bytes"] == (1 << 20) // 4 for e in ops)  # a quarter of 1 MiB
     out = tmp_path / "t.json"
     assert main(["doctor", "trace", str(d), "-o", str(out), "--no-model"]) == 0
     merged = json.loads(out.read_text())["traceEvents"]
     assert len([e for e in merged if e.get("name") == "transfer"]) == 4 * 12
     assert {e["tid"] for e in merged if e.get("name") == "local"} == {1000, 1001, 1002, 1003}
+    assert len([e for e in merged if e["ph"] == "X" and e["name"].startswith(("send to", "recv from"))]) == 4 * 24
     # with the model: the simulator's rounds of the same ring Schedule beside the measured ones, each round
     # with the slowest rank's measured time of it
     assert main(["doctor", "trace", str(d), "-o", str(out)]) == 0

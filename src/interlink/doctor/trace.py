@@ -22,6 +22,7 @@ from .hang import clock_offsets
 
 _PID_MEASURED, _PID_MODEL = 1, 2
 _ROUNDS = 1000  # thread ids of the ranks' round tracks: 1000 + rank
+_LANES = 2000  # thread ids of their transfers per peer and lane: 2000 + 100 * rank + k
 
 
 def _predict_us(op: str, nbytes: int, nranks: int, algorithm: str, topology: Optional[str],
@@ -70,7 +71,7 @@ def _simulated_rounds(ev: list, dumps: list[RankDump], entered: dict, info: dict
     their ratio: the round where the run departs from the algorithm is the one whose ratio stands out."""
     measured: dict[tuple, dict[int, float]] = defaultdict(dict)  # (call signature's group, seq) -> round -> us
     for d in dumps:
-        for sig, seq, k, n, r0, _r1, r2, _s, _r in d.rounds or ():
+        for sig, seq, k, n, r0, _r1, r2, _s, _r, *_ops in d.rounds or ():
             for key in info:
                 if key[1] == seq and key[0] in str(sig).split():
                     measured[key][k] = max(measured[key].get(k, 0.0), (r2 - r0) * 1e6)
@@ -139,8 +140,20 @@ def chrome_trace(dumps: list[RankDump], topology: Optional[str] = None, model: b
         ev.append({"ph": "M", "pid": _PID_MEASURED, "tid": tid, "name": "thread_name",
                    "args": {"name": f"rank {d.rank} rounds"}})
         off = offs.get(d.rank, 0.0)
-        for sig, seq, k, n, r0, r1, r2, sent, received in d.rounds:
+        lane_tids: dict = {}
+        for sig, seq, k, n, r0, r1, r2, sent, received, *more in d.rounds:
             args = {"call": sig, "seq": seq, "round": k, "rounds": n, "bytes_sent": sent, "bytes_received": received}
+            for kind, peer, lane, nb, te in (more[0] if more else ()):  # each op of the round: peer and lane
+                lname = f"rank {d.rank} {kind} {'to' if kind == 'send' else 'from'} rank {peer} lane {lane}"
+                ltid = lane_tids.get(lname)
+                if ltid is None:  # a thread per (rank, direction, peer, lane)
+                    ltid = lane_tids[lname] = _LANES + 100 * d.rank + len(lane_tids)
+                    ev.append({"ph": "M", "pid": _PID_MEASURED, "tid": ltid, "name": "thread_name",
+                               "args": {"name": lname}})
+                ev.append({"ph": "X", "pid": _PID_MEASURED, "tid": ltid, "ts": (r0 - off - t0) * 1e6,
+                           "dur": max(0.0, te - r0) * 1e6,
+                           "name": f"{kind} {'to' if kind == 'send' else 'from'} rank {peer} lane {lane}",
+                           "args": {**args, "bytes": nb}})
             base = (r0 - off - t0) * 1e6
             ev.append({"ph": "X", "pid": _PID_MEASURED, "tid": tid, "ts": base, "dur": (r2 - r0) * 1e6,
                        "name": f"#{seq} round {k + 1}/{n}", "args": args})

@@ -106,6 +106,9 @@ class Engine:
         self.waiting: Optional[list[Op]] = None
         self.at: Optional[tuple[int, int, int]] = None
         self.trace: Optional[list] = None  # INTERLINK_TRACE: the executor appends each round's phases here
+        # INTERLINK_TRACE: while the executor runs a round, a list that gets (kind, peer, lane, bytes, end
+        # time) of every op as it completes (the round's transfer per peer and lane); else None
+        self.trace_ops: Optional[list] = None
         self.dead: set[int] = set()
         self.departed: set[int] = set()
         self.pongs: dict[int, dict] = {}  # answers to this rank's last probe()
@@ -350,6 +353,7 @@ class Engine:
     def _run(self, pending: list[Op], deadline: float, feed: Optional[Callable[[], list[Op]]]) -> None:
         lanes = self.lanes
         self._check_lanes(pending)
+        tops = self.trace_ops
         spins = 0
         sleep = 2e-5
         last_ctrl = time.monotonic()
@@ -367,6 +371,8 @@ class Engine:
                 done = ch.progress_send(op) if op.kind == "send" else ch.progress_recv(op)
                 if done:
                     progressed = True
+                    if tops is not None:
+                        tops.append((op.kind, op.peer, op.lane, op.data.size, time.perf_counter()))
                 else:
                     if op.offset != before:
                         progressed = True

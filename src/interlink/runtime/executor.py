@@ -308,9 +308,12 @@ def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: i
                 else:
                     ops.append(Op("recv", peer, B[b][lo:hi], seq, 0, sigb, reducer if mode == REDUCE else None,
                                   0, lane))
+            if tr is not None:
+                engine.trace_ops = tops = []
             engine.run(ops, deadline)
             if tr is not None:
                 t1 = perf_counter()
+                engine.trace_ops = None
             if deferred:
                 for dst, tmp in deferred:
                     reducer(dst, tmp)
@@ -327,6 +330,7 @@ def execute(plan: Plan, engine: Engine, inp: np.ndarray, out: np.ndarray, seq: i
             _local(T, fn, *loc)
         if tr is not None:
             tr.append((sigb, seq, k, nrounds, t0, t1 if sends or recvs else t0, perf_counter(),
-                       sum(x[3] - x[2] for x in sends), sum(x[3] - x[2] for x in recvs)))
+                       sum(x[3] - x[2] for x in sends), sum(x[3] - x[2] for x in recvs),
+                       tops if sends or recvs else []))
     if plan.avg:
         finish_avg(out, plan.nranks)

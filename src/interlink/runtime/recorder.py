@@ -338,8 +338,11 @@ def snapshot(reason: str, ctx: Any = None) -> dict:
     tr = getattr(eng, "trace", None)
     if tr:
         off = now_wall - now_pc
-        out["rounds"] = [[sig.decode(errors="replace"), seq, k, n, t0 + off, t1 + off, t2 + off, sent, received]
-                         for sig, seq, k, n, t0, t1, t2, sent, received in list(tr)]
+        # each round: [sig, seq, round, rounds, start, transfer end, end, bytes sent, bytes received,
+        # [[kind, peer, lane, bytes, end], ...] of its ops (wall clock)]
+        out["rounds"] = [[sig.decode(errors="replace"), seq, k, n, t0 + off, t1 + off, t2 + off, sent, received,
+                          [[kind, peer, lane, nb, te + off] for kind, peer, lane, nb, te in ops]]
+                         for sig, seq, k, n, t0, t1, t2, sent, received, ops in list(tr)]
     return out
 
 
@@ -401,8 +404,17 @@ def write_chrome_trace(dump_path: str) -> str:
             ev.append(e)
     rt = len(d.get("groups", [])) + 1
     ev.append({"ph": "M", "pid": rank, "tid": rt, "name": "thread_name", "args": {"name": "rounds"}})
-    for sig, seq, k, n, t0, t1, t2, sent, received in d.get("rounds", []):
+    lane_tids: dict = {}
+    for sig, seq, k, n, t0, t1, t2, sent, received, *more in d.get("rounds", []):
         args = {"call": sig, "seq": seq, "round": k, "rounds": n, "bytes_sent": sent, "bytes_received": received}
+        for kind, peer, lane, nb, te in (more[0] if more else ()):  # the transfer per peer and lane
+            name = f"{kind} {'to' if kind == 'send' else 'from'} rank {peer} lane {lane}"
+            tid = lane_tids.get(name)
+            if tid is None:
+                tid = lane_tids[name] = rt + 1 + len(lane_tids)
+                ev.append({"ph": "M", "pid": rank, "tid": tid, "name": "thread_name", "args": {"name": name}})
+            ev.append({"ph": "X", "pid": rank, "tid": tid, "ts": t0 * 1e6, "dur": max(0.0, te - t0) * 1e6,
+                       "name": f"round {k + 1}/{n} of #{seq}: {nb} B", "args": {**args, "bytes": nb}})
         ev.append({"ph": "X", "pid": rank, "tid": rt, "ts": t0 * 1e6, "dur": (t2 - t0) * 1e6,
                    "name": f"#{seq} round {k + 1}/{n}", "args": args})
         if t1 > t0:
