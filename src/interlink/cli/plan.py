@@ -5,11 +5,15 @@
     interlink plan --model gpt3-175b --topology dgx-a100 --gpus 1024 --global-batch 1536   # search, top 10
     interlink plan --model llama3-70b --topology dgx-h100 --sweep-gpus 8,64,512,4096 --global-batch 1024 --plot s.png
     interlink plan --model layers=32,hidden=4096,heads=32,seq=4096,vocab=50257 --topology 2xdgx-h100 --tp 8 --json
+    interlink plan --model layers=4,hidden=256,heads=4,seq=128,vocab=2048 --topology this --ranks 4 --zero 3 \
+        --micro-batch 4 --backend gloo                 # this host's CPU ranks: torch FSDP2 over gloo
 
 With parallel degrees (--tp/--pp/--dp/--cp/--ep) the layout is priced; the data-parallel degree fills
 --gpus when it is not given. Without degrees, every feasible layout on --gpus GPUs (default: all of the
 topology's) is priced and the ten fastest that fit are ranked. A topology that names one machine
-(``dgx-h100``) grows to as many of them as --gpus needs. docs/plan.md describes the model and its sources.
+(``dgx-h100``) grows to as many of them as --gpus needs. ``--topology this`` on a machine without GPUs
+plans torch's DDP (--zero 0) or FSDP2 (--zero 3) on CPU ranks of this host (plan/host.py). docs/plan.md
+describes the model and its sources.
 """
 
 from __future__ import annotations
@@ -82,6 +86,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--sweep-gpus", default=None, metavar="N,N,...", help="the best layout at each GPU count")
     p.add_argument("--plot", default=None, metavar="FILE", help="with --sweep-gpus: draw the scaling curve (PNG)")
     p.add_argument("--trace", default=None, metavar="FILE", help="write a Chrome/Perfetto trace of one step")
+    p.add_argument("--backend", default="interlink", choices=("interlink", "gloo"),
+                   help="--topology this without GPUs: torch.distributed's backend (default interlink)")
+    p.add_argument("--bucket-mb", type=float, default=25.0, metavar="MB",
+                   help="--topology this without GPUs: DDP's bucket_cap_mb (default 25, torch's)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="--topology this without GPUs: measure this host's compute rates again (else the stored "
+                        "ones; measured once, a few seconds, when there are none)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
     return p
@@ -145,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
                          global_batch=gb or _default_batch(model), dtype=args.dtype, progress=prog,
                          **_space(args))
             return _print_sweep(args, model, rows)
+        if args.topology in ("this", "local", "host") and _cpu_host():
+            return _run_host(args, model, given, gb, prog)
         gpus = args.gpus
         topo_spec = _topology(args.topology, gpus)
         ctx = Context.of(topo_spec, prog, args.memory)
@@ -182,6 +195,70 @@ def run(args: argparse.Namespace) -> int:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"interlink plan: {msg}", file=sys.stderr)
         return 2
+
+
+def _cpu_host() -> bool:
+    """Whether this machine's topology has no GPUs (its plan is the CPU host's: plan/host.py)."""
+    from ..model.cost import resolve_topology
+
+    return not any(d.kind == "gpu" for d in resolve_topology("this").devices)
+
+
+def _run_host(args: argparse.Namespace, model: Any, given: dict, gb: int, prog: Any) -> int:
+    """``--topology this`` on a machine without GPUs: DDP or FSDP2 on CPU ranks of this host."""
+    from ..plan import PlanError
+    from ..plan.host import host_compute, plan_host
+
+    for d in ("tp", "pp", "cp", "ep"):
+        if given.get(d, 1) != 1:
+            raise PlanError(f"--{d} on this host: its CPU ranks are data parallel only (DDP: --zero 0, FSDP: --zero 3)")
+    zero = 0 if args.zero is None else args.zero
+    if zero not in (0, 3):
+        raise PlanError(f"--zero {zero} on this host: plans torch's DDP (--zero 0) or FSDP2 (--zero 3)")
+    if args.sweep_gpus:
+        raise PlanError("--sweep-gpus needs a machine to repeat: --topology dgx-h100 (or dgx-a100, ...)")
+    ranks = given.get("dp") or args.gpus
+    if ranks is None:
+        from ..plan.host import host_cores
+
+        ranks = host_cores()
+    if args.gpus is not None and ranks != args.gpus:
+        raise PlanError(f"--gpus {args.gpus} and --dp {ranks} differ: give one of them")
+    mb = args.micro_batch or 1
+    if gb and gb != ranks * mb:
+        raise PlanError(f"--global-batch {gb} on this host must be ranks {ranks} x --micro-batch {mb} = {ranks * mb} "
+                        f"(no gradient accumulation): drop --global-batch")
+    hc = host_compute(model, mb, ranks=(ranks,), recalibrate=args.recalibrate, progress=prog)
+    result = plan_host(model, ranks, system="ddp" if zero == 0 else "fsdp", backend=args.backend, micro_batch=mb,
+                       bucket_mb=args.bucket_mb, compute=hc)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    o = sys.stdout
+    st = result.stage
+    o.write(f"# interlink plan: {model.name or model.spec()} ({model.params() / 1e6:.1f}M parameters), "
+            f"{'DDP' if zero == 0 else 'FSDP2'} over {args.backend} on {ranks} CPU ranks of {result.topology}\n")
+    o.write(f"step          {_fmt_s(result.step_s)}  (micro-batch {mb} a rank, fp32, AdamW)\n")
+    o.write(f"tokens/s      {result.tokens_per_s:,.0f}\n")
+    o.write(f"GFLOPS/rank   {result.tflops_per_gpu * 1e3:.1f} (model FLOPs)\n")
+    mem = result.memory_gib
+    o.write(f"memory/rank   {mem['total'] * 1024:.0f} MiB: weights {mem['weights'] * 1024:.0f}, gradients "
+            f"{mem['gradients'] * 1024:.0f}, optimizer {mem['optimizer'] * 1024:.0f}, activations "
+            f"{mem['activations'] * 1024:.0f}\n")
+    o.write(f"#\n# breakdown of the step (seconds, share); compute: GEMMs {st['gemm_s']:.4f}, attention "
+            f"{st['attention_s']:.4f}, memory-bound kernels {st['elementwise_s']:.4f}\n")
+    for k, v in result.breakdown.items():
+        if v > 0 and k not in ("forward", "backward"):
+            o.write(f"  {k:<12} {v:10.4f}  {v / result.step_s:6.1%}\n")
+    o.write("#\n# collectives (per call; the path the runtime takes on this host)\n")
+    o.write(f"# {'collective':<15} {'bytes':>12} {'algorithm':<14} {'transport':<12} {'time':>11} {'calls':>6} "
+            f"{'exposed':>10}\n")
+    for c in result.collectives:
+        o.write(f"  {c['collective']:<15} {c['bytes']:>12,} {c['algorithm']:<14} {c['protocol']:<12} "
+                f"{_fmt_s(c['time_us'] * 1e-6):>11} {c['per_step']:6.0f} {_fmt_s(c['exposed_s']):>10}\n")
+    for n in result.notes:
+        o.write(f"# note: {n}\n")
+    return 0
 
 
 def _default_batch(model: Any, dp: int = 1, mb: int = 1) -> int:

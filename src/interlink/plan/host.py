@@ -1,0 +1,666 @@
+"""The plan of a training step on this host: CPU ranks training a transformer with torch (fp32, AdamW,
+one thread a rank), data parallel with DDP or FSDP2, over ``backend="interlink"`` or gloo.
+
+    from interlink.plan.host import plan_host
+    r = plan_host("layers=4,hidden=256,heads=4,seq=128,vocab=2048", 4, system="fsdp", backend="interlink",
+                  micro_batch=4)
+    r.step_s, r.breakdown, r.collectives
+
+``interlink plan --topology this`` on a machine without GPUs (``--zero 0`` DDP, ``--zero 3`` FSDP).
+benchmarks/plan_host.py trains the same model with real processes and prints measured next to this.
+
+Compute, per rank, from the model's FLOPs (plan/job.py: Narayanan et al. 2021's formulas) at rates
+measured on this host (:class:`HostCompute`, :func:`calibrate`, a few seconds, kept next to the host
+profile): each weight GEMM of the layer and the output layer at its own shape (M = micro-batch x seq
+tokens), forward and backward (dX, dW and the bias's gradient) timed apart, in GFLOP/s; the other kernels
+a step runs, each timed at the model's shape, forward and backward: the attention core
+(``scaled_dot_product_attention``, causal, with the split into heads and back), layer norm, GeLU, the
+residual add, the embedding, the fp32 cross-entropy over the vocabulary, and torch's AdamW over the
+model's parameter tensors; DDP's bucket copies (24 bytes a parameter) and FSDP2's copies into and out of
+its collectives at the copy bandwidth measured at the gradients' size. One torch thread a rank (as
+torchrun's OMP_NUM_THREADS=1), timed in the thread's CPU time: a core's rate. Ranks beyond this host's
+cores (``os.sched_getaffinity``) share them: a rank's compute takes ``ranks / cores`` times as long.
+
+Communication: DDP's buckets (torch's: the first 1 MiB, then ``bucket_mb``, filled in the order the
+backward produces gradients) each an all_reduce; FSDP2's per-block all_gather of the parameters
+(forward, and again in the backward: ``reshard_after_forward``) and reduce_scatter of the gradients, the
+root's once. Each is priced by :func:`interlink.model.predict` on this host's CPU topology with the
+calibrated host profile (``interlink bench --calibrate``), on the path the interlink runtime takes: the
+host page's (:func:`interlink.algorithms.hostpath.host_path`, the runtime's own choice) where it takes
+one, else the tuner's (the model's fastest). gloo: a ring over loopback TCP (gloo's all_reduce is a
+ring; its all_gather too) on the host model's TCP parameters (``host.tcp.*``).
+
+Overlap, as the two backends do on CPU: a collective runs under the backward only where the host has a
+core to spare for it (at least two cores a rank: interlink's rule for running CPU collectives on its
+runner thread, ``backends.torch.cores_scarce``; gloo's worker threads need the same core). Without one,
+every collective is exposed (interlink runs them inline; gloo's thread takes the core from the
+backward). With one, DDP's buckets go as they fill (the last exposed, never less than it), FSDP's
+gathers one block ahead.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+from .job import Model, PlanError, parse_model
+from .layout import Layout
+from .step import GIB, StepPlan
+
+__all__ = ["HostCompute", "calibrate", "host_compute", "plan_host", "host_cores", "compute_path",
+           "DDP_BUCKET_BYTES", "SYSTEMS", "BACKENDS"]
+
+SYSTEMS = ("ddp", "fsdp")
+BACKENDS = ("interlink", "gloo")
+F32 = 4
+#: DDP (gradient_as_bucket_view=False, torch's default): each gradient copied into its bucket (r+w 8),
+#: the bucket divided by the world size (8), copied back into the gradient (8)
+DDP_BUCKET_BYTES = 24.0
+#: DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
+FIRST_BUCKET = 1 << 20
+
+
+def host_cores() -> int:
+    """The cores this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def compute_path() -> str:
+    """Where this host's compute rates are kept: INTERLINK_HOST_COMPUTE, else next to the host profile
+    (``~/.cache/interlink/host_compute.json``)."""
+    env = os.environ.get("INTERLINK_HOST_COMPUTE")
+    if env:
+        return os.path.expanduser(env)
+    from ..model.params import profile_path
+
+    return os.path.join(os.path.dirname(profile_path()), "host_compute.json")
+
+
+# ---- the shapes a step computes --------------------------------------------------------------------
+
+
+def gemm_shapes(model: Model, b: int) -> list[tuple[int, int, int, int]]:
+    """(M, K, N, count) of every weight GEMM of a step's forward, M = b x seq tokens: per layer QKV,
+    output projection, the MLP's matrices; the output layer (tied: x @ E^T)."""
+    M, h = b * model.seq, model.hidden
+    out = {}
+    for k, n, c in ((h, h + 2 * model.kv_dim, 1), (h, h, 1), (h, model.f, model.mats - 1), (model.f, h, 1)):
+        out[(M, k, n)] = out.get((M, k, n), 0) + c * model.layers
+    out[(M, h, model.vocab)] = out.get((M, h, model.vocab), 0) + 1
+    return [(m, k, n, c) for (m, k, n), c in out.items()]
+
+
+def attention_shape(model: Model, b: int) -> tuple[int, int, int, int]:
+    """(b, heads, seq, head size) of the attention core."""
+    return (b, model.heads, model.seq, model.hidden // model.heads)
+
+
+def _key(*xs: int) -> str:
+    return "x".join(str(int(x)) for x in xs)
+
+
+def param_shapes(model: Model) -> list[tuple[int, ...]]:
+    """The parameter tensors of the GPT stack the plan prices (benchmarks/plan_host.py builds it): per block
+    two layer norms (weight, bias), QKV, the output projection and the MLP's matrices (weight, bias); the
+    tied embedding and the final layer norm."""
+    h, f, q = model.hidden, model.f, model.hidden + 2 * model.kv_dim
+    block = [(h,), (h,), (q, h), (q,), (h, h), (h,), (h,), (h,)] + [(f, h), (f,)] * (model.mats - 1) + [(h, f), (h,)]
+    return [(model.vocab, h)] + block * model.layers + [(h,), (h,)]
+
+
+def torch_params(model: Model) -> int:
+    """The parameters of the torch model (:func:`param_shapes`: every bias and layer norm counted)."""
+    return sum(math.prod(s) for s in param_shapes(model))
+
+
+def block_params(model: Model) -> int:
+    """The parameters of one block of the torch model."""
+    return (torch_params(model) - model.vocab * model.hidden - 2 * model.hidden) // model.layers
+
+
+def kernel_shapes(model: Model, b: int) -> dict[str, tuple[int, ...]]:
+    """The kernels besides the weight GEMMs a step runs, each at the model's shape (M = b x seq tokens)."""
+    M, h = b * model.seq, model.hidden
+    return {"attention": attention_shape(model, b), "layer_norm": (M, h), "gelu": (M, model.f), "add": (M, h),
+            "cross_entropy": (M, model.vocab), "embedding": (M, model.vocab, h),
+            "adamw": (torch_params(model),),
+            "framework": (model.layers, h, model.heads, model.seq, model.vocab, model.f, b)}
+
+
+@dataclass
+class HostCompute:
+    """Compute rates of this host, one torch thread, measured by :func:`calibrate`: GFLOP/s of each GEMM
+    shape (``MxKxN``: forward, backward = dX + dW + the bias gradient), seconds of each other kernel at its
+    shape (``name:shape``: forward, backward), copy bandwidth GB/s at the size (bytes) of the gradients."""
+
+    gemm: dict[str, dict[str, float]] = field(default_factory=dict)
+    kernels: dict[str, dict[str, float]] = field(default_factory=dict)
+    copy_gbps: dict[str, float] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+    @property
+    def source(self) -> str:
+        m = self.meta
+        return f"measured on {m.get('host', '?')} {m.get('date', '?')} (torch {m.get('torch', '?')}, 1 thread)" + \
+            (f", {self.path}" if self.path else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"interlink_host_compute": 2, "gemm": self.gemm, "kernels": self.kernels,
+                "copy_gbps": self.copy_gbps, "meta": self.meta}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], path: str = "") -> "HostCompute":
+        return cls(dict(d.get("gemm", {})), dict(d.get("kernels", {})), dict(d.get("copy_gbps", {})),
+                   dict(d.get("meta", {})), path)
+
+    def kernel(self, name: str, shape: tuple[int, ...]) -> dict[str, float]:
+        return self.kernels[f"{name}:{_key(*shape)}"]
+
+    def has(self, model: Model, b: int) -> bool:
+        return all(_key(m, k, n) in self.gemm for m, k, n, _ in gemm_shapes(model, b)) and \
+            all(f"{k}:{_key(*v)}" in self.kernels for k, v in kernel_shapes(model, b).items()
+                if k != "framework") and \
+            str(torch_params(model) * F32) in self.copy_gbps
+
+    def bandwidth(self, nbytes: float) -> float:
+        """Copy bandwidth (bytes/s) at the measured size nearest ``nbytes`` (log scale)."""
+        if not self.copy_gbps:
+            raise PlanError("no copy bandwidth measured: run the calibration (interlink plan --topology this "
+                            "--recalibrate)")
+        best = min(self.copy_gbps, key=lambda k: abs(math.log(max(1.0, float(k)) / max(1.0, nbytes))))
+        return self.copy_gbps[best] * 1e9
+
+
+# ---- measuring (torch, one thread) -----------------------------------------------------------------
+
+
+def build_gpt(layers: int, hidden: int, heads: int, seq: int, vocab: int, ffn: int = 0) -> Any:
+    """The torch model the plan prices: a pre-norm GPT stack whose FLOPs are :class:`Model`'s (each block
+    LayerNorm, QKV, causal ``scaled_dot_product_attention``, output projection, residual add; LayerNorm,
+    GeLU MLP, residual add; the output layer tied to the embedding; no position embedding, which adds no
+    FLOPs the planner counts). ``forward(idx, target)`` returns the cross-entropy loss."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    f = ffn or 4 * hidden
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1 = nn.LayerNorm(hidden)
+            self.qkv = nn.Linear(hidden, 3 * hidden)
+            self.proj = nn.Linear(hidden, hidden)
+            self.ln2 = nn.LayerNorm(hidden)
+            self.fc1 = nn.Linear(hidden, f)
+            self.fc2 = nn.Linear(f, hidden)
+
+        def forward(self, x: Any) -> Any:
+            b, s, h = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(h, dim=-1)
+            q, k, v = (t.view(b, s, heads, h // heads).transpose(1, 2) for t in (q, k, v))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(vocab, hidden)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln_f = nn.LayerNorm(hidden)
+
+        def forward(self, idx: Any, target: Any) -> Any:
+            x = self.emb(idx)
+            for blk in self.blocks:
+                x = blk(x)
+            logits = self.ln_f(x) @ self.emb.weight.t()
+            return F.cross_entropy(logits.view(-1, vocab), target.view(-1))
+
+    return GPT()
+
+
+def _framework(model: Model, b: int, ranks: int, reps: int) -> dict[str, float]:
+    """DDP's and FSDP2's own work a step on ``ranks`` ranks (hooks, bucket copies; FSDP2's DTensor
+    parameters, its copies into and out of its collectives, AdamW on its shards), measured as each wrapper's
+    step in this process on torch's fake process group of ``ranks`` ranks (collectives that return at once:
+    everything but the communication) less the same model's plain step, in the process's CPU time, the
+    systems taking turns. Nothing when torch.distributed is already initialised in this process or torch
+    has no fake process group."""
+    import torch
+    import torch.distributed as dist
+
+    try:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+    except ImportError:  # pragma: no cover - a torch without it
+        return {}
+    if not dist.is_available() or dist.is_initialized():
+        return {}
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=ranks)
+    try:
+        torch.manual_seed(0)
+        idx = torch.randint(0, model.vocab, (b, model.seq))
+        tgt = torch.randint(0, model.vocab, (b, model.seq))
+
+        def make(kind: str) -> Any:
+            net = build_gpt(model.layers, model.hidden, model.heads, model.seq, model.vocab, model.f)
+            if kind == "ddp":
+                net = DDP(net)
+            elif kind == "fsdp":
+                mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")
+                for blk in net.blocks:
+                    fully_shard(blk, mesh=mesh)
+                fully_shard(net, mesh=mesh)
+            return net, torch.optim.AdamW(net.parameters(), lr=1e-4)
+
+        systems = {k: make(k) for k in ("plain", "ddp", "fsdp")}
+        times: dict[str, list[float]] = {k: [] for k in (*systems, "plain_opt")}
+        for r in range(reps + 2):  # taking turns; the first two rounds warm up
+            for k, (net, opt) in systems.items():
+                c0 = time.process_time()
+                opt.zero_grad(set_to_none=True)
+                net(idx, tgt).backward()
+                c1 = time.process_time()
+                opt.step()
+                if r >= 2:
+                    times[k].append(time.process_time() - c0)
+                    if k == "plain":
+                        times["plain_opt"].append(time.process_time() - c1)
+        med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+        # FSDP2's AdamW runs on the shards (1 / ranks of the parameters), which the plan prices apart (AdamW's
+        # measured time at that share): its own work is the rest
+        fsdp_own = med["fsdp"] - (med["plain"] - med["plain_opt"]) - med["plain_opt"] / ranks
+        return {"plain_step_s": med["plain"], "plain_optimizer_s": med["plain_opt"],
+                "ddp_s": max(0.0, med["ddp"] - med["plain"]), "fsdp_s": max(0.0, fsdp_own)}
+    finally:
+        dist.destroy_process_group()
+
+
+def calibrate(model: Model, b: int, into: Optional[HostCompute] = None, *, reps: int = 7,
+              ranks: tuple[int, ...] = (2, 4), progress: Optional[Callable[[str], None]] = None) -> HostCompute:
+    """Measure this host's rates at the shapes of ``model`` with micro-batch ``b`` (a few seconds), one
+    torch thread as the ranks run; median of ``reps`` timings each, in the thread's CPU time (what a core
+    does, whatever else runs on the host); DDP's and FSDP2's own work at each of ``ranks``. Adds to
+    ``into``."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:  # pragma: no cover - torch is in the test extras
+        raise PlanError("measuring this host's compute needs torch: pip install torch") from None
+    hc = into or HostCompute()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        def med(fn: Callable[[], Any]) -> float:
+            # the thread's CPU time: a core's rate, not the share of it other processes leave (a shared host)
+            fn()
+            ts = []
+            for _ in range(reps):
+                t0 = time.thread_time()
+                fn()
+                ts.append(time.thread_time() - t0)
+            ts.sort()
+            return ts[len(ts) // 2]
+
+        def fwd_bwd(name: str, shape: tuple[int, ...], make: Callable[[], tuple], fn: Callable[..., Any]) -> None:
+            """Time ``fn(*inputs)`` forward (recording for autograd, as in training) and forward + backward;
+            store the forward and the difference."""
+            if progress:
+                progress(f"{name} {_key(*shape)}")
+            ins = make()
+
+            def f():
+                return fn(*ins)
+
+            out = fn(*ins)
+            g = torch.randn_like(out) if out.dim() else None
+
+            def fb():
+                fn(*ins).backward(g)
+
+            tf, tfb = med(f), med(fb)
+            hc.kernels[f"{name}:{_key(*shape)}"] = {"forward_s": tf, "backward_s": max(0.0, tfb - tf)}
+
+        for M, K, N, _ in gemm_shapes(model, b):
+            if progress:
+                progress(f"GEMM {M}x{K}x{N}")
+            x, w, bias, g = torch.randn(M, K), torch.randn(N, K), torch.randn(N), torch.randn(M, N)
+            fl = 2.0 * M * K * N
+            tf = med(lambda: torch.addmm(bias, x, w.t()))  # nn.Linear's forward
+            tb = med(lambda: (g.mm(w), g.t().mm(x), g.sum(0)))  # its backward: dX, dW, the bias's gradient
+            hc.gemm[_key(M, K, N)] = {"forward_gflops": fl / tf / 1e9, "backward_gflops": 2 * fl / tb / 1e9}
+        ks = kernel_shapes(model, b)
+        B, A, S, D = ks["attention"]
+
+        def attn(qkv):  # the block's split into heads, the causal attention, the output back to (b, s, h)
+            q, k, v = (t.view(B, S, A, D).transpose(1, 2) for t in qkv.split(A * D, dim=-1))
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, S, A * D)
+
+        fwd_bwd("attention", ks["attention"], lambda: (torch.randn(B, S, 3 * A * D, requires_grad=True),), attn)
+        M, h = ks["layer_norm"]
+        fwd_bwd("layer_norm", ks["layer_norm"], lambda: (torch.randn(M, h, requires_grad=True),
+                                                         torch.ones(h, requires_grad=True),
+                                                         torch.zeros(h, requires_grad=True)),
+                lambda x, w, bb: F.layer_norm(x, (h,), w, bb))
+        fwd_bwd("gelu", ks["gelu"], lambda: (torch.randn(*ks["gelu"], requires_grad=True),), F.gelu)
+        fwd_bwd("add", ks["add"], lambda: (torch.randn(M, h, requires_grad=True), torch.randn(M, h, requires_grad=True)),
+                torch.add)
+        Mv, V = ks["cross_entropy"]
+        tgt = torch.randint(0, V, (Mv,))
+        fwd_bwd("cross_entropy", ks["cross_entropy"], lambda: (torch.randn(Mv, V, requires_grad=True),),
+                lambda z: F.cross_entropy(z, tgt))
+        _, Ve, he = ks["embedding"]
+        ids = torch.randint(0, Ve, (M,))
+        fwd_bwd("embedding", ks["embedding"], lambda: (torch.randn(Ve, he, requires_grad=True),),
+                lambda wt: F.embedding(ids, wt))
+        if progress:
+            progress(f"AdamW on {ks['adamw'][0]:,} parameters")
+        ps = [torch.nn.Parameter(torch.randn(*sh)) for sh in param_shapes(model)]
+        for p in ps:
+            p.grad = torch.randn_like(p)
+        opt = torch.optim.AdamW(ps, lr=1e-4)
+        hc.kernels[f"adamw:{_key(*ks['adamw'])}"] = {"forward_s": med(opt.step), "backward_s": 0.0}
+        calibrate_framework(model, b, hc, ranks, reps=reps, progress=progress)
+        n = torch_params(model) * F32
+        if progress:
+            progress(f"copy bandwidth at {n / 2**20:.1f} MiB")
+        src, dst = torch.randn(n // F32), torch.empty(n // F32)
+        t = med(lambda: dst.copy_(src))
+        hc.copy_gbps[str(n)] = 2.0 * n / t / 1e9
+        hc.meta.update(host=socket.gethostname(), date=datetime.datetime.now(datetime.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M UTC"), torch=torch.__version__, cores=host_cores(), threads=1,
+            load=round(os.getloadavg()[0], 2))
+    finally:
+        torch.set_num_threads(threads)
+    return hc
+
+
+def calibrate_framework(model: Model, b: int, hc: HostCompute, ranks: tuple[int, ...], *, reps: int = 7,
+                        progress: Optional[Callable[[str], None]] = None) -> HostCompute:
+    """DDP's and FSDP2's own work at each of ``ranks`` (:func:`_framework`), added to ``hc``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for n in ranks:
+            if n < 2:
+                continue
+            if progress:
+                progress(f"DDP's and FSDP2's own work a step on {n} ranks (torch's fake process group)")
+            fw = _framework(model, b, n, reps)
+            if fw:
+                hc.kernels[framework_key(model, b, n)] = fw
+    finally:
+        torch.set_num_threads(threads)
+    return hc
+
+
+def framework_key(model: Model, b: int, ranks: int) -> str:
+    return "framework:" + _key(*kernel_shapes(model, b)["framework"], ranks)
+
+
+def load_compute(path: Optional[str] = None) -> Optional[HostCompute]:
+    p = path or compute_path()
+    try:
+        with open(p) as fh:
+            return HostCompute.from_dict(json.load(fh), p)
+    except (OSError, ValueError):
+        return None
+
+
+def save_compute(hc: HostCompute, path: Optional[str] = None) -> str:
+    p = path or compute_path()
+    os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
+    tmp = f"{p}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(hc.to_dict(), fh, indent=1)
+    os.replace(tmp, p)
+    hc.path = p
+    return p
+
+
+def host_compute(model: Model | str, b: int, *, ranks: tuple[int, ...] = (2, 4), recalibrate: bool = False,
+                 path: Optional[str] = None, progress: Optional[Callable[[str], None]] = None) -> HostCompute:
+    """This host's rates for ``model`` at micro-batch ``b`` and DDP's and FSDP2's own work at ``ranks``: the
+    stored ones (:func:`compute_path`), what is not stored yet measured and added (``recalibrate``: all
+    measured again)."""
+    model = parse_model(model)
+    hc = None if recalibrate else load_compute(path)
+    changed = False
+    if hc is None or not hc.has(model, b):
+        hc = calibrate(model, b, hc, ranks=ranks, progress=progress)
+        changed = True
+    missing = tuple(n for n in ranks if n > 1 and framework_key(model, b, n) not in hc.kernels)
+    if missing:
+        calibrate_framework(model, b, hc, missing, progress=progress)
+        changed = True
+    if changed:
+        try:
+            save_compute(hc, path)
+        except OSError:
+            pass
+    return hc
+
+
+# ---- the plan ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Comm:
+    collective: str
+    nbytes: int
+    time_s: float
+    algorithm: str
+    transport: str
+
+
+def _price(collective: str, nbytes: int, ranks: int, cores: int, backend: str, params: Any) -> _Comm:
+    """One collective of ``nbytes`` (nccl-tests' S) on ``ranks`` local ranks: the path the interlink runtime
+    takes (the host page's where algorithms.hostpath says so, else the tuner's), or gloo's ring over TCP."""
+    from ..algorithms import hostpath
+    from ..model import predict
+    from ..model.cost import cpu_topology
+
+    topo = cpu_topology(ranks, cores=cores, name="this-host")
+    if backend == "gloo":
+        p = predict(collective, nbytes, topo, algorithm="ring", transport="tcp", params=params, fast_path=False)
+        return _Comm(collective, nbytes, p.time_us * 1e-6, "ring", "tcp (gloo)")
+    limits = hostpath.HostLimits.from_params(params)
+    payload = nbytes // ranks if collective == "all_gather" else nbytes
+    path = hostpath.host_path(collective, payload, ranks, limits, reduce_once=ranks > 2 * cores, itemsize=F32)
+    if path is not None:
+        try:
+            p = predict(collective, nbytes, topo, algorithm=path, params=params)
+            return _Comm(collective, nbytes, p.time_us * 1e-6, path, "host page")
+        except Exception:  # noqa: BLE001 - the model does not price that path here: the tuner's choice
+            pass
+    p = predict(collective, nbytes, topo, params=params, fast_path=False)
+    return _Comm(collective, nbytes, p.time_us * 1e-6, p.algorithm, "shm")
+
+
+def _ddp_buckets(model: Model, bucket_bytes: float) -> list[tuple[int, float]]:
+    """DDP's buckets in the order the backward fills them (DDP rebuilds its buckets after the first step in
+    the order gradients arrive): (bytes, the fraction of the backward done when the bucket is full).
+    Gradients arrive from the output layer down: the final layer norm, each block from the last (its MLP,
+    then its attention), the tied embedding last; a bucket closes once it holds its limit (the first
+    FIRST_BUCKET, then ``bucket_bytes``)."""
+    h, f = model.hidden, model.f
+    kvd = model.kv_dim
+    block = [h * f + h, f * h * (model.mats - 1) + f * (model.mats - 1), 2 * h, h * h + h,
+             (h + 2 * kvd) * h + h + 2 * kvd, 2 * h]  # fc2, fc1, ln2, proj, qkv, ln1
+    L = model.layers
+    grads: list[tuple[int, float]] = [(2 * h, 0.0)]  # ln_f, ready first
+    for k in range(L):
+        for j, n in enumerate(block):
+            grads.append((n, (k + (j + 1) / len(block)) / (L + 1)))
+    grads.append((model.embedding_params(), 1.0))
+    out = []
+    size, limit = 0.0, FIRST_BUCKET
+    for n, t in grads:
+        size += n * F32
+        if size >= limit:
+            out.append((int(size), t))
+            size, limit = 0.0, bucket_bytes
+    if size:
+        out.append((int(size), grads[-1][1]))
+    return out
+
+
+def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: str = "interlink",
+              micro_batch: int = 1, bucket_mb: float = 25.0, compute: Optional[HostCompute] = None,
+              cores: Optional[int] = None, params: Any = None, profile: Any = None, measure: bool = True,
+              progress: Optional[Callable[[str], None]] = None) -> StepPlan:
+    """One training step of ``model`` on ``ranks`` CPU ranks of this host (see the module docstring).
+    ``compute``: this host's rates (default :func:`host_compute`, measured once when missing); ``cores``:
+    default :func:`host_cores`; ``params``: the cost model's parameters (default: the built-in ones with
+    the calibrated host profile, or ``profile``); ``measure``: measure what ``compute`` lacks (else the
+    copies stand for DDP's and FSDP2's own work where it was not measured)."""
+    from ..model.params import default_params, host_profile, with_profile
+
+    model = parse_model(model)
+    if system not in SYSTEMS:
+        raise PlanError(f"data parallelism on this host is ddp (--zero 0) or fsdp (--zero 3), not {system!r}")
+    if backend not in BACKENDS:
+        raise PlanError(f"--backend must be interlink or gloo, not {backend!r}")
+    if ranks < 1 or micro_batch < 1:
+        raise PlanError("ranks and --micro-batch must be >= 1")
+    cores = int(cores or host_cores())
+    hc = compute or host_compute(model, micro_batch, ranks=(ranks,), progress=progress)
+    if not hc.has(model, micro_batch):
+        if not measure:
+            raise PlanError("this host's compute rates lack the model's shapes: measure them (interlink plan "
+                            "--topology this --recalibrate)")
+        hc = calibrate(model, micro_batch, hc, progress=progress)
+    if params is None:
+        prof = host_profile() if profile is None else profile
+        params = with_profile(default_params(), prof)
+    b, s, h, L = micro_batch, model.seq, model.hidden, model.layers
+    notes: list[str] = []
+
+    # ---- compute of one rank alone on a core ----------------------------------------------------------
+    gemm_f = gemm_b = 0.0
+    for M, K, N, c in gemm_shapes(model, b):
+        r = hc.gemm[_key(M, K, N)]
+        fl = 2.0 * M * K * N * c
+        gemm_f += fl / (r["forward_gflops"] * 1e9)
+        gemm_b += 2 * fl / (r["backward_gflops"] * 1e9)
+    ks = kernel_shapes(model, b)
+    k = {name: hc.kernel(name, shape) for name, shape in ks.items() if name != "framework"}
+    per_layer = ("attention", "layer_norm", "layer_norm", "gelu", "add", "add")
+    attn_f, attn_b = k["attention"]["forward_s"] * L, k["attention"]["backward_s"] * L
+    # the rest: per layer two layer norms, GeLU, two residual adds (their backward: the gradients of the
+    # two paths summed, one add); outside the layers the embedding, the final layer norm, the cross-entropy
+    ew_f = L * sum(k[n]["forward_s"] for n in per_layer[1:]) + k["embedding"]["forward_s"] + \
+        k["layer_norm"]["forward_s"] + k["cross_entropy"]["forward_s"]
+    ew_b = L * (2 * k["layer_norm"]["backward_s"] + k["gelu"]["backward_s"] + 2 * k["add"]["forward_s"]) + \
+        k["embedding"]["backward_s"] + k["layer_norm"]["backward_s"] + k["cross_entropy"]["backward_s"]
+    P = torch_params(model)
+    fsdp = system == "fsdp" and ranks > 1
+    local = P / ranks if fsdp else P
+    opt = k["adamw"]["forward_s"] * local / P
+    # DDP's / FSDP2's own work a step on these ranks, measured without communication (calibrate: _framework);
+    # where it could not be measured, the copies around the collectives at the copy bandwidth (DDP's buckets; FSDP2's copy-in /
+    # copy-out of its all_gathers and reduce_scatters, twice a step, and of its gradients)
+    fw = hc.kernels.get(framework_key(model, b, ranks), {})
+    if ranks > 1 and not fw and measure:
+        calibrate_framework(model, b, hc, (ranks,), progress=progress)
+        fw = hc.kernels.get(framework_key(model, b, ranks), {})
+    bw_par = hc.bandwidth(P * F32)
+    if ranks == 1:
+        copies = 0.0
+    elif f"{system}_s" in fw:
+        copies = fw[f"{system}_s"]
+    else:
+        notes.append(f"{system}'s own work not measured on this host: its copies at the copy bandwidth only")
+        copies = (DDP_BUCKET_BYTES if system == "ddp" else 2 * (8.0 / ranks + 8.0) + 16.0 + 8.0 / ranks) * P / bw_par
+    share = max(1.0, ranks / cores)  # ranks beyond the cores share them
+    if share > 1:
+        notes.append(f"{ranks} ranks on {cores} cores: each rank's compute takes {share:.2f}x as long")
+    t_fwd = (gemm_f + attn_f + ew_f) * share
+    t_bwd = (gemm_b + attn_b + ew_b) * share
+    t_opt = opt * share
+    t_copies = copies * share
+
+    # ---- communication -----------------------------------------------------------------------------------
+    spare = cores >= 2 * ranks
+    colls: list[dict[str, Any]] = []
+
+    def add(kind: str, c: _Comm, calls: float, exposed: float) -> None:
+        colls.append({"kind": kind, "collective": c.collective, "ranks": ranks, "bytes": c.nbytes,
+                      "algorithm": c.algorithm, "protocol": c.transport, "time_us": c.time_s * 1e6,
+                      "busbw_gbps": 0.0, "per_step": calls, "exposed_s": exposed})
+
+    comm_exposed = 0.0
+    if ranks > 1 and system == "ddp":
+        t_end = 0.0
+        for nbytes, frac in _ddp_buckets(model, bucket_mb * (1 << 20)):
+            c = _price("all_reduce", nbytes, ranks, cores, backend, params)
+            if spare:  # goes when full, one at a time; what runs past the backward is exposed
+                start = max(t_end, frac * t_bwd)
+                t_end = start + c.time_s
+                ex = min(c.time_s, max(0.0, t_end - max(start, t_bwd)))
+            else:
+                ex = c.time_s
+            comm_exposed += ex
+            add("dp", c, 1, ex)
+    elif fsdp:
+        blk = block_params(model) * F32
+        root = (P - L * block_params(model)) * F32
+        ag = _price("all_gather", -(-blk // ranks) * ranks, ranks, cores, backend, params)
+        rs = _price("reduce_scatter", -(-blk // ranks) * ranks, ranks, cores, backend, params)
+        ag_r = _price("all_gather", -(-root // ranks) * ranks, ranks, cores, backend, params)
+        rs_r = _price("reduce_scatter", -(-root // ranks) * ranks, ranks, cores, backend, params)
+        lf, lb = t_fwd / (L + 1), t_bwd / (L + 1)
+        if spare:  # one block ahead: exposed by what a block's communication exceeds its compute
+            ex_ag = max(0.0, ag.time_s - lf) * L + max(0.0, ag.time_s + rs.time_s - lb) * L
+            ex_ag_only = max(0.0, ag.time_s - lf) * L
+            exs = (ex_ag_only, ex_ag - ex_ag_only, ag_r.time_s, rs_r.time_s)
+        else:
+            exs = (2 * L * ag.time_s, L * rs.time_s, ag_r.time_s, rs_r.time_s)
+        add("fsdp", ag, 2 * L, exs[0])
+        add("fsdp", rs, L, exs[1])
+        add("fsdp", ag_r, 1, exs[2])
+        add("fsdp", rs_r, 1, exs[3])
+        comm_exposed = sum(exs)
+    if ranks > 1 and not spare:
+        notes.append(f"no core to spare for communication ({cores} cores, {ranks} ranks): every collective "
+                     f"is exposed")
+
+    step = t_fwd + t_bwd + t_opt + t_copies + comm_exposed
+    tokens = ranks * b * s
+    mf = model.model_flops(ranks * b)
+    breakdown = {"compute": t_fwd + t_bwd, "forward": t_fwd, "backward": t_bwd, "optimizer": t_opt,
+                 "framework": t_copies, ("dp" if system == "ddp" else "fsdp"): comm_exposed}
+    # memory per rank (fp32): weights, gradients, AdamW's two moments; FSDP shards all three
+    wgt = local * F32
+    mem = {"weights": wgt / GIB, "gradients": wgt / GIB, "optimizer": 2 * wgt / GIB,
+           "activations": L * model.activation_bytes(b) * 2 / GIB}  # Korthikanti's 16-bit bytes, fp32 here
+    mem["total"] = sum(mem.values())
+    lay = Layout(dp=ranks, zero=3 if system == "fsdp" else 0, micro_batch=b, global_batch=ranks * b)
+    notes.append(f"compute rates: {hc.source}")
+    src = [pp.source for pp in params if pp.name.startswith("host.") and pp.source.startswith("calibrated")]
+    notes.append("host communication parameters: " + (src[0] if src else "defaults (no calibrated profile: "
+                                                      "interlink bench --calibrate)"))
+    return StepPlan(model, lay, f"this host ({cores} cores, {backend})", "cpu", step, tokens / step,
+                    mf / step / ranks / 1e12, mf / step / ranks / 1e12, 0.0, 0.0, mem, True, breakdown, colls,
+                    {"forward_s": t_fwd, "backward_s": t_bwd, "compute_s": t_fwd + t_bwd + t_opt + t_copies,
+                     "local_s": t_fwd + t_bwd + t_opt,
+                     "core_share": share, "spare_core": spare, "micro_batches": 1,
+                     "gemm_s": (gemm_f + gemm_b) * share, "attention_s": (attn_f + attn_b) * share,
+                     "elementwise_s": (ew_f + ew_b) * share},
+                    {}, notes)
