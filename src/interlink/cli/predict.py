@@ -8,6 +8,11 @@ Prints the predicted time, algbw and busbw (nccl-tests definitions, GB/s = 1e9 B
 algorithm and protocol, the runner-up, and a table of every algorithm (its best protocol; ``--all``:
 every algorithm x protocol). ``--json`` prints the prediction as one JSON object instead.
 
+On GPU topologies without ``--algorithm`` two lines say which is which: ``best on paper`` (the fastest Schedule
+interlink has: the time above) and ``nccl default`` (what a user running NCCL gets: NCCL's tuner's pick,
+:mod:`interlink.model.nccl`, priced by the model, with the time nccl-tests would print); the JSON has them as
+``best_on_paper`` and ``nccl_default``.
+
 Sizes round down to whole elements per rank, as nccl-tests counts them; a size that gives no element
 per rank (0, or 3 bytes of float32) is an error (exit status 2) naming the smallest valid size, so
 that a question is never silently answered for 0 bytes.
@@ -16,6 +21,7 @@ that a question is never silently answered for 0 bytes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -126,8 +132,25 @@ def run(args: argparse.Namespace) -> int:
     except (ModelError, TopologyError, ValueError) as exc:
         print(f"interlink predict: {exc}", file=sys.stderr)
         return 2
+    nccl = None
+    if args.algorithm is None and pred.mode == "gpu":
+        from ..model.nccl import nccl_default
+
+        try:
+            nccl = nccl_default(args.collective, args.size, args.topology, nranks=args.nranks, dtype=args.dtype,
+                                params=params if params is not None else None)
+        except (ModelError, TopologyError, ValueError) as exc:
+            pred = dataclasses.replace(pred, notes=pred.notes + (f"NCCL's choice not priced: {exc}",))
     if args.json:
-        print(json.dumps(pred.to_dict(), indent=2))
+        d = pred.to_dict()
+        if pred.mode == "gpu" and args.algorithm is None:
+            b = pred.best
+            d["best_on_paper"] = {"algorithm": b.algorithm, "protocol": b.protocol, "time_us": b.time_us,
+                                  "algbw_gbps": b.algbw_gbps, "busbw_gbps": b.busbw_gbps,
+                                  "what": "the fastest Schedule interlink has (the time_us above)"}
+            d["nccl_default"] = None if nccl is None else {
+                **nccl.to_dict(), "what": "what a user running NCCL gets: NCCL's tuner's pick, priced by this model"}
+        print(json.dumps(d, indent=2))
         return 0
     out = sys.stdout
     proto = f"/{pred.protocol}" if pred.mode == "gpu" else ""
@@ -142,13 +165,28 @@ def run(args: argparse.Namespace) -> int:
         rproto = f"/{ru.protocol}" if pred.mode == "gpu" else ""
         out.write(f"runner-up {ru.algorithm}{rproto}: {_time(ru.time_us)} "
                   f"({ru.time_us / pred.time_us:.2f}x), busbw {_gbs(ru.busbw_gbps)} GB/s\n")
+    if args.algorithm is None and pred.mode == "gpu":
+        b = pred.best
+        out.write(f"best on paper  {b.algorithm}/{b.protocol}: {_time(b.time_us)}, busbw {_gbs(b.busbw_gbps)} GB/s "
+                  f"(the fastest Schedule interlink has)\n")
+        if nccl is not None:
+            out.write(f"nccl default   {nccl.algorithm}/{nccl.protocol}: {_time(nccl.time_us)}, busbw "
+                      f"{_gbs(nccl.busbw_gbps)} GB/s (what a user running NCCL gets: NCCL's tuner's pick, priced by "
+                      f"this model; nccl-tests would print {_time(nccl.nccl_tests_us)})\n")
+        else:
+            out.write("nccl default   - (NCCL runs this collective as grouped send/receive: no tuner choice)\n")
     rows = list(pred.table) if args.all else pred.per_algorithm()
     out.write("#\n")
     out.write(f"# {'algorithm':<20} {'protocol':>8} {'time (us)':>12} {'algbw':>9} {'busbw':>9} {'channels':>8}  method\n")
     for c in rows:
+        mark = []
+        if args.algorithm is None and pred.mode == "gpu" and c is pred.best:
+            mark.append("<- best on paper")
+        if nccl is not None and c.algorithm == nccl.algorithm and (args.all is False or c.protocol == nccl.protocol):
+            mark.append(f"<- nccl default ({nccl.protocol})")
         out.write(f"  {c.algorithm:<20} {c.protocol if pred.mode == 'gpu' else '-':>8} {c.time_us:12.2f} "
                   f"{_gbs(c.algbw_gbps):>9} {_gbs(c.busbw_gbps):>9} {c.channels:>8}  {c.method}"
-                  f"{'  ' + c.note if c.note else ''}\n")
+                  f"{'  ' + c.note if c.note else ''}{'  ' + ' '.join(mark) if mark else ''}\n")
     for n in pred.notes:
         out.write(f"# note: {n}\n")
     return 0

@@ -7,6 +7,9 @@
 
 Prints the simulated time, algbw and busbw (nccl-tests definitions, GB/s = 1e9 B/s), the contention-free
 time of the same rounds (each flow alone on its path) and the slowdown, the rounds and the busiest links.
+On GPU topologies without ``--algorithm`` two lines say which is which: ``best on paper`` (the model's fastest
+Schedule: the run above) and ``nccl default`` (NCCL's tuner's pick, :mod:`interlink.model.nccl`, simulated too);
+``--json`` has them as ``best_on_paper`` and ``nccl_default``.
 ``--sweep-nodes`` simulates the collective on N copies of a machine for each N (``a,b,...,z`` continues
 the progression a, b, ... up to z) with ring, tree and hierarchical (or ``--algorithm A,B``) and prints
 busbw and scaling efficiency (busbw / busbw on the first node count) per algorithm: the cliff from
@@ -159,6 +162,7 @@ def _single(args: argparse.Namespace) -> int:
         raise ValueError(bad)
     res = simulate_collective(args.collective, args.size, args.topology, algorithm=args.algorithm,
                               nranks=args.nranks, **_kwargs(args))
+    lines = _default_lines(args, res) if args.algorithm is None else None
     if args.trace:
         write_trace(res, args.trace, trace_all=args.trace_all)
     plot_error = _try_plot(plot_result, res, args.plot) if args.plot else None
@@ -169,6 +173,8 @@ def _single(args: argparse.Namespace) -> int:
             d["trace"] = args.trace
         if plotted:
             d["plot"] = args.plot
+        if lines is not None:
+            d["best_on_paper"], d["nccl_default"] = lines
         print(json.dumps(d, indent=2))
         return _plot_failed(plot_error)
     print(f"# {res.collective} of {res.nbytes} bytes with {res.algorithm} on {res.topology_name} "
@@ -177,6 +183,16 @@ def _single(args: argparse.Namespace) -> int:
     print(f"algbw    {res.algbw_gbps:.2f} GB/s")
     print(f"busbw    {res.busbw_gbps:.2f} GB/s")
     print(f"no-contention time {_time(res.ideal_us)}  (slowdown x{res.slowdown:.3f})")
+    if lines is not None:
+        best, nccl = lines
+        print(f"best on paper  {best['algorithm']}/{best['protocol']}: simulated {_time(best['time_us'])}, busbw "
+              f"{best['busbw_gbps']:.2f} GB/s (the fastest Schedule interlink has: the run above)")
+        if nccl is None:
+            print("nccl default   - (NCCL runs this collective as grouped send/receive: no tuner choice)")
+        else:
+            print(f"nccl default   {nccl['algorithm']}/{nccl['protocol']}: simulated {_time(nccl['time_us'])}, busbw "
+                  f"{nccl['busbw_gbps']:.2f} GB/s (what a user running NCCL gets: NCCL's tuner's pick; the model "
+                  f"prices it {_time(nccl['model_time_us'])}, nccl-tests would print {_time(nccl['nccl_tests_us'])})")
     busy = res.rank_busy_us
     if busy.size and res.time_us > 0:
         print(f"ranks busy {100 * busy.mean() / res.time_us:.1f}% on average "
@@ -196,6 +212,42 @@ def _single(args: argparse.Namespace) -> int:
     if plotted:
         print(f"plot: {args.plot}")
     return _plot_failed(plot_error)
+
+
+def _default_lines(args: argparse.Namespace, res: Any) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
+    """On GPU topologies without --algorithm: the best Schedule on paper (the run ``res``) and what a user running
+    NCCL gets (NCCL's tuner's pick, :mod:`interlink.model.nccl`, simulated too), as JSON-ready dicts; None on CPU
+    hosts (NCCL is for GPUs)."""
+    from ..model import ModelError, predict
+    from ..model.nccl import nccl_default
+    from ..sim import simulate_collective
+
+    try:
+        pred = predict(args.collective, args.size, args.topology, nranks=args.nranks, dtype=args.dtype,
+                       root=args.root)
+    except (ModelError, ValueError):
+        return None
+    if pred.mode != "gpu":
+        return None
+    chosen = next((c for c in pred.table if c.algorithm == res.algorithm), pred.best)
+    best = {"algorithm": res.algorithm, "protocol": chosen.protocol, "time_us": res.time_us,
+            "algbw_gbps": res.algbw_gbps, "busbw_gbps": res.busbw_gbps,
+            "what": "the fastest Schedule interlink has (the run above)"}
+    try:
+        nd = nccl_default(args.collective, args.size, args.topology, nranks=args.nranks, dtype=args.dtype)
+    except (ModelError, ValueError):
+        nd = None
+    if nd is None:
+        return best, None
+    if (nd.algorithm, nd.protocol) == (res.algorithm, chosen.protocol):
+        sim = res
+    else:
+        sim = simulate_collective(args.collective, args.size, args.topology, algorithm=nd.algorithm,
+                                  nranks=args.nranks, protocol=nd.protocol, **_kwargs(args))
+    nccl = {**nd.to_dict(), "time_us": sim.time_us, "algbw_gbps": sim.algbw_gbps, "busbw_gbps": sim.busbw_gbps,
+            "model_time_us": nd.time_us,
+            "what": "what a user running NCCL gets: NCCL's tuner's pick, simulated (model_time_us: the model's price)"}
+    return best, nccl
 
 
 def _try_plot(draw: Any, *args: Any) -> str | None:

@@ -19,6 +19,21 @@ GPU topologies (NCCL's tuning model, ``src/graph/tuning.cc`` of NCCL 2.30, as su
     gpu.reduce_passes                                       memory passes per reduced byte
     reduce.overlap.{gpu,cpu}                                how much of the reduction hides under the transfer
 
+GPU topologies, NCCL's tuner (the rows beyond the ring's that :mod:`interlink.model.nccl`, the replica of NCCL's
+choice of algorithm and protocol, reads; the model prices Schedules with the rows above)::
+
+    nccl.tree_hop_latency_us.{nvlink,pcie,net}.{ll,ll128,simple}  hwLat of NCCL's Tree row
+    nccl.nvls_net_latency_us, nccl.nvls_tree_net_latency_us         hwLat NET of NVLS and NVLSTree (Simple)
+    nccl.net_overhead_us.{intel,amd}                                 a multi-node ring's floor per step (x3 Simple)
+
+GPU execution (how a Schedule's launch and steps run on GPUs, and what nccl-tests' timing adds; ``docs/reference.md``,
+"Small messages on GPUs")::
+
+    gpu.launch_us.{intel,amd,default}     host time to enqueue one collective on one GPU, by the host CPU's vendor
+    gpu.net_step_us.{ll,ll128,simple}     per step whose message crosses the network: the proxy's turnaround
+    gpu.stream_sync_us                    nccl-tests' stream synchronisation after its timed loop (once per loop)
+    nccltests.iters                       ops in nccl-tests' timed loop (-n, default 20)
+
 CPU hosts (interlink's own runtime; ``host.*`` entries are what ``interlink bench --calibrate`` measures)::
 
     host.call_us                     fixed cost of one collective call (Python path)
@@ -111,6 +126,21 @@ def _defaults() -> list[Param]:
         for proto, v in zip(PROTOCOLS, vals):
             out.append(_p(f"nccl.hop_latency_us.{kind}.{proto}", v, "us",
                           f"{_TUNING}: hwLat[{kind}] Ring; used for every algorithm"))
+    tree = {"nvlink": (0.6, 1.25, 4.0), "pcie": (1.0, 1.9, 4.0), "net": (5.0, 8.5, 14.0)}
+    for kind, vals in tree.items():
+        for proto, v in zip(PROTOCOLS, vals):
+            out.append(_p(f"nccl.tree_hop_latency_us.{kind}.{proto}", v, "us",
+                          f"{_TUNING}: hwLat[{kind}] Tree (NCCL's tuner: model/nccl.py; with one GPU per node "
+                          f"NCCL uses the Tree's NET row for every algorithm)"))
+    out += [
+        _p("nccl.nvls_net_latency_us", 18.0, "us", f"{_TUNING}: hwLat[NET] NVLS Simple (NCCL's tuner: model/nccl.py)"),
+        _p("nccl.nvls_tree_net_latency_us", 20.9, "us",
+           f"{_TUNING}: hwLat[NET] NVLSTree Simple (NCCL's tuner: model/nccl.py)"),
+        _p("nccl.net_overhead_us.intel", 1.0, "us",
+           f"{_TUNING}: getNetOverhead, x86 Intel: an inter-node ring's per-step floor (x3 for Simple)"),
+        _p("nccl.net_overhead_us.amd", 2.0, "us", f"{_TUNING}: getNetOverhead, x86 AMD (x3 for Simple)"),
+    ]
+    out += _gpu_execution()
     out += [
         _p("protocol.efficiency.ll", 0.5, "fraction",
            "NCCL LL: 8-byte stores of 4 data + 4 flag bytes, at most 50% of link bandwidth (docs/reference.md s4)"),
@@ -219,6 +249,42 @@ def _defaults() -> list[Param]:
     return out
 
 
+#: where the small-message figures come from (docs/reference.md, "Small messages on GPUs"; interlink.model.published)
+_SMALL = "docs/reference.md, small messages on GPUs"
+
+
+def _gpu_execution() -> list[Param]:
+    """How a Schedule runs on GPUs beyond NCCL's tuner constants: the host's launch of each call, the network
+    proxy's turnaround per step, and what nccl-tests' timing loop adds. Fitted to the published rows named in each
+    source; the other rows of interlink.model.published.SMALL are held out (tests/test_model_small_gpu.py)."""
+    return [
+        _p("gpu.launch_us.amd", 5.4, "us",
+           f"{_SMALL}: host time to enqueue one collective on one GPU (NCCL's enqueue + the kernel launch), paid by "
+           "the launching thread per GPU it drives: nccl-tests -g 8 on Azure ND A100 v4 (AMD EPYC 7V12, NCCL 2.18.5) "
+           "takes 42-45 us from 1 KiB to 64 KiB, flat: 8 launches (Azure/AI-benchmarking-guide, ND_A100_v4_results)"),
+        _p("gpu.launch_us.intel", 3.4, "us",
+           f"{_SMALL}: as gpu.launch_us.amd on an Intel host: at most 27.0 us / 8 GPUs from nccl-tests -g 8 on Azure "
+           "ND H100 v5 (Xeon 8480C, NCCL 2.18.5, 8 KiB; the NVLS kernel takes about as long, so an upper bound)"),
+        _p("gpu.launch_us.default", 4.4, "us", "the mean of gpu.launch_us.amd and .intel, for a host of unknown CPU"),
+        _p("gpu.net_step_us.ll", 3.75, "us",
+           f"{_SMALL}: per step whose message crosses the network, the proxy's turnaround (the CPU proxy thread sees "
+           "the GPU's send, posts the RDMA write; the receiver polls) beyond NCCL's tuner latency "
+           "(nccl.hop_latency_us.net): fitted to 2 nodes x 1 A100 over HDR InfiniBand, 8 B in 19.9 us, a ring of "
+           "2 network steps: (19.9 - 0.4 - 12.0) / 2 "
+           "(NVIDIA/nccl-tests#150); held out: 2 x 8 A100 over RoCE (oracle-quickstart/oci-hpc-oke)"),
+        _p("gpu.net_step_us.ll128", 0.0, "us",
+           "0: no published small-message row runs LL128 across nodes, and LL128 carries large multi-node figures "
+           "that NCCL's tuner latency already meets (NVIDIA/nccl-tests#283, 248 x H200, interlink.model.published C15)"),
+        _p("gpu.net_step_us.simple", 0.0, "us",
+           f"{_TUNING}: NCCL's Simple network latency (14 us, 5x LL's) already holds the proxy and the flush; "
+           "0 keeps large-message figures as they were"),
+        _p("gpu.stream_sync_us", 8.0, "us",
+           "estimate: the host's wake-up from cudaStreamSynchronize, which nccl-tests calls once after its timed "
+           "loop (src/common.cu: time = (iters ops + one synchronisation) / iters): 0.4 us an op at 20 iterations"),
+        _p("nccltests.iters", 20.0, "ops", "nccl-tests' default timed iterations (-n 20)"),
+    ]
+
+
 DEFAULTS: tuple[Param, ...] = tuple(_defaults())
 
 
@@ -309,12 +375,26 @@ class Params:
         per-hop latency of the protocol (``nccl.hop_latency_us``, by hop kind: 0 nvlink, 1 pcie, 2 net)
         less the path's own latency, which the message pays in flight. A message then costs its sender
         ``overhead + bytes / (bandwidth x efficiency)`` and arrives ``path latency`` later: the hop latency
-        in all, as NCCL's tables say, of which only the overhead holds the channel. The cost model and the
+        in all, as NCCL's tables say, of which only the overhead holds the channel. A message that crosses the
+        network also holds it for the proxy's turnaround (``gpu.net_step_us``). The cost model and the
         simulator price steps with it."""
         import numpy as np
 
         hop = np.array([self.hop_latency_us(k, protocol) for k in ("nvlink", "pcie", "net")])
-        return np.maximum(0.0, hop[np.asarray(kind)] - np.asarray(path_lat, dtype=np.float64))
+        proxy = np.array([0.0, 0.0, self.net_step_us(protocol)])  # the network proxy's turnaround, net hops only
+        k = np.asarray(kind)
+        return np.maximum(0.0, hop[k] - np.asarray(path_lat, dtype=np.float64)) + proxy[k]
+
+    def net_step_us(self, protocol: str) -> float:
+        """Per step whose message crosses the network: the proxy's turnaround beyond NCCL's tuner latency
+        (``gpu.net_step_us``; 0 for a table without it)."""
+        name = f"gpu.net_step_us.{protocol}"
+        return self.value(name) if name in self and self.get(name) is not None else 0.0
+
+    def launch_us(self, vendor: str) -> float:
+        """Host time to enqueue one collective on one GPU, on a host CPU of ``vendor`` (intel, amd, or '')."""
+        name = f"gpu.launch_us.{vendor}"
+        return self.value(name if name in self else "gpu.launch_us.default")
 
     def efficiency(self, protocol: str) -> float:
         return self.value(f"protocol.efficiency.{protocol}")
