@@ -174,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
                       f"{_gbs(nccl.busbw_gbps)} GB/s (what a user running NCCL gets: NCCL's tuner's pick, priced by "
                       f"this model; nccl-tests would print {_time(nccl.nccl_tests_us)})\n")
         else:
-            out.write("nccl default   - (NCCL runs this collective as grouped send/receive: no tuner choice)\n")
+            out.write("nccl default   - (no NCCL choice to price: NCCL runs all_to_all, gather and scatter as grouped "
+                      "send/receive, and interlink has no Schedule of NCCL's ring reduce)\n")
     rows = list(pred.table) if args.all else pred.per_algorithm()
     out.write("#\n")
     out.write(f"# {'algorithm':<20} {'protocol':>8} {'time (us)':>12} {'algbw':>9} {'busbw':>9} {'channels':>8}  method\n")

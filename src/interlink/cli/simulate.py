@@ -188,7 +188,8 @@ def _single(args: argparse.Namespace) -> int:
         print(f"best on paper  {best['algorithm']}/{best['protocol']}: simulated {_time(best['time_us'])}, busbw "
               f"{best['busbw_gbps']:.2f} GB/s (the fastest Schedule interlink has: the run above)")
         if nccl is None:
-            print("nccl default   - (NCCL runs this collective as grouped send/receive: no tuner choice)")
+            print("nccl default   - (no NCCL choice to price: NCCL runs all_to_all, gather and scatter as grouped "
+                  "send/receive, and interlink has no Schedule of NCCL's ring reduce)")
         else:
             print(f"nccl default   {nccl['algorithm']}/{nccl['protocol']}: simulated {_time(nccl['time_us'])}, busbw "
                   f"{nccl['busbw_gbps']:.2f} GB/s (what a user running NCCL gets: NCCL's tuner's pick; the model "

@@ -180,8 +180,8 @@ def _latency_us(collective: str, algo: str, proto: str, p: int, nnodes: int, int
 
 def nccl_pick(collective: str, nbytes: int, topology: Topology | str | None = None, *, nranks: int | None = None,
               dtype: Any = "float32", params: Params | None = None) -> NcclPick | None:
-    """NCCL's tuner's (algorithm, protocol) for ``collective`` of ``nbytes`` on a GPU topology (None on CPU hosts
-    and for collectives NCCL runs as grouped send/receive)."""
+    """NCCL's tuner's (algorithm, protocol) for ``collective`` of ``nbytes`` on a GPU topology (None on CPU hosts,
+    for collectives NCCL runs as grouped send/receive, and for reduce: interlink has no ring reduce Schedule)."""
     from .cost import (_finish, _info, _nvls_unavailable, _params, _rounds, _traffic_cached, builder_params,
                        count_for, fit_ranks, itemsize_of, resolve_topology)
 
