@@ -146,6 +146,10 @@ def test_predict_cli_says_which_is_which(capsys):
     # an explicit algorithm, or a CPU host: no such lines
     out = _cli(capsys, "predict", "all_reduce", "-s", "8", "-t", "2xdgx-a100", "-a", "ring")
     assert "nccl default" not in out and "best on paper" not in out
+    out = _cli(capsys, "predict", "all_reduce", "-s", "1M", "-t", "cpu-host", "--no-profile")
+    assert "nccl default" not in out and "best on paper" not in out
+    assert "nccl_default" not in json.loads(_cli(capsys, "predict", "all_reduce", "-s", "1M", "-t", "cpu-host",
+                                                 "--no-profile", "--json"))
 
 
 def test_simulate_cli_says_which_is_which(capsys):
