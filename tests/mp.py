@@ -25,6 +25,17 @@ from typing import Any, Callable
 PRELOAD = ("numpy", "pytest")
 
 
+def need_torch_entry_point() -> None:
+    """Skip the calling test unless interlink is installed with its ``torch.backends`` entry point (torch's
+    backend autoload registers ``backend="interlink"`` through it)."""
+    import importlib.metadata
+
+    import pytest
+
+    if not any(ep.name == "interlink" for ep in importlib.metadata.entry_points(group="torch.backends")):
+        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+
+
 def free_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

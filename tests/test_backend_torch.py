@@ -5,21 +5,14 @@ parameters as under gloo."""
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import numpy as np
 import pytest
 
-from mp import run_ranks
+from mp import need_torch_entry_point, run_ranks
 
 torch = pytest.importorskip("torch")
 if not torch.distributed.is_available():  # pragma: no cover
     pytest.skip("torch without distributed", allow_module_level=True)
-
-
-def _entry_point_installed() -> bool:
-    eps = importlib.metadata.entry_points(group="torch.backends")
-    return any(ep.name == "interlink" for ep in eps)
 
 
 def _calls(rank: int, world: int) -> dict:
@@ -294,8 +287,7 @@ def _calls(rank: int, world: int) -> dict:
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_every_call_matches_gloo(nranks: int) -> None:
-    if not _entry_point_installed():
-        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    need_torch_entry_point()
     # 2 ranks: every call the caller lets overlap goes to interlink's runner; 3 ranks: the default, which
     # on a host with fewer than two cores a rank runs CPU calls inline (cores_scarce)
     env = {"INTERLINK_TORCH_ASYNC": "1"} if nranks == 2 else {}
@@ -326,8 +318,7 @@ def _device_map(rank: int, world: int) -> dict:
 
 
 def test_device_map_sends_cpu_tensors_through_interlink() -> None:
-    if not _entry_point_installed():
-        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    need_torch_entry_point()
     res = run_ranks(2, _device_map, timeout=120)
     for out in res:
         assert out["t"] == [3.0] * 4 and out["calls"] >= 1, out
@@ -361,8 +352,7 @@ def _dead_peer(rank: int, world: int, asy: bool) -> dict:
 
 @pytest.mark.parametrize("asy", [False, True])
 def test_a_dead_rank_raises_in_every_survivor_naming_it(asy: bool) -> None:
-    if not _entry_point_installed():
-        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    need_torch_entry_point()
     res = run_ranks(3, _dead_peer, asy, timeout=120, expect_dead=(2,))
     for r in (0, 1):
         out = res[r]
@@ -387,8 +377,7 @@ def _mismatch(rank: int, world: int) -> dict:
 
 
 def test_a_mismatched_call_raises_in_every_rank() -> None:
-    if not _entry_point_installed():
-        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    need_torch_entry_point()
     res = run_ranks(2, _mismatch, timeout=120)
     for out in res:
         assert out["raised"] == "CollectiveMismatchError", out
@@ -415,8 +404,7 @@ def _late(rank: int, world: int) -> dict:
 
 
 def test_the_process_group_timeout_applies() -> None:
-    if not _entry_point_installed():
-        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    need_torch_entry_point()
     res = run_ranks(2, _late, timeout=120)
     assert res[0]["raised"] == "CommTimeoutError" and res[0]["secs"] < 7, res[0]
     assert "op=all_reduce" in res[0]["msg"] and "ranks=[1]" in res[0]["msg"], res[0]["msg"]
@@ -471,8 +459,7 @@ def test_torchrun_runs_unmodified_ddp_on_interlink(nranks: int, tmp_path) -> Non
     abort into this test: a gloo worker thread ending in interpreter finalization, benchmarks/RESULTS.md
     section 32; gloo's job is judged by the results it wrote). The interlink job, its DDP model alive past
     destroy_process_group as in users' scripts, must exit cleanly."""
-    if not _entry_point_installed():
-        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    need_torch_entry_point()
     import json
 
     script = tmp_path / "train.py"

@@ -7,12 +7,10 @@ DDP / FSDP2 training on CUDA that ends with the parameters gloo (DDP) or a CPU r
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import numpy as np
 import pytest
 
-from mp import run_ranks
+from mp import need_torch_entry_point, run_ranks
 
 torch = pytest.importorskip("torch")
 if not torch.distributed.is_available():  # pragma: no cover
@@ -24,9 +22,7 @@ pytestmark = pytest.mark.gpu
 def _need() -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    eps = importlib.metadata.entry_points(group="torch.backends")
-    if not any(ep.name == "interlink" for ep in eps):
-        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
+    need_torch_entry_point()
 
 
 def _ipc_available() -> bool:

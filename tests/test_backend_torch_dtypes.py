@@ -8,21 +8,13 @@ three ranks use values whose sums are exact in every order."""
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import pytest
 
-from mp import run_ranks
+from mp import need_torch_entry_point, run_ranks
 
 torch = pytest.importorskip("torch")
 if not torch.distributed.is_available():  # pragma: no cover
     pytest.skip("torch without distributed", allow_module_level=True)
-
-
-def _installed() -> None:
-    eps = importlib.metadata.entry_points(group="torch.backends")
-    if not any(ep.name == "interlink" for ep in eps):
-        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
 
 
 def _no_ml_dtypes() -> bool:
@@ -117,7 +109,7 @@ def _half_calls(rank: int, world: int) -> dict:
 
 
 def test_bfloat16_and_float16_reductions_match_gloo_with_torch_alone() -> None:
-    _installed()
+    need_torch_entry_point()
     res = run_ranks(2, _half_calls, timeout=300)
     for out in res:
         assert out["blocked"], "ml_dtypes still importable in the rank"
@@ -175,7 +167,7 @@ def _forms(rank: int, world: int) -> dict:
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_argument_forms_gloo_accepts(nranks: int) -> None:
-    _installed()
+    need_torch_entry_point()
     res = run_ranks(nranks, _forms, timeout=240)
     for out in res:
         assert out["checks"] == 15 and out["fails"] == [], out["fails"][:5]
@@ -205,7 +197,7 @@ def _bf16_ddp(rank: int, world: int, backend: str) -> dict:
 
 
 def test_bfloat16_ddp_step_matches_gloo_with_torch_alone() -> None:
-    _installed()
+    need_torch_entry_point()
     ours = run_ranks(2, _bf16_ddp, "interlink", timeout=180)
     theirs = run_ranks(2, _bf16_ddp, "gloo", timeout=180)
     assert all(o["blocked"] for o in ours)

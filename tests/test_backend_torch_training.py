@@ -10,22 +10,14 @@ says which failed."""
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import numpy as np
 import pytest
 
-from mp import run_ranks
+from mp import need_torch_entry_point, run_ranks
 
 torch = pytest.importorskip("torch")
 if not torch.distributed.is_available():  # pragma: no cover
     pytest.skip("torch without distributed", allow_module_level=True)
-
-
-def _installed() -> None:
-    eps = importlib.metadata.entry_points(group="torch.backends")
-    if not any(ep.name == "interlink" for ep in eps):
-        pytest.skip("interlink is not installed with its entry points (pip install -e .)")
 
 
 # ---- DDP: every option and hook -------------------------------------------------------------------
@@ -272,7 +264,7 @@ def _check_dtensor(a: dict, b: dict, nranks: int) -> None:
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_ddp_fsdp_dtensor_train_as_gloo(nranks: int) -> None:
-    _installed()
+    need_torch_entry_point()
     # 2 ranks: the async runner; 3 ranks: the default (inline on a host with fewer than 2 cores a rank)
     a = _labelled(run_ranks, "the interlink run", nranks, _train_all, "interlink", timeout=500,
                   env={"INTERLINK_TORCH_ASYNC": "1"} if nranks == 2 else {})
