@@ -111,6 +111,42 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
             dist.all_reduce(times, op=dist.ReduceOp.MAX)  # each step: the slowest rank
             res[name].extend(float(t) for t in times[:n])
             res[f"{name}/cpu"].extend(float(t) for t in times[n:2 * n])
+    # the plan's collectives of a step alone (its sizes and calls, one after another), each backend
+    ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    one = torch.zeros(1, dtype=torch.float64)
+    for key, calls in args["collectives"].get(str(world), {}).items():
+        g = gloo if key.endswith("/gloo") else None
+        bufs = []
+        for coll, nbytes, n in calls:
+            count = nbytes // 4
+            if coll == "all_reduce":
+                bufs.append((coll, torch.ones(count), None, n))
+            elif coll == "all_gather":
+                bufs.append((coll, torch.ones(count // world), torch.empty(count // world * world), n))
+            else:
+                bufs.append((coll, torch.ones(count // world * world), torch.empty(count // world), n))
+
+        def once() -> None:
+            for coll, a, b, n in bufs:
+                for _ in range(n):
+                    if coll == "all_reduce":
+                        dist.all_reduce(a, group=g)
+                    elif coll == "all_gather":
+                        ag(b, a, group=g)
+                    else:
+                        rs(b, a, group=g)
+
+        once()
+        got = []
+        for _ in range(5):
+            dist.barrier()
+            t0 = time.perf_counter()
+            once()
+            one[0] = time.perf_counter() - t0
+            dist.all_reduce(one, op=dist.ReduceOp.MAX)
+            got.append(float(one[0]))
+        res[f"alone:{key}"] = got
     dist.barrier()
     dist.destroy_process_group()
     q.put((rank, res))
@@ -154,6 +190,10 @@ def main(argv=None) -> int:
     ap.add_argument("--stored", action="store_true",
                     help="plan with the stored compute rates of this host (default: measure them again first, a "
                          "few seconds, so that rates and steps come from the same hour of a host that changes)")
+    ap.add_argument("--profile", default=None, metavar="FILE",
+                    help="price the collectives with this host profile (a profile JSON, or a calibration result such "
+                         "as benchmarks/results/calibration.json) instead of the one `interlink bench --calibrate` "
+                         "keeps for this host")
     ap.add_argument("--json", default=None, metavar="FILE", help="write the rows as JSON")
     a = ap.parse_args(argv)
     from interlink.plan import parse_model
@@ -177,6 +217,19 @@ def main(argv=None) -> int:
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load0 = os.getloadavg()
     rows = []
+    profile = None
+    if a.profile:
+        from interlink.model.params import Profile
+
+        with open(a.profile) as fh:
+            d = json.load(fh)
+        profile = Profile.from_dict(d["meta"]["profile"] if "meta" in d and "profile" in d["meta"] else d, a.profile)
+    plans = {(w, sy, bk): plan_host(mdl, w, system=sy, backend=bk, micro_batch=a.micro_batch, bucket_mb=a.bucket_mb,
+                                    compute=hc, profile=profile)
+             for w in worlds for sy in args["systems"] for bk in args["backends"]}
+    args["collectives"] = {str(w): {f"{sy}/{bk}": [(c["collective"], int(c["bytes"]), int(c["per_step"]))
+                                                   for c in p.collectives]
+                                    for (w2, sy, bk), p in plans.items() if w2 == w} for w in worlds}
     for world in worlds:
         t0 = time.perf_counter()
         res = measure(world, args)
@@ -193,8 +246,7 @@ def main(argv=None) -> int:
             for backend in args["backends"]:
                 meas = statistics.median(res[f"{system}/{backend}"])
                 cpu = statistics.median(res[f"{system}/{backend}/cpu"])
-                p = plan_host(mdl, world, system=system, backend=backend, micro_batch=a.micro_batch,
-                              bucket_mb=a.bucket_mb, compute=hc)
+                p = plans[(world, system, backend)]
                 err = (p.step_s - meas) / meas
                 bd = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in p.breakdown.items() if v > 0)
                 alone = p.stage["local_s"] / p.stage["core_share"]
@@ -211,6 +263,19 @@ def main(argv=None) -> int:
                              "compute_steps": res["compute"],
                              "cpu_steps": res[f"{system}/{backend}/cpu"], "load_1min": load[0], "load_5min": load[1],
                              "date": stamp})
+        print("# the plan's collectives of a step alone (sizes and calls as priced; measured: median of 5, slowest "
+              "rank)")
+        for system in args["systems"]:
+            for backend in args["backends"]:
+                p = plans[(world, system, backend)]
+                meas_c = statistics.median(res[f"alone:{system}/{backend}"])
+                plan_c = sum(c["time_us"] * 1e-6 * c["per_step"] for c in p.collectives)
+                paths = ", ".join(sorted({f"{c['collective']} {c['algorithm']}" for c in p.collectives}))
+                print(f"  {system:<6} {backend:<10} {meas_c * 1e3:8.1f}ms {plan_c * 1e3:8.1f}ms "
+                      f"{(plan_c - meas_c) / meas_c:+7.1%}   ({paths})")
+                for r in rows:
+                    if (r["ranks"], r["system"], r["backend"]) == (world, system, backend):
+                        r["collectives_alone_s"], r["collectives_plan_s"] = meas_c, plan_c
         sys.stdout.flush()
     errs = [abs(r["error"]) for r in rows]
     if errs:
@@ -219,6 +284,7 @@ def main(argv=None) -> int:
               f"{sum(e <= 0.2 for e in errs)} of {len(errs)} within 20%; of the CPU-time equivalent: mean "
               f"{statistics.mean(eq):.1%}, worst {max(eq):.1%}; load at start {load0[0]:.1f}")
         print(f"# compute rates: {hc.source}")
+        print(f"# {[n for n in plans[next(iter(plans))].notes if n.startswith('host communication')][0]}")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"model": mdl.to_dict(), "micro_batch": a.micro_batch, "compute": hc.to_dict(),
