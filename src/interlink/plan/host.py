@@ -49,7 +49,7 @@ import math
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .job import Model, PlanError, parse_model
@@ -192,7 +192,6 @@ def build_gpt(layers: int, hidden: int, heads: int, seq: int, vocab: int, ffn: i
     LayerNorm, QKV, causal ``scaled_dot_product_attention``, output projection, residual add; LayerNorm,
     GeLU MLP, residual add; the output layer tied to the embedding; no position embedding, which adds no
     FLOPs the planner counts). ``forward(idx, target)`` returns the cross-entropy loss."""
-    import torch
     import torch.nn.functional as F
     from torch import nn
 
@@ -484,7 +483,7 @@ def _price(collective: str, nbytes: int, ranks: int, cores: int, backend: str, p
     """One collective of ``nbytes`` (nccl-tests' S) on ``ranks`` local ranks: the path the interlink runtime
     takes (the host page's where algorithms.hostpath says so, else the tuner's), or gloo's ring over TCP."""
     from ..algorithms import hostpath
-    from ..model import predict
+    from ..model import ModelError, predict
     from ..model.cost import cpu_topology
 
     topo = cpu_topology(ranks, cores=cores, name="this-host")
@@ -498,7 +497,7 @@ def _price(collective: str, nbytes: int, ranks: int, cores: int, backend: str, p
         try:
             p = predict(collective, nbytes, topo, algorithm=path, params=params)
             return _Comm(collective, nbytes, p.time_us * 1e-6, path, "host page")
-        except Exception:  # noqa: BLE001 - the model does not price that path here: the tuner's choice
+        except ModelError:  # the model does not price that path here: the tuner's choice
             pass
     p = predict(collective, nbytes, topo, params=params, fast_path=False)
     return _Comm(collective, nbytes, p.time_us * 1e-6, p.algorithm, "shm")
@@ -560,7 +559,7 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
     if params is None:
         prof = host_profile() if profile is None else profile
         params = with_profile(default_params(), prof)
-    b, s, h, L = micro_batch, model.seq, model.hidden, model.layers
+    b, s, L = micro_batch, model.seq, model.layers
     notes: list[str] = []
 
     # ---- compute of one rank alone on a core ----------------------------------------------------------
