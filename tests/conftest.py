@@ -34,6 +34,19 @@ def pytest_configure(config):
             compileall.compile_dir(os.path.join(root, sub), quiet=2, workers=1)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` (minutes each) run only when asked for (``-m slow``): the default suite, which
+    CI runs in its 15-minute budget on 2 cores, skips them and says how to run them."""
+    if "slow" in (config.getoption("markexpr", "") or "").replace("not slow", ""):
+        return
+    import pytest
+
+    skip = pytest.mark.skip(reason="slow: run with python3 -m pytest -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one worker per usable core, at most 4 (or INTERLINK_TEST_WORKERS); none (this process)
     for ``-m gpu``: the GPU tests share one device and time their own failures."""

@@ -41,7 +41,13 @@ def test_within_15_percent_of_published(row):
     _check(coll, nbytes, topo, algo, nranks, pub)
 
 
-@pytest.mark.parametrize("row", [pytest.param(r[:-1], marks=pytest.mark.xfail(strict=True, reason=r[-1]))
+# a row whose prediction alone takes a minute or more on 2 cores (C23: 1,440 ranks in 20 NVL72 racks) runs
+# with the slow tests (`python3 -m pytest -m slow tests/test_model_published.py`), still a strict xfail
+SLOW = {"C23"}
+
+
+@pytest.mark.parametrize("row", [pytest.param(r[:-1], marks=[pytest.mark.xfail(strict=True, reason=r[-1])]
+                                              + ([pytest.mark.slow] if r[0] in SLOW else []))
                                  for r in NOT_YET], ids=[r[0] for r in NOT_YET])
 def test_not_yet_within_15_percent(row):
     _, coll, nbytes, topo, algo, nranks, pub, _src = row
