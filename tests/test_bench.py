@@ -20,6 +20,7 @@ from interlink.bench.sweep import (
     iterations_for,
     rank_input,
     sizes,
+    sweep_sizes,
 )
 from interlink.cli.bench import parse_collective, parse_size
 
@@ -90,7 +91,7 @@ def test_every_bench_collective_runs_as_a_user_types_it(tmp_path, collective):
         else:
             assert row["ip_time_us"] > 0 and row["ip_wrong"] == 0, row
     if collective != "barrier":
-        assert "# Wrong values        : 0 OK" in proc.stdout
+        assert "# Wrong values         : 0 OK" in proc.stdout
         for cells in table:
             assert cells[8] == "0" and (cells[12] == "N/A") == no_ip, cells
 
@@ -148,6 +149,25 @@ def test_sizes_counts_iterations_and_parsing():
         BenchConfig(collective="gather", root=3).validate(3)
 
 
+def test_a_zero_minimum_runs_each_buffer_size_once(tmp_path):
+    """`-b 0` steps 0, 1, 2, 4, ...: 1 and 2 bytes are 0 float32 elements, the 0-byte row once, not three times
+    (all_gather on 2 ranks: 0-7 bytes are 0 elements a rank)."""
+    cfg = BenchConfig(collective="all_reduce", min_bytes=0, max_bytes=64)
+    assert sizes(0, 64, 2) == [0, 1, 2, 4, 8, 16, 32, 64]
+    assert sweep_sizes(cfg, 2) == [0, 4, 8, 16, 32, 64]
+    cfg = BenchConfig(collective="all_gather", min_bytes=0, max_bytes=64)
+    assert sweep_sizes(cfg, 2) == [0, 8, 16, 32, 64]
+    assert sweep_sizes(BenchConfig(collective="barrier"), 2) == [0]
+    proc, doc, table = _bench(tmp_path, "-b", "0", "-e", "16", "--iters", "2", "-w", "1", "--ranks", "2")
+    assert [r[0] for r in table] == ["0", "4", "8", "16"], proc.stdout
+    assert [r["size"] for r in doc["rows"]] == [0, 4, 8, 16]
+
+
+def test_the_footer_aligns_its_colons_as_nccl_tests_does():
+    lines = report.footer([{"size": 8, "oop_wrong": 0, "ip_wrong": 0, "oop_busbw": 1e9, "type": "float32"}])
+    assert lines[0].index(":") == lines[1].index(":"), lines
+
+
 def test_report_prints_optional_pred_column():
     row = dict(size=1024, count=256, type="float32", redop="sum", root=-1, oop_time_us=10.0, oop_algbw=1.024e8,
                oop_busbw=1.024e8, oop_wrong=0, ip_time_us=10.0, ip_algbw=1.024e8, ip_busbw=1.024e8, ip_wrong=0,
@@ -194,7 +214,7 @@ def test_bare_bench_as_a_new_user_runs_it(tmp_path):
         assert c[2:5] == ["float32", "sum", "-1"], c
         assert c[8] == "0" and c[12] == "0", c  # #wrong, out-of-place and in-place
         assert float(c[5]) > 0 and float(c[9]) > 0, c
-    assert "# Wrong values        : 0 OK" in out
+    assert "# Wrong values         : 0 OK" in out
     assert "# Avg bus bandwidth" in out
 
 
@@ -209,7 +229,7 @@ def test_bench_float64_max(tmp_path):
         assert c[2:4] == ["float64", "max"], c
         assert int(c[1]) == int(c[0]) // 8, c
         assert c[8] == "0" and c[12] == "0", c
-    assert "# Wrong values        : 0 OK" in proc.stdout
+    assert "# Wrong values         : 0 OK" in proc.stdout
 
 
 def test_benchmark_buffers_start_on_a_page() -> None:

@@ -183,7 +183,7 @@ def test_bench_prints_each_row_when_its_size_is_done(tmp_path, monkeypatch, caps
     for i, text in enumerate(seen):  # exactly one new row each time, and no footer before the end
         assert [int(c[0]) for c in _data(text)] == [rows[i]["size"]], text
         assert "# Avg bus bandwidth" not in text
-    assert _data(rest) == [] and "# Wrong values        : 0 OK" in rest and "# Avg bus bandwidth" in rest
+    assert _data(rest) == [] and "# Wrong values         : 0 OK" in rest and "# Avg bus bandwidth" in rest
     # the JSON is what it was: every row, with the model column's value
     doc = json.loads(out_json.read_text())
     assert [r["size"] for r in doc["rows"]] == [65536, 1048576, 4194304]
@@ -204,7 +204,7 @@ def test_bench_notes_why_model_is_na_and_how_to_calibrate(tmp_path, monkeypatch,
     data = _data(out)
     assert data[0][13] != "N/A" and data[1][13] != "N/A" and data[2][13] == "N/A"
     notes = [ln for ln in out.splitlines() if ln.startswith("# note:")]
-    assert out.splitlines().index(notes[0]) > out.splitlines().index("# Wrong values        : 0 OK")  # under the table
+    assert out.splitlines().index(notes[0]) > out.splitlines().index("# Wrong values         : 0 OK")  # under the table
     na = [n for n in notes if "N/A" in n]
     assert len(na) == 1  # one line for every N/A of the table
     assert "'slots' at 8388608 B" in na[0] and "outside (0, 4194304]" in na[0]
@@ -237,7 +237,7 @@ def test_bench_wrong_values_exit_1(tmp_path, monkeypatch, capsys):
     _fake_launch(monkeypatch, [_row(65536, "slots"), _row(262144, "slots", wrong=3)])
     assert main(BCAST) == 1
     cap = capsys.readouterr()
-    assert "# Wrong values        : 3 FAILED" in cap.out and len(_data(cap.out)) == 2
+    assert "# Wrong values         : 3 FAILED" in cap.out and len(_data(cap.out)) == 2
     assert "interlink bench: 3 wrong values" in cap.err
 
 
@@ -271,7 +271,7 @@ def test_bench_real_ranks_with_a_wrong_result_exit_1(tmp_path):
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = _data(proc.stdout)
     assert len(rows) == 2 and all(c[8] == "1" and c[12] == "1" for c in rows), proc.stdout
-    assert "# Wrong values        : 4 FAILED" in proc.stdout
+    assert "# Wrong values         : 4 FAILED" in proc.stdout
     assert "interlink bench: 4 wrong values" in proc.stderr
 
 

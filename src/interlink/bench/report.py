@@ -147,11 +147,11 @@ def footer(rows: Sequence[dict], check: bool = True) -> list[str]:
     wrong = total_wrong(rows)
     lines = []
     if check and any(r.get(k) is not None for r in rows for k in ("oop_wrong", "ip_wrong")):
-        lines.append(f"# Wrong values        : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+        lines.append(f"# {'Wrong values':<20} : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
     else:
-        lines.append("# Wrong values        : N/A" + ("" if check else " (-c 0)"))
+        lines.append(f"# {'Wrong values':<20} : N/A" + ("" if check else " (-c 0)"))
     if not all(r.get("type") == "-" for r in rows):  # a barrier moves no bytes
-        lines.append(f"# Avg bus bandwidth    : {avg_busbw(rows) / GB:.4f}")
+        lines.append(f"# {'Avg bus bandwidth':<20} : {avg_busbw(rows) / GB:.4f}")
     lines.append("#")
     return lines
 

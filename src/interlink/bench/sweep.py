@@ -170,6 +170,22 @@ def sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
     return out
 
 
+def sweep_sizes(cfg: "BenchConfig", nranks: int) -> list[int]:
+    """The sizes a sweep runs: nccl-tests' loop, less every size whose buffers round down to those of the
+    size before it (``-b 0``'s steps 0, 1, 2 all move 0 float32 elements: one row, not three)."""
+    if cfg.collective == "barrier":
+        return [0]
+    itemsize = parse_dtype(cfg.dtype).itemsize
+    out: list[int] = []
+    last = None
+    for s in sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor):
+        count = counts_for(cfg.collective, s, itemsize, nranks)[0]
+        if count != last:
+            out.append(s)
+            last = count
+    return out
+
+
 def counts_for(collective: str, size: int, itemsize: int, nranks: int) -> tuple[int, int]:
     """(count per rank, bytes S of the largest buffer) for a requested size in bytes."""
     if collective == "barrier":
@@ -497,7 +513,7 @@ def sweep(cfg: BenchConfig, group: Any = None, on_row: Optional[Callable[[int, i
     cfg.validate(g.size)
     transport = transport_of(g)
     # all ranks agree on the transport label (rank 0's view is reported)
-    todo = [0] if cfg.collective == "barrier" else sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor)
+    todo = sweep_sizes(cfg, g.size)
     rows = []
     il.barrier()
     for i, size in enumerate(todo):
@@ -546,7 +562,7 @@ def _main(cfg: BenchConfig) -> None:
     try:
         lead = g.rank == 0
         if lead:
-            todo = 1 if cfg.collective == "barrier" else len(sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor))
+            todo = len(sweep_sizes(cfg, g.size))
             _emit({"event": "start", "nranks": g.size, "transport": transport_of(g), "sizes": todo,
                    "pid": os.getpid()})
 
