@@ -63,6 +63,21 @@ def test_verify_console_script_exit_code():
     assert "all_reduce/ring" in proc.stdout and "all passed" in proc.stdout
 
 
+@pytest.mark.parametrize("args,total", [
+    (["--algorithm", "pairwise_v"], 1),  # built per rank, not in the registry: verified after it, counted too
+    (["--algorithm", "ring", "--collective", "all_reduce"], 1),
+    (["--algorithm", "ring", "--algorithm", "pairwise_v", "--collective", "all_to_all"], 1),  # no ring all_to_all
+])
+def test_verify_counts_what_it_verifies(capsys, args, total):
+    """The announced count is the number of lines that follow, numbered [k/total]; no estimate of the whole
+    registry's time for a filtered run."""
+    assert main(["algorithms", "--verify", "--max-ranks", "4", *args]) == 0
+    cap = capsys.readouterr()
+    assert f"verifying {total} (collective, algorithm) pairs" in cap.err and "about 25 s" not in cap.err
+    lines = [ln for ln in cap.out.splitlines() if ln.startswith("ok ")]
+    assert len(lines) == total and f"[{total}/{total}]" in lines[-1], cap.out
+
+
 def test_case_matrix():
     assert counts_for("all_reduce", 4) == [0, 1, 3, 5, 11, 61]
     assert counts_for("all_reduce", 1) == [0, 1, 2, 5, 61]
