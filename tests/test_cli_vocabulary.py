@@ -6,6 +6,7 @@ barrier's absent bandwidth) and notes agree with the table (channel counts)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,16 @@ def test_bench_model_column_prices_zero_byte_rows(collective: str, nranks: int) 
     rows = [{"size": 0, "type": "float32", "root": -1, "algorithm": a} for a in ("ring", "fast")]
     add_predictions(rows, collective, nranks, "shm")
     assert all(r["pred_busbw"] == 0.0 for r in rows), rows  # a price (0 bytes move), not N/A (None)
+
+
+@pytest.mark.parametrize("cmd", [[], ["run"], ["bench"], ["topo"], ["doctor"], ["algorithms"]])
+def test_help_is_wrapped_and_names_every_subcommand(cmd: list) -> None:
+    """--help fits a terminal (argparse wraps it: no description printed as one 300-character line), and the
+    top-level description names what the subcommands do."""
+    out = subprocess.run([*_interlink(), *cmd, "--help"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "COLUMNS": "100"}).stdout
+    assert out and max(len(ln) for ln in out.splitlines()) <= 100, [ln for ln in out.splitlines() if len(ln) > 100]
+    if not cmd:
+        text = " ".join(out.split())
+        for word in ("benchmark", "topolog", "predict", "simulate", "plan", "hang"):
+            assert word in text, word

@@ -69,7 +69,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "-w warmup and --iters timed iterations out-of-place and in-place on -n/--ranks local processes, "
                     "check the results (#wrong) and print size, count, type, redop, root, time (us, max over "
                     "ranks), algbw and busbw (GB/s = 1e9 B/s, nccl-tests' bus bandwidth factors) per size.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Sizes take binary K/M/G suffixes (64K = 65536). Per-rank counts follow nccl-tests: size/typesize "
                "for all_reduce, broadcast, reduce, sendrecv; size/typesize/nranks for all_gather, reduce_scatter, "
                "all_to_all, gather, scatter. Default iterations: at most 20 (+5 warmup) per size, capped so that "

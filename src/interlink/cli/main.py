@@ -29,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="interlink",
-        description="Collective communication for GPU clusters: launch jobs, inspect and verify algorithms.",
+        description="Collective communication for GPU clusters: launch jobs, benchmark the collectives, inspect and "
+                    "verify algorithms, see topologies, predict and simulate collectives, plan a training step, "
+                    "explain a hang.",
     )
     parser.add_argument("--version", action="version", version=f"interlink {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
