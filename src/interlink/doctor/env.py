@@ -28,6 +28,7 @@ INTERLINK_SHM_SLOTS_MAX_BYTES_2 INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG INTERLINK_SHM
 INTERLINK_SHM_SLOTS_MAX_BYTES_AG INTERLINK_SHM_SLOT_BYTES INTERLINK_SLOT_ROTATE INTERLINK_SLOT_ROTATION_BYTES
 INTERLINK_SLOT_ROTATION_MIN_BYTES INTERLINK_SPIN INTERLINK_STREAM_COPY INTERLINK_STREAM_MIN_BYTES
 INTERLINK_TCP_LANES INTERLINK_TORCH_ASYNC INTERLINK_TRANSPORT INTERLINK_TUNER INTERLINK_TRACE INTERLINK_HOST_COMPUTE
+INTERLINK_NO_CCORE
 """.split())
 
 #: families of variables (INTERLINK_PEER_<NAME>: where benchmarks/compare.py finds an MPI)
@@ -146,6 +147,16 @@ def check_cma() -> Check:
                  "kernel.yama.ptrace_scope=0 or 1 (sysctl), or run the container with --cap-add SYS_PTRACE")
 
 
+def check_ccore() -> Check:
+    """Whether the host page's one-shot path runs in its compiled core (runtime/ccore.py)."""
+    from ..runtime import ccore
+
+    if not ccore.built():
+        return Check("compiled core", "info", ccore.status(),
+                     "reinstall with a C compiler present (pip install -e .) for the faster small calls")
+    return Check("compiled core", "pass" if ccore.enabled() else "info", ccore.status())
+
+
 def check_interfaces() -> list[Check]:
     out = []
     base = "/sys/class/net"
@@ -261,7 +272,7 @@ def check_vars(environ: Optional[dict] = None) -> list[Check]:
 
 def run_checks(ranks: Optional[int] = None) -> list[Check]:
     checks: list[Check] = []
-    steps: list[Callable[[], object]] = [check_shm, check_tcp, check_cma, check_interfaces,
+    steps: list[Callable[[], object]] = [check_shm, check_tcp, check_cma, check_ccore, check_interfaces,
                                          lambda: check_cores(ranks), check_hugepages, check_torch_gpu, check_vars]
     for fn in steps:
         try:

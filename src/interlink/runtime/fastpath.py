@@ -23,7 +23,7 @@ from ..algorithms import hostpath, registry
 from ..algorithms.hostpage import host_plan
 from ..ops import ReduceOp, ufunc
 from ..transport import shmalloc, stream
-from . import policy
+from . import ccore, policy
 from .autotune import (PROBE_BLOCK, PROBE_BLOCKS, PROBE_CALLS, PROBE_SKIP, PROBE_WARM, Autotune,  # noqa: F401
                        Tune, TuneState, choose, probe_path)
 from .engine import Engine
@@ -122,6 +122,11 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         # all_reduce from the ranks' own buffers (each rank reduces its 1/p slice reading every rank's
         # buffer, then copies the other slices): above this size
         self.ar_direct_min = lim.peer_buffers_all_reduce_min
+        # the compiled core of the one-shot path (runtime/ccore.py): it keeps the call count and `safe`
+        self.core = ccore.make_core(self)
+        if self.core is not None:
+            self.core.f, self.core.safe = self.__dict__.pop("f"), self.__dict__.pop("safe")
+            self.__class__ = _CoreFastPath
 
     def takes(self, kind: int, nbytes: int) -> bool:
         """Whether a call with nbytes of input goes through the host page (the slots, or the ranks' own
@@ -246,4 +251,27 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         elif kind == A2A:  # row j: block `me` of rank j's slot (what rank j sends this rank)
             m = sc.block
             sc.stack = [r.reshape(self.n, self.n, m)[:, me, :] for r in rows]
+        if self.core is not None:
+            sc.ccore = ccore.make_shape(self, sc, op, dt)
         return sc
+
+
+class _CoreFastPath(FastPath):
+    """A FastPath whose one-shot calls run in the compiled core, which holds the call count and `safe` (the
+    Python paths read and write them here)."""
+
+    @property
+    def f(self) -> int:
+        return self.core.f
+
+    @f.setter
+    def f(self, v: int) -> None:
+        self.core.f = v
+
+    @property
+    def safe(self) -> int:
+        return self.core.safe
+
+    @safe.setter
+    def safe(self, v: int) -> None:
+        self.core.safe = v

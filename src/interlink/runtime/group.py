@@ -28,7 +28,7 @@ from ..errors import CommTimeoutError, InterlinkError
 from ..ops import ReduceOp, check_op_dtype
 from ..transport import cuda_ipc
 from ..transport.base import HeaderMismatch, Op, encode_sig
-from . import device_exec, recorder
+from . import ccore, device_exec, recorder
 from .engine import Aborted, Engine, translate
 from ..model.tuner import (ALGORITHM_TABLE, SMALL_BYTES, default_algorithm, env_algorithm, env_channels,
                            parse_algo_env, schedule_channels, switch_points)
@@ -100,6 +100,8 @@ class Group:
         self._layout: Optional[tuple[int, int]] = None
         # INTERLINK_DEBUG=TRACE: one log line per completed call (op, algorithm/path, dtype, count, time)
         self._trace = os.environ.get("INTERLINK_DEBUG", "").upper() == "TRACE"
+        # the compiled core's fold of _hot and _call_small (runtime/ccore.py), None: the Python path
+        self._cbind = ccore.bind(self)
 
     def __repr__(self) -> str:
         return f"Group({self.name}, rank {self.rank} of {self.size})"
@@ -313,7 +315,17 @@ class Group:
     def _hot(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: Any, root: Any) -> bool:
         """The latency path of an all-local world: a synchronous call on numpy arrays that fit one shared
         slot runs FastPath.hot with views and a signature cached by the call's shape. False when the call
-        is not for it (the caller takes the regular path, which also raises on bad input)."""
+        is not for it (the caller takes the regular path, which also raises on bad input). With the
+        compiled core, a cached shape it takes runs _hot and _call_small in one C call (_finish_core: the
+        rest of a call it hands back)."""
+        cb = self._cbind
+        if cb is not None:
+            r = cb.call(self, kind, a, out, op, root)
+            if r is None:
+                return True
+            if r is not NotImplemented:
+                self._finish_core(kind, r, a, out)
+                return True
         fast = self._fast
         ctx = self.ctx
         if ctx.broken is not None:
@@ -368,6 +380,27 @@ class Group:
             self._fast.timed(tn, perf_counter() - t0)
         if self._trace:
             self._log_call(seq, sc, perf_counter() - t0)
+
+    def _finish_core(self, kind: int, r: tuple, a: np.ndarray, out: Optional[np.ndarray]) -> None:
+        """The rest of a call that the compiled core took (its runner's lock held, its number and recorder
+        slot taken) and handed back: the slot was not free yet (code 1: the whole call here) or the peers'
+        headers were not all there or did not match (code 2: published; wait and check here). The
+        end of _call_small."""
+        code, sc, seq, i, f, pos = r
+        try:
+            try:
+                if code == 1:
+                    self._fast.hot(sc, a, out, seq, self.ctx.timeout)
+                else:
+                    self._fast._resume(sc, a, out, f, pos, seq, self.ctx.timeout)
+            except BaseException as e:
+                self.recorder.failed.add(seq)
+                if isinstance(e, (KeyboardInterrupt, MemoryError)):
+                    raise
+                raise self._fail(e, NAMES[kind], seq) from None
+            self._rseqs[i] = seq
+        finally:
+            self.ctx.runner._exec.release()
 
     def _hot_small(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: Any, root: Any,
                    key: tuple) -> Any:

@@ -25,7 +25,16 @@ class OneShot:
     def hot(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], seq: int, timeout: float) -> None:
         """One call through the slots, every step inlined: copy in, publish, wait, check, read (reductions
         in rank order: identical bits on every rank), mark done. Above the one-shot size: the call shape's
-        page program (_program)."""
+        page program (_program). A shape the compiled core takes (sc.ccore, runtime/ccore.py) runs there;
+        where the core stops (the slot not yet free: nothing done; the peers' headers not all there or not
+        matching: published) the call goes on here from that point."""
+        cs = sc.ccore
+        if cs is not None:
+            r = self.core.hot(cs, a, out, seq)
+            if r is None:
+                return
+            if r[0] == 2:
+                return self._resume(sc, a, out, r[1], r[2], seq, timeout)
         self.f = f = self.f + 1
         q = f & 1
         pos = f % sc.npos  # where this call's payload lies (its parity is q)
@@ -88,6 +97,31 @@ class OneShot:
         for flag, bell in wake:
             if B[flag]:
                 bell.ring()
+
+    def _resume(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, pos: int, seq: int,
+                timeout: float) -> None:
+        """The rest of call f that the compiled core published (all_reduce, reduce_scatter, broadcast or
+        all_gather, one-shot): wait for the peers' headers and check them as hot does, then read."""
+        self._gather_headers(sc, f, f & 1, seq, timeout)
+        kind = sc.kind
+        if kind == AR or kind == RS:
+            dst = a if kind == AR else out
+            parts = sc.parts[pos]
+            fn = sc.fn
+            if len(parts) > 1:
+                fn(parts[0], parts[1], dst)
+                for k in range(2, len(parts)):
+                    fn(dst, parts[k], dst)
+            else:
+                dst[...] = parts[0]
+            if sc.avg:
+                finish_avg(dst, self.n)
+        elif kind == BC:
+            if not sc.sends:
+                a[...] = sc.parts[pos][0]
+        elif kind == AG:
+            out.reshape(sc.oshape)[...] = sc.stack[pos]
+        self._set(self.done_w, f)
 
     def _reduce_once(self, sc: Small, a: np.ndarray, f: int, pos: int, seq: int, timeout: float) -> None:
         """The one-shot all_reduce of an oversubscribed host (this rank has published): the rank that

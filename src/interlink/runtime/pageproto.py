@@ -62,7 +62,7 @@ class Small:
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
                  "avg", "count", "block", "root", "res", "schedule", "program", "bound", "npos", "push", "tune",
-                 "stream")
+                 "stream", "ccore")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -90,6 +90,7 @@ class Small:
         self.push: Optional[tuple] = None  # a push program's one step, run inlined (FastPath._push_form)
         self.tune: Any = None  # a shape whose path is measured (FastPath.pick): its two Smalls
         self.stream: Optional[bool] = None  # copies stream by the rule (None), always (True), never (False)
+        self.ccore: Any = None  # its form for the compiled core (runtime/ccore.py), None: the Python path
 
 
 class PageProtocol:

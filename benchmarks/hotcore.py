@@ -1,0 +1,84 @@
+"""The compiled core of the host page's one-shot path against the pure-Python path, in one job.
+
+    interlink run -n 2 benchmarks/hotcore.py [--turns 15] [--block 2000]
+
+For all_reduce (float32, sum, in place), broadcast (root 0) and all_gather at 8 B .. 4 KiB of input, blocks
+of ``--block`` calls (each rank writes its input before every call, as benchmarks/compare.py does) run
+with the core (``c``) and without it (``py``: the cached shapes' core forms set aside, so the same calls take
+runtime/oneshot.py's Python path), alternating, every turn. Rank 0 prints the median microseconds per call
+over the turns and the ratio. INTERLINK_NO_CCORE=1 (or an install without the core) leaves only ``py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from time import perf_counter
+
+import numpy as np
+
+import interlink as dist
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--turns", type=int, default=15)
+    ap.add_argument("--block", type=int, default=2000)
+    ap.add_argument("--sizes", default="8,64,512,4096")
+    args = ap.parse_args()
+    dist.init()
+    rank, n = dist.get_rank(), dist.get_world_size()
+    from interlink.runtime import api
+
+    g = api._world()
+    fast = g._fast
+    has_core = fast is not None and getattr(fast, "core", None) is not None
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = []
+    for name in ("all_reduce", "broadcast", "all_gather"):
+        for nb in sizes:
+            count = max(1, nb // 4)
+            x = np.zeros(count, np.float32)
+            out = np.empty(count * n, np.float32)
+            if name == "all_reduce":
+                call = lambda: dist.all_reduce(x)
+            elif name == "broadcast":
+                call = lambda: dist.broadcast(x, 0)
+            else:
+                call = lambda: dist.all_gather_into_tensor(out, x)
+            for _ in range(200):
+                call()
+            modes = ("c", "py") if has_core else ("py",)
+            times = {m: [] for m in modes}
+            for t in range(args.turns):
+                for m in (modes if t % 2 == 0 else modes[::-1]):
+                    saved = {}
+                    if m == "py":
+                        for k, sc in fast.shapes.items():
+                            if sc and sc.ccore is not None:
+                                saved[k] = sc.ccore
+                                sc.ccore = None
+                    dist.barrier()
+                    t0 = perf_counter()
+                    for i in range(args.block):
+                        x[0] = i
+                        call()
+                    times[m].append((perf_counter() - t0) / args.block * 1e6)
+                    for k, c in saved.items():
+                        fast.shapes[k].ccore = c
+            rows.append((name, nb, {m: statistics.median(v) for m, v in times.items()}))
+    if rank == 0:
+        calls = fast.core.calls if has_core else 0
+        print(f"{n} ranks, us per call (median of {args.turns} blocks of {args.block}); core "
+              f"{'on' if has_core else 'off'}, its calls on rank 0: {calls}")
+        print(f"{'collective':<12}{'bytes':>7}{'c':>9}{'py':>9}{'py/c':>7}")
+        for name, nb, med in rows:
+            c = med.get("c")
+            py = med["py"]
+            print(f"{name:<12}{nb:>7}{(f'{c:.2f}' if c else '-'):>9}{py:>9.2f}"
+                  f"{(f'{py / c:.2f}' if c else '-'):>7}")
+    dist.destroy()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,595 @@
+/* The compiled core of the host page's one-shot path (runtime/oneshot.py's OneShot.hot, `slots`): one call
+ * of a cached call shape, in C. It executes the offsets that FastPath.small derived from the Schedule's
+ * views (pageproto.Small: mine / parts / stack), with the page protocol of runtime/pageproto.py: payload,
+ * header, publish last, bells; the peers' headers checked (group seq and signature CRC); reductions in
+ * rank order (every rank gets identical bits); done word, bells.
+ *
+ * It never raises for the protocol: where the Python path would wait longer than a spin, sleep, or raise
+ * (a peer not done with the slot, a peer not yet published, a signature mismatch), it returns a code and
+ * runtime/oneshot.py continues that call in Python from the same point (the same waits, timeouts, blame
+ * and CollectiveMismatchError). INTERLINK_NO_CCORE=1 turns it off (runtime/ccore.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <sched.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+
+#define MAXR 64
+enum { AR = 0, BC = 1, AG = 2, RS = 3 };
+enum { OP_SUM = 0, OP_PROD = 1, OP_MIN = 2, OP_MAX = 3, OP_COPY = 9 };
+enum { T_F32 = 0, T_F64 = 1, T_I32 = 2, T_I64 = 3, T_NONE = 9 };
+/* return codes: 0 done; 1 nothing done (the slot is not free yet: run the whole call in Python);
+ * 2 published, the peers' headers are not all there or do not match (continue in Python from
+ * _gather_headers) */
+#define SIG_BYTES 80
+#define SEQ_GSEQ 2
+#define SEQ_CRC 3
+
+static inline uint64_t ld(volatile uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void st(volatile uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;   /* the host page */
+    int have_view;
+    char *base;
+    int n, me, npeers;
+    Py_ssize_t my_w[2];
+    Py_ssize_t peer_w[2][MAXR];
+    Py_ssize_t done_w;              /* this rank's done word (u64 index) */
+    Py_ssize_t done_all[MAXR];      /* every rank's done word (u64 index) */
+    Py_ssize_t hoff[2];             /* byte offset of this rank's header (group seq word) per parity */
+    Py_ssize_t sleep_w[MAXR];       /* peers' sleeping flags (u32 index) */
+    Py_ssize_t bell_w[MAXR];        /* peers' doorbell counters (u32 index) */
+    long spin, yield_after;
+    unsigned long long f, safe;     /* FastPath.f and FastPath.safe live here when the core is on */
+    unsigned long long calls;       /* calls the core completed (tests read it) */
+} Core;
+
+typedef struct {
+    PyObject_HEAD
+    int kind, op, dtype, sends, avg, npos, nparts;
+    Py_ssize_t count, itemsize, nbytes, rowbytes;
+    unsigned long long crc;
+    unsigned char head[SIG_BYTES];
+    Py_ssize_t *mine;    /* [npos] byte offset of this rank's payload */
+    Py_ssize_t *parts;   /* [npos * nparts] byte offsets of the parts read, rank order */
+} Shape;
+
+/* ---------------------------------------------------------------------------------------------- */
+static void ring(Core *c) {
+    uint32_t *B = (uint32_t *)c->base;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    for (int k = 0; k < c->npeers; k++) {
+        if (__atomic_load_n(&B[c->sleep_w[k]], __ATOMIC_ACQUIRE)) {
+            uint32_t *w = &B[c->bell_w[k]];
+            __atomic_store_n(w, *w + 1, __ATOMIC_RELEASE);
+            syscall(SYS_futex, w, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+        }
+    }
+}
+
+static int done_ready(Core *c, uint64_t need) {
+    volatile uint64_t *W = (volatile uint64_t *)c->base;
+    for (int i = 0; i < c->n; i++)
+        if (ld(&W[c->done_all[i]]) < need) return 0;
+    return 1;
+}
+
+/* 1: every peer published call f with this seq and crc; 0: not yet; -1: a peer published another call */
+static int peers_ready(Core *c, int q, uint64_t f, uint64_t seq, uint64_t crc) {
+    volatile uint64_t *W = (volatile uint64_t *)c->base;
+    for (int k = 0; k < c->npeers; k++) {
+        Py_ssize_t pw = c->peer_w[q][k];
+        if (ld(&W[pw]) < f) return 0;
+        if (W[pw + SEQ_GSEQ] != seq || W[pw + SEQ_CRC] != crc) return -1;
+    }
+    return 1;
+}
+
+#define REDUCE(T, UT, EXPR_SUM, EXPR_PROD)                                                      \
+    do {                                                                                         \
+        T *d = (T *)dst;                                                                         \
+        const T *p0 = (const T *)(c->base + P[0]);                                               \
+        if (np == 1) { memmove(d, p0, (size_t)cnt * sizeof(T)); break; }                          \
+        const T *p1 = (const T *)(c->base + P[1]);                                               \
+        for (Py_ssize_t j = 0; j < cnt; j++) {                                                   \
+            T x = p0[j], y = p1[j], r;                                                           \
+            switch (op) {                                                                        \
+            case OP_SUM: r = EXPR_SUM; break;                                                    \
+            case OP_PROD: r = EXPR_PROD; break;                                                  \
+            case OP_MIN: r = MINF(x, y); break;                                                  \
+            default: r = MAXF(x, y); break;                                                      \
+            }                                                                                    \
+            for (int k = 2; k < np; k++) {                                                       \
+                x = r; y = ((const T *)(c->base + P[k]))[j];                                     \
+                switch (op) {                                                                    \
+                case OP_SUM: r = EXPR_SUM; break;                                                \
+                case OP_PROD: r = EXPR_PROD; break;                                              \
+                case OP_MIN: r = MINF(x, y); break;                                              \
+                default: r = MAXF(x, y); break;                                                  \
+                }                                                                                \
+            }                                                                                    \
+            d[j] = r;                                                                            \
+        }                                                                                        \
+    } while (0)
+
+/* numpy's minimum/maximum: a NaN operand wins (the first if both), ties give the second */
+#define FMINF(x, y) ((isnan(x) || (x) < (y)) ? (x) : (y))
+#define FMAXF(x, y) ((isnan(x) || (x) > (y)) ? (x) : (y))
+#define IMINF(x, y) ((x) < (y) ? (x) : (y))
+#define IMAXF(x, y) ((x) > (y) ? (x) : (y))
+
+static void reduce(Core *c, Shape *s, const Py_ssize_t *P, char *dst, Py_ssize_t cnt) {
+    int np = s->nparts, op = s->op;
+    switch (s->dtype) {
+    case T_F32:
+#define MINF FMINF
+#define MAXF FMAXF
+        REDUCE(float, float, x + y, x * y);
+        break;
+    case T_F64:
+        REDUCE(double, double, x + y, x * y);
+        break;
+#undef MINF
+#undef MAXF
+#define MINF IMINF
+#define MAXF IMAXF
+    case T_I32: /* wrapping arithmetic, as numpy's */
+        REDUCE(int32_t, uint32_t, (int32_t)((uint32_t)x + (uint32_t)y), (int32_t)((uint32_t)x * (uint32_t)y));
+        break;
+    case T_I64:
+        REDUCE(int64_t, uint64_t, (int64_t)((uint64_t)x + (uint64_t)y), (int64_t)((uint64_t)x * (uint64_t)y));
+        break;
+#undef MINF
+#undef MAXF
+    }
+    if (s->avg && c->n > 1) { /* floats only (FastPath refuses the core an integer AVG) */
+        if (s->dtype == T_F32) {
+            float *d = (float *)dst, m = (float)c->n;
+            for (Py_ssize_t j = 0; j < cnt; j++) d[j] = d[j] / m;
+        } else {
+            double *d = (double *)dst, m = (double)c->n;
+            for (Py_ssize_t j = 0; j < cnt; j++) d[j] = d[j] / m;
+        }
+    }
+}
+
+static int get_buf(PyObject *o, Py_buffer *b, int writable, Py_ssize_t need) {
+    if (PyObject_GetBuffer(o, b, writable ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) : PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (b->len != need) {
+        PyBuffer_Release(b);
+        PyErr_SetString(PyExc_ValueError, "buffer size does not match the call shape");
+        return -1;
+    }
+    return 0;
+}
+
+/* One call of shape s with its buffers: 0 done; 1 nothing done (the slot is not free yet); 2 published, the
+ * peers' headers not all there or not matching (*fo, *po: the call and its position) */
+static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo, int *po) {
+    volatile uint64_t *W = (volatile uint64_t *)c->base;
+    uint64_t f = c->f + 1;
+    int q = (int)(f & 1);
+    int pos = (int)(f % (uint64_t)s->npos);
+    if (f > 2 && c->safe < f - 2) { /* every peer must have finished reading call f-2 (this slot) */
+        long spins = 0;
+        while (!done_ready(c, f - 2)) {
+            if (++spins >= c->spin) return 1;
+            if (spins > c->yield_after) sched_yield(); else cpu_relax();
+        }
+    }
+    c->f = f;
+    *fo = f;
+    *po = pos;
+    if (s->sends) memcpy(c->base + s->mine[pos], a->buf, (size_t)s->nbytes);
+    /* the header from word 2: group seq, crc, nbytes, (reserved), signature (pageproto._META) */
+    {
+        uint64_t *h = (uint64_t *)(c->base + c->hoff[q]);
+        h[0] = seq; h[1] = s->crc; h[2] = (uint64_t)s->nbytes; h[3] = 0;
+        memcpy(h + 4, s->head, SIG_BYTES);
+    }
+    st(&W[c->my_w[q]], f); /* publish last */
+    ring(c);
+    int r;
+    long spins = 0;
+    while ((r = peers_ready(c, q, f, seq, s->crc)) == 0) {
+        if (++spins >= c->spin) break;
+        if (spins > c->yield_after) sched_yield(); else cpu_relax();
+    }
+    if (r != 1) return 2;
+    c->safe = f - 1; /* a peer publishes call f only after finishing call f-1 */
+    const Py_ssize_t *P = s->parts + (Py_ssize_t)pos * s->nparts;
+    switch (s->kind) {
+    case AR:
+        reduce(c, s, P, (char *)a->buf, s->count);
+        break;
+    case RS:
+        reduce(c, s, P, (char *)o->buf, s->count / c->n);
+        break;
+    case BC:
+        if (!s->sends) memcpy(a->buf, c->base + P[0], (size_t)(s->count * s->itemsize));
+        break;
+    case AG:
+        for (int k = 0; k < s->nparts; k++)
+            memcpy((char *)o->buf + (Py_ssize_t)k * s->rowbytes, c->base + P[k], (size_t)s->rowbytes);
+        break;
+    }
+    st(&W[c->done_w], f);
+    ring(c);
+    c->calls++;
+    return 0;
+}
+
+/* the call's buffers as the shape needs them: 0, or -1 (no error set) when the core cannot take them as they
+ * are (not contiguous, read-only, another size): the Python path then runs (and raises where the call is
+ * wrong); an output that overlaps the input, too */
+static int take_bufs(Core *c, Shape *s, PyObject *ao, PyObject *oo, Py_buffer *a, Py_buffer *o) {
+    /* all_reduce and broadcast take a writable input on every rank (Group._hot), reduce_scatter and
+     * all_gather a writable output */
+    int wa = s->kind == AR || s->kind == BC;
+    if (get_buf(ao, a, wa, s->count * s->itemsize) < 0) { PyErr_Clear(); return -1; }
+    if (s->kind == AG || s->kind == RS) {
+        Py_ssize_t need = s->kind == AG ? s->count * s->itemsize * c->n : (s->count / c->n) * s->itemsize;
+        if (oo == Py_None || get_buf(oo, o, 1, need) < 0) { PyErr_Clear(); PyBuffer_Release(a); return -1; }
+        char *a0 = a->buf, *o0 = o->buf;
+        if (a0 < o0 + o->len && o0 < a0 + a->len) { PyBuffer_Release(o); PyBuffer_Release(a); return -1; }
+    }
+    return 0;
+}
+
+static void drop_bufs(Shape *s, Py_buffer *a, Py_buffer *o) {
+    PyBuffer_Release(a);
+    if (s->kind == AG || s->kind == RS) PyBuffer_Release(o);
+}
+
+/* Core.hot(shape, a, out, seq): None when done, else (code, f, pos): continue in Python */
+static PyObject *core_hot(Core *c, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) { PyErr_SetString(PyExc_TypeError, "hot(shape, a, out, seq)"); return NULL; }
+    Shape *s = (Shape *)args[0];
+    unsigned long long seq = PyLong_AsUnsignedLongLong(args[3]);
+    if (seq == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    Py_buffer a, o;
+    if (take_bufs(c, s, args[1], args[2], &a, &o) < 0) return Py_BuildValue("(iKi)", 1, 0ULL, 0);
+    uint64_t f = 0;
+    int pos = 0;
+    int r = run_call(c, s, seq, &a, &o, &f, &pos);
+    drop_bufs(s, &a, &o);
+    if (r == 0) Py_RETURN_NONE;
+    return Py_BuildValue("(iKi)", r, (unsigned long long)f, pos);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+static int seq_of(PyObject *o, Py_ssize_t *dst, int maxn, int *got) {
+    PyObject *t = PySequence_Fast(o, "a sequence of ints");
+    if (!t) return -1;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(t);
+    if (m > maxn) { Py_DECREF(t); PyErr_SetString(PyExc_ValueError, "too many entries"); return -1; }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        dst[i] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(t, i));
+        if (dst[i] == -1 && PyErr_Occurred()) { Py_DECREF(t); return -1; }
+    }
+    if (got) *got = (int)m;
+    Py_DECREF(t);
+    return 0;
+}
+
+static int Core_init(Core *c, PyObject *args, PyObject *kw) {
+    PyObject *page, *my_w, *peer_w0, *peer_w1, *done_all, *hoff, *sleep_w, *bell_w;
+    Py_ssize_t done_w;
+    if (!PyArg_ParseTuple(args, "OiiOOOnOOOOll", &page, &c->n, &c->me, &my_w, &peer_w0, &peer_w1, &done_w,
+                          &done_all, &hoff, &sleep_w, &bell_w, &c->spin, &c->yield_after))
+        return -1;
+    if (c->n < 1 || c->n > MAXR) { PyErr_SetString(PyExc_ValueError, "ranks"); return -1; }
+    if (c->have_view) { PyBuffer_Release(&c->view); c->have_view = 0; }
+    if (PyObject_GetBuffer(page, &c->view, PyBUF_WRITABLE) < 0) return -1;
+    c->have_view = 1;
+    c->base = (char *)c->view.buf;
+    int m0, m1, m2, m3;
+    if (seq_of(my_w, c->my_w, 2, NULL) || seq_of(peer_w0, c->peer_w[0], MAXR, &m0) ||
+        seq_of(peer_w1, c->peer_w[1], MAXR, &m1) || seq_of(done_all, c->done_all, MAXR, NULL) ||
+        seq_of(hoff, c->hoff, 2, NULL) || seq_of(sleep_w, c->sleep_w, MAXR, &m2) ||
+        seq_of(bell_w, c->bell_w, MAXR, &m3))
+        return -1;
+    if (m0 != c->n - 1 || m1 != m0 || m2 != m0 || m3 != m0) {
+        PyErr_SetString(PyExc_ValueError, "one entry a peer");
+        return -1;
+    }
+    c->npeers = m0;
+    c->done_w = done_w;
+    c->spin = c->spin < 1 ? 1 : c->spin;
+    return 0;
+}
+
+static void Core_dealloc(Core *c) {
+    if (c->have_view) PyBuffer_Release(&c->view);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyMethodDef Core_methods[] = {
+    {"hot", (PyCFunction)(void (*)(void))core_hot, METH_FASTCALL,
+     "hot(shape, a, out, seq): one call of a cached shape; None when done, else (code, f, pos): continue in Python"},
+    {NULL}};
+
+#include <structmember.h>
+static PyMemberDef Core_members[] = {
+    {"f", T_ULONGLONG, offsetof(Core, f), 0, "the host page calls so far (FastPath.f)"},
+    {"safe", T_ULONGLONG, offsetof(Core, safe), 0, "every peer finished reading calls <= safe (FastPath.safe)"},
+    {"calls", T_ULONGLONG, offsetof(Core, calls), READONLY, "calls the core completed"},
+    {NULL}};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "interlink.runtime._hotcore.Core",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Core_init,
+    .tp_dealloc = (destructor)Core_dealloc,
+    .tp_methods = Core_methods,
+    .tp_members = Core_members,
+};
+
+static int Shape_init(Shape *s, PyObject *args, PyObject *kw) {
+    PyObject *mine, *parts;
+    const char *head;
+    Py_ssize_t headlen;
+    if (!PyArg_ParseTuple(args, "iiinnniiKy#OO", &s->kind, &s->op, &s->dtype, &s->count, &s->itemsize,
+                          &s->nbytes, &s->sends, &s->avg, &s->crc, &head, &headlen, &mine, &parts))
+        return -1;
+    if (headlen > SIG_BYTES) headlen = SIG_BYTES;
+    memset(s->head, 0, SIG_BYTES);
+    memcpy(s->head, head, (size_t)headlen);
+    Py_ssize_t npos = PySequence_Length(mine);
+    if (npos < 1 || PySequence_Length(parts) != npos) { PyErr_SetString(PyExc_ValueError, "positions"); return -1; }
+    PyMem_Free(s->mine); PyMem_Free(s->parts);
+    s->mine = PyMem_Calloc((size_t)npos, sizeof(Py_ssize_t));
+    s->parts = PyMem_Calloc((size_t)npos * MAXR, sizeof(Py_ssize_t));
+    if (!s->mine || !s->parts) { PyErr_NoMemory(); return -1; }
+    s->npos = (int)npos;
+    if (seq_of(mine, s->mine, (int)npos, NULL)) return -1;
+    s->nparts = -1;
+    for (Py_ssize_t p = 0; p < npos; p++) {
+        PyObject *row = PySequence_GetItem(parts, p);
+        if (!row) return -1;
+        int m;
+        int bad = seq_of(row, s->parts + p * MAXR, MAXR, &m);
+        Py_DECREF(row);
+        if (bad) return -1;
+        if (s->nparts >= 0 && m != s->nparts) { PyErr_SetString(PyExc_ValueError, "parts"); return -1; }
+        s->nparts = m;
+    }
+    /* compact [npos][nparts] */
+    for (Py_ssize_t p = 1; p < npos; p++)
+        memmove(s->parts + p * s->nparts, s->parts + p * MAXR, (size_t)s->nparts * sizeof(Py_ssize_t));
+    s->rowbytes = s->count * s->itemsize;
+    return 0;
+}
+
+static void Shape_dealloc(Shape *s) {
+    PyMem_Free(s->mine);
+    PyMem_Free(s->parts);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyTypeObject ShapeType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "interlink.runtime._hotcore.Shape",
+    .tp_basicsize = sizeof(Shape),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Shape_init,
+    .tp_dealloc = (destructor)Shape_dealloc,
+};
+
+/* ---------------------------------------------------------------------------------------------------
+ * Bind: Group._hot and Group._call_small folded for a cached shape (runtime/group.py): the checks of _hot
+ * (the communicator usable, the shape cached and for the core, nothing queued on the runner, the buffers as
+ * the core needs them, no overlap), the runner's lock, the group's sequence number, the flight recorder's
+ * three stores (plan and start, then the number when done), the call. NotImplemented: not taken, nothing
+ * done (Group._hot runs as before); a tuple (code, shape, seq, slot, f, pos): the call is under way, the
+ * runner's lock held, Group._finish_core goes on in Python.
+ */
+typedef struct {
+    PyObject_HEAD
+    Core *core;
+    PyObject *fast, *ctx, *runner, *shapes, *rplans, *rstarts, *rseqs, *acquire, *release, *gdict;
+    Py_ssize_t rmask;
+} Bind;
+
+static PyObject *S_call_small, *S_broken, *S_pending, *S_seq, *S_fast, *S_dtype, *S_shape, *S_tune, *S_ccore;
+static PyObject *KINDS[8];
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int Bind_init(Bind *b, PyObject *args, PyObject *kw) {
+    PyObject *core, *fast, *ctx, *runner, *lock, *shapes, *rplans, *rstarts, *rseqs, *gdict;
+    Py_ssize_t rmask;
+    if (!PyArg_ParseTuple(args, "O!OOOOO!O!O!O!nO!", &CoreType, &core, &fast, &ctx, &runner, &lock, &PyDict_Type,
+                          &shapes, &PyList_Type, &rplans, &PyList_Type, &rstarts, &PyList_Type, &rseqs, &rmask,
+                          &PyDict_Type, &gdict))
+        return -1;
+    Py_INCREF(gdict); b->gdict = gdict;
+    if (PyList_GET_SIZE(rplans) <= rmask || PyList_GET_SIZE(rstarts) <= rmask || PyList_GET_SIZE(rseqs) <= rmask) {
+        PyErr_SetString(PyExc_ValueError, "recorder lists shorter than the mask");
+        return -1;
+    }
+    PyObject *acq = PyObject_GetAttrString(lock, "acquire");
+    PyObject *rel = acq ? PyObject_GetAttrString(lock, "release") : NULL;
+    if (!rel) { Py_XDECREF(acq); return -1; }
+    b->acquire = acq; b->release = rel;
+    Py_INCREF(core); b->core = (Core *)core;
+    Py_INCREF(fast); b->fast = fast;
+    Py_INCREF(ctx); b->ctx = ctx;
+    Py_INCREF(runner); b->runner = runner;
+    Py_INCREF(shapes); b->shapes = shapes;
+    Py_INCREF(rplans); b->rplans = rplans;
+    Py_INCREF(rstarts); b->rstarts = rstarts;
+    Py_INCREF(rseqs); b->rseqs = rseqs;
+    b->rmask = rmask;
+    return 0;
+}
+
+static void Bind_dealloc(Bind *b) {
+    Py_XDECREF(b->core); Py_XDECREF(b->fast); Py_XDECREF(b->ctx); Py_XDECREF(b->runner); Py_XDECREF(b->shapes);
+    Py_XDECREF(b->rplans); Py_XDECREF(b->rstarts); Py_XDECREF(b->rseqs); Py_XDECREF(b->acquire);
+    Py_XDECREF(b->release); Py_XDECREF(b->gdict);
+    Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+/* an attribute is None (1), not None (0), or the lookup failed (-1) */
+static int attr_is_none(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v) return -1;
+    int r = v == Py_None;
+    Py_DECREF(v);
+    return r;
+}
+
+#define NOT_TAKEN() do { PyErr_Clear(); Py_RETURN_NOTIMPLEMENTED; } while (0)
+
+/* Bind.call(group, kind, a, out, op, root) */
+static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) { PyErr_SetString(PyExc_TypeError, "call(group, kind, a, out, op, root)"); return NULL; }
+    PyObject *group = args[0], *ao = args[2], *oo = args[3];
+    long kind = PyLong_AsLong(args[1]);
+    if (kind < 0 || kind > 3) NOT_TAKEN();
+    if (attr_is_none(b->ctx, S_broken) != 1) NOT_TAKEN();
+    /* a group whose _call_small is wrapped (INTERLINK_TRACE, a benchmark) runs it */
+    if (PyDict_GetItemWithError(b->gdict, S_call_small) != NULL) NOT_TAKEN();
+    {
+        PyObject *gf = PyObject_GetAttr(group, S_fast);
+        if (!gf) NOT_TAKEN();
+        Py_DECREF(gf);
+        if (gf != b->fast) NOT_TAKEN();
+    }
+    if (oo != Py_None && Py_TYPE(oo) != Py_TYPE(ao)) NOT_TAKEN();
+    /* the cache key of Group._hot */
+    PyObject *key, *dt = PyObject_GetAttr(ao, S_dtype), *sh = dt ? PyObject_GetAttr(ao, S_shape) : NULL;
+    if (!sh) { Py_XDECREF(dt); NOT_TAKEN(); }
+    if (oo == Py_None) {
+        key = PyTuple_Pack(5, KINDS[kind], dt, sh, args[4], args[5]);
+    } else {
+        PyObject *odt = PyObject_GetAttr(oo, S_dtype), *osh = odt ? PyObject_GetAttr(oo, S_shape) : NULL;
+        key = osh ? PyTuple_Pack(7, KINDS[kind], dt, sh, odt, osh, args[4], args[5]) : NULL;
+        Py_XDECREF(odt); Py_XDECREF(osh);
+    }
+    Py_DECREF(dt); Py_DECREF(sh);
+    if (!key) NOT_TAKEN();
+    PyObject *sc = PyDict_GetItemWithError(b->shapes, key); /* borrowed */
+    Py_DECREF(key);
+    if (!sc || sc == Py_False) NOT_TAKEN();
+    Py_INCREF(sc);
+    PyObject *cs = PyObject_GetAttr(sc, S_ccore);
+    if (!cs || cs == Py_None || Py_TYPE(cs) != &ShapeType || attr_is_none(sc, S_tune) != 1) {
+        Py_XDECREF(cs); Py_DECREF(sc); NOT_TAKEN();
+    }
+    Shape *s = (Shape *)cs;
+    {
+        PyObject *pend = PyObject_GetAttr(b->runner, S_pending);
+        int busy = !pend || PyObject_IsTrue(pend) != 0;
+        Py_XDECREF(pend);
+        if (busy) { Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN(); }
+    }
+    Py_buffer a, o;
+    if (take_bufs(b->core, s, ao, oo, &a, &o) < 0) { Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN(); }
+    PyObject *got = PyObject_CallOneArg(b->acquire, Py_False);
+    if (got != Py_True) {
+        Py_XDECREF(got); drop_bufs(s, &a, &o); Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN();
+    }
+    Py_DECREF(got);
+    /* from here the call is taken: the group's next number, the recorder's plan and start */
+    PyObject *so = PyObject_GetAttr(group, S_seq);
+    long long seq = so ? PyLong_AsLongLong(so) : -1;
+    Py_XDECREF(so);
+    PyObject *nseq = seq >= 0 ? PyLong_FromLongLong(seq + 1) : NULL;
+    if (!nseq || PyObject_SetAttr(group, S_seq, nseq) < 0) {
+        Py_XDECREF(nseq);
+        PyObject *r = PyObject_CallNoArgs(b->release);
+        Py_XDECREF(r);
+        drop_bufs(s, &a, &o); Py_DECREF(cs); Py_DECREF(sc);
+        return NULL;
+    }
+    seq += 1;
+    Py_ssize_t i = (Py_ssize_t)(seq & b->rmask);
+    Py_INCREF(sc);
+    PyList_SetItem(b->rplans, i, sc);
+    PyObject *t0 = PyFloat_FromDouble(now_s());
+    if (t0) PyList_SetItem(b->rstarts, i, t0);
+    uint64_t f = 0;
+    int pos = 0;
+    int r = run_call(b->core, s, (uint64_t)seq, &a, &o, &f, &pos);
+    drop_bufs(s, &a, &o);
+    Py_DECREF(cs);
+    if (r == 0) {
+        PyList_SetItem(b->rseqs, i, nseq); /* steals nseq: done */
+        Py_DECREF(sc);
+        PyObject *x = PyObject_CallNoArgs(b->release);
+        if (!x) return NULL;
+        Py_DECREF(x);
+        Py_RETURN_NONE;
+    }
+    Py_DECREF(nseq);
+    PyObject *res = Py_BuildValue("(iOLnKi)", r, sc, seq, i, (unsigned long long)f, pos);
+    Py_DECREF(sc);
+    return res;
+}
+
+static PyMethodDef Bind_methods[] = {
+    {"call", (PyCFunction)(void (*)(void))bind_call, METH_FASTCALL,
+     "call(group, kind, a, out, op, root): None done; NotImplemented not taken; else (code, shape, seq, slot, "
+     "f, pos), the runner's lock held"},
+    {NULL}};
+
+static PyTypeObject BindType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "interlink.runtime._hotcore.Bind",
+    .tp_basicsize = sizeof(Bind),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Bind_init,
+    .tp_dealloc = (destructor)Bind_dealloc,
+    .tp_methods = Bind_methods,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotcore",
+                                    "The compiled core of the host page's one-shot path", -1, NULL};
+
+PyMODINIT_FUNC PyInit__hotcore(void) {
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&ShapeType) < 0 || PyType_Ready(&BindType) < 0) return NULL;
+    S_broken = PyUnicode_InternFromString("broken");
+    S_call_small = PyUnicode_InternFromString("_call_small");
+    S_pending = PyUnicode_InternFromString("_pending");
+    S_seq = PyUnicode_InternFromString("seq");
+    S_fast = PyUnicode_InternFromString("_fast");
+    S_dtype = PyUnicode_InternFromString("dtype");
+    S_shape = PyUnicode_InternFromString("shape");
+    S_tune = PyUnicode_InternFromString("tune");
+    S_ccore = PyUnicode_InternFromString("ccore");
+    for (int k = 0; k < 8; k++) KINDS[k] = PyLong_FromLong(k);
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&CoreType);
+    Py_INCREF(&ShapeType);
+    Py_INCREF(&BindType);
+    if (PyModule_AddObject(m, "Bind", (PyObject *)&BindType) < 0 ||
+        PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0 ||
+        PyModule_AddObject(m, "Shape", (PyObject *)&ShapeType) < 0)
+        return NULL;
+    return m;
+}

@@ -1,0 +1,107 @@
+"""The compiled core of the host page's one-shot path (runtime/_hotcore.c), when it was built and is not
+turned off: ``pip install`` compiles it where a C compiler exists (setup.py, an optional extension);
+``INTERLINK_NO_CCORE=1`` runs the pure-Python path (runtime/oneshot.py) instead. `interlink doctor` shows
+which one this install runs.
+
+The core runs one call of a cached call shape (pageproto.Small) through the slots: the offsets it executes
+are those of the Small's views, which FastPath.small derived from the call's Schedule. It takes all_reduce
+and reduce_scatter of float32, float64, int32 and int64 (sum, product, min, max; avg of the floats),
+broadcast and all_gather of any dtype, one-shot through the slots (not slots_once, not a page program);
+every other shape runs in Python. Where the Python path would sleep, time out or raise, the core hands
+the call back to Python at the same point (OneShot.hot), so waits, timeouts, blame and errors are the
+Python path's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import numpy as np
+
+from ..ops import ReduceOp
+
+try:
+    from . import _hotcore
+except ImportError:  # not built (no C compiler at install time): the pure-Python path
+    _hotcore = None
+
+_DT = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int32): 2, np.dtype(np.int64): 3}
+_OP = {ReduceOp.SUM: 0, ReduceOp.PRODUCT: 1, ReduceOp.MIN: 2, ReduceOp.MAX: 3, ReduceOp.AVG: 0}
+_KINDS = (0, 1, 2, 3)  # AR, BC, AG, RS (pageproto)
+
+
+def built() -> bool:
+    """Whether this install has the compiled core."""
+    return _hotcore is not None
+
+
+def enabled() -> bool:
+    """Whether calls run through it: built, and not turned off by INTERLINK_NO_CCORE=1."""
+    return _hotcore is not None and os.environ.get("INTERLINK_NO_CCORE", "0") in ("", "0")
+
+
+def status() -> str:
+    """One line for `interlink doctor`."""
+    if _hotcore is None:
+        return "not built (no C compiler at install time): the host page's one-shot path runs in Python"
+    if not enabled():
+        return "built, turned off by INTERLINK_NO_CCORE=1: the host page's one-shot path runs in Python"
+    return "built and on: the host page's one-shot path runs in C (INTERLINK_NO_CCORE=1 turns it off)"
+
+
+def _addr(x: np.ndarray) -> int:
+    return x.__array_interface__["data"][0]
+
+
+def make_core(fp: Any) -> Optional[Any]:
+    """The core for FastPath fp (None: off, not built, or a page it does not run)."""
+    if not enabled() or fp.n > 64:
+        return None
+    page = fp.page
+    bell_w = [b.i for b in fp.bells]  # each peer's doorbell counter (u32 word)
+    sleep_w = [flag for flag, _ in fp.wake]
+    core = _hotcore.Core(page.mm, fp.n, fp.me, tuple(fp.my_w), tuple(fp.peer_w[0]), tuple(fp.peer_w[1]),
+                         fp.done_w, tuple(page.done_word(i) for i in range(fp.n)), tuple(fp.hoff),
+                         tuple(sleep_w), tuple(bell_w), int(fp.spin), int(fp.yield_after))
+    fp._page_addr = _addr(np.frombuffer(page.mm, dtype=np.uint8, count=1))
+    return core
+
+
+def make_shape(fp: Any, sc: Any, op: ReduceOp, dtype: np.dtype) -> Optional[Any]:
+    """The core's form of an inlined one-shot Small (None: a shape the core does not take)."""
+    kind = sc.kind
+    if kind not in _KINDS or sc.res is not None or sc.program is not None or sc.count == 0:
+        return None
+    code, opc = 9, 9
+    if kind in (0, 3):
+        code = _DT.get(dtype, 9)
+        opc = _OP.get(op, 9)
+        if code == 9 or opc == 9 or not dtype.isnative or (op is ReduceOp.AVG and code > 1):
+            return None
+    base = fp._page_addr
+
+    def off(v: np.ndarray) -> int:
+        if not v.flags.c_contiguous:
+            raise ValueError("a slot view that is not contiguous")
+        return _addr(v) - base
+
+    if kind == 2:  # all_gather: every rank's row of the stack
+        parts = [[off(st[i]) for i in range(fp.n)] for st in sc.stack]
+    else:
+        parts = [[off(v) for v in ps] for ps in sc.parts]
+    mine = [off(m) if sc.sends else 0 for m in sc.mine]
+    return _hotcore.Shape(kind, opc, code, sc.count, dtype.itemsize, sc.nbytes, int(sc.sends), int(sc.avg),
+                          sc.crc, sc.head, mine, parts)
+
+
+def bind(group: Any) -> Optional[Any]:
+    """Group._hot and Group._call_small folded for the group's cached shapes (None: no core, or a group
+    that does not take the host page, or one that logs every call). A group whose _call_small is replaced
+    on the instance (INTERLINK_TRACE's end times, benchmarks/recorder_overhead.py) runs that one."""
+    fast = group._fast
+    if fast is None or getattr(fast, "core", None) is None or group._trace:
+        return None
+    runner = group.ctx.runner
+    return _hotcore.Bind(fast.core, fast, group.ctx, runner, runner._exec, fast.shapes, group._rplans,
+                         group._rstarts, group._rseqs, group._rmask, group.__dict__)

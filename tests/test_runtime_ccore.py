@@ -1,0 +1,201 @@
+"""The compiled core of the host page's one-shot path (runtime/_hotcore.c, runtime/ccore.py) against numpy,
+with the core and without it (INTERLINK_NO_CCORE=1, which the spawned ranks read): every dtype and op it
+takes for all_reduce and reduce_scatter, broadcast from every root, all_gather; sizes 0, 1, odd and the
+one-shot limit; 1, 2, 3 and 5 ranks; in place and out of place; shapes alternating call by call; then a
+signature mismatch (the same error text on both paths), a dead peer and a timeout. Where the core is
+built and on, the tests assert that it ran the calls (Core.calls)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from interlink.runtime import ccore
+from mp import run_ranks
+
+PATHS = ["core", "python"]
+_DTYPES = ("float32", "float64", "int32", "int64", "float16", "uint8")  # the last two: the Python path's
+_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "AVG")
+
+
+def _env(path: str) -> dict:
+    if path == "core" and not ccore.built():
+        pytest.skip("the compiled core is not built in this install (no C compiler at install time)")
+    return {"INTERLINK_NO_CCORE": "0" if path == "core" else "1", "INTERLINK_TRANSPORT": "shm"}
+
+
+def _data(rank: int, dt: str, n: int, op: str) -> np.ndarray:
+    rng = np.random.default_rng(1000 * rank + n)
+    if dt.startswith("float"):
+        x = rng.standard_normal(n).astype(dt)
+        if op == "PRODUCT":
+            x = (1.0 + x / 8).astype(dt)
+        if n > 3:  # NaN and signed zeros take numpy's rules (min/max: a NaN wins, ties give the second)
+            x[1] = np.nan if rank == 1 else x[1]
+            x[2] = -0.0 if rank % 2 else 0.0
+        return x
+    hi = 3 if op == "PRODUCT" else 1000
+    return rng.integers(-hi if dt.startswith("int") else 0, hi, n).astype(dt)
+
+
+def _ref(op: str, xs: list) -> np.ndarray:
+    """The rank-order reduction every rank must get, bit for bit."""
+    from interlink.ops import ReduceOp, finish_avg, ufunc
+
+    fn = ufunc(ReduceOp.SUM if op == "AVG" else ReduceOp[op], xs[0].dtype)
+    acc = xs[0].copy()
+    with np.errstate(all="ignore"):
+        for x in xs[1:]:
+            fn(acc, x, acc)
+        if op == "AVG":
+            finish_avg(acc, len(xs))
+    return acc
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def matrix(rank: int, world: int) -> dict:
+    import interlink as dist
+    from interlink.ops import ReduceOp
+    from interlink.runtime import api
+
+    dist.init(timeout=60)
+    fast = api._world()._fast
+    limit = fast.max if fast is not None else 4096  # the one-shot all_reduce's limit (bytes)
+    fails, checks = [], 0
+    with np.errstate(all="ignore"):
+        for dt in _DTYPES:
+            item = np.dtype(dt).itemsize
+            sizes = sorted({0, 1, 7, 33, world * 5, limit // item, limit // item - world + 1})
+            for op in _OPS:
+                if dt == "uint8" and op == "AVG":
+                    continue
+                for n in sizes:
+                    if n < 0:
+                        continue
+                    xs = [_data(r, dt, n, op) for r in range(world)]
+                    x = xs[rank].copy()
+                    dist.all_reduce(x, ReduceOp[op])
+                    checks += 1
+                    if not _same(x, _ref(op, xs)):
+                        fails.append(f"all_reduce {dt} {op} n={n}")
+                    m = n - n % world
+                    if m:  # reduce_scatter, out of place
+                        out = np.empty(m // world, dt)
+                        dist.reduce_scatter_tensor(out, xs[rank][:m].copy(), ReduceOp[op])
+                        checks += 1
+                        exp = _ref(op, [v[:m] for v in xs])[rank * (m // world):(rank + 1) * (m // world)]
+                        if not _same(out, exp):
+                            fails.append(f"reduce_scatter {dt} {op} n={m}")
+            for n in sizes:
+                if n == 0:
+                    continue
+                xs = [_data(r, dt, n, "SUM") for r in range(world)]
+                for root in range(world):
+                    x = xs[rank].copy()
+                    dist.broadcast(x, root)
+                    checks += 1
+                    if not _same(x, xs[root]):
+                        fails.append(f"broadcast {dt} n={n} root={root}")
+                out = np.empty(n * world, dt)
+                dist.all_gather_into_tensor(out, xs[rank])
+                checks += 1
+                if not _same(out, np.concatenate(xs)):
+                    fails.append(f"all_gather {dt} n={n}")
+        # two shapes alternating call by call (both parities, both Smalls), a 2-d array
+        a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(5, dtype=np.int64)
+        for i in range(20):
+            x, y = a + rank + i, b * (rank + 1) + i
+            dist.all_reduce(x)
+            dist.all_reduce(y, ReduceOp.MAX)
+            checks += 2
+            if not _same(x, sum(a + r + i for r in range(world)).astype(np.float32)) or \
+                    not _same(y, b * world + i):
+                fails.append(f"alternating shapes, call {i}")
+    calls = fast.core.calls if fast is not None and getattr(fast, "core", None) is not None else None
+    dist.destroy()
+    return {"fails": fails, "checks": checks, "core_calls": calls, "fast": fast is not None}
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("world", [2, pytest.param(1, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow),
+                                   pytest.param(5, marks=pytest.mark.slow)])
+def test_small_call_matrix_against_numpy(path: str, world: int) -> None:
+    res = run_ranks(world, matrix, env=_env(path), timeout=240)
+    for r in res:
+        assert not r["fails"], r["fails"][:10]
+        assert r["checks"] > 300
+        if world == 1:
+            continue
+        assert r["fast"]
+        if path == "core":
+            # the calls ran in C (5 ranks on 2 cores: the all_reduce reduced once, and calls whose short spin
+            # ran out, run in Python)
+            assert r["core_calls"] and r["core_calls"] > (300 if world == 2 else 50), r
+        else:
+            assert r["core_calls"] is None, r
+
+
+def mismatch(rank: int, world: int) -> dict:
+    import interlink as dist
+
+    dist.init(timeout=30)
+    dist.all_reduce(np.ones(3, np.float32))  # one call that matches
+    try:
+        dist.all_reduce(np.ones(4 if rank == 0 else 5, np.float32))
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return {"type": type(e).__name__, "msg": str(e)}
+    return {"type": None}
+
+
+def test_mismatch_raises_the_same_error_on_both_paths() -> None:
+    got = {}
+    for path in ("python", "core") if ccore.built() else ("python",):
+        res = run_ranks(2, mismatch, env=_env(path), timeout=60)
+        assert all(r["type"] == "CollectiveMismatchError" for r in res), res
+        got[path] = [r["msg"] for r in res]
+        assert "all_reduce:slots float32 n=4" in got[path][0] and "n=5" in got[path][0], got
+    if len(got) == 2:
+        assert got["core"] == got["python"]
+
+
+def dead_or_late(rank: int, world: int, what: str) -> dict:
+    import interlink as dist
+
+    dist.init(timeout=3 if what == "late" else 30)
+    x = np.ones(8, np.float32)
+    dist.all_reduce(x)
+    if rank == 1:
+        if what == "dead":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(6)  # past rank 0's timeout
+        return {"type": "slept"}
+    t = time.monotonic()
+    try:
+        for _ in range(3):
+            dist.all_reduce(x)
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return {"type": type(e).__name__, "msg": str(e), "elapsed": time.monotonic() - t,
+                "ranks": list(getattr(e, "ranks", ()))}
+    return {"type": None}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_dead_peer_raises(path: str) -> None:
+    res = run_ranks(2, dead_or_late, "dead", env=_env(path), timeout=60, expect_dead=(1,))
+    assert res[0]["type"] == "PeerLostError", res[0]
+    assert res[0]["elapsed"] < 20, res[0]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_timeout_names_the_late_rank(path: str) -> None:
+    res = run_ranks(2, dead_or_late, "late", env=_env(path), timeout=60)
+    assert res[0]["type"] == "CommTimeoutError", res[0]
+    assert 1 in res[0]["ranks"], res[0]
+    assert 2 < res[0]["elapsed"] < 6, res[0]
