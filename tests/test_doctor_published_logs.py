@@ -2,8 +2,8 @@
 
 tests/data/nccl_tests/cases.json lists each log (rows as printed in the thread), its source, the hardware,
 the cause in the thread's words, the cluster to pass with -t, and which of the doctor's variants is that
-cause. Per case the rank of the true cause is asserted as found (a change that moves it shows here); the
-target of issue 45 (the cause named first in >= 6 of >= 8 cases) is asserted as well, and fails as
+cause. Per case the rank of the answer naming the true cause is asserted as found (a change that moves it shows
+here); the target of issue 45 (the cause named first in >= 6 of >= 8 cases) is asserted as well, and fails as
 expected while fewer than 8 usable logs are collected (see docs/doctor.md, "Published logs").
 """
 
@@ -21,20 +21,26 @@ DATA = Path(__file__).parent / "data" / "nccl_tests"
 CASES = json.loads((DATA / "cases.json").read_text())["cases"]
 
 
-def _ranked(case: dict) -> list[str]:
+def _answers(case: dict) -> list[list[str]]:
+    """The doctor's answers for a case, best first, each the causes it names (variants of one predicted curve)."""
     log = ncclt.parse((DATA / case["file"]).read_text(), case.get("collective"))
     topo = case["topology"]
     spec = str(DATA / topo) if topo.endswith((".json", ".yaml", ".yml")) else topo
     _, fits = ncclt.explain(log, spec)
-    return [f.variant.name for f in fits]
+    return [ncclt.names(f) for f in fits]
+
+
+def _rank(case: dict) -> int:
+    answers = _answers(case)
+    return next((i for i, a in enumerate(answers, 1) if case["true_variant"] in a), 0)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])
 def test_rank_of_the_true_cause(case):
-    names = _ranked(case)
-    assert case["true_variant"] in names, "the cause is not among the doctor's variants"
-    assert names.index(case["true_variant"]) + 1 == case["true_rank"]
-    assert names[0] == case["first_answer"]
+    answers = _answers(case)
+    assert any(case["true_variant"] in a for a in answers), "the cause is not among the doctor's variants"
+    assert _rank(case) == case["true_rank"]
+    assert answers[0][0] == case["first_answer"]
 
 
 def test_the_command_on_a_published_log(capsys):
@@ -57,19 +63,12 @@ def test_old_size_column_is_read_from_count():
     assert row.nbytes == 8388608
 
 
-@pytest.mark.xfail(strict=True, reason="issue 45's target needs >= 8 published logs; 1 usable log was found in "
-                                       "the stored threads (docs/doctor.md, Published logs)")
+RIGHT = sum(_rank(c) == 1 for c in CASES) if CASES else 0
+
+
+@pytest.mark.xfail(strict=True, reason=f"issue 45's target needs >= 8 published logs with the cause named first in "
+                                       f">= 6; {len(CASES)} usable log(s) found in the stored threads, the cause named "
+                                       f"first in {RIGHT} (docs/doctor.md, Published logs)")
 def test_target_first_answer_right_in_6_of_8():
-    right = sum(_ranked(c)[0] == c["true_variant"] for c in CASES)
+    right = sum(_rank(c) == 1 for c in CASES)
     assert len(CASES) >= 8 and right >= 6
-
-
-def test_variants_scale_the_link_specs_a_topology_file_carries():
-    # the case's topology file embeds its link specs (as `interlink topo --save` writes them); the variants must
-    # scale those, or every link variant would price the cluster as given
-    t = str(DATA / "topo-2x2080ti-nvlink-bridge.json")
-    assert "specs" in json.loads(Path(t).read_text())
-    by = {v.name: v for v in ncclt.variants()}
-    bw = {name: next(l.spec for l in ncclt._topology(t, by[name]).links if l.spec.kind == "nvlink").effective_gbps
-          for name in ("as specified", "NVLink at half rate")}
-    assert bw["NVLink at half rate"] == bw["as specified"] / 2

@@ -66,15 +66,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     n = sub.add_parser("nccl-tests", help="what the hardware allows for an nccl-tests log, and the explanation that "
                                           "fits the measured curve best",
                        description="Read nccl-tests output (any *_perf binary, any version's columns) and rank "
-                                   "explanations by pricing variants of the cluster with the model: NVLS off, one "
-                                   "algorithm or protocol, NVLink slower, P2P over PCIe or host memory, fewer NICs, "
-                                   "TCP sockets.")
+                                   "explanations by pricing variants of the cluster with the model (NVLS off, NVLink "
+                                   "slower, P2P over PCIe or through host memory, PCIe slower, GPU Direct RDMA off, a "
+                                   "slower network, one NIC, TCP sockets, one algorithm or protocol): how well each "
+                                   "fits the measured curve, within the model's error, and how common its kind of "
+                                   "cause is.")
     n.add_argument("log", metavar="LOG", help="the nccl-tests output (a file; - for stdin)")
     n.add_argument("--topology", "-t", metavar="SPEC",
                    help="the cluster (dgx-h100, 2xdgx-h100, 2xdgx-h100:gpus=4, a file); default: guessed from the "
                         "log's GPU model, hosts and ranks")
     n.add_argument("--op", metavar="COLLECTIVE", help="the collective (default: from the log, else all_reduce)")
     n.add_argument("--top", type=int, default=5, metavar="K", help="explanations shown (default 5)")
+    n.add_argument("--plot", metavar="FILE.svg", help="also write a plot: measured busbw and the first three "
+                                                     "explanations' predicted busbw against the size")
     n.add_argument("--json", action="store_true", help="print JSON")
     n.set_defaults(func=_nccl_tests)
     p.set_defaults(func=_env)
@@ -148,10 +152,15 @@ def _nccl_tests(args: argparse.Namespace) -> int:
         return 2
     topo = None if args.topology in (None, "this") else args.topology
     spec, fits = ncclt.explain(log, topo)
+    if args.plot:
+        with open(args.plot, "w", encoding="utf-8") as f:
+            f.write(ncclt.svg(log, spec, fits))
     if args.json:
         print(json.dumps({"collective": log.collective, "ranks": log.nranks, "hosts": log.hosts, "gpu": log.gpu,
                           "topology": spec, "measured": [[r.nbytes, r.time_us, r.busbw] for r in log.rows],
-                          "explanations": [{"name": f.variant.name, "cause": f.variant.what, "error": f.error,
+                          "explanations": [{"name": f.variant.name, "cause": f.variant.what, "kind": f.variant.kind,
+                                            "error": f.error, "score": f.score, "prior": f.prior,
+                                            "latency_us": f.latency_us, "same_curve": f.same_as,
                                             "predicted": f.predicted} for f in fits]}, indent=1))
     else:
         print(ncclt.report(log, spec, fits, args.top))

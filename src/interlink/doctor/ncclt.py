@@ -3,30 +3,36 @@
 :func:`parse` reads the output of any nccl-tests binary (``all_reduce_perf``, ``all_gather_perf`` ...) of
 any version: the column layout is taken from the rows themselves (size, count, type, an optional
 reduction and root, then out-of-place and in-place groups of time, algbw, busbw and errors), the ranks,
-hosts and GPU model from the ``# Rank N ... on HOST device D [..] NAME`` lines.
+hosts and GPU model from the ``# Rank N ... on HOST device D [..] NAME`` lines, ``-g`` from ``nGpus``, and
+what NCCL_DEBUG=INFO lines show (NCCL_* settings, the transports used).
 
-:func:`explain` prices named *variants* of the cluster with the cost model (interlink.model.predict over
-NCCL's algorithms ring, nccl_tree, nvls and nvls_tree) at every measured size: the cluster as specified,
-NVLS off, one algorithm or one protocol only, NVLink at a fraction of its rate, peer-to-peer over PCIe or
-through host memory instead of NVLink, a fraction of the network (fewer NICs, a slower link), TCP
-sockets instead of InfiniBand. Each variant's fit is the median over the sizes from ``min_bytes`` of
-``|log(measured time / predicted time)|``; the variants are ranked by it. The first is the doctor's answer.
+:func:`explain` prices named *variants* of the cluster, each one cause written as a change of the topology
+(links slower, removed, re-attached to the CPU at their share of a shared link) or of what NCCL may choose
+(algorithms, protocols): at every measured size, what NCCL's tuner would pick on that cluster
+(:func:`interlink.model.nccl_pick`), priced by the model, as nccl-tests would print it. Variants are ranked by
+
+    score = n/2 ln(rms^2 + SIGMA^2) - log prior
+
+over the n sizes the bandwidth shapes (:func:`informative`), rms of log(measured / (predicted + a)) with ``a`` a
+fitted per-call latency the model does not know (:func:`fit`), SIGMA the model's own error on published
+figures, and a prior by the kind of cause (:data:`PRIOR`: the cluster as given, a fault, a deliberate setting),
+raised when the log shows the cause and -inf when it rules it out (:func:`log_prior`). Variants with the same
+predicted curve are one answer. The first is the doctor's answer.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
-import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..model import predict
-from ..topology import catalog_from_dict, parse_topology
-from ..topology.io import topology_from_dict
-from ..topology.links import CATALOG
+from ..model import nccl_pick, nccl_tests_us, predict
+from ..model.nccl import NCCL_ALGORITHMS
+from ..topology import parse_topology
+from ..topology.graph import Link, Topology
+from ..topology.links import CATALOG, NETWORK_KINDS, LinkSpec
 
 NCCL_ALGOS = ("ring", "nccl_tree", "nvls", "nvls_tree")
 PROTOCOLS = ("ll", "ll128", "simple")
@@ -62,6 +68,8 @@ class Log:
     gpu: str = ""
     avg_busbw: Optional[float] = None
     env: dict = field(default_factory=dict)
+    ngpus: int = 1  # GPUs per thread (nccl-tests' -g): one thread launches that many GPUs' kernels per op
+    seen: set = field(default_factory=set)  # what NCCL_DEBUG=INFO lines in the log show (transports used)
 
 
 def parse(text: str, collective: Optional[str] = None) -> Log:
@@ -70,8 +78,19 @@ def parse(text: str, collective: Optional[str] = None) -> Log:
     coll = collective
     avg = None
     env = {}
+    ngpus = 1
+    seen: set = set()
     for line in text.splitlines():
         s = line.strip()
+        m = re.search(r"\bnGpus\s+(\d+)", s)
+        if m:
+            ngpus = max(1, int(m.group(1)))
+        m = re.search(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S+)", s)
+        if m:
+            env[m.group(1)] = m.group(2).rstrip(".")
+        for tag, pat in _SEEN:
+            if pat.search(s):
+                seen.add(tag)
         if not coll:
             m = re.search(r"\b(all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|sendrecv|gather|scatter)"
                           r"_perf\b", s)
@@ -97,7 +116,16 @@ def parse(text: str, collective: Optional[str] = None) -> Log:
     hosts = sorted({h for h, _ in ranks.values()})
     gpus = sorted({g for _, g in ranks.values()})
     return Log(_COLL.get(coll or "all_reduce", coll or "all_reduce"), rows, len(ranks), hosts, gpus[0] if gpus else "",
-               avg, env)
+               avg, env, ngpus, seen)
+
+
+#: transports an NCCL_DEBUG=INFO log shows it used (evidence for or against a variant)
+_SEEN = (("socket", re.compile(r"via NET/Socket|Using network Socket")),
+         ("ib", re.compile(r"via NET/IB|Using network IB|NET/IB : Using \[")),
+         ("gdr", re.compile(r"/GDRDMA")),
+         ("shm", re.compile(r"via SHM/")),
+         ("p2p", re.compile(r"via P2P/")),
+         ("nvls", re.compile(r"\b[1-9]\d* nvls channels")))
 
 
 def _num(t: str) -> Optional[float]:
@@ -114,9 +142,10 @@ _TAG = re.compile(r"\[\d+(?:,\d+)?\](?:<stdout>:)?")
 
 def _row(s: str) -> Optional[Row]:
     # a log line may carry tags (mpirun --tag-output's "[1,0]<stdout>:", "[0]" before each column group) or a
-    # prefix (a timestamp): tags become spaces, and the row starts at the first size
+    # prefix (mpirun --timestamp-output's "Thu Jul 18 15:41:05 2024<stdout>:"): tags become spaces, and the row
+    # starts at the first place where size, count and a type name follow each other
     toks = _TAG.sub(" ", s).split()
-    for start in range(min(3, len(toks))):
+    for start in range(max(0, len(toks) - 6)):
         t = toks[start:]
         if len(t) < 7 or not t[0].isdigit() or not t[1].isdigit():
             continue
@@ -172,161 +201,514 @@ def guess_topology(log: Log) -> str:
     return f"{hosts}x{preset}:gpus={per}" if per != 8 or hosts > 1 or preset == "gb200-nvl72" else preset
 
 
+# ---- variants: the cluster changed in one way -------------------------------------------------------------
+#
+# A variant is one cause, written as what it does to the cluster: a change of the topology (links slower,
+# removed or re-attached; see the transforms below) or of what NCCL may choose (algorithms, protocols). Each is
+# priced by the same model as the cluster itself. Where a cause makes several GPUs or NICs share a link they
+# did not share before (peer-to-peer through the CPU, network traffic staged in host memory), the transform
+# gives each its share of that link under an even load (a link carrying k flows each way gives each 1/k of
+# it): the cost model is contention-free beyond a rank's own ports, so the sharing is written into the
+# topology rather than left for the model to miss.
+
+Transform = Callable[[Topology], Optional[Topology]]
+
+#: log prior of each kind of cause: the cluster as given; a part not doing what it should (a link, a NIC, a
+#: PCIe setting, a library not found); an NCCL setting a user makes on purpose (NCCL_ALGO, NCCL_PROTO), less
+#: likely to be the cause nobody knew of. A setting the log shows (NCCL_* lines) counts as the cluster given.
+PRIOR = {"as specified": 0.0, "fault": -1.0, "setting": -2.0}
+
+#: the model's own error on published large-message nccl-tests figures (benchmarks/RESULTS.md, "published
+#: figures": 28 of 32 within 15%), as a log-time noise floor: explanations whose fits differ by less than this
+#: are told apart by their prior, not by the fit
+SIGMA = 0.15
+
+
 @dataclass
 class Variant:
     name: str
     what: str  # the cause it stands for, and what to check
-    topology: str = ""  # "" = the cluster as given
-    scale: dict = field(default_factory=dict)  # link kind -> factor on its bandwidth
+    kind: str = "fault"  # "as specified", "fault" or "setting" (PRIOR)
+    transform: Optional[Transform] = None  # the topology changed; None: the cluster as given
     algos: tuple = NCCL_ALGOS
     protocols: tuple = PROTOCOLS
-    net: str = ""
+    env: Optional[Callable[[dict], bool]] = None  # the log's NCCL_* settings show this cause
+    shown: tuple = ()  # transports an NCCL_DEBUG=INFO log shows when this is the cause
+    ruled_out: tuple = ()  # transports whose use rules it out
 
 
-_NET = ("infiniband", "roce", "ethernet", "ipoib")
+def _rebuild(t: Topology, links: list, tag: str) -> Topology:
+    return Topology(t.devices, links, ranks=t.ranks, name=f"{t.name} [{tag}]", meta=t.meta)
+
+
+def _with_factor(ln: Link, f: float) -> Link:
+    return Link(ln.id, ln.a, ln.b, ln.spec, ln.count, ln.factor * f)
+
+
+def scale_links(kinds: frozenset, f: float, tag: str) -> Transform:
+    """Links of the given kinds at ``f`` times their rate (None when the cluster has none)."""
+
+    def tr(t: Topology) -> Optional[Topology]:
+        if not any(ln.spec.kind in kinds for ln in t.links):
+            return None
+        return _rebuild(t, [_with_factor(ln, f) if ln.spec.kind in kinds else ln for ln in t.links], tag)
+
+    return tr
+
+
+def _multi_host(t: Topology) -> bool:
+    return len({t.host_of(r) for r in range(t.nranks)}) > 1
+
+
+def network_scaled(f: Callable[[Topology], float], tag: str) -> Transform:
+    """The scale-out network at ``f(topology)`` times its rate (None on one host, or when f is 1)."""
+
+    def tr(t: Topology) -> Optional[Topology]:
+        if not _multi_host(t):
+            return None
+        k = f(t)
+        if k >= 1.0:
+            return None
+        return _rebuild(t, [_with_factor(ln, k) if ln.spec.kind in NETWORK_KINDS else ln for ln in t.links], tag)
+
+    return tr
+
+
+def nics_per_host(t: Topology) -> int:
+    """The compute NICs the ranks of the first host use (NCCL's GPU-to-NIC affinity, :meth:`Topology.nic_for`)."""
+    h = t.host_of(0)
+    return len({t.nic_for(r) for r in range(t.nranks) if t.host_of(r) == h} - {None})
+
+
+def no_nvlink(t: Topology) -> Optional[Topology]:
+    """NVLink unused: GPU-to-GPU traffic takes the PCIe route the topology has (None without NVLink)."""
+    keep = [ln for ln in t.links if ln.spec.kind != "nvlink"]
+    if len(keep) == len(t.links):
+        return None
+    return _rebuild(t, keep, "no NVLink")
+
+
+def _home_cpu(t: Topology, dev: str) -> Optional[str]:
+    """The CPU of a device's host nearest to it: the one of its socket, else the first of its host."""
+    d = t.device(dev)
+    cpus = [c for c in t.host_devices(d.host) if c.kind == "cpu" and "core" not in c.attrs] if d.host is not None else []
+    if not cpus:
+        return None
+    same = [c for c in cpus if c.attrs.get("socket") is not None and c.attrs.get("socket") == d.attrs.get("socket")]
+    return (same or cpus)[0].id
+
+
+def _shares(t: Topology, routes: list[list[int]]) -> list[float]:
+    """Per route (link ids): its rate when every route runs at once, each link split evenly among the routes
+    crossing it (a link crossed twice by one route counts twice)."""
+    load: dict[int, int] = {}
+    for hops in routes:
+        for lid in hops:
+            load[lid] = load.get(lid, 0) + 1
+    return [min((t.links[lid].gbps / load[lid] for lid in hops), default=math.inf) for hops in routes]
+
+
+def p2p_through_host(t: Topology) -> Optional[Topology]:
+    """No direct GPU peer-to-peer (PCIe ACS or the IOMMU redirecting it, NCCL_P2P_DISABLE, a GPU without P2P):
+    NVLink unused and every GPU's traffic to another GPU goes through its CPU (the root complex, host memory).
+    Each GPU is re-attached to its CPU at its share of the PCIe route it had there (GPUs behind one switch
+    uplink share it); NICs stay where they are. None when that changes nothing."""
+    base = no_nvlink(t) or t
+    gpus = [d for d in base.ranks if base.device(d).kind == "gpu"]
+    routes, homes = [], []
+    for g in gpus:
+        cpu = _home_cpu(base, g)
+        if cpu is None:
+            return None
+        homes.append(cpu)
+        routes.append(list(base.path(g, cpu).hops))
+    rates = _shares(base, routes)
+    gset = set(gpus)
+    links = [ln for ln in base.links if not (ln.spec.kind == "pcie" and (ln.a in gset or ln.b in gset))]
+    changed = base is not t
+    for g, cpu, hops, rate in zip(gpus, homes, routes, rates):
+        first = base.links[hops[0]] if hops else None
+        if first is None or not math.isfinite(rate):
+            return None
+        if len(hops) > 1 or rate < first.gbps - 1e-9:
+            changed = True
+        links.append(Link(len(links), g, cpu, first.spec, 1, rate / first.spec.effective_gbps))
+    if not changed:
+        return None
+    return _rebuild(base, links, "P2P through host memory")
+
+
+def gdr_off(t: Topology) -> Optional[Topology]:
+    """GPU Direct RDMA off (no nvidia-peermem / dma-buf, NCCL_NET_GDR_LEVEL, ACS): what a GPU sends or receives
+    over the network is staged in host memory, so it crosses the PCIe route between the GPU and the NIC's CPU
+    and the one between the NIC and that CPU; links on both (a switch uplink) carry it twice. Each NIC's PCIe
+    attachment is set to its share. None on one host, or when that changes nothing."""
+    if not _multi_host(t):
+        return None
+    pairs, routes = [], []
+    for r in range(t.nranks):
+        g = t.ranks[r]
+        nic = t.nic_for(g)
+        cpu = _home_cpu(t, nic) if nic is not None else None
+        if nic is None or cpu is None:
+            continue
+        pairs.append(nic)
+        routes.append(list(t.path(g, cpu).hops) + list(t.path(nic, cpu).hops))
+    if not pairs:
+        return None
+    rates = _shares(t, routes)
+    per_nic: dict[str, float] = {}
+    for nic, rate in zip(pairs, rates):
+        per_nic[nic] = min(per_nic.get(nic, math.inf), rate)
+    links = list(t.links)
+    changed = False
+    for nic, rate in per_nic.items():
+        cpu = _home_cpu(t, nic)
+        hops = t.path(nic, cpu).hops
+        if not hops:
+            continue
+        ln = t.links[hops[0]]
+        if rate < ln.gbps - 1e-9:
+            links[ln.id] = _with_factor(ln, rate / ln.gbps)
+            changed = True
+    return _rebuild(t, links, "GDR off") if changed else None
+
+
+def sockets(t: Topology) -> Optional[Topology]:
+    """NCCL's socket transport on the same ports (the IB verbs library or plugin not found, NCCL_IB_DISABLE=1,
+    NCCL_NET=Socket): InfiniBand ports carry IP (IPoIB, the catalog's figure), RoCE ports TCP at their speed."""
+    if not _multi_host(t):
+        return None
+    links, changed = [], False
+    for ln in t.links:
+        spec = ln.spec
+        new = None
+        if spec.kind == "infiniband":
+            new = CATALOG.get(f"ipoib-{spec.generation.lower()}")
+            if new is None:  # the catalog's IPoIB efficiency (ipoib-hdr: 6 of 25 GB/s) at this port's line rate
+                ref = CATALOG["ipoib-hdr"]
+                new = LinkSpec(f"ipoib-{spec.generation.lower()}", "ipoib", spec.generation, spec.line_gbps,
+                               spec.line_gbps * ref.effective_gbps / ref.line_gbps, ref.latency_us)
+        elif spec.kind == "roce":
+            new = CATALOG.get(spec.name.replace("roce-", "eth-"))
+            if new is None:
+                ref = CATALOG["eth-100g"]
+                new = LinkSpec(spec.name.replace("roce-", "eth-"), "ethernet", spec.generation, spec.line_gbps,
+                               spec.line_gbps * ref.effective_gbps / ref.line_gbps, ref.latency_us)
+        if new is not None:
+            changed = True
+            links.append(Link(ln.id, ln.a, ln.b, new, ln.count, ln.factor))
+        else:
+            links.append(ln)
+    return _rebuild(t, links, "sockets") if changed else None
+
+
+def _proto_only(v: str) -> Callable[[dict], bool]:
+    return lambda env: env.get("NCCL_PROTO", "").strip().lower() == v
+
+
+def _algo_only(v: str) -> Callable[[dict], bool]:
+    return lambda env: env.get("NCCL_ALGO", "").strip().lower() == v
+
+
+_NVLINK = frozenset({"nvlink"})
+_PCIE = frozenset({"pcie"})
 
 
 def variants() -> list[Variant]:
-    ib = [a for a in NCCL_ALGOS]
-    no_nvls = tuple(a for a in ib if not a.startswith("nvls"))
+    no_nvls = tuple(a for a in NCCL_ALGOS if not a.startswith("nvls"))
     return [
-        Variant("as specified", "the cluster as given: the measured curve is what the hardware allows"),
+        Variant("as specified", "the cluster as given: the measured curve is what the hardware allows",
+                kind="as specified"),
         Variant("NVLS off", "NVLink SHARP unused (NCCL_NVLS_ENABLE=0, nvidia-fabricmanager or IMEX not running, "
                             "an older NCCL): check `nvidia-smi -q | grep -i fabric` and NCCL_DEBUG=INFO's NVLS lines",
-                algos=no_nvls),
-        Variant("ring only", "the ring algorithm only (NCCL_ALGO=Ring, or trees unavailable)", algos=("ring",)),
-        Variant("tree only", "the tree algorithm only (NCCL_ALGO=Tree)", algos=("nccl_tree",)),
-        Variant("LL protocol only", "the LL protocol at every size (NCCL_PROTO=LL)", algos=no_nvls, protocols=("ll",)),
+                algos=no_nvls, env=lambda e: e.get("NCCL_NVLS_ENABLE") == "0", ruled_out=("nvls",)),
+        Variant("NVLink at half rate", "half the NVLink bandwidth: links down or a bridge not seated (nvidia-smi "
+                                       "nvlink -s), fewer channels (NCCL_MAX_NCHANNELS), or a GPU throttled",
+                transform=scale_links(_NVLINK, 0.5, "NVLink x0.5"), algos=no_nvls),
+        Variant("P2P over PCIe", "GPU peer-to-peer over PCIe instead of NVLink (NVLink down or not detected, "
+                                 "NCCL_P2P_LEVEL limiting it): check `nvidia-smi topo -m` and `nvidia-smi nvlink -s`",
+                transform=no_nvlink, algos=no_nvls),
+        Variant("P2P through host memory", "no direct peer-to-peer: GPU traffic through the CPU and host memory "
+                                           "(PCIe ACS or the IOMMU redirecting P2P, NCCL_P2P_DISABLE=1, a GPU or VM "
+                                           "without P2P): disable ACS (lspci -vvv | grep ACSCtl), set iommu=pt; "
+                                           "NCCL_DEBUG=INFO shows 'via SHM'",
+                transform=p2p_through_host, algos=no_nvls, shown=("shm",), ruled_out=("p2p",),
+                env=lambda e: e.get("NCCL_P2P_DISABLE") == "1" or e.get("NCCL_P2P_LEVEL", "").upper() in ("LOC", "0")),
+        Variant("PCIe at half rate", "PCIe links at half their rate (trained at a lower generation or width: "
+                                     "`lspci -vv | grep LnkSta` says 'downgraded'; a riser or slot of fewer lanes)",
+                transform=scale_links(_PCIE, 0.5, "PCIe x0.5")),
+        Variant("GPU Direct RDMA off", "network traffic staged through host memory (nvidia-peermem or dma-buf "
+                                       "not available, NCCL_NET_GDR_LEVEL, ACS): NCCL_DEBUG=INFO shows no "
+                                       "'/GDRDMA'; load nvidia-peermem, check ACS",
+                transform=gdr_off, ruled_out=("gdr",),
+                env=lambda e: e.get("NCCL_NET_GDR_LEVEL", "").upper() in ("LOC", "0")),
+        Variant("network at half rate", "half the network: half the NICs used, ports at a lower speed "
+                                        "(ibstatus / ethtool rate), or congestion",
+                transform=network_scaled(lambda t: 0.5, "network x0.5")),
+        Variant("one NIC per host", "one NIC carries every GPU's traffic of a host (NCCL_IB_HCA naming one "
+                                    "device, the other ports down, a rail misconfigured)",
+                transform=network_scaled(lambda t: 1.0 / max(1, nics_per_host(t)), "one NIC"),
+                env=lambda e: bool(e.get("NCCL_IB_HCA")) and "," not in e["NCCL_IB_HCA"]
+                and not e["NCCL_IB_HCA"].startswith("^")),
+        Variant("TCP sockets instead of RDMA", "NCCL's socket transport (the IB verbs library or plugin not found, "
+                                               "NCCL_IB_DISABLE=1, NCCL_NET=Socket): check NCCL_DEBUG=INFO for "
+                                               "'NET/Socket'",
+                transform=sockets, shown=("socket",), ruled_out=("ib",),
+                env=lambda e: e.get("NCCL_IB_DISABLE") == "1" or e.get("NCCL_NET", "").lower() == "socket"),
+        Variant("ring only", "the ring algorithm only (NCCL_ALGO=Ring)", kind="setting", algos=("ring",),
+                env=_algo_only("ring")),
+        Variant("tree only", "the tree algorithm only (NCCL_ALGO=Tree)", kind="setting", algos=("nccl_tree",),
+                env=_algo_only("tree")),
+        Variant("LL protocol only", "the LL protocol at every size (NCCL_PROTO=LL)", kind="setting",
+                protocols=("ll",), env=_proto_only("ll")),
         Variant("LL128 off", "no LL128 (NCCL_PROTO without LL128, or a platform NCCL disables it on)",
-                protocols=("ll", "simple")),
-        Variant("NVLink at half rate", "half the NVLink bandwidth: links down (nvidia-smi nvlink -s), fewer "
-                                       "channels (NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS), or a GPU throttled",
-                scale={"nvlink": 0.5}, algos=no_nvls),
-        Variant("P2P over PCIe", "peer-to-peer over PCIe instead of NVLink (a PCIe machine, NVLink not up, or "
-                                 "NCCL_P2P_LEVEL limiting it): check `nvidia-smi topo -m`",
-                scale={"nvlink": "pcie"}, algos=no_nvls),
-        Variant("P2P through host memory", "no direct peer-to-peer: copies through host memory (PCIe ACS or the "
-                                           "IOMMU redirecting P2P, NCCL_P2P_DISABLE=1, a VM without P2P): disable "
-                                           "ACS (lspci -vvv | grep ACSCtl) or set iommu=pt",
-                scale={"nvlink": "host"}, algos=no_nvls),
-        Variant("network at half rate", "half the network: half the NICs used, ports at a lower speed, or congestion",
-                scale={n: 0.5 for n in _NET}),
-        Variant("one NIC in eight", "one NIC carries the traffic of eight GPUs (NCCL_IB_HCA naming one device, "
-                                    "GPUDirect RDMA off with PXN, or a rail misconfigured)",
-                scale={n: 0.125 for n in _NET}),
-        Variant("TCP sockets instead of InfiniBand", "NCCL's socket transport (NCCL_NET=Socket, NCCL_IB_DISABLE=1, or "
-                                                     "the IB plugin not found): check NCCL_DEBUG=INFO for 'NET/Socket'",
-                net="eth-100g"),
+                kind="setting", protocols=("ll", "simple"),
+                env=lambda e: "NCCL_PROTO" in e and "ll128" not in e["NCCL_PROTO"].lower().replace("^ll128", "")),
     ]
 
 
-def _scaled_catalog(scale: dict, base: Optional[dict] = None) -> Optional[dict]:
-    """``base`` (default the link catalog) with the links of the kinds in ``scale`` scaled."""
-    if not scale:
-        return base
-    cat = CATALOG if base is None else base
-    entries = {}
-    for name, spec in cat.items():
-        f = scale.get(spec.kind)
-        if f is None:
-            continue
-        if f == "pcie" or f == "host":  # the GPU's NVLink total brought to one PCIe Gen4/Gen5 x16 port
-            per_gpu = 24.0 if f == "pcie" else 10.0
-            f = per_gpu / max(1e-9, spec.effective_gbps * max(1, spec.typical_count))
-        entries[name] = {"line_gbps": spec.line_gbps * f, "effective_gbps": spec.effective_gbps * f}
-        if scale.get(spec.kind) in ("pcie", "host"):
-            entries[name]["latency_us"] = spec.latency_us + 1.0
-    return catalog_from_dict(entries, cat)
+def log_prior(v: Variant, log: Log) -> float:
+    """The variant's log prior for this log: by its kind, raised to the cluster's when the log shows the cause
+    (an NCCL_* setting, a transport NCCL_DEBUG=INFO says it used); -inf when the log rules it out."""
+    if any(tag in log.seen for tag in v.ruled_out):
+        return -math.inf
+    if (v.env is not None and v.env(log.env)) or any(tag in log.seen for tag in v.shown):
+        return PRIOR["as specified"]
+    return PRIOR[v.kind]
 
 
 def _is_file(spec: str) -> bool:
     return spec.endswith((".yaml", ".yml", ".json")) or os.path.sep in spec or os.path.isfile(spec)
 
 
-def _topology(spec: str, v: Variant) -> Any:
-    s = spec
-    if _is_file(s) and not v.net:
-        # a topology file may carry its own link specs, which take precedence over a catalog given to the
-        # loader: scale those too, or the variant would be the cluster as given
-        text = open(s, encoding="utf-8").read()
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            import yaml  # the loader needs PyYAML for a YAML file as well
+def _topology(spec: "str | Topology", v: Variant) -> Optional[Topology]:
+    """The cluster of ``spec`` changed as ``v`` says (None: the change does not apply to it)."""
+    t = spec if isinstance(spec, Topology) else parse_topology(spec)
+    return t if v.transform is None else v.transform(t)
 
-            data = yaml.safe_load(text)
-        if isinstance(data, dict) and data.get("specs") and v.scale:
-            base = catalog_from_dict(data["specs"])
-            data = {k: val for k, val in data.items() if k != "specs"}
-            return topology_from_dict(data, catalog=_scaled_catalog(v.scale, base), where=s)
-    if v.net:
-        head, _, opts = s.partition(":")
-        if not re.match(r"^\d+x", head):
-            head = f"1x{head}"
-        opts = ",".join([o for o in opts.split(",") if o and not o.startswith("net=")] + [f"net={v.net}"])
-        s = f"{head}:{opts}"
-    return parse_topology(s, catalog=_scaled_catalog(v.scale))
+
+# ---- pricing and fitting ------------------------------------------------------------------------------------
+
+#: what NCCL runs for the collectives its tuner does not choose for (grouped send/receive), as interlink Schedules
+_NO_TUNER = {"all_to_all": ("pairwise",), "gather": ("direct",), "scatter": ("direct",), "reduce": ("binomial",),
+             "broadcast": ("ring",)}
+
+
+def price(collective: str, sizes: list[int], topo: Topology, v: Variant, *, nranks: Optional[int] = None,
+          dtype: str = "float32", gpus_per_thread: int = 1,
+          cache: Optional[dict] = None) -> Optional[list[tuple[int, float, float, str]]]:
+    """Per size: (bytes, the time nccl-tests would print in us, busbw GB/s, algorithm/protocol) of what NCCL runs
+    on ``topo`` under ``v``: its tuner's pick among the algorithms and protocols ``v`` allows
+    (:func:`interlink.model.nccl_pick`), priced by the model, plus nccl-tests' launch pacing
+    (:func:`interlink.model.nccl_tests_us`). None when ``v`` leaves NCCL nothing to run for this collective.
+    ``cache`` (a dict kept by the caller while ``topo`` lives) holds the picks and prices of one topology for
+    the variants that only restrict NCCL's choice."""
+    cache = {} if cache is None else cache
+
+    def memo(key: tuple, make: Callable[[], Any]) -> Any:
+        k = (id(topo),) + key
+        if k not in cache:
+            cache[k] = make()
+        return cache[k]
+
+    out = []
+    for s in sizes:
+        pick = memo(("pick", collective, s, nranks, dtype),
+                    lambda: nccl_pick(collective, s, topo, nranks=nranks, dtype=dtype))
+        if pick is not None:
+            allowed = [(a, p, us) for a, p, us in pick.table if a in v.algos and p in v.protocols]
+            if not allowed:
+                return None
+            algo, proto, _ = min(allowed, key=lambda x: x[2])
+            table = memo(("algo", collective, s, nranks, dtype, algo),
+                         lambda: predict(collective, s, topo, nranks=nranks, algorithm=algo, dtype=dtype,
+                                         fast_path=False).table)
+            rows = [c for c in table if c.protocol == proto] or list(table)
+        else:
+            cands = [a for a in v.algos if a in NCCL_ALGORITHMS.get(collective, ())] or list(
+                _NO_TUNER.get(collective, ())) or None
+            table = memo(("cands", collective, s, nranks, dtype, tuple(cands or ())),
+                         lambda: predict(collective, s, topo, nranks=nranks, dtype=dtype, candidates=cands,
+                                         fast_path=False).table)
+            rows = [c for c in table if c.protocol in v.protocols] or list(table)
+        c = min(rows, key=lambda c: c.time_us)
+        t = nccl_tests_us(c.time_us, topo, gpus_per_thread=gpus_per_thread)
+        out.append((s, t, c.busbw_gbps * c.time_us / t if t > 0 else c.busbw_gbps, f"{c.algorithm}/{c.protocol}"))
+    return out
+
+
+def fit(measured: list[float], predicted: list[float]) -> tuple[float, float]:
+    """(rms, a): the root mean square of log(measured / (predicted + a)) over the sizes, with ``a`` >= 0 a
+    per-call latency the model does not know (the launch path of an older NCCL, a slow CPU, several GPUs per
+    thread), fitted once per variant over [0, the smallest measured time]."""
+    m = [math.log(x) for x in measured]
+
+    def rms(a: float) -> float:
+        return math.sqrt(sum((mi - math.log(p + a)) ** 2 for mi, p in zip(m, predicted)) / len(m))
+
+    hi = min(measured)
+    grid = [hi * k / 64 for k in range(65)]
+    best = min(grid, key=rms)
+    step = hi / 64
+    fine = [max(0.0, best + step * (k - 16) / 16) for k in range(33)]
+    best = min(fine + [best], key=rms)
+    return rms(best), best
+
+
+def informative(rows: list[Row]) -> list[Row]:
+    """The sizes whose time the bandwidth shapes: measured at least twice the smallest time of the log (the rest
+    is the per-call latency), at least the three largest."""
+    rows = sorted((r for r in rows if r.nbytes > 0 and r.time_us > 0), key=lambda r: r.nbytes)
+    if not rows:
+        return []
+    floor = min(r.time_us for r in rows)
+    use = [r for r in rows if r.time_us >= 2.0 * floor]
+    return use if len(use) >= 3 else rows[-3:]
 
 
 @dataclass
 class Fit:
     variant: Variant
-    error: float  # median |log(measured / predicted)| over the sizes from min_bytes
-    predicted: list[tuple[int, float, float, str]]  # (bytes, time us, busbw GB/s, algorithm/protocol)
+    error: float  # rms of log(measured / predicted) over the informative sizes
+    predicted: list[tuple[int, float, float, str]]  # (bytes, time us as nccl-tests prints it, busbw GB/s, algo/proto)
+    score: float = 0.0  # n/2 ln(error^2 + SIGMA^2) - log prior: lower is better
+    latency_us: float = 0.0  # the fitted per-call latency the model does not know
+    prior: float = 0.0
+    same_as: list[str] = field(default_factory=list)  # variants whose predicted curve is this one's
 
 
-def explain(log: Log, topology: Optional[str] = None, min_bytes: int = 1 << 20,
+def explain(log: Log, topology: "Optional[str | Topology]" = None,
             only: Optional[Callable[[Variant], bool]] = None) -> tuple[str, list[Fit]]:
-    spec = topology or guess_topology(log)
+    """Rank the variants by how well each explains the measured curve: ``score`` = n/2 ln(rms^2 + SIGMA^2) -
+    log prior over the n informative sizes (:func:`informative`), rms of log(measured / (predicted + a)) with
+    ``a`` a fitted per-call latency (:func:`fit`). Variants with the same predicted curve are one answer: the
+    one with the higher prior leads, the others are in its ``same_as``."""
+    spec = topology if isinstance(topology, str) else (topology.name if topology is not None else guess_topology(log))
+    base = topology if isinstance(topology, Topology) else parse_topology(spec)
     rows = [r for r in log.rows if r.nbytes > 0 and r.time_us > 0]
-    big = [r for r in rows if r.nbytes >= min_bytes] or rows[-3:]
+    use = informative(rows)
+    sizes = sorted({r.nbytes for r in rows})
     dtype = rows[0].dtype if rows else "float32"
-    fits = []
+    if log.nranks and log.nranks < base.nranks:
+        base = base.with_ranks(list(base.ranks[:log.nranks]))  # the ranks the log ran (its first GPUs)
+    nranks = None
+    fits: list[Fit] = []
+    cache: dict = {}
+    topos: list = []  # kept alive while the cache holds their ids
     for v in variants():
         if only is not None and not only(v):
             continue
+        prior = log_prior(v, log)
+        if prior == -math.inf:
+            continue
         try:
-            topo = _topology(spec, v)
-        except Exception:  # noqa: BLE001 - a variant this cluster cannot express (no network on one host)
+            topo = _topology(base, v)
+            if topo is None:
+                continue
+            topos.append(topo)
+            pred = price(log.collective, sizes, topo, v, nranks=nranks, dtype=dtype, gpus_per_thread=log.ngpus,
+                         cache=cache)
+        except Exception:  # noqa: BLE001 - a variant this cluster cannot express
             continue
-        if v.net and topo.meta.get("hosts", 1) <= 1:
-            continue
-        if v.scale and all(k in _NET for k in v.scale) and int(topo.meta.get("hosts", 1) or 1) <= 1:
-            continue  # a network variant of one host: the same as the cluster
-        pred = []
-        ok = True
-        for r in rows:
-            try:
-                p = predict(log.collective, r.nbytes, topo, nranks=log.nranks or None, dtype=dtype,
-                            candidates=[a for a in v.algos], fast_path=False)
-            except Exception:  # noqa: BLE001
-                ok = False
-                break
-            cands = [c for c in p.table if c.protocol in v.protocols] or list(p.table)
-            c = min(cands, key=lambda c: c.time_us)
-            pred.append((r.nbytes, c.time_us, c.busbw_gbps, f"{c.algorithm}/{c.protocol}"))
-        if not ok or not pred:
+        if not pred:
             continue
         by = {b: t for b, t, _, _ in pred}
-        err = statistics.median(abs(math.log(r.time_us / by[r.nbytes])) for r in big if by.get(r.nbytes))
-        fits.append(Fit(v, err, pred))
-    fits.sort(key=lambda f: f.error)
-    return spec, fits
+        err, a = fit([r.time_us for r in use], [by[r.nbytes] for r in use])
+        score = 0.5 * len(use) * math.log(err * err + SIGMA * SIGMA) - prior
+        fits.append(Fit(v, err, pred, score, a, prior))
+    fits.sort(key=lambda f: (f.score, -f.prior))
+    out: list[Fit] = []
+    for f in fits:
+        twin = next((g for g in out if _same_curve(f, g)), None)
+        if twin is not None:
+            twin.same_as.append(f.variant.name)
+        else:
+            out.append(f)
+    return spec, out
+
+
+def _same_curve(f: Fit, g: Fit) -> bool:
+    return len(f.predicted) == len(g.predicted) and all(
+        abs(math.log(a[1] / b[1])) < 1e-3 for a, b in zip(f.predicted, g.predicted))
+
+
+def names(fit_: Fit) -> list[str]:
+    """The causes an answer names: its variant and those with the same predicted curve."""
+    return [fit_.variant.name] + fit_.same_as
 
 
 def report(log: Log, spec: str, fits: list[Fit], top: int = 5) -> str:
-    base = next((f for f in fits if f.variant.name == "as specified"), None)
+    base = next((f for f in fits if "as specified" in names(f)), None)
     lines = [f"{log.collective}: {len(log.rows)} sizes, {log.nranks or '?'} ranks on {len(log.hosts) or '?'} host(s)"
              + (f", {log.gpu}" if log.gpu else "") + f"; topology {spec}"]
     if base is not None:
-        lines.append(f"{'bytes':>12s} {'measured':>9s} {'allowed':>9s}   busbw GB/s (out-of-place); allowed = the model "
-                     f"on {spec}")
+        lines.append(f"{'bytes':>12s} {'measured':>9s} {'allowed':>9s}   busbw GB/s (out-of-place); allowed = what NCCL "
+                     f"runs on {spec}, priced by the model")
         pb = {b: (bw, a) for b, _, bw, a in base.predicted}
         for r in log.rows:
             if r.nbytes in pb:
                 bw, a = pb[r.nbytes]
                 lines.append(f"{r.nbytes:>12d} {r.busbw:>9.2f} {bw:>9.2f}   {a}")
-    lines.append("explanations, best fit first (error: median |log(measured/predicted time)| over sizes >= 1 MiB):")
+    n = len(informative(log.rows))
+    lines.append(f"explanations, most likely first (fit: rms of log(measured/predicted time) over the {n} sizes "
+                 f"the bandwidth shapes; score: {n}/2 ln(fit^2 + {SIGMA}^2) - log prior):")
     for i, f in enumerate(fits[:top], 1):
-        lines.append(f"{i}. {f.variant.name} (error {f.error:.2f}, x{math.exp(f.error):.2f}): {f.variant.what}")
+        same = f" [same curve: {', '.join(f.same_as)}]" if f.same_as else ""
+        lines.append(f"{i}. {f.variant.name} (fit x{math.exp(f.error):.2f}, score {f.score:.1f}){same}: {f.variant.what}")
     return "\n".join(lines)
+
+
+def svg(log: Log, spec: str, fits: list[Fit], top: int = 3, width: int = 720, height: int = 420) -> str:
+    """A plot (SVG, no dependencies) of the measured busbw and the first ``top`` explanations' predicted busbw
+    against the size (log scale), the cluster as given dashed."""
+    rows = [r for r in log.rows if r.nbytes > 0]
+    shown = list(fits[:top])
+    base = next((f for f in fits if "as specified" in names(f)), None)
+    if base is not None and base not in shown:
+        shown.append(base)
+    curves = [(f"measured ({log.collective})", [(r.nbytes, r.busbw) for r in rows], "#000000", "")]
+    colors = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b")
+    for i, f in enumerate(shown):
+        dash = ' stroke-dasharray="6 4"' if f is base else ""
+        curves.append((f"{i + 1 if f in fits[:top] else '-'}. {' = '.join(names(f))}",
+                       [(b, bw) for b, _, bw, _ in f.predicted], colors[i % len(colors)], dash))
+    xs = [math.log2(b) for _, pts, _, _ in curves for b, _ in pts]
+    ys = [bw for _, pts, _, _ in curves for _, bw in pts]
+    if not xs:
+        return ""
+    x0, x1 = min(xs), max(xs) + 1e-9
+    y1 = max(ys) * 1.1 or 1.0
+    L, R, T, B = 60, 20, 30, 50 + 16 * len(curves)
+
+    def px(b: float) -> float:
+        return L + (math.log2(b) - x0) / (x1 - x0) * (width - L - R)
+
+    def py(v: float) -> float:
+        return height - B - v / y1 * (height - T - B)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+           f'font-size="11"><rect width="100%" height="100%" fill="white"/>',
+           f'<text x="{L}" y="18">busbw (GB/s) against size, {spec}</text>',
+           f'<line x1="{L}" y1="{py(0)}" x2="{width - R}" y2="{py(0)}" stroke="#888"/>',
+           f'<line x1="{L}" y1="{py(0)}" x2="{L}" y2="{py(y1)}" stroke="#888"/>']
+    for k in range(5):
+        v = y1 * k / 4
+        out.append(f'<text x="{L - 6}" y="{py(v) + 4:.1f}" text-anchor="end">{v:.0f}</text>')
+    for e in range(int(math.ceil(x0)), int(x1) + 1, 2):
+        b = 2 ** e
+        lab = f"{b >> 30}G" if b >= 1 << 30 else f"{b >> 20}M" if b >= 1 << 20 else f"{b >> 10}K" if b >= 1 << 10 else str(b)
+        out.append(f'<text x="{px(b):.1f}" y="{py(0) + 14:.1f}" text-anchor="middle">{lab}</text>')
+    for j, (label, pts, color, dash) in enumerate(curves):
+        path = " ".join(f"{px(b):.1f},{py(v):.1f}" for b, v in sorted(pts))
+        width_ = 2.5 if j == 0 else 1.5
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="{width_}"{dash} points="{path}"/>')
+        ly = height - B + 34 + 16 * j
+        out.append(f'<line x1="{L}" y1="{ly - 4}" x2="{L + 24}" y2="{ly - 4}" stroke="{color}" stroke-width="{width_}"'
+                   f'{dash}/><text x="{L + 30}" y="{ly}">{_xml(label)}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _xml(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
