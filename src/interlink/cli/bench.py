@@ -17,8 +17,8 @@ that rank's error. Wrong results (#wrong > 0) print the table and exit 1, like n
 Defaults: ``--ranks`` min(4, cpu count), at least 2; ``-b 8 -e 64M -f 2``; iterations auto: at most
 20 timed (5 warmup) per size, capped so that at most 1 GiB is timed per size and mode
 (``iters = clamp(1 GiB // size, 1, 20)``, ``warmup = clamp(iters // 4, 1, 5)``: 16/4 at 64 MiB);
-explicit --iters/-w apply to every size. A bare ``interlink bench`` (24 sizes, 2 ranks) takes about 5 s on
-a 2-core machine.
+explicit --iters/-w apply to every size. A bare ``interlink bench`` (24 sizes, 2 ranks) takes 5-25 s on
+a 2-core machine (the most on one shared with other jobs).
 """
 
 from __future__ import annotations
