@@ -5,5 +5,5 @@
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("interlink.runtime._hotcore", ["src/interlink/runtime/_hotcore.c"],
-                             extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math"],
+                             extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math"],
                              optional=True)])

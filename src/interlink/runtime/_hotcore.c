@@ -100,64 +100,53 @@ static int peers_ready(Core *c, int q, uint64_t f, uint64_t seq, uint64_t crc) {
     return 1;
 }
 
-#define REDUCE(T, UT, EXPR_SUM, EXPR_PROD)                                                      \
-    do {                                                                                         \
-        T *d = (T *)dst;                                                                         \
-        const T *p0 = (const T *)(c->base + P[0]);                                               \
-        if (np == 1) { memmove(d, p0, (size_t)cnt * sizeof(T)); break; }                          \
-        const T *p1 = (const T *)(c->base + P[1]);                                               \
-        for (Py_ssize_t j = 0; j < cnt; j++) {                                                   \
-            T x = p0[j], y = p1[j], r;                                                           \
-            switch (op) {                                                                        \
-            case OP_SUM: r = EXPR_SUM; break;                                                    \
-            case OP_PROD: r = EXPR_PROD; break;                                                  \
-            case OP_MIN: r = MINF(x, y); break;                                                  \
-            default: r = MAXF(x, y); break;                                                      \
-            }                                                                                    \
-            for (int k = 2; k < np; k++) {                                                       \
-                x = r; y = ((const T *)(c->base + P[k]))[j];                                     \
-                switch (op) {                                                                    \
-                case OP_SUM: r = EXPR_SUM; break;                                                \
-                case OP_PROD: r = EXPR_PROD; break;                                              \
-                case OP_MIN: r = MINF(x, y); break;                                              \
-                default: r = MAXF(x, y); break;                                                  \
-                }                                                                                \
-            }                                                                                    \
-            d[j] = r;                                                                            \
-        }                                                                                        \
+/* dst = ((p0 op p1) op p2) ... in rank order, one pass per part, as the Python path's ufunc calls do (the same
+ * operations on every element in the same order: the same bits); each loop is one op (vectorisable) */
+#define LOOPS(T, OPX)                                                                                  \
+    do {                                                                                               \
+        T *d = (T *)dst;                                                                               \
+        const T *p0 = (const T *)(c->base + P[0]), *p1 = (const T *)(c->base + P[1]);                  \
+        for (Py_ssize_t j = 0; j < cnt; j++) { T x = p0[j], y = p1[j]; d[j] = OPX; }                   \
+        for (int k = 2; k < np; k++) {                                                                 \
+            const T *pk = (const T *)(c->base + P[k]);                                                 \
+            for (Py_ssize_t j = 0; j < cnt; j++) { T x = d[j], y = pk[j]; d[j] = OPX; }                \
+        }                                                                                              \
+    } while (0)
+
+#define REDUCE(T, EXPR_SUM, EXPR_PROD, MINX, MAXX)                                                     \
+    do {                                                                                               \
+        if (np == 1) { memmove(dst, c->base + P[0], (size_t)cnt * sizeof(T)); break; }                  \
+        switch (op) {                                                                                  \
+        case OP_SUM: LOOPS(T, EXPR_SUM); break;                                                        \
+        case OP_PROD: LOOPS(T, EXPR_PROD); break;                                                      \
+        case OP_MIN: LOOPS(T, MINX); break;                                                            \
+        default: LOOPS(T, MAXX); break;                                                                \
+        }                                                                                              \
     } while (0)
 
 /* numpy's minimum/maximum: a NaN operand wins (the first if both), ties give the second */
-#define FMINF(x, y) ((isnan(x) || (x) < (y)) ? (x) : (y))
-#define FMAXF(x, y) ((isnan(x) || (x) > (y)) ? (x) : (y))
-#define IMINF(x, y) ((x) < (y) ? (x) : (y))
-#define IMAXF(x, y) ((x) > (y) ? (x) : (y))
+#define FMIN_ ((isnan(x) || x < y) ? x : y)
+#define FMAX_ ((isnan(x) || x > y) ? x : y)
+#define IMIN_ (x < y ? x : y)
+#define IMAX_ (x > y ? x : y)
 
 static void reduce(Core *c, Shape *s, const Py_ssize_t *P, char *dst, Py_ssize_t cnt) {
     int np = s->nparts, op = s->op;
     switch (s->dtype) {
     case T_F32:
-#define MINF FMINF
-#define MAXF FMAXF
-        REDUCE(float, float, x + y, x * y);
+        REDUCE(float, x + y, x * y, FMIN_, FMAX_);
         break;
     case T_F64:
-        REDUCE(double, double, x + y, x * y);
+        REDUCE(double, x + y, x * y, FMIN_, FMAX_);
         break;
-#undef MINF
-#undef MAXF
-#define MINF IMINF
-#define MAXF IMAXF
     case T_I32: /* wrapping arithmetic, as numpy's */
-        REDUCE(int32_t, uint32_t, (int32_t)((uint32_t)x + (uint32_t)y), (int32_t)((uint32_t)x * (uint32_t)y));
+        REDUCE(int32_t, (int32_t)((uint32_t)x + (uint32_t)y), (int32_t)((uint32_t)x * (uint32_t)y), IMIN_, IMAX_);
         break;
     case T_I64:
-        REDUCE(int64_t, uint64_t, (int64_t)((uint64_t)x + (uint64_t)y), (int64_t)((uint64_t)x * (uint64_t)y));
+        REDUCE(int64_t, (int64_t)((uint64_t)x + (uint64_t)y), (int64_t)((uint64_t)x * (uint64_t)y), IMIN_, IMAX_);
         break;
-#undef MINF
-#undef MAXF
     }
-    if (s->avg && c->n > 1) { /* floats only (FastPath refuses the core an integer AVG) */
+    if (s->avg && c->n > 1) { /* floats only (ccore.make_shape refuses the core an integer AVG) */
         if (s->dtype == T_F32) {
             float *d = (float *)dst, m = (float)c->n;
             for (Py_ssize_t j = 0; j < cnt; j++) d[j] = d[j] / m;
