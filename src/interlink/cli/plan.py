@@ -246,7 +246,7 @@ def _run_host(args: argparse.Namespace, model: Any, given: dict, gb: int, prog: 
             f"{mem['gradients'] * 1024:.0f}, optimizer {mem['optimizer'] * 1024:.0f}, activations "
             f"{mem['activations'] * 1024:.0f}\n")
     o.write(f"#\n# breakdown of the step (seconds, share); compute: GEMMs {st['gemm_s']:.4f}, attention "
-            f"{st['attention_s']:.4f}, memory-bound kernels {st['elementwise_s']:.4f}\n")
+            f"{st['attention_s']:.4f}, the other kernels {st['elementwise_s']:.4f}\n")
     for k, v in result.breakdown.items():
         if v > 0 and k not in ("forward", "backward"):
             o.write(f"  {k:<12} {v:10.4f}  {v / result.step_s:6.1%}\n")
