@@ -86,6 +86,8 @@ def test_every_bench_collective_runs_as_a_user_types_it(tmp_path, collective):
         assert row["oop_time_us"] > 0, row
         if collective != "barrier":
             assert row["oop_wrong"] == 0, row
+        if collective == "sendrecv":  # point to point: not the timing barrier's path
+            assert row["algorithm"] == "p2p", row
         if no_ip:
             assert row["ip_time_us"] is None and row.get("ip_wrong") is None, row
         else:
