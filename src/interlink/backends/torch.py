@@ -30,6 +30,25 @@ __all__ = ["InterlinkProcessGroup", "register", "BACKEND", "lost_ranks"]
 BACKEND = "interlink"
 _REGISTERED = False
 
+#: The oldest torch the backend runs on. Before 2.7 a Work that a Python ProcessGroup returns to a C++ caller
+#: (DDP's parameter check and reducer, functional collectives) loses its Python half on the way, and the
+#: caller's wait never ends (2.5 and 2.6 hang in DDP's constructor); torch 2.7 keeps it alive (PyWorkHolder,
+#: pytorch/pytorch#146376).
+MIN_TORCH = (2, 7)
+
+
+def torch_version_problem(version: str) -> Optional[str]:
+    """Why this torch cannot run the backend (a message naming the version it needs), or None."""
+    import re
+
+    m = re.match(r"(\d+)\.(\d+)", str(version))
+    if m is None or (int(m.group(1)), int(m.group(2))) >= MIN_TORCH:
+        return None
+    need = ".".join(map(str, MIN_TORCH))
+    return (f"interlink backend: needs torch {need} or later, this is torch {version} (before {need}, C++ callers "
+            f"such as DDP wait forever on a Python process group's Works: pytorch/pytorch#146376); "
+            f"pip install 'torch>={need}'")
+
 
 def _autoload() -> None:
     """torch's ``torch.backends`` entry point: register the backend, import nothing heavy."""
@@ -152,7 +171,13 @@ _WORLD_PG: Optional["InterlinkProcessGroup"] = None
 
 def _create(opts: Any, backend_options: Any = None) -> "InterlinkProcessGroup":
     """torch's creator (extended API): the first group of a process is the world."""
+    import torch
+
     import interlink.runtime.api as api
+
+    problem = torch_version_problem(torch.__version__)
+    if problem is not None:
+        raise RuntimeError(problem)
 
     timeout = opts.timeout.total_seconds() if hasattr(opts.timeout, "total_seconds") else float(opts.timeout)
     ranks = list(opts.global_ranks_in_group or [])
