@@ -274,3 +274,16 @@ def test_the_model_column_is_warm_before_the_ranks_start(monkeypatch) -> None:
     monkeypatch.setattr(local, "launch", fake_launch)
     main(["bench", "-b", "8", "-e", "8", "--ranks", "2"])
     assert order[:2] == ["warm", "launch"], order
+
+
+def test_rows_print_once_when_stdout_and_stderr_share_a_pipe(tmp_path):
+    """`interlink bench 2>&1 | tee log`: the table's rows, no progress line a size repeating each row; with
+    stderr apart, the progress lines go there."""
+    cmd = [sys.executable, "-m", "interlink", "bench", "-e", "64", "--iters", "2", "-w", "1"]
+    both = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, cwd=tmp_path)
+    assert both.returncode == 0, both.stdout
+    assert "interlink bench: [" not in both.stdout
+    rows = [ln.split()[0] for ln in both.stdout.splitlines() if ln.strip() and ln.split()[0].isdigit()]
+    assert rows == ["8", "16", "32", "64"], both.stdout
+    apart = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert apart.returncode == 0 and apart.stderr.count("interlink bench: [") == 4, apart.stderr

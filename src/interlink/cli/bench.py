@@ -11,8 +11,8 @@ prints the nccl-tests table on stdout as it goes (see :mod:`interlink.bench.repo
 the ranks are up, each row as soon as its size is done, the footer at the end), with notes under it
 (why the model column says N/A for a row; that the model used default host parameters, with the
 ``--calibrate`` command), and a progress bar on stderr (rich when installed and stderr is a terminal;
-otherwise one line per size). A failing rank stops the others and the command exits non-zero with
-that rank's error. Wrong results (#wrong > 0) print the table and exit 1, like nccl-tests.
+otherwise one line per size, none when stdout and stderr are one stream: a terminal, ``2>&1 | tee``). A
+failing rank stops the others and the command exits non-zero with that rank's error. Wrong results (#wrong > 0) print the table and exit 1, like nccl-tests.
 
 Defaults: ``--ranks`` min(4, cpu count), at least 2; ``-b 8 -e 64M -f 2``; iterations auto: at most
 20 timed (5 warmup) per size, capped so that at most 1 GiB is timed per size and mode
@@ -194,6 +194,18 @@ class _Progress:
         self.message(f"interlink bench: [{index + 1}/{total}] {row['size']} B: "
                      f"{'N/A' if t is None else f'{t:.1f}'} us, busbw "
                      f"{'N/A' if bw is None else f'{bw / 1e9:.2f}'} GB/s")
+
+
+def _one_stream() -> bool:
+    """Whether stdout and stderr reach the reader together (a terminal, or one file or pipe: ``2>&1 | tee``):
+    a progress line per size would then repeat each row of the table."""
+    if sys.stdout.isatty() and sys.stderr.isatty():
+        return True
+    try:
+        a, b = os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _human(n: int) -> str:
@@ -396,7 +408,7 @@ def run(args: argparse.Namespace) -> int:
     # the table is printed as it goes, like nccl-tests: its header when the ranks are up, each row as
     # soon as its size is done (predicted column included), the footer and notes at the end
     state: dict[str, Any] = {"rows": [], "start": None, "end": False, "meta": None, "model": None, "extras": []}
-    with _Progress(cfg.collective, rows_shown=show_table and sys.stdout.isatty() and sys.stderr.isatty()) as progress:
+    with _Progress(cfg.collective, rows_shown=show_table and _one_stream()) as progress:
 
         def started(ev: dict) -> None:
             state["start"] = ev
