@@ -175,12 +175,22 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     uint64_t f = c->f + 1;
     int q = (int)(f & 1);
     int pos = (int)(f % (uint64_t)s->npos);
-    if (f > 2 && c->safe < f - 2) { /* every peer must have finished reading call f-2 (this slot) */
+    if (f > 2 && c->safe < f - 2 && !done_ready(c, f - 2)) { /* every peer must have finished reading call
+                                                                 * f-2 (this slot) */
         long spins = 0;
-        while (!done_ready(c, f - 2)) {
-            if (++spins >= c->spin) return 1;
-            if (spins > c->yield_after) sched_yield(); else cpu_relax();
+        PyThreadState *ts = NULL; /* the GIL goes from the first yield on: other threads run meanwhile */
+        int ok;
+        while (!(ok = done_ready(c, f - 2))) {
+            if (++spins >= c->spin) break;
+            if (spins > c->yield_after) {
+                if (!ts) ts = PyEval_SaveThread();
+                sched_yield();
+            } else {
+                cpu_relax();
+            }
         }
+        if (ts) PyEval_RestoreThread(ts);
+        if (!ok) return 1;
     }
     c->f = f;
     *fo = f;
@@ -194,11 +204,20 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     }
     st(&W[c->my_w[q]], f); /* publish last */
     ring(c);
-    int r;
-    long spins = 0;
-    while ((r = peers_ready(c, q, f, seq, s->crc)) == 0) {
-        if (++spins >= c->spin) break;
-        if (spins > c->yield_after) sched_yield(); else cpu_relax();
+    int r = peers_ready(c, q, f, seq, s->crc);
+    if (r == 0) {
+        long spins = 0;
+        PyThreadState *ts = NULL;
+        while ((r = peers_ready(c, q, f, seq, s->crc)) == 0) {
+            if (++spins >= c->spin) break;
+            if (spins > c->yield_after) {
+                if (!ts) ts = PyEval_SaveThread();
+                sched_yield();
+            } else {
+                cpu_relax();
+            }
+        }
+        if (ts) PyEval_RestoreThread(ts);
     }
     if (r != 1) return 2;
     c->safe = f - 1; /* a peer publishes call f only after finishing call f-1 */
