@@ -122,3 +122,12 @@ def test_help_is_wrapped_and_names_every_subcommand(cmd: list) -> None:
         text = " ".join(out.split())
         for word in ("benchmark", "topolog", "predict", "simulate", "plan", "hang"):
             assert word in text, word
+
+
+def test_algorithms_show_takes_the_ranks_of_every_other_subcommand(capsys) -> None:
+    """`-n`/`--ranks` are the number of ranks in `algorithms --show` too (its own spelling `--nranks` stays)."""
+    firsts = []
+    for flag in ("-n", "--ranks", "--nranks"):
+        assert main(["algorithms", "--show", "all_reduce", "ring", flag, "3", "--count", "3"]) == 0
+        firsts.append(capsys.readouterr().out.splitlines()[0])
+    assert firsts == ["all_reduce/ring  nranks=3 count=3 root=0"] * 3

@@ -35,7 +35,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="--verify/list: print JSON on stdout")
     p.add_argument("--collective", action="append", metavar="C", help="only this collective (repeatable)")
     p.add_argument("--algorithm", action="append", metavar="A", help="only this algorithm (repeatable)")
-    p.add_argument("--nranks", type=int, metavar="P", help="--show: number of ranks")
+    p.add_argument("--nranks", "-n", "--ranks", dest="nranks", type=int, metavar="P", help="--show: number of ranks")
     p.add_argument("--count", type=int, metavar="N", help="--show: per-rank count in elements")
     p.add_argument("--root", type=int, default=0, metavar="R", help="--show: root rank (default 0)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
