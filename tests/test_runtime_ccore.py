@@ -199,3 +199,30 @@ def test_timeout_names_the_late_rank(path: str) -> None:
     assert res[0]["type"] == "CommTimeoutError", res[0]
     assert 1 in res[0]["ranks"], res[0]
     assert 2 < res[0]["elapsed"] < 20, res[0]  # the 3 s timeout (then the abort's handshake, slower under load)
+
+
+def read_only(rank: int, world: int) -> dict:
+    import interlink as dist
+
+    dist.init(timeout=30)
+    got = {}
+    x = np.arange(4, dtype=np.float32) + rank
+    x.flags.writeable = False
+    for name, call in (("broadcast", lambda: dist.broadcast(x, 0)), ("all_reduce", lambda: dist.all_reduce(x))):
+        try:
+            call()
+            got[name] = "ok"
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            got[name] = type(e).__name__
+    out = np.empty(4 * world, np.float32)
+    dist.all_gather_into_tensor(out, x)  # a read-only input the call only reads
+    got["all_gather"] = out.tolist()
+    return got
+
+
+def test_read_only_inputs_behave_alike_on_both_paths() -> None:
+    got = {path: run_ranks(2, read_only, env=_env(path), timeout=60)
+           for path in (("python", "core") if ccore.built() else ("python",))}
+    assert got["python"][0]["all_gather"] == [0, 1, 2, 3, 1, 2, 3, 4]
+    if "core" in got:
+        assert got["core"] == got["python"]
