@@ -340,3 +340,14 @@ def test_readme_first_screen() -> None:
     for path in _docs():
         for n, line in enumerate(open(path), 1):
             assert not bad.search(line), f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}"
+
+
+def test_every_variable_the_code_reads_is_documented() -> None:
+    """Each ``INTERLINK_*`` name the code spells as a string (what it reads from the environment; a family such
+    as ``INTERLINK_PEER_<NAME>`` by its prefix) has its row in docs/environment.md."""
+    doc = open(os.path.join(ROOT, "docs", "environment.md")).read()
+    names: set[str] = set()
+    for path in glob.glob(os.path.join(ROOT, "src", "interlink", "**", "*.py"), recursive=True):
+        names |= set(re.findall(r"[\"'](INTERLINK_[A-Z0-9_]+)", open(path, encoding="utf-8").read()))
+    assert len(names) > 30, names
+    assert sorted(n for n in names if n not in doc) == []
