@@ -124,8 +124,7 @@ def matrix(rank: int, world: int) -> dict:
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("world", [2, pytest.param(1, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow),
-                                   pytest.param(5, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("world", [1, 2, 3, pytest.param(5, marks=pytest.mark.slow)])  # 1-3: 4 s a path on 2 cores
 def test_small_call_matrix_against_numpy(path: str, world: int) -> None:
     res = run_ranks(world, matrix, env=_env(path), timeout=240)
     for r in res:
