@@ -141,6 +141,27 @@ def test_small_call_matrix_against_numpy(path: str, world: int) -> None:
             assert r["core_calls"] is None, r
 
 
+def matrix_mixed(rank: int, world: int) -> dict:
+    """The matrix with every other rank on the Python path: both paths speak the same protocol to each other
+    (a rank falls back to Python for a call the core does not take while its peers run it in C)."""
+    import os
+
+    os.environ["INTERLINK_NO_CCORE"] = "1" if rank % 2 else "0"
+    return matrix(rank, world)
+
+
+@pytest.mark.skipif(not ccore.built(), reason="the compiled core is not built here")
+def test_core_and_python_ranks_in_one_job() -> None:
+    res = run_ranks(3, matrix_mixed, env={"INTERLINK_TRANSPORT": "shm"}, timeout=240)
+    for rank, r in enumerate(res):
+        assert not r["fails"], r["fails"][:10]
+        assert r["checks"] > 300
+        if rank % 2:
+            assert r["core_calls"] is None, r
+        else:
+            assert r["core_calls"] and r["core_calls"] > 50, r
+
+
 def mismatch(rank: int, world: int) -> dict:
     import interlink as dist
 
