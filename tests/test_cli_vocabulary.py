@@ -111,7 +111,8 @@ def test_bench_model_column_prices_zero_byte_rows(collective: str, nranks: int) 
     assert all(r["pred_busbw"] == 0.0 for r in rows), rows  # a price (0 bytes move), not N/A (None)
 
 
-@pytest.mark.parametrize("cmd", [[], ["run"], ["bench"], ["topo"], ["doctor"], ["algorithms"]])
+@pytest.mark.parametrize("cmd", [[], ["run"], ["bench"], ["topo"], ["doctor"], ["algorithms"], ["plan"], ["predict"],
+                                 ["simulate"]])
 def test_help_is_wrapped_and_names_every_subcommand(cmd: list) -> None:
     """--help fits a terminal (argparse wraps it: no description printed as one 300-character line), and the
     top-level description names what the subcommands do."""

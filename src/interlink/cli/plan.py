@@ -38,7 +38,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Price one training step of a transformer on a cluster: every collective is the Schedule the "
                     "runtime would run on the group's ranks, priced by the cost model; compute from FLOPs; "
                     "memory per GPU. Without parallel degrees, search every layout and rank them.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Models: a preset (gpt3-175b, llama3-8b, llama3-70b, llama3-405b, mixtral-8x7b, megatron-1t, "
                "megatron-530b, megatron-22b), PRESET,key=value to change it, layers=L,hidden=H,heads=A,seq=S,vocab=V"
                "[,kv_heads=,ffn=,experts=,top_k=,mlp=swiglu,attention=standard] or a JSON file of those keys.",

@@ -42,7 +42,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Predict time, algbw and busbw of a collective with the alpha-beta-gamma cost model: every "
                     "registered algorithm (x protocol LL/LL128/Simple on GPU topologies, plus NVLS where the "
                     "NVSwitch has it) is evaluated on the topology and the fastest is chosen.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=SIZE_EPILOG + " Topologies: a preset (dgx-h100), a cluster (16xdgx-h100:oversub=2), a .yaml/.json "
                "file, or 'this' (default: this machine; a CPU host uses the profile of `interlink bench --calibrate`).",
     )

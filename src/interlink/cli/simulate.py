@@ -45,7 +45,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Simulate a collective's Schedule on a topology: every message is a flow over its path's "
                     "links, shared max-min fairly within a round; each rank and channel starts its next round when "
                     "its own messages are in (dependency-driven, as predict times it).",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=SIZE_EPILOG + " Topologies: a preset (dgx-h100), a cluster (16xdgx-h100:oversub=2), a "
                ".yaml/.json file, or 'this' (the default: this machine, as `interlink topo` discovers it)."
                " The algorithm is the one `interlink predict` picks unless --algorithm names one. --plot needs matplotlib (pip install 'interlink[plot]'): without it the result "
