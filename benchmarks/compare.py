@@ -19,7 +19,7 @@ from this interpreter after `pip install -e '.[compare]'`; an MPI that is not in
 then hits every system, not one), and reports each point's median over the runs (all runs are kept in
 the JSON under "runs"). --turns collective (the default) starts one job per system and collective, the
 systems' jobs of one collective back to back (a few seconds apart: this VM's fast and slow modes last
-seconds, benchmarks/RESULTS.md sections 20 and 26); --turns sweep, one job per system for all of them;
+seconds, benchmarks/RESULTS.md "Against MPICH, one host"); --turns sweep, one job per system for all of them;
 --turns same-process runs interlink-shm and MPICH in one MPICH job (every rank initialises both), the two
 taking turns per collective and size, a few milliseconds apart, --runs turns each (alternating which goes
 first), each a median: the only comparison on this VM that both systems see in the same mode.

@@ -22,8 +22,8 @@ def pytest_configure(config):
     """Byte-compile the package and the tests once, before any rank process starts. The suite starts a few
     thousand Python processes (ranks, launchers, CLI runs); where PYTHONDONTWRITEBYTECODE is set (this
     project's machines set it) none of them can cache what it compiles, and each compiled the ~50 modules
-    of `import interlink` from source again: 0.44 s of a 3-rank job's 1.2 s init (benchmarks/RESULTS.md
-    section 25). Imports read existing .pyc files whatever that variable says."""
+    of `import interlink` from source again: 0.44 s of a 3-rank job's 1.2 s init (measured on
+    the project's 2-core VM). Imports read existing .pyc files whatever that variable says."""
     if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
         return
     import compileall
