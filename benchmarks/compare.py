@@ -27,7 +27,7 @@ first), each a median: the only comparison on this VM that both systems see in t
 --touch: before every call each rank writes its input (outside the timing, each call timed alone), as an
 application does between calls. Without it the inputs never change, and a system that reads a peer's
 buffer by cross-memory attach (MPICH's broadcast from 64 KiB) finds the lines in its own cache on every
-call after the first (benchmarks/RESULTS.md section 20).
+call after the first (measured on the project's 2-core VM).
 """
 
 from __future__ import annotations

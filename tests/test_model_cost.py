@@ -434,7 +434,7 @@ def test_cpu_hosts_spec_and_rate_links() -> None:
 
 
 @pytest.mark.parametrize("algo, size, measured_ms", [
-    # benchmarks/RESULTS.md section 4: 2 emulated hosts x 2 ranks, 1 Gbit/s tbf link, measured
+    # benchmarks/RESULTS.md "Across hosts: emulated, lanes": 2 emulated hosts x 2 ranks, 1 Gbit/s tbf link, measured
     ("ring", 1 << 20, 13.08), ("ring", 4 << 20, 52.66), ("ring", 16 << 20, 212.93),
     ("hierarchical", 1 << 20, 8.76), ("hierarchical", 4 << 20, 35.69), ("hierarchical", 16 << 20, 147.93)])
 def test_emulated_hosts_prediction_within_25_percent(algo: str, size: int, measured_ms: float) -> None:

@@ -148,7 +148,7 @@ def test_the_band_measures_both_paths_and_every_rank_takes_the_first_ranks_choic
 
 def test_the_choice_is_the_lower_mean_of_block_medians() -> None:
     """choose: blocks alternate path 0 (the limits'), path 1; each block's median, averaged per path. The
-    cases measured (benchmarks/RESULTS.md sections 31, 32): a noisy path with one fast block loses to a
+    cases measured on the project's 2-core VM: a noisy path with one fast block loses to a
     steadier faster one (4 ranks, broadcast 16 MiB: the best block would have kept peer_buffers); a path whose first
     block still warms up keeps winning when its average is lower (2 ranks, all_gather 1 MiB output); no
     timings or a tie: the limits'."""

@@ -785,7 +785,7 @@ def _yield_rule(rank: int, world: int, cpus: int) -> tuple[bool, int, int]:
 def test_ranks_that_share_cores_yield_at_once(world: int, cpus: int) -> None:
     """Where a host runs more local ranks than cores, every spin of a wait yields the core (the peer that
     shares it must run to publish); elsewhere the first 16 spins do not. The engine's channel waits and
-    the host page's waits follow the same rule (benchmarks/RESULTS.md section 26)."""
+    the host page's waits follow the same rule (docs/architecture.md)."""
     import os
 
     res = run_ranks(world, _yield_rule, cpus, timeout=60)

@@ -329,7 +329,7 @@ def test_model_and_simulator_agree_on_one_and_two_nics(algorithm: str) -> None:
 
     # nccl_tree's up and down flows run on channels of their own: the simulator's clocks let them go apart
     # while the model's CPU terms price each round as a whole (1 NIC: 155 vs 170 ms; measured 152-161 ms,
-    # benchmarks/RESULTS.md section 23)
+    # benchmarks/RESULTS.md "Across hosts: emulated, lanes")
     tol = 0.10 if algorithm == "nccl_tree" else 0.08
     t = {}
     for k in (1, 2):
