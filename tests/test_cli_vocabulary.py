@@ -87,11 +87,18 @@ def test_uncalibrated_model_column_is_marked_in_the_row_and_a_barrier_has_no_ban
 
 
 def test_piped_tables_are_plain_and_whole() -> None:
-    """Piped (not a terminal), `algorithms` and `topo` print plain lines, never cut at 80 columns, and each
-    algorithm's summary is a whole sentence (not the first line of a wrapped docstring)."""
+    """Piped (not a terminal), `algorithms` and `topo` print plain lines, never cut, and each algorithm's
+    summary is a whole sentence (not the first line of a wrapped docstring): an entry's wrapped lines
+    (indented under the summary column) joined again are the whole entry."""
     out = subprocess.run([*_interlink(), "algorithms"], capture_output=True, text=True, timeout=60).stdout
-    lines = out.splitlines()
-    assert lines[0].split() == ["collective", "algorithm", "summary"] and not any("│" in ln for ln in lines)
+    assert not any("│" in ln for ln in out.splitlines())
+    lines: list = []
+    for ln in out.splitlines():
+        if ln.startswith(" ") and lines:
+            lines[-1] += " " + ln.strip()
+        else:
+            lines.append(ln)
+    assert lines[0].split() == ["collective", "algorithm", "summary"]
     chain = next(ln for ln in lines if "collnet_chain" in ln)
     assert "goes back down the chain; pipelined." in chain, chain
     summaries = [ln.split("  [params")[0].rstrip() for ln in lines[1:]]
@@ -132,3 +139,17 @@ def test_algorithms_show_takes_the_ranks_of_every_other_subcommand(capsys) -> No
         assert main(["algorithms", "--show", "all_reduce", "ring", flag, "3", "--count", "3"]) == 0
         firsts.append(capsys.readouterr().out.splitlines()[0])
     assert firsts == ["all_reduce/ring  nranks=3 count=3 root=0"] * 3
+
+
+@pytest.mark.parametrize("cmd", [["topo", "--list"], ["algorithms"]])
+def test_piped_tables_fit_the_width_and_keep_every_word(cmd: list) -> None:
+    """Piped (not a terminal), `topo --list` and `algorithms` wrap their long text under its own column at
+    COLUMNS (100 when unset): no line over the width, and the words are those of the unwrapped table."""
+    runs = {}
+    for cols in ("100", "1000"):
+        out = subprocess.run([*_interlink(), *cmd], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "COLUMNS": cols}).stdout
+        runs[cols] = out
+    assert max(len(ln) for ln in runs["100"].splitlines()) <= 100
+    assert max(len(ln) for ln in runs["1000"].splitlines()) > 100  # the text is long: wrapping was needed
+    assert runs["100"].split() == runs["1000"].split()

@@ -79,12 +79,19 @@ def _list(args: argparse.Namespace) -> int:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
+        import shutil
+        import textwrap
+
         wc = max((len(e.collective) for e in ents), default=10)
         wa = max((len(e.algorithm) for e in ents), default=9)
+        width = max(60, shutil.get_terminal_size((100, 24)).columns)  # piped: COLUMNS, else 100
         print(f"{'collective':<{wc}}  {'algorithm':<{wa}}  summary")
         for e in ents:
             params = f" [params: {', '.join(e.params)}]" if e.params else ""
-            print(f"{e.collective:<{wc}}  {e.algorithm:<{wa}}  {e.summary}{params}")
+            # the summary wrapped under its own column (every word kept), so a piped table fits the width
+            print(textwrap.fill(f"{e.collective:<{wc}}  {e.algorithm:<{wa}}  {e.summary}{params}", width=width,
+                                subsequent_indent=" " * (wc + wa + 4), break_long_words=False,
+                                break_on_hyphens=False))
         return 0
     table = Table(title=f"interlink algorithms ({len(ents)})")
     table.add_column("collective", no_wrap=True)

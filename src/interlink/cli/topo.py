@@ -66,12 +66,21 @@ def _run(args: argparse.Namespace) -> int:
         require_yaml(args.save)  # before discovery and before anything is written
     catalog = load_catalog(args.links) if args.links else None
     if args.list:
+        import shutil
+        import textwrap
+
+        width = max(60, shutil.get_terminal_size((100, 24)).columns)  # piped: COLUMNS, else 100
+
+        def row(head: str, text: str) -> None:  # the text wrapped under itself: every word kept, the width kept
+            print(textwrap.fill(head + text, width=width, subsequent_indent=" " * len(head),
+                                break_long_words=False, break_on_hyphens=False))
+
         print("presets:")
         for name, p in PRESETS.items():
-            print(f"  {name:<12} {p.description}")
+            row(f"  {name:<12} ", p.description)
         print("links (GB/s per direction: line / effective, latency us):")
         for name, s in (catalog or CATALOG).items():
-            print(f"  {name:<14} {s.line_gbps:>8.2f} / {s.effective_gbps:>7.2f}  {s.latency_us:>5.2f}  {s.source}")
+            row(f"  {name:<14} {s.line_gbps:>8.2f} / {s.effective_gbps:>7.2f}  {s.latency_us:>5.2f}  ", s.source)
         return 0
     notes: list[str] = []
     if args.topology:
