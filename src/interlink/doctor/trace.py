@@ -70,10 +70,14 @@ def _simulated_rounds(ev: list, dumps: list[RankDump], entered: dict, info: dict
     entered, each with the slowest rank's measured time of the same round beside it (``measured_us``) and
     their ratio: the round where the run departs from the algorithm is the one whose ratio stands out."""
     measured: dict[tuple, dict[int, float]] = defaultdict(dict)  # (call signature's group, seq) -> round -> us
+    by_seq: dict[int, list[tuple]] = defaultdict(list)  # seq -> the (group, seq) keys of the recorded calls
+    for key in info:
+        by_seq[key[1]].append(key)
     for d in dumps:
         for sig, seq, k, n, r0, _r1, r2, _s, _r, *_ops in d.rounds or ():
-            for key in info:
-                if key[1] == seq and key[0] in str(sig).split():
+            words = str(sig).split()
+            for key in by_seq.get(seq, ()):
+                if key[0] in words:
                     measured[key][k] = max(measured[key].get(k, 0.0), (r2 - r0) * 1e6)
                     break
     if not measured:

@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 import numpy as np
 
@@ -371,10 +371,7 @@ class Group:
         try:
             self._fast.hot(sc, a, out, seq, self.ctx.timeout if timeout is None else timeout)
         except BaseException as e:
-            self.recorder.failed.add(seq)
-            if isinstance(e, (KeyboardInterrupt, MemoryError)):
-                raise
-            raise self._fail(e, NAMES[kind], seq) from None
+            self._small_failed(e, kind, seq)
         self._rseqs[i] = seq
         if tn is not None:
             self._fast.timed(tn, perf_counter() - t0)
@@ -394,13 +391,18 @@ class Group:
                 else:
                     self._fast._resume(sc, a, out, f, pos, seq, self.ctx.timeout)
             except BaseException as e:
-                self.recorder.failed.add(seq)
-                if isinstance(e, (KeyboardInterrupt, MemoryError)):
-                    raise
-                raise self._fail(e, NAMES[kind], seq) from None
+                self._small_failed(e, kind, seq)
             self._rseqs[i] = seq
         finally:
             self.ctx.runner._exec.release()
+
+    def _small_failed(self, e: BaseException, kind: int, seq: int) -> NoReturn:
+        """A host-page call failed (in _call_small or after the compiled core): recorded as failed, then
+        raised as the typed error naming the call (KeyboardInterrupt and MemoryError as they are)."""
+        self.recorder.failed.add(seq)
+        if isinstance(e, (KeyboardInterrupt, MemoryError)):
+            raise e
+        raise self._fail(e, NAMES[kind], seq) from None
 
     def _hot_small(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: Any, root: Any,
                    key: tuple) -> Any:
