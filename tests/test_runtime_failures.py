@@ -158,7 +158,9 @@ def test_mismatch_raises_on_every_rank(kind: str, fast: str, transport: str) -> 
     res = run_ranks(3, mismatch, kind, timeout=60, env=env)
     for out in res:
         assert out["type"] == "CollectiveMismatchError", res
-        assert out["seq"] == (2 if out.get("next_call") else 1) and out["group"] == "world", out
+        # a rank that learns at its next call is told by that call (seq 2, the channels' abort) or names the
+        # mismatched call itself (seq 1: a host-page broadcast's root checks its receivers' headers there)
+        assert out["seq"] in ((1, 2) if out.get("next_call") else (1,)) and out["group"] == "world", out
     # the rank that detected it names both sides
     detail = [o["msg"] for o in res if "but rank" in o["msg"]]
     assert detail, res

@@ -56,6 +56,8 @@ typedef struct {
     Py_ssize_t bell_w[MAXR];        /* peers' doorbell counters (u32 index) */
     long spin, yield_after;
     unsigned long long f, safe;     /* FastPath.f and FastPath.safe live here when the core is on */
+    unsigned long long pend;        /* FastPath.pend: a broadcast root's call whose peers' headers are not yet
+                                     * checked (0: none); its done word is written once they are */
     unsigned long long calls;       /* calls the core completed (tests read it) */
 } Core;
 
@@ -98,6 +100,22 @@ static int peers_ready(Core *c, int q, uint64_t f, uint64_t seq, uint64_t crc) {
         if (W[pw + SEQ_GSEQ] != seq || W[pw + SEQ_CRC] != crc) return -1;
     }
     return 1;
+}
+
+/* the pending root call g (FastPath.pend): 1 every peer published it with this rank's header (checked, done
+ * written, pend cleared); 0 not yet; -1 a peer published another call */
+static int settle(Core *c) {
+    uint64_t g = c->pend;
+    int q = (int)(g & 1);
+    const uint64_t *h = (const uint64_t *)(c->base + c->hoff[q]);
+    int r = peers_ready(c, q, g, h[0], h[1]);
+    if (r == 1) {
+        volatile uint64_t *W = (volatile uint64_t *)c->base;
+        c->pend = 0;
+        st(&W[c->done_w], g);
+        ring(c);
+    }
+    return r;
 }
 
 /* dst = ((p0 op p1) op p2) ... in rank order, one pass per part, as the Python path's ufunc calls do (the same
@@ -172,6 +190,13 @@ static int get_buf(PyObject *o, Py_buffer *b, int writable, Py_ssize_t need) {
  * peers' headers not all there or not matching (*fo, *po: the call and its position) */
 static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo, int *po) {
     volatile uint64_t *W = (volatile uint64_t *)c->base;
+    if (c->pend) { /* the last call was a broadcast's root that did not wait for its receivers: their headers
+                    * now (they publish on entering that call), else Python waits and checks (OneShot._settle) */
+        long spins = 0;
+        int r;
+        while ((r = settle(c)) == 0 && ++spins < c->spin) cpu_relax();
+        if (r != 1) return 1;
+    }
     uint64_t f = c->f + 1;
     int q = (int)(f & 1);
     int pos = (int)(f % (uint64_t)s->npos);
@@ -205,6 +230,15 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     st(&W[c->my_w[q]], f); /* publish last */
     ring(c);
     int r = peers_ready(c, q, f, seq, s->crc);
+    if (s->kind == BC && s->sends && r == 0) {
+        /* a broadcast's root reads nothing: it returns without waiting for its receivers' headers. They are
+         * checked at its next call (settle), and its done word written then; each receiver checks the
+         * root's header, and of ranks that all took themselves for the root the last to publish sees the
+         * others' (the fence in ring) */
+        c->pend = f;
+        c->calls++;
+        return 0;
+    }
     if (r == 0) {
         long spins = 0;
         PyThreadState *ts = NULL;
@@ -337,6 +371,7 @@ static PyMethodDef Core_methods[] = {
 static PyMemberDef Core_members[] = {
     {"f", T_ULONGLONG, offsetof(Core, f), 0, "the host page calls so far (FastPath.f)"},
     {"safe", T_ULONGLONG, offsetof(Core, safe), 0, "every peer finished reading calls <= safe (FastPath.safe)"},
+    {"pend", T_ULONGLONG, offsetof(Core, pend), 0, "a broadcast root's call whose peers are not yet checked (FastPath.pend)"},
     {"calls", T_ULONGLONG, offsetof(Core, calls), READONLY, "calls the core completed"},
     {NULL}};
 

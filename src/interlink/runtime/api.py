@@ -223,14 +223,22 @@ def destroy(group: Optional[Group] = None) -> None:
     global _CTX, _WORLD
     if group is not None and group is not _WORLD:
         return  # subgroups share the world's connections
-    ctx = _CTX
+    ctx, world = _CTX, _WORLD
     if ctx is None:
         return
     _CTX = None
     _WORLD = None
+    late: Optional[InterlinkError] = None
     try:
         ctx.runner.drain()
         ctx.runner.stop()
+        if ctx.fast is not None and ctx.broken is None:
+            # a last broadcast whose root returned without waiting for its receivers: their headers checked
+            # now (a mismatch raises here, after everything is closed)
+            try:
+                ctx.fast.settle_at_exit()
+            except Exception as e:
+                late = world._fail(e, "broadcast", world.seq) if world is not None else None
         # no barrier: a rank that is done leaves (BYE); a peer still waiting for it in a call raises
         # PeerLostError ("left the job") at once, and a peer busy elsewhere (a checkpoint) is not held up
         ctx.engine.send_bye()
@@ -251,6 +259,8 @@ def destroy(group: Optional[Group] = None) -> None:
             pass
         if ctx.server is not None:
             ctx.server.close(linger=0.2)
+    if late is not None:
+        raise late
 
 
 destroy_process_group = finalize = destroy

@@ -74,6 +74,8 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         self.spin = engine.spin
         self.yield_after = engine.yield_after  # spins before each further one yields the core
         self.safe = 0  # every peer is known to have finished reading calls <= safe
+        # a broadcast root's call whose receivers' headers are not yet checked (0: none): OneShot._settle
+        self.pend = 0
         self.waiting: Any = None  # (call, ranks it waits for): set when a call sleeps (runtime/recorder.py)
         # the hot path reads and writes the page's control words as Python ints through memoryviews
         # (20 ns a word, against 70 ns through numpy scalars)
@@ -126,6 +128,7 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         self.core = ccore.make_core(self)
         if self.core is not None:
             self.core.f, self.core.safe = self.__dict__.pop("f"), self.__dict__.pop("safe")
+            self.core.pend = self.__dict__.pop("pend")
             self.__class__ = _CoreFastPath
 
     def takes(self, kind: int, nbytes: int) -> bool:
@@ -257,8 +260,8 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
 
 
 class _CoreFastPath(FastPath):
-    """A FastPath whose one-shot calls run in the compiled core, which holds the call count and `safe` (the
-    Python paths read and write them here)."""
+    """A FastPath whose one-shot calls run in the compiled core, which holds the call count, `safe` and `pend`
+    (the Python paths read and write them here)."""
 
     @property
     def f(self) -> int:
@@ -275,3 +278,11 @@ class _CoreFastPath(FastPath):
     @safe.setter
     def safe(self, v: int) -> None:
         self.core.safe = v
+
+    @property
+    def pend(self) -> int:
+        return self.core.pend
+
+    @pend.setter
+    def pend(self, v: int) -> None:
+        self.core.pend = v

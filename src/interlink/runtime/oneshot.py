@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import CollectiveMismatchError
 from ..ops import finish_avg
-from .pageproto import A2A, AG, AR, BC, CRC, GSEQ, RS, Small, _META
+from .pageproto import A2A, AG, AR, BC, CRC, GSEQ, RS, SIG_BYTES, SIG_OFF, Small, _META
 
 class OneShot:
     """The inlined one-shot executor (a mixin of FastPath)."""
@@ -35,6 +35,8 @@ class OneShot:
                 return
             if r[0] == 2:
                 return self._resume(sc, a, out, r[1], r[2], seq, timeout)
+        if self.pend:  # the last call was a broadcast's root that did not wait: its receivers' headers first
+            self._settle(time.monotonic() + timeout)
         self.f = f = self.f + 1
         q = f & 1
         pos = f % sc.npos  # where this call's payload lies (its parity is q)
@@ -63,13 +65,18 @@ class OneShot:
         if sc.res is not None:
             return self._reduce_once(sc, a, f, pos, seq, timeout)
         crc = sc.crc
+        kind = sc.kind
         for pw in self.peer_w[q]:  # every peer's header published and of this call (else wait or raise there)
             if W[pw] < f or W[pw + GSEQ] != seq or W[pw + CRC] != crc:
+                if kind == BC and sc.sends and W[pw] < f and self._unwaited(f, q, seq, crc):
+                    # a broadcast's root reads nothing: it returns without waiting for its receivers; their
+                    # headers are checked at its next call (_settle), its done word written then
+                    self.pend = f
+                    return
                 self._gather_headers(sc, f, q, seq, timeout)
                 break
         else:
             self.safe = f - 1  # a peer publishes call f only after finishing call f-1
-        kind = sc.kind
         if kind == AR or kind == RS:
             dst = a if kind == AR else out
             parts = sc.parts[pos]
@@ -97,6 +104,50 @@ class OneShot:
         for flag, bell in wake:
             if B[flag]:
                 bell.ring()
+
+    def _unwaited(self, f: int, q: int, seq: int, crc: int) -> bool:
+        """Whether a broadcast's root may return before its receivers publish call f: every peer that has
+        published it shows this call (one that shows another raises in _gather_headers now). Of ranks that
+        all took themselves for the root, the last to publish sees the others' headers here."""
+        W = self.W
+        for pw in self.peer_w[q]:
+            if W[pw] >= f and (W[pw + GSEQ] != seq or W[pw + CRC] != crc):
+                return False
+        return True
+
+    def _settle(self, deadline: float) -> None:
+        """The pending call of a broadcast's root (self.pend, which returned without waiting for its
+        receivers): wait until every peer has published it (each does on entering it), check their headers
+        against this rank's own, then write this rank's done word for it. A mismatch raises
+        CollectiveMismatchError naming that call; a peer that never publishes it, TimeoutError."""
+        g = self.pend
+        q = g & 1
+        W, page = self.W, self.page
+        mw = self.my_w[q]
+        seq, crc = W[mw + GSEQ], W[mw + CRC]
+        off = page.slot_offset(self.me, q) + SIG_OFF
+        sig = bytes(page.mm[off:off + SIG_BYTES]).rstrip(b"\0")
+        peer_w = self.peer_w[q]
+        if not self._all_published(g, q):
+            self._wait(lambda: self._all_published(g, q), lambda: [i for i, x in zip(self.peers, peer_w) if W[x] < g],
+                       deadline, seq, sig)
+        for i in self.peers:
+            self._check(i, q, seq, crc, sig)
+        self.pend = 0
+        self._set(self.done_w, g)
+
+    def settle_at_exit(self, wait: float = 2.0) -> None:
+        """At destroy: the pending root call's receivers checked (waiting at most `wait` seconds for them to
+        publish it; one that has not by then is not held up for)."""
+        if not self.pend:
+            return
+        g, q = self.pend, self.pend & 1
+        end = time.monotonic() + wait
+        while not self._all_published(g, q):
+            if time.monotonic() > end:
+                return
+            time.sleep(0.0005)
+        self._settle(end)
 
     def _resume(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, pos: int, seq: int,
                 timeout: float) -> None:
