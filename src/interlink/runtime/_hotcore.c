@@ -64,6 +64,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     int kind, op, dtype, sends, avg, npos, nparts;
+    int rootk;           /* a broadcast: the root's index among the peers (-1: this rank is the root) */
     Py_ssize_t count, itemsize, nbytes, rowbytes;
     unsigned long long crc;
     unsigned char head[SIG_BYTES];
@@ -100,6 +101,27 @@ static int peers_ready(Core *c, int q, uint64_t f, uint64_t seq, uint64_t crc) {
         if (W[pw + SEQ_GSEQ] != seq || W[pw + SEQ_CRC] != crc) return -1;
     }
     return 1;
+}
+
+/* the root of a broadcast alone (peer index k): 1 published call f with this seq and crc; 0 not yet; -1 another */
+static int root_ready(Core *c, int q, int k, uint64_t f, uint64_t seq, uint64_t crc) {
+    volatile uint64_t *W = (volatile uint64_t *)c->base;
+    Py_ssize_t pw = c->peer_w[q][k];
+    if (ld(&W[pw]) < f) return 0;
+    return (W[pw + SEQ_GSEQ] != seq || W[pw + SEQ_CRC] != crc) ? -1 : 1;
+}
+
+/* a broadcast's receiver, the root's header checked: every other peer that has published call f shows this
+ * call (-1: one shows another); 1 all published (safe moves on), 0 not all yet */
+static int others_seen(Core *c, int q, uint64_t f, uint64_t seq, uint64_t crc) {
+    volatile uint64_t *W = (volatile uint64_t *)c->base;
+    int all = 1;
+    for (int k = 0; k < c->npeers; k++) {
+        Py_ssize_t pw = c->peer_w[q][k];
+        if (ld(&W[pw]) < f) { all = 0; continue; }
+        if (W[pw + SEQ_GSEQ] != seq || W[pw + SEQ_CRC] != crc) return -1;
+    }
+    return all;
 }
 
 /* the pending root call g (FastPath.pend): 1 every peer published it with this rank's header (checked, done
@@ -229,6 +251,32 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     }
     st(&W[c->my_w[q]], f); /* publish last */
     ring(c);
+    if (s->kind == BC && !s->sends && s->rootk >= 0) { /* a receiver reads the root's slot alone */
+        int r = root_ready(c, q, s->rootk, f, seq, s->crc);
+        if (r == 0) {
+            long spins = 0;
+            PyThreadState *ts = NULL;
+            while ((r = root_ready(c, q, s->rootk, f, seq, s->crc)) == 0) {
+                if (++spins >= c->spin) break;
+                if (spins > c->yield_after) {
+                    if (!ts) ts = PyEval_SaveThread();
+                    sched_yield();
+                } else {
+                    cpu_relax();
+                }
+            }
+            if (ts) PyEval_RestoreThread(ts);
+        }
+        if (r != 1) return 2; /* the root not published yet, or another call: Python waits or raises */
+        int seen = others_seen(c, q, f, seq, s->crc);
+        if (seen < 0) return 2;
+        if (seen == 1) c->safe = f - 1; /* a peer publishes call f only after finishing call f-1 */
+        memcpy(a->buf, c->base + s->parts[(Py_ssize_t)pos * s->nparts], (size_t)(s->count * s->itemsize));
+        st(&W[c->done_w], f);
+        ring(c);
+        c->calls++;
+        return 0;
+    }
     int r = peers_ready(c, q, f, seq, s->crc);
     if (s->kind == BC && s->sends && r == 0) {
         /* a broadcast's root reads nothing: it returns without waiting for its receivers' headers. They are
@@ -390,9 +438,11 @@ static int Shape_init(Shape *s, PyObject *args, PyObject *kw) {
     PyObject *mine, *parts;
     const char *head;
     Py_ssize_t headlen;
-    if (!PyArg_ParseTuple(args, "iiinnniiKy#OO", &s->kind, &s->op, &s->dtype, &s->count, &s->itemsize,
-                          &s->nbytes, &s->sends, &s->avg, &s->crc, &head, &headlen, &mine, &parts))
+    s->rootk = -1;
+    if (!PyArg_ParseTuple(args, "iiinnniiKy#OO|i", &s->kind, &s->op, &s->dtype, &s->count, &s->itemsize,
+                          &s->nbytes, &s->sends, &s->avg, &s->crc, &head, &headlen, &mine, &parts, &s->rootk))
         return -1;
+    if (s->rootk >= MAXR) { PyErr_SetString(PyExc_ValueError, "root"); return -1; }
     if (headlen > SIG_BYTES) headlen = SIG_BYTES;
     memset(s->head, 0, SIG_BYTES);
     memcpy(s->head, head, (size_t)headlen);

@@ -91,8 +91,11 @@ def make_shape(fp: Any, sc: Any, op: ReduceOp, dtype: np.dtype) -> Optional[Any]
     else:
         parts = [[off(v) for v in ps] for ps in sc.parts]
     mine = [off(m) if sc.sends else 0 for m in sc.mine]
+    rootk = -1  # a broadcast's receiver: the root's index among the peers (it waits for the root alone)
+    if kind == 1 and not sc.sends:
+        rootk = sc.root - (sc.root > fp.me)
     return _hotcore.Shape(kind, opc, code, sc.count, dtype.itemsize, sc.nbytes, int(sc.sends), int(sc.avg),
-                          sc.crc, sc.head, mine, parts)
+                          sc.crc, sc.head, mine, parts, rootk)
 
 
 def bind(group: Any) -> Optional[Any]:

@@ -66,6 +66,18 @@ class OneShot:
             return self._reduce_once(sc, a, f, pos, seq, timeout)
         crc = sc.crc
         kind = sc.kind
+        if kind == BC and not sc.sends:  # a broadcast's receiver reads the root's slot alone: waits for it alone
+            rw = self.slot_w[sc.root][q]
+            if W[rw] < f or W[rw + GSEQ] != seq or W[rw + CRC] != crc:
+                self._await_root(sc, f, q, seq, timeout)
+            else:
+                self._peers_seen(f, q, seq, crc, sc.sigb)
+            a[...] = sc.parts[pos][0]
+            W[self.done_w] = f
+            for flag, bell in wake:
+                if B[flag]:
+                    bell.ring()
+            return
         for pw in self.peer_w[q]:  # every peer's header published and of this call (else wait or raise there)
             if W[pw] < f or W[pw + GSEQ] != seq or W[pw + CRC] != crc:
                 if kind == BC and sc.sends and W[pw] < f and self._unwaited(f, q, seq, crc):
@@ -115,6 +127,30 @@ class OneShot:
                 return False
         return True
 
+    def _await_root(self, sc: Small, f: int, q: int, seq: int, timeout: float) -> None:
+        """A broadcast's receiver (it reads the root's slot alone): wait until the root has published call f,
+        check its header, then _peers_seen."""
+        W, root = self.W, sc.root
+        rw = self.slot_w[root][q]
+        if W[rw] < f:
+            self._wait(lambda: W[rw] >= f, lambda: [root], time.monotonic() + timeout, seq, sc.sigb)
+        self._check(root, q, seq, sc.crc, sc.sigb)
+        self._peers_seen(f, q, seq, sc.crc, sc.sigb)
+
+    def _peers_seen(self, f: int, q: int, seq: int, crc: int, sig: bytes) -> None:
+        """A broadcast's receiver, the root's header checked: every other peer that has published call f
+        checked too (a mismatch raises now; one not yet published is checked by the root at its next call,
+        OneShot._settle); all published: `safe` moves on."""
+        W = self.W
+        seen = True
+        for i, pw in zip(self.peers, self.peer_w[q]):
+            if W[pw] < f:
+                seen = False
+            elif W[pw + GSEQ] != seq or W[pw + CRC] != crc:
+                self._check(i, q, seq, crc, sig)
+        if seen:
+            self.safe = f - 1  # a peer publishes call f only after finishing call f-1
+
     def _settle(self, deadline: float) -> None:
         """The pending call of a broadcast's root (self.pend, which returned without waiting for its
         receivers): wait until every peer has published it (each does on entering it), check their headers
@@ -153,8 +189,11 @@ class OneShot:
                 timeout: float) -> None:
         """The rest of call f that the compiled core published (all_reduce, reduce_scatter, broadcast or
         all_gather, one-shot): wait for the peers' headers and check them as hot does, then read."""
-        self._gather_headers(sc, f, f & 1, seq, timeout)
         kind = sc.kind
+        if kind == BC and not sc.sends:
+            self._await_root(sc, f, f & 1, seq, timeout)
+        else:
+            self._gather_headers(sc, f, f & 1, seq, timeout)
         if kind == AR or kind == RS:
             dst = a if kind == AR else out
             parts = sc.parts[pos]
