@@ -122,11 +122,18 @@ def test_interlink_trace(tmp_path_factory, tmp_path, capsys):
         calls = [e for e in ev if e.get("name", "").startswith("#") and "round" not in e["name"]]
         assert len(calls) == 7 and all(e["ph"] == "X" and e["dur"] > 0 for e in calls)
         rounds = [e for e in ev if " round " in e.get("name", "")]
-        assert sorted({e["args"]["seq"] for e in rounds}) == [4, 5]
-        assert len(rounds) == 2 * 6 and all(e["args"]["rounds"] == 6 for e in rounds)  # ring: 2(p-1) rounds
-        assert sum(e["args"]["bytes_sent"] for e in rounds) == 2 * 6 * (1 << 20) // 4
+        assert sorted({e["args"]["seq"] for e in rounds}) == [1, 2, 3, 4, 5, 6, 7]
+        ring = [e for e in rounds if e["args"]["seq"] in (4, 5)]
+        assert len(ring) == 2 * 6 and all(e["args"]["rounds"] == 6 for e in ring)  # ring: 2(p-1) rounds
+        assert sum(e["args"]["bytes_sent"] for e in ring) == 2 * 6 * (1 << 20) // 4
+        # the host page's calls (8-byte all_reduces): one round each, its transfer (payload in, until the
+        # peers have published) and local phase (the reduction); 8 bytes written, 3 x 8 read
+        host = [e for e in rounds if e["args"]["seq"] not in (4, 5)]
+        assert len(host) == 5 and all(e["args"]["rounds"] == 1 for e in host), host
+        assert all((e["args"]["bytes_sent"], e["args"]["bytes_received"]) == (8, 24) for e in host), host
         transfer = [e for e in ev if e.get("name") == "transfer"]
-        assert len(transfer) == 12 and all(e["dur"] > 0 for e in transfer)
+        assert len(transfer) == 12 + 5 and all(e["dur"] > 0 for e in transfer)
+        assert len([e for e in ev if e.get("name") == "local"]) == 12 + 5
         # each round's transfer per peer and lane: a ring round sends to the next rank, receives from the last
         names = {e["tid"]: e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
         ops = [e for e in ev if e["ph"] == "X" and names.get(e["tid"], "").startswith(("send ", "recv "))]
@@ -136,7 +143,7 @@ def test_interlink_trace(tmp_path_factory, tmp_path, capsys):
     out = tmp_path / "t.json"
     assert main(["doctor", "trace", str(d), "-o", str(out), "--no-model"]) == 0
     merged = json.loads(out.read_text())["traceEvents"]
-    assert len([e for e in merged if e.get("name") == "transfer"]) == 4 * 12
+    assert len([e for e in merged if e.get("name") == "transfer"]) == 4 * (12 + 5)
     assert {e["tid"] for e in merged if e.get("name") == "local"} == {1000, 1001, 1002, 1003}
     assert len([e for e in merged if e["ph"] == "X" and e["name"].startswith(("send to", "recv from"))]) == 4 * 24
     # with the model: the simulator's rounds of the same ring Schedule beside the measured ones, each round
@@ -144,7 +151,11 @@ def test_interlink_trace(tmp_path_factory, tmp_path, capsys):
     assert main(["doctor", "trace", str(d), "-o", str(out)]) == 0
     merged = json.loads(out.read_text())["traceEvents"]
     sim = [e for e in merged if e.get("pid") == 2 and e.get("tid") == 1 and e["ph"] == "X"]
-    assert len(sim) == 2 * 6 and all(e["args"]["rounds"] == 6 and e["dur"] > 0 for e in sim)
+    ring = [e for e in sim if e["args"]["rounds"] == 6]
+    assert len(ring) == 2 * 6 and all(e["dur"] > 0 for e in ring)
+    # the host page's calls: their one-round `slots` Schedule simulated beside each
+    host = [e for e in sim if e["args"]["rounds"] == 1]
+    assert len(host) == 5 and all(e["dur"] > 0 for e in host) and len(sim) == 12 + 5
     assert all(e["args"]["measured_us"] > 0 and e["args"]["measured_over_simulated"] > 0 for e in sim)
     for seq in (4, 5):  # the rounds follow each other from the moment the last rank entered the call
         mine = sorted((e for e in sim if f"#{seq} " in e["name"]), key=lambda e: e["ts"])

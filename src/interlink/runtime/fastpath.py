@@ -76,6 +76,10 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         self.safe = 0  # every peer is known to have finished reading calls <= safe
         # a broadcast root's call whose receivers' headers are not yet checked (0: none): OneShot._settle
         self.pend = 0
+        # INTERLINK_TRACE (runtime/recorder.py): the one-shot path notes when a call's peers were in (t1), and
+        # its calls run in Python (the compiled core has no phases to show)
+        self.traced = False
+        self.t1 = 0.0
         self.waiting: Any = None  # (call, ranks it waits for): set when a call sleeps (runtime/recorder.py)
         # the hot path reads and writes the page's control words as Python ints through memoryviews
         # (20 ns a word, against 70 ns through numpy scalars)
@@ -254,7 +258,7 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         elif kind == A2A:  # row j: block `me` of rank j's slot (what rank j sends this rank)
             m = sc.block
             sc.stack = [r.reshape(self.n, self.n, m)[:, me, :] for r in rows]
-        if self.core is not None:
+        if self.core is not None and not self.traced:
             sc.ccore = ccore.make_shape(self, sc, op, dt)
         return sc
 

@@ -88,10 +88,10 @@ class Group:
         self.recorder = ring = recorder.CallRing(RECORDER_SIZE, lambda: self.seq)
         self._rmask, self._rplans, self._rstarts, self._rseqs, self._rends = (ring.mask, ring.plans, ring.starts,
                                                                              ring.seqs, ring.ends)
-        recorder.track(self)  # listed in this rank's flight-recorder dump (runtime/recorder.py)
         self._plans: dict[tuple, Plan] = {}
         # the small-message fast path: the world group of a job whose ranks share one host
         self._fast = ctx.fast if name == "world" else None
+        recorder.track(self)  # listed in this rank's flight-recorder dump (runtime/recorder.py)
         # per collective (indexed by the fast path's kinds): off where INTERLINK_ALGO names an algorithm for
         # that collective, which then runs its Schedule; the other collectives keep their fast paths
         forced = parse_algo_env(os.environ.get("INTERLINK_ALGO", ""))

@@ -72,6 +72,8 @@ class OneShot:
                 self._await_root(sc, f, q, seq, timeout)
             else:
                 self._peers_seen(f, q, seq, crc, sc.sigb)
+            if self.traced:
+                self.t1 = time.perf_counter()
             a[...] = sc.parts[pos][0]
             W[self.done_w] = f
             for flag, bell in wake:
@@ -84,11 +86,15 @@ class OneShot:
                     # a broadcast's root reads nothing: it returns without waiting for its receivers; their
                     # headers are checked at its next call (_settle), its done word written then
                     self.pend = f
+                    if self.traced:
+                        self.t1 = time.perf_counter()
                     return
                 self._gather_headers(sc, f, q, seq, timeout)
                 break
         else:
             self.safe = f - 1  # a peer publishes call f only after finishing call f-1
+        if self.traced:  # INTERLINK_TRACE: the end of the call's transfer phase (runtime/recorder.py)
+            self.t1 = time.perf_counter()
         if kind == AR or kind == RS:
             dst = a if kind == AR else out
             parts = sc.parts[pos]

@@ -154,13 +154,47 @@ def _trace_group(group: Any) -> None:
     if getattr(eng, "trace", None) is None:
         eng.trace = _Rounds()
     inner = group._call_small  # (only the world group of an all-local job calls it)
-    ends, mask = group._rends, group._rmask
+    ends, mask, plans = group._rends, group._rmask, group._rplans
+    fast = group._fast
+    if fast is None:
+        def call_small(kind: int, sc: Any, a: Any, out: Any, timeout: Any) -> None:
+            inner(kind, sc, a, out, timeout)
+            ends[group.seq & mask] = perf_counter()
+    else:
+        # each host-page call is one round: its transfer phase (payload in, until the peers it reads have
+        # published: OneShot.hot notes t1) and its local phase (reduce or copy out)
+        fast.traced = True
+        rounds, n = eng.trace, fast.n
 
-    def call_small(kind: int, sc: Any, a: Any, out: Any, timeout: Any) -> None:
-        inner(kind, sc, a, out, timeout)
-        ends[group.seq & mask] = perf_counter()
+        def call_small(kind: int, sc: Any, a: Any, out: Any, timeout: Any) -> None:
+            fast.t1 = 0.0
+            t0 = perf_counter()
+            inner(kind, sc, a, out, timeout)
+            t2 = perf_counter()
+            seq = group.seq
+            ends[seq & mask] = t2
+            s = plans[seq & mask]
+            sent, received = host_call_bytes(s.kind, s.nbytes, s.sends, n)
+            rounds.append((s.sigb, seq, 0, 1, t0, fast.t1 or t2, t2, sent, received, []))
 
     group._call_small = call_small
+
+
+def host_call_bytes(kind: int, nbytes: int, sends: bool, n: int) -> tuple[int, int]:
+    """(bytes this rank writes for its peers, bytes it reads from them) in one host-page call of a payload
+    of nbytes a rank (runtime/pageproto.py's kinds)."""
+    from .pageproto import A2A, AG, AR, BC, RS
+
+    sent = nbytes if sends else 0
+    if kind in (AR, AG):
+        return sent, nbytes * (n - 1)
+    if kind == RS:
+        return sent, nbytes // n * (n - 1)
+    if kind == A2A:
+        return sent - sent // n, nbytes // n * (n - 1)
+    if kind == BC:
+        return sent, 0 if sends else nbytes
+    return 0, 0
 
 
 class _Rounds(list):
