@@ -149,4 +149,4 @@ def test_receiver_that_never_arrives_times_out_the_roots_next_call(path: str) ->
     res = run_ranks(2, absent, timeout=60, env=_env(path))
     r0 = res[0]
     assert r0["error"] == "CommTimeoutError", res
-    assert "1" in r0["msg"] and r0["took"] < 5.0, res
+    assert "1" in r0["msg"] and r0["took"] < 8.0, res  # the 2 s timeout, then the probe of rank 1

@@ -1,6 +1,6 @@
 """The compiled core of the host page's one-shot path (runtime/_hotcore.c, runtime/ccore.py) against numpy,
 with the core and without it (INTERLINK_NO_CCORE=1, which the spawned ranks read): every dtype and op it
-takes for all_reduce and reduce_scatter, broadcast from every root, all_gather; sizes 0, 1, odd and the
+takes for all_reduce and reduce_scatter, broadcast from every root, all_gather, all_to_all; sizes 0, 1, odd and the
 one-shot limit; 1, 2, 3 and 5 ranks; in place and out of place; shapes alternating call by call; then a
 signature mismatch (the same error text on both paths), a dead peer and a timeout. Where the core is
 built and on, the tests assert that it ran the calls (Core.calls)."""
@@ -108,6 +108,15 @@ def matrix(rank: int, world: int) -> dict:
                 checks += 1
                 if not _same(out, np.concatenate(xs)):
                     fails.append(f"all_gather {dt} n={n}")
+                m = n - n % world
+                if m:  # all_to_all: block j of rank r's input lands in block r of rank j's output
+                    out = np.empty(m, dt)
+                    dist.all_to_all_single(out, xs[rank][:m].copy())
+                    checks += 1
+                    b = m // world
+                    exp = np.concatenate([xs[r][rank * b:(rank + 1) * b] for r in range(world)])
+                    if not _same(out, exp):
+                        fails.append(f"all_to_all {dt} n={m}")
         # two shapes alternating call by call (both parities, both Smalls), a 2-d array
         a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(5, dtype=np.int64)
         for i in range(20):

@@ -21,7 +21,7 @@
 #include <sys/syscall.h>
 
 #define MAXR 64
-enum { AR = 0, BC = 1, AG = 2, RS = 3 };
+enum { AR = 0, BC = 1, AG = 2, RS = 3, A2A = 5 };
 enum { OP_SUM = 0, OP_PROD = 1, OP_MIN = 2, OP_MAX = 3, OP_COPY = 9 };
 enum { T_F32 = 0, T_F64 = 1, T_I32 = 2, T_I64 = 3, T_NONE = 9 };
 /* return codes: 0 done; 1 nothing done (the slot is not free yet: run the whole call in Python);
@@ -242,7 +242,14 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     c->f = f;
     *fo = f;
     *po = pos;
-    if (s->sends) memcpy(c->base + s->mine[pos], a->buf, (size_t)s->nbytes);
+    if (s->kind == A2A) { /* the peers' blocks into this rank's slot (its own block it copies out directly) */
+        for (int j = 0; j < c->n; j++)
+            if (j != c->me)
+                memcpy(c->base + s->mine[pos] + (Py_ssize_t)j * s->rowbytes, (char *)a->buf + (Py_ssize_t)j * s->rowbytes,
+                       (size_t)s->rowbytes);
+    } else if (s->sends) {
+        memcpy(c->base + s->mine[pos], a->buf, (size_t)s->nbytes);
+    }
     /* the header from word 2: group seq, crc, nbytes, (reserved), signature (pageproto._META) */
     {
         uint64_t *h = (uint64_t *)(c->base + c->hoff[q]);
@@ -318,6 +325,13 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
         for (int k = 0; k < s->nparts; k++)
             memcpy((char *)o->buf + (Py_ssize_t)k * s->rowbytes, c->base + P[k], (size_t)s->rowbytes);
         break;
+    case A2A: /* block j of the output: block `me` of rank j's slot; this rank's own from its input */
+        for (int k = 0; k < s->nparts; k++) {
+            char *dst = (char *)o->buf + (Py_ssize_t)k * s->rowbytes;
+            if (k == c->me) memcpy(dst, (char *)a->buf + (Py_ssize_t)k * s->rowbytes, (size_t)s->rowbytes);
+            else memcpy(dst, c->base + P[k], (size_t)s->rowbytes);
+        }
+        break;
     }
     st(&W[c->done_w], f);
     ring(c);
@@ -333,8 +347,9 @@ static int take_bufs(Core *c, Shape *s, PyObject *ao, PyObject *oo, Py_buffer *a
      * all_gather a writable output */
     int wa = s->kind == AR || s->kind == BC;
     if (get_buf(ao, a, wa, s->count * s->itemsize) < 0) { PyErr_Clear(); return -1; }
-    if (s->kind == AG || s->kind == RS) {
-        Py_ssize_t need = s->kind == AG ? s->count * s->itemsize * c->n : (s->count / c->n) * s->itemsize;
+    if (s->kind == AG || s->kind == RS || s->kind == A2A) {
+        Py_ssize_t need = s->kind == AG ? s->count * s->itemsize * c->n
+                          : s->kind == A2A ? s->count * s->itemsize : (s->count / c->n) * s->itemsize;
         if (oo == Py_None || get_buf(oo, o, 1, need) < 0) { PyErr_Clear(); PyBuffer_Release(a); return -1; }
         char *a0 = a->buf, *o0 = o->buf;
         if (a0 < o0 + o->len && o0 < a0 + a->len) { PyBuffer_Release(o); PyBuffer_Release(a); return -1; }
@@ -344,7 +359,7 @@ static int take_bufs(Core *c, Shape *s, PyObject *ao, PyObject *oo, Py_buffer *a
 
 static void drop_bufs(Shape *s, Py_buffer *a, Py_buffer *o) {
     PyBuffer_Release(a);
-    if (s->kind == AG || s->kind == RS) PyBuffer_Release(o);
+    if (s->kind == AG || s->kind == RS || s->kind == A2A) PyBuffer_Release(o);
 }
 
 /* Core.hot(shape, a, out, seq): None when done, else (code, f, pos): continue in Python */
@@ -468,7 +483,7 @@ static int Shape_init(Shape *s, PyObject *args, PyObject *kw) {
     /* compact [npos][nparts] */
     for (Py_ssize_t p = 1; p < npos; p++)
         memmove(s->parts + p * s->nparts, s->parts + p * MAXR, (size_t)s->nparts * sizeof(Py_ssize_t));
-    s->rowbytes = s->count * s->itemsize;
+    s->rowbytes = s->kind == A2A ? (s->count / (s->nparts > 0 ? s->nparts : 1)) * s->itemsize : s->count * s->itemsize;
     return 0;
 }
 
@@ -562,7 +577,7 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6) { PyErr_SetString(PyExc_TypeError, "call(group, kind, a, out, op, root)"); return NULL; }
     PyObject *group = args[0], *ao = args[2], *oo = args[3];
     long kind = PyLong_AsLong(args[1]);
-    if (kind < 0 || kind > 3) NOT_TAKEN();
+    if (kind < 0 || (kind > 3 && kind != A2A)) NOT_TAKEN();
     if (attr_is_none(b->ctx, S_broken) != 1) NOT_TAKEN();
     /* a group whose _call_small is wrapped (INTERLINK_TRACE, a benchmark) runs it */
     if (PyDict_GetItemWithError(b->gdict, S_call_small) != NULL) NOT_TAKEN();

@@ -6,7 +6,7 @@ which one this install runs.
 The core runs one call of a cached call shape (pageproto.Small) through the slots: the offsets it executes
 are those of the Small's views, which FastPath.small derived from the call's Schedule. It takes all_reduce
 and reduce_scatter of float32, float64, int32 and int64 (sum, product, min, max; avg of the floats),
-broadcast and all_gather of any dtype, one-shot through the slots (not slots_once, not a page program);
+broadcast, all_gather and all_to_all of any dtype, one-shot through the slots (not slots_once, not a page program);
 every other shape runs in Python. Where the Python path would sleep, time out or raise, the core hands
 the call back to Python at the same point (OneShot.hot), so waits, timeouts, blame and errors are the
 Python path's.
@@ -28,7 +28,7 @@ except ImportError:  # not built (no C compiler at install time): the pure-Pytho
 
 _DT = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int32): 2, np.dtype(np.int64): 3}
 _OP = {ReduceOp.SUM: 0, ReduceOp.PRODUCT: 1, ReduceOp.MIN: 2, ReduceOp.MAX: 3, ReduceOp.AVG: 0}
-_KINDS = (0, 1, 2, 3)  # AR, BC, AG, RS (pageproto)
+_KINDS = (0, 1, 2, 3, 5)  # AR, BC, AG, RS, A2A (pageproto)
 
 
 def built() -> bool:
@@ -88,9 +88,11 @@ def make_shape(fp: Any, sc: Any, op: ReduceOp, dtype: np.dtype) -> Optional[Any]
 
     if kind == 2:  # all_gather: every rank's row of the stack
         parts = [[off(st[i]) for i in range(fp.n)] for st in sc.stack]
+    elif kind == 5:  # all_to_all: block `me` of every rank's slot (this rank's own: unused, read from its input)
+        parts = [[off(st[i]) for i in range(fp.n)] for st in sc.stack]
     else:
         parts = [[off(v) for v in ps] for ps in sc.parts]
-    mine = [off(m) if sc.sends else 0 for m in sc.mine]
+    mine = [off(m.reshape(-1)) if sc.sends else 0 for m in sc.mine]
     rootk = -1  # a broadcast's receiver: the root's index among the peers (it waits for the root alone)
     if kind == 1 and not sc.sends:
         rootk = sc.root - (sc.root > fp.me)

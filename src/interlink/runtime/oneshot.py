@@ -217,6 +217,12 @@ class OneShot:
                 a[...] = sc.parts[pos][0]
         elif kind == AG:
             out.reshape(sc.oshape)[...] = sc.stack[pos]
+        elif kind == A2A:
+            col = sc.stack[pos]
+            o2 = out.reshape(col.shape)
+            for j in self.peers:
+                o2[j] = col[j]
+            o2[self.me] = a.reshape(col.shape)[self.me]
         self._set(self.done_w, f)
 
     def _reduce_once(self, sc: Small, a: np.ndarray, f: int, pos: int, seq: int, timeout: float) -> None:
