@@ -3,12 +3,14 @@ transformer over backend="interlink" and gloo, at 2 and 4 ranks, measured next t
 
     python benchmarks/plan_host.py                        # 2 and 4 ranks, DDP and FSDP2, interlink and gloo
     python benchmarks/plan_host.py --ranks 2 --steps 4 --runs 3 --json out.json
+    python benchmarks/plan_host.py --ranks 2 --systems fsdp --backends interlink --steps 2 --runs 1   # ~1 minute
 
 The model is interlink.plan.host.build_gpt, the torch model the plan prices (its FLOPs are the planner's
 formulas, plan/job.py): ``--model`` layers, hidden, heads, seq, vocab (default 4 layers, hidden 256,
 4 heads, seq 128, vocab 2048), fp32, AdamW, ``--micro-batch`` sequences a rank (default 4). First this
-host's compute rates are measured again (interlink.plan.host.calibrate, a few seconds; ``--stored``: the
-stored ones), so that the rates and the steps come from the same hour of a host whose speed changes.
+host's compute rates are measured again (interlink.plan.host.calibrate, with as many processes measuring
+at once as the ranks compute at once, min(ranks, cores): 10-40 s; ``--stored``: the stored ones), so that
+the rates and the steps come from the same hour of a host whose speed changes.
 ``--ranks`` processes (spawn, as benchmarks/torch_ddp.py starts them) each call
 ``init_process_group("interlink")`` and create a gloo group over the same ranks, one torch thread a
 rank (as torchrun's OMP_NUM_THREADS=1). Copies of the model are wrapped in DDP (bucket_cap_mb 25,
@@ -259,6 +261,7 @@ def main(argv=None) -> int:
                              "cpu_equiv_error": (p.step_s - equiv) / equiv, "plan_s": p.step_s,
                              "compute_cpu_s": comp_cpu, "compute_plan_alone_s": alone, "error": err, "compute_measured_s": comp,
                              "compute_plan_s": p.stage["local_s"], "breakdown": p.breakdown,
+                             "terms": p.stage["terms"], "concurrent": p.stage["concurrent"],
                              "collectives": p.collectives, "steps": res[f"{system}/{backend}"],
                              "compute_steps": res["compute"],
                              "cpu_steps": res[f"{system}/{backend}/cpu"], "load_1min": load[0], "load_5min": load[1],

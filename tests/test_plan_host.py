@@ -11,7 +11,12 @@ import pytest
 from interlink.cli.main import main
 from interlink.plan import PlanError, parse_model
 from interlink.plan.host import (
+    DISPATCH_CHAIN,
     HostCompute,
+    at,
+    build_gpt,
+    kernel_fns,
+    step_ops,
     _ddp_buckets,
     gemm_shapes,
     kernel_shapes,
@@ -25,20 +30,26 @@ SMALL = "layers=4,hidden=256,heads=4,seq=128,vocab=2048"
 GFLOPS = 100.0
 
 
-def fixed(model: str, b: int, fw: bool = True) -> HostCompute:
-    """Rates of a made-up host: every GEMM at 100 GFLOP/s, every other kernel 1 ms forward, 2 backward."""
+def fixed(model: str, b: int, fw: bool = True, shared: float = 1.0) -> HostCompute:
+    """Rates of a made-up host: every GEMM at 100 GFLOP/s, every other kernel 1 ms forward, 2 backward
+    (the dispatch chain: 1 us an op each way), measured alone and with 2, 4 and 8 processes at once, where
+    every time is ``shared`` times as long (the ranks sharing the memory bus)."""
     m = parse_model(model)
     hc = HostCompute(meta={"host": "test", "date": "2026-11-28 00:00 UTC", "torch": "x"})
-    for M, K, N, _ in gemm_shapes(m, b):
-        hc.gemm[_key(M, K, N)] = {"forward_gflops": GFLOPS, "backward_gflops": GFLOPS}
-    for name, shape in kernel_shapes(m, b).items():
-        if name == "framework":
-            for n in (2, 4, 8):
-                if fw:
-                    hc.kernels[f"{name}:{_key(*shape, n)}"] = {"plain_step_s": 0.1, "ddp_s": 0.005, "fsdp_s": 0.05}
-            continue
-        hc.kernels[f"{name}:{_key(*shape)}"] = {"forward_s": 1e-3, "backward_s": 2e-3}
-    hc.copy_gbps[str(torch_params(m) * 4)] = 10.0
+    for P in (1, 2, 4, 8):
+        x = 1.0 if P == 1 else shared
+        for M, K, N, _ in gemm_shapes(m, b):
+            hc.gemm[at(_key(M, K, N), P)] = {"forward_gflops": GFLOPS / x, "backward_gflops": GFLOPS / x}
+        for name, shape in kernel_shapes(m, b).items():
+            if name == "framework":
+                for n in (2, 4, 8):
+                    if fw:
+                        hc.kernels[at(f"{name}:{_key(*shape, n)}", P)] = {"plain_step_s": 0.1, "ddp_s": 0.005 * x,
+                                                                         "fsdp_s": 0.05 * x}
+                continue
+            per = 1e-6 * DISPATCH_CHAIN if name == "dispatch" else 1e-3
+            hc.kernels[at(f"{name}:{_key(*shape)}", P)] = {"forward_s": per * x, "backward_s": 2 * per * x}
+        hc.copy_gbps[at(str(torch_params(m) * 4), P)] = 10.0 / x
     return hc
 
 
@@ -163,3 +174,101 @@ def test_cli_this_host_text_and_errors(capsys) -> None:
         assert main(["plan", "-m", SMALL, "-n", "2", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and msg in err
+
+
+def _walk(t) -> list[str]:
+    """The node types of the autograd graph behind ``t`` (what its backward runs)."""
+    seen, stack, out = set(), [t.grad_fn], []
+    while stack:
+        n = stack.pop()
+        if n is None or n in seen:
+            continue
+        seen.add(n)
+        out.append(type(n).__name__)
+        stack.extend(f for f, _ in n.next_functions)
+    return out
+
+
+@pytest.mark.parametrize("spec", ["layers=1,hidden=64,heads=4,seq=16,vocab=128",
+                                  "layers=3,hidden=32,heads=2,seq=8,vocab=64,ffn=48"])
+def test_step_ops_are_torchs_graph(spec: str) -> None:
+    """step_ops counts the autograd nodes of a real step of build_gpt, and which of them the timed kernels
+    (kernel_fns, run as calibrate runs them) hold: torch's own graph, walked."""
+    torch = pytest.importorskip("torch")
+    m = parse_model(spec)
+    net = build_gpt(m.layers, m.hidden, m.heads, m.seq, m.vocab, m.f)
+    idx = torch.randint(0, m.vocab, (2, m.seq))
+    nodes = _walk(net(idx, idx))
+    ops = step_ops(m)
+    assert len(nodes) == ops["nodes"] == ops["timed"] + ops["untimed"]
+    assert nodes.count("AccumulateGrad") == len(param_shapes(m)) == sum(1 for _ in net.parameters())
+    # each timed kernel's own nodes: its graph less the AccumulateGrads of inputs that are activations in the
+    # model (the layer norm's weight and bias and the embedding's table are parameters there too)
+    params_in = {"layer_norm": 2, "embedding": 1}
+    own = {}
+    for name, (make, fn) in kernel_fns(m, 2).items():
+        ins = make()
+        got = _walk(fn(*ins))
+        own[name] = len(got) - (len(ins) - params_in.get(name, 0))
+    L = m.layers
+    timed = L * (own["attention"] + 2 * own["layer_norm"] + own["gelu"] + 2 * own["add"]) + \
+        own["layer_norm"] + own["embedding"] + own["cross_entropy"]
+    assert timed == ops["timed"]
+    assert own["dispatch"] == DISPATCH_CHAIN  # the chain: one node a view (its input's AccumulateGrad aside)
+    # untimed: per linear its Addmm node, the weight's transpose, two views, two AccumulateGrads
+    assert nodes.count("AddmmBackward0") == L * (2 + m.mats)
+    assert ops["untimed"] == 6 * nodes.count("AddmmBackward0") + 5
+
+
+def test_dispatch_term_is_the_untimed_ops_at_the_chains_cost() -> None:
+    m = parse_model(SMALL)
+    p = plan_host(m, 1, micro_batch=4, compute=fixed(SMALL, 4), cores=2)
+    assert p.stage["untimed_ops"] == step_ops(m)["untimed"] == 24 * m.layers + 5
+    assert p.stage["dispatch_s"] == pytest.approx(step_ops(m)["untimed"] * 3e-6)  # 1 us forward + 2 backward
+    assert p.stage["terms"]["dispatch"]["s"] == pytest.approx(p.stage["dispatch_s"])
+
+
+def test_rates_are_those_measured_with_the_ranks_computing_at_once() -> None:
+    """2 ranks on 2 cores compute at once: the plan takes the rates measured with 2 processes at once (here
+    1.5x the alone ones); 4 ranks on 2 cores: the same rates, and each core shared by two ranks."""
+    hc = fixed(SMALL, 4, shared=1.5)
+    one = plan_host(SMALL, 1, micro_batch=4, compute=hc, cores=2)
+    two = plan_host(SMALL, 2, micro_batch=4, compute=hc, cores=2)
+    four = plan_host(SMALL, 4, micro_batch=4, compute=hc, cores=2)
+    assert (one.stage["concurrent"], two.stage["concurrent"], four.stage["concurrent"]) == (1, 2, 2)
+    assert two.breakdown["compute"] == pytest.approx(1.5 * one.breakdown["compute"])
+    assert two.breakdown["optimizer"] == pytest.approx(1.5 * one.breakdown["optimizer"])
+    assert four.breakdown["compute"] == pytest.approx(2 * two.breakdown["compute"])
+    # rates measured alone only: the plan of 2 ranks does not take them (it asks for a measurement)
+    alone = HostCompute(gemm={k: v for k, v in hc.gemm.items() if "@" not in k},
+                        kernels={k: v for k, v in hc.kernels.items() if "@" not in k},
+                        copy_gbps={k: v for k, v in hc.copy_gbps.items() if "@" not in k})
+    assert alone.has(parse_model(SMALL), 4) and not alone.has(parse_model(SMALL), 4, 2)
+    with pytest.raises(PlanError, match="2 processes at once"):
+        plan_host(SMALL, 2, micro_batch=4, compute=alone, cores=2, measure=False)
+
+
+def test_every_term_is_in_the_json_with_its_source(capsys) -> None:
+    assert main(["plan", "-m", SMALL, "-t", "this", "-n", "2", "--zero", "3", "--micro-batch", "4", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    terms = d["stage"]["terms"]
+    assert set(terms) == {"gemm", "attention", "elementwise", "dispatch", "optimizer", "framework", "communication",
+                          "core_share"}
+    assert all(t["source"] for t in terms.values())
+    assert sum(t["s"] for n, t in terms.items() if "s" in t) == pytest.approx(d["step_s"])
+    conc = d["stage"]["concurrent"]  # 2 ranks on this host's cores: 2 at once where it has 2
+    assert f"measured with {conc} process" in terms["gemm"]["source"]
+
+
+def test_calibrate_with_processes_at_once() -> None:
+    """A real measurement of a tiny model with 2 processes at once: every rate under key@2, the plan of 2
+    ranks takes them."""
+    pytest.importorskip("torch")
+    from interlink.plan.host import calibrate
+
+    tiny = "layers=1,hidden=32,heads=2,seq=8,vocab=64"
+    hc = calibrate(parse_model(tiny), 1, ranks=(2,), concurrent=2, reps=1)
+    assert hc.has(parse_model(tiny), 1, 2) and not hc.has(parse_model(tiny), 1)
+    assert hc.meta["concurrent"] == [2]
+    p = plan_host(tiny, 2, micro_batch=1, compute=hc, cores=2, measure=False)
+    assert p.step_s > 0 and p.stage["concurrent"] == 2 and p.stage["dispatch_s"] > 0

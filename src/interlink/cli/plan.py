@@ -245,7 +245,9 @@ def _run_host(args: argparse.Namespace, model: Any, given: dict, gb: int, prog: 
             f"{mem['gradients'] * 1024:.0f}, optimizer {mem['optimizer'] * 1024:.0f}, activations "
             f"{mem['activations'] * 1024:.0f}\n")
     o.write(f"#\n# breakdown of the step (seconds, share); compute: GEMMs {st['gemm_s']:.4f}, attention "
-            f"{st['attention_s']:.4f}, the other kernels {st['elementwise_s']:.4f}\n")
+            f"{st['attention_s']:.4f}, the other kernels {st['elementwise_s']:.4f}, dispatch of "
+            f"{st['untimed_ops']} untimed ops {st['dispatch_s']:.4f} (rates measured with {st['concurrent']} "
+            f"process{'es' if st['concurrent'] > 1 else ''} at once)\n")
     for k, v in result.breakdown.items():
         if v > 0 and k not in ("forward", "backward"):
             o.write(f"  {k:<12} {v:10.4f}  {v / result.step_s:6.1%}\n")

@@ -67,6 +67,8 @@ F32 = 4
 DDP_BUCKET_BYTES = 24.0
 #: DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
 FIRST_BUCKET = 1 << 20
+#: autograd nodes a chain of tiny views is timed over (the per-op dispatch cost, :func:`kernel_fns`)
+DISPATCH_CHAIN = 256
 
 
 def host_cores() -> int:
@@ -111,6 +113,18 @@ def _key(*xs: int) -> str:
     return "x".join(str(int(x)) for x in xs)
 
 
+def at(key: str, concurrent: int) -> str:
+    """The key of a rate measured with ``concurrent`` processes at once (``key@P``; alone: ``key``)."""
+    return key if concurrent <= 1 else f"{key}@{int(concurrent)}"
+
+
+def concurrency(ranks: int, cores: int) -> int:
+    """How many of the plan's ranks compute at the same instant on this host: one a core, at most the
+    cores (the rest wait for a core: :func:`plan_host`'s core share). The rates the plan uses are measured
+    with that many processes at once, the ranks sharing the memory bus and caches as they do in a step."""
+    return max(1, min(int(ranks), int(cores)))
+
+
 def param_shapes(model: Model) -> list[tuple[int, ...]]:
     """The parameter tensors of the GPT stack the plan prices (benchmarks/plan_host.py builds it): per block
     two layer norms (weight, bias), QKV, the output projection and the MLP's matrices (weight, bias); the
@@ -135,7 +149,7 @@ def kernel_shapes(model: Model, b: int) -> dict[str, tuple[int, ...]]:
     M, h = b * model.seq, model.hidden
     return {"attention": attention_shape(model, b), "layer_norm": (M, h), "gelu": (M, model.f), "add": (M, h),
             "cross_entropy": (M, model.vocab), "embedding": (M, model.vocab, h),
-            "adamw": (torch_params(model),),
+            "adamw": (torch_params(model),), "dispatch": (DISPATCH_CHAIN,),
             "framework": (model.layers, h, model.heads, model.seq, model.vocab, model.f, b)}
 
 
@@ -166,22 +180,31 @@ class HostCompute:
         return cls(dict(d.get("gemm", {})), dict(d.get("kernels", {})), dict(d.get("copy_gbps", {})),
                    dict(d.get("meta", {})), path)
 
-    def kernel(self, name: str, shape: tuple[int, ...]) -> dict[str, float]:
-        return self.kernels[f"{name}:{_key(*shape)}"]
+    def kernel(self, name: str, shape: tuple[int, ...], concurrent: int = 1) -> dict[str, float]:
+        return self.kernels[at(f"{name}:{_key(*shape)}", concurrent)]
 
-    def has(self, model: Model, b: int) -> bool:
-        return all(_key(m, k, n) in self.gemm for m, k, n, _ in gemm_shapes(model, b)) and \
-            all(f"{k}:{_key(*v)}" in self.kernels for k, v in kernel_shapes(model, b).items()
+    def rate(self, M: int, K: int, N: int, concurrent: int = 1) -> dict[str, float]:
+        return self.gemm[at(_key(M, K, N), concurrent)]
+
+    def has(self, model: Model, b: int, concurrent: int = 1) -> bool:
+        """Every rate the plan of ``model`` at micro-batch ``b`` needs, measured with ``concurrent``
+        processes at once."""
+        c = concurrent
+        return all(at(_key(m, k, n), c) in self.gemm for m, k, n, _ in gemm_shapes(model, b)) and \
+            all(at(f"{k}:{_key(*v)}", c) in self.kernels for k, v in kernel_shapes(model, b).items()
                 if k != "framework") and \
-            str(torch_params(model) * F32) in self.copy_gbps
+            at(str(torch_params(model) * F32), c) in self.copy_gbps
 
-    def bandwidth(self, nbytes: float) -> float:
-        """Copy bandwidth (bytes/s) at the measured size nearest ``nbytes`` (log scale)."""
-        if not self.copy_gbps:
+    def bandwidth(self, nbytes: float, concurrent: int = 1) -> float:
+        """Copy bandwidth (bytes/s, read + write) at the measured size nearest ``nbytes`` (log scale),
+        measured with ``concurrent`` processes at once."""
+        mine = {int(k.split("@")[0]): v for k, v in self.copy_gbps.items()
+                if (int(k.split("@")[1]) if "@" in k else 1) == concurrent}
+        if not mine:
             raise PlanError("no copy bandwidth measured: run the calibration (interlink plan --topology this "
                             "--recalibrate)")
-        best = min(self.copy_gbps, key=lambda k: abs(math.log(max(1.0, float(k)) / max(1.0, nbytes))))
-        return self.copy_gbps[best] * 1e9
+        best = min(mine, key=lambda k: abs(math.log(max(1.0, float(k)) / max(1.0, nbytes))))
+        return mine[best] * 1e9
 
 
 # ---- measuring (torch, one thread) -----------------------------------------------------------------
@@ -232,13 +255,15 @@ def build_gpt(layers: int, hidden: int, heads: int, seq: int, vocab: int, ffn: i
     return GPT()
 
 
-def _framework(model: Model, b: int, ranks: int, reps: int) -> dict[str, float]:
+def _framework(model: Model, b: int, ranks: int, reps: int,
+               sync: Callable[[], None] = lambda: None) -> dict[str, float]:
     """DDP's and FSDP2's own work a step on ``ranks`` ranks (hooks, bucket copies; FSDP2's DTensor
     parameters, its copies into and out of its collectives, AdamW on its shards), measured as each wrapper's
     step in this process on torch's fake process group of ``ranks`` ranks (collectives that return at once:
     everything but the communication) less the same model's plain step, in the process's CPU time, the
-    systems taking turns. Nothing when torch.distributed is already initialised in this process or torch
-    has no fake process group."""
+    systems taking turns (``sync`` before each round: the processes measuring at once start it together).
+    Nothing when torch.distributed is already initialised in this process or torch has no fake process
+    group."""
     import torch
     import torch.distributed as dist
 
@@ -280,6 +305,7 @@ def _framework(model: Model, b: int, ranks: int, reps: int) -> dict[str, float]:
         systems = {k: make(k) for k in ("plain", "ddp", "fsdp")}
         times: dict[str, list[float]] = {k: [] for k in (*systems, "plain_opt")}
         for r in range(reps + 2):  # taking turns; the first two rounds warm up
+            sync()
             for k, (net, opt) in systems.items():
                 c0 = time.process_time()
                 opt.zero_grad(set_to_none=True)
@@ -300,128 +326,220 @@ def _framework(model: Model, b: int, ranks: int, reps: int) -> dict[str, float]:
         dist.destroy_process_group()
 
 
-def calibrate(model: Model, b: int, into: Optional[HostCompute] = None, *, reps: int = 7,
-              ranks: tuple[int, ...] = (2, 4), progress: Optional[Callable[[str], None]] = None) -> HostCompute:
-    """Measure this host's rates at the shapes of ``model`` with micro-batch ``b`` (a few seconds), one
-    torch thread as the ranks run; median of ``reps`` timings each, in the thread's CPU time (what a core
-    does, whatever else runs on the host); DDP's and FSDP2's own work at each of ``ranks``. Adds to
-    ``into``."""
+def kernel_fns(model: Model, b: int) -> dict[str, tuple[Callable[[], tuple], Callable[..., Any]]]:
+    """The kernels besides the weight GEMMs, as :func:`calibrate` times them: name -> (inputs, fn), each
+    ``fn(*inputs())`` at the model's shape (kernel_shapes), recording for autograd as in training. The
+    ``dispatch`` entry is a chain of DISPATCH_CHAIN views of a one-element tensor: what torch pays a
+    step's op and its autograd node beyond the kernel's own work."""
+    import torch
+    import torch.nn.functional as F
+
+    ks = kernel_shapes(model, b)
+    B, A, S, D = ks["attention"]
+    M, h = ks["layer_norm"]
+    Mv, V = ks["cross_entropy"]
+    _, Ve, he = ks["embedding"]
+    tgt = torch.randint(0, V, (Mv,))
+    ids = torch.randint(0, Ve, (M,))
+
+    def attn(qkv):  # the block's split into heads, the causal attention, the output back to (b, s, h)
+        q, k, v = (t.view(B, S, A, D).transpose(1, 2) for t in qkv.split(A * D, dim=-1))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, S, A * D)
+
+    def chain(x):
+        for i in range(DISPATCH_CHAIN):
+            x = x.view((1, 1) if i % 2 == 0 else (1,))
+        return x
+
+    def g(*shape):
+        return lambda: tuple(torch.randn(*s, requires_grad=True) for s in shape)
+
+    return {
+        "attention": (g((B, S, 3 * A * D)), attn),
+        "layer_norm": (lambda: (torch.randn(M, h, requires_grad=True), torch.ones(h, requires_grad=True),
+                                torch.zeros(h, requires_grad=True)),
+                       lambda x, w, bb: F.layer_norm(x, (h,), w, bb)),
+        "gelu": (g(ks["gelu"]), F.gelu),
+        "add": (g((M, h), (M, h)), torch.add),
+        "cross_entropy": (g((Mv, V)), lambda z: F.cross_entropy(z, tgt)),
+        "embedding": (g((Ve, he)), lambda wt: F.embedding(ids, wt)),
+        "dispatch": (g((1,)), chain),
+    }
+
+
+def _measure(model: Model, b: int, reps: int, fw_ranks: tuple[int, ...], sync: Callable[[], None],
+             progress: Optional[Callable[[str], None]], rates: bool = True) -> dict[str, Any]:
+    """Every rate of :class:`HostCompute` for ``model`` at micro-batch ``b`` in this process, one torch
+    thread, median of ``reps`` timings each in the thread's CPU time (what a core does, whatever else
+    waits for it); ``sync()`` before each timing, so that processes measuring at once time the same kernel
+    together (``rates`` False: DDP's and FSDP2's own work only). Returns {"gemm", "kernels", "copy_gbps"}
+    keyed as HostCompute's, without ``@P``."""
+    import torch
+
+    torch.set_num_threads(1)
+    gemm: dict[str, dict[str, float]] = {}
+    kernels: dict[str, dict[str, float]] = {}
+    copy: dict[str, float] = {}
+
+    def med(fn: Callable[[], Any]) -> float:
+        fn()
+        sync()
+        ts = []
+        for _ in range(reps):
+            t0 = time.thread_time()
+            fn()
+            ts.append(time.thread_time() - t0)
+        ts.sort()
+        return ts[len(ts) // 2]
+
+    for M, K, N, _ in gemm_shapes(model, b) if rates else ():
+        if progress:
+            progress(f"GEMM {M}x{K}x{N}")
+        x, w, bias, g = torch.randn(M, K), torch.randn(N, K), torch.randn(N), torch.randn(M, N)
+        fl = 2.0 * M * K * N
+        tf = med(lambda: torch.addmm(bias, x, w.t()))  # nn.Linear's forward
+        tb = med(lambda: (g.mm(w), g.t().mm(x), g.sum(0)))  # its backward: dX, dW, the bias's gradient
+        gemm[_key(M, K, N)] = {"forward_gflops": fl / tf / 1e9, "backward_gflops": 2 * fl / tb / 1e9}
+    ks = kernel_shapes(model, b)
+    for name, (make, fn) in (kernel_fns(model, b) if rates else {}).items():
+        # forward (recording for autograd, as in training), and forward + backward: the difference
+        if progress:
+            progress(f"{name} {_key(*ks[name])}")
+        ins = make()
+        out = fn(*ins)
+        grad = torch.randn_like(out) if out.dim() else None
+        tf = med(lambda: fn(*ins))
+        tfb = med(lambda: fn(*ins).backward(grad))
+        kernels[f"{name}:{_key(*ks[name])}"] = {"forward_s": tf, "backward_s": max(0.0, tfb - tf)}
+    if rates and progress:
+        progress(f"AdamW on {ks['adamw'][0]:,} parameters")
+    ps = [] if not rates else [torch.nn.Parameter(torch.randn(*sh)) for sh in param_shapes(model)]
+    for p in ps:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(ps, lr=1e-4)
+    if rates:
+        kernels[f"adamw:{_key(*ks['adamw'])}"] = {"forward_s": med(opt.step), "backward_s": 0.0}
+    del ps, opt
+    for n in copy_sizes(model) if rates else ():
+        if progress:
+            progress(f"copy bandwidth at {n / 2**20:.2f} MiB")
+        src, dst = torch.randn(n // F32), torch.empty(n // F32)
+        copy[str(n)] = 2.0 * n / med(lambda: dst.copy_(src)) / 1e9
+    for n in fw_ranks:
+        if n < 2:
+            continue
+        if progress:
+            progress(f"DDP's and FSDP2's own work a step on {n} ranks (torch's fake process group)")
+        fw = _framework(model, b, n, reps, sync)
+        if fw:
+            kernels[framework_key(model, b, n)] = fw
+    return {"gemm": gemm, "kernels": kernels, "copy_gbps": copy}
+
+
+def copy_sizes(model: Model) -> list[int]:
+    """Sizes (bytes) the copy bandwidth is measured at: from 256 KiB by fours below the gradients' size,
+    and that size (the bucket and shard sizes of the plan's collectives fall between)."""
+    top = torch_params(model) * F32
+    out, n = [], 1 << 18
+    while n < top:
+        out.append(n)
+        n *= 4
+    return out + [top]
+
+
+def _measure_worker(model: Model, b: int, reps: int, fw_ranks: tuple[int, ...], rates: bool, barrier: Any,
+                    q: Any) -> None:
+    """One of the processes :func:`calibrate` starts to measure with several at once."""
     try:
-        import torch
-        import torch.nn.functional as F
+        q.put(("ok", _measure(model, b, reps, fw_ranks, lambda: barrier.wait(600), None, rates)))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
+        barrier.abort()
+        q.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def calibrate(model: Model, b: int, into: Optional[HostCompute] = None, *, reps: int = 7,
+              ranks: tuple[int, ...] = (2, 4), concurrent: int = 1, rates: bool = True,
+              progress: Optional[Callable[[str], None]] = None) -> HostCompute:
+    """Measure this host's rates at the shapes of ``model`` with micro-batch ``b`` (a few seconds), one
+    torch thread as the ranks run, and DDP's and FSDP2's own work at each of ``ranks``, with ``concurrent``
+    processes measuring at once (:func:`concurrency`: as many as the plan's ranks compute at the same
+    instant, so that the rates are those of ranks sharing the memory bus and caches; each kernel timed by
+    all of them together, their mean kept). Adds to ``into`` under ``key@concurrent``."""
+    try:
+        import torch  # noqa: F401
     except ImportError:  # pragma: no cover - torch is in the test extras
         raise PlanError("measuring this host's compute needs torch: pip install torch") from None
     hc = into or HostCompute()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        def med(fn: Callable[[], Any]) -> float:
-            # the thread's CPU time: a core's rate, not the share of it other processes leave (a shared host)
-            fn()
-            ts = []
-            for _ in range(reps):
-                t0 = time.thread_time()
-                fn()
-                ts.append(time.thread_time() - t0)
-            ts.sort()
-            return ts[len(ts) // 2]
+    P = max(1, int(concurrent))
+    fw_ranks = tuple(n for n in ranks if n > 1)
+    if P == 1:
+        import torch
 
-        def fwd_bwd(name: str, shape: tuple[int, ...], make: Callable[[], tuple], fn: Callable[..., Any]) -> None:
-            """Time ``fn(*inputs)`` forward (recording for autograd, as in training) and forward + backward;
-            store the forward and the difference."""
-            if progress:
-                progress(f"{name} {_key(*shape)}")
-            ins = make()
+        threads = torch.get_num_threads()
+        try:
+            got = [_measure(model, b, reps, fw_ranks, lambda: None, progress, rates)]
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        import multiprocessing as mp
 
-            def f():
-                return fn(*ins)
-
-            out = fn(*ins)
-            g = torch.randn_like(out) if out.dim() else None
-
-            def fb():
-                fn(*ins).backward(g)
-
-            tf, tfb = med(f), med(fb)
-            hc.kernels[f"{name}:{_key(*shape)}"] = {"forward_s": tf, "backward_s": max(0.0, tfb - tf)}
-
-        for M, K, N, _ in gemm_shapes(model, b):
-            if progress:
-                progress(f"GEMM {M}x{K}x{N}")
-            x, w, bias, g = torch.randn(M, K), torch.randn(N, K), torch.randn(N), torch.randn(M, N)
-            fl = 2.0 * M * K * N
-            tf = med(lambda: torch.addmm(bias, x, w.t()))  # nn.Linear's forward
-            tb = med(lambda: (g.mm(w), g.t().mm(x), g.sum(0)))  # its backward: dX, dW, the bias's gradient
-            hc.gemm[_key(M, K, N)] = {"forward_gflops": fl / tf / 1e9, "backward_gflops": 2 * fl / tb / 1e9}
-        ks = kernel_shapes(model, b)
-        B, A, S, D = ks["attention"]
-
-        def attn(qkv):  # the block's split into heads, the causal attention, the output back to (b, s, h)
-            q, k, v = (t.view(B, S, A, D).transpose(1, 2) for t in qkv.split(A * D, dim=-1))
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, S, A * D)
-
-        fwd_bwd("attention", ks["attention"], lambda: (torch.randn(B, S, 3 * A * D, requires_grad=True),), attn)
-        M, h = ks["layer_norm"]
-        fwd_bwd("layer_norm", ks["layer_norm"], lambda: (torch.randn(M, h, requires_grad=True),
-                                                         torch.ones(h, requires_grad=True),
-                                                         torch.zeros(h, requires_grad=True)),
-                lambda x, w, bb: F.layer_norm(x, (h,), w, bb))
-        fwd_bwd("gelu", ks["gelu"], lambda: (torch.randn(*ks["gelu"], requires_grad=True),), F.gelu)
-        fwd_bwd("add", ks["add"], lambda: (torch.randn(M, h, requires_grad=True), torch.randn(M, h, requires_grad=True)),
-                torch.add)
-        Mv, V = ks["cross_entropy"]
-        tgt = torch.randint(0, V, (Mv,))
-        fwd_bwd("cross_entropy", ks["cross_entropy"], lambda: (torch.randn(Mv, V, requires_grad=True),),
-                lambda z: F.cross_entropy(z, tgt))
-        _, Ve, he = ks["embedding"]
-        ids = torch.randint(0, Ve, (M,))
-        fwd_bwd("embedding", ks["embedding"], lambda: (torch.randn(Ve, he, requires_grad=True),),
-                lambda wt: F.embedding(ids, wt))
         if progress:
-            progress(f"AdamW on {ks['adamw'][0]:,} parameters")
-        ps = [torch.nn.Parameter(torch.randn(*sh)) for sh in param_shapes(model)]
-        for p in ps:
-            p.grad = torch.randn_like(p)
-        opt = torch.optim.AdamW(ps, lr=1e-4)
-        hc.kernels[f"adamw:{_key(*ks['adamw'])}"] = {"forward_s": med(opt.step), "backward_s": 0.0}
-        calibrate_framework(model, b, hc, ranks, reps=reps, progress=progress)
-        n = torch_params(model) * F32
-        if progress:
-            progress(f"copy bandwidth at {n / 2**20:.1f} MiB")
-        src, dst = torch.randn(n // F32), torch.empty(n // F32)
-        t = med(lambda: dst.copy_(src))
-        hc.copy_gbps[str(n)] = 2.0 * n / t / 1e9
-        hc.meta.update(host=socket.gethostname(), date=datetime.datetime.now(datetime.timezone.utc).strftime(
-            "%Y-%m-%d %H:%M UTC"), torch=torch.__version__, cores=host_cores(), threads=1,
-            load=round(os.getloadavg()[0], 2))
-    finally:
-        torch.set_num_threads(threads)
+            progress(f"the rates with {P} processes measuring at once (the ranks sharing this host)")
+        ctx = mp.get_context("spawn")
+        q, barrier = ctx.Queue(), ctx.Barrier(P)
+        procs = [ctx.Process(target=_measure_worker, args=(model, b, reps, fw_ranks, rates, barrier, q), daemon=True)
+                 for _ in range(P)]
+        for p in procs:
+            p.start()
+        res: list[tuple[str, Any]] = []
+        try:
+            import queue
+
+            deadline = time.monotonic() + 1800
+            while len(res) < P:
+                try:
+                    res.append(q.get(timeout=1.0))
+                except queue.Empty:
+                    dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                    if dead or time.monotonic() > deadline:
+                        barrier.abort()
+                        res.append(("error", f"a measuring process ended with status {dead[0]}" if dead else
+                                    "no answer in 30 minutes"))
+                        break
+        finally:
+            for p in procs:
+                p.join(30)
+                if p.is_alive():
+                    p.kill()
+        bad = [r for k, r in res if k != "ok"]
+        if bad:
+            raise PlanError(f"measuring this host's rates with {P} processes at once failed: {bad[0]}")
+        got = [r for _, r in res]
+    for part in ("gemm", "kernels"):
+        for k in got[0][part]:
+            getattr(hc, part)[at(k, P)] = {f: sum(g[part][k][f] for g in got) / len(got) for f in got[0][part][k]}
+    for k in got[0]["copy_gbps"]:
+        hc.copy_gbps[at(k, P)] = sum(g["copy_gbps"][k] for g in got) / len(got)
+    hc.meta.update(host=socket.gethostname(), date=datetime.datetime.now(datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M UTC"), torch=__import__("torch").__version__, cores=host_cores(), threads=1,
+        load=round(os.getloadavg()[0], 2))
+    hc.meta.setdefault("concurrent", [])
+    if P not in hc.meta["concurrent"]:
+        hc.meta["concurrent"] = sorted([*hc.meta["concurrent"], P])
     return hc
 
 
 def calibrate_framework(model: Model, b: int, hc: HostCompute, ranks: tuple[int, ...], *, reps: int = 7,
-                        progress: Optional[Callable[[str], None]] = None) -> HostCompute:
-    """DDP's and FSDP2's own work at each of ``ranks`` (:func:`_framework`), added to ``hc``."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for n in ranks:
-            if n < 2:
-                continue
-            if progress:
-                progress(f"DDP's and FSDP2's own work a step on {n} ranks (torch's fake process group)")
-            fw = _framework(model, b, n, reps)
-            if fw:
-                hc.kernels[framework_key(model, b, n)] = fw
-    finally:
-        torch.set_num_threads(threads)
-    return hc
+                        concurrent: int = 1, progress: Optional[Callable[[str], None]] = None) -> HostCompute:
+    """DDP's and FSDP2's own work at each of ``ranks`` (:func:`_framework`), with ``concurrent`` processes
+    measuring at once, added to ``hc`` (the whole calibration at that concurrency where its rates are
+    missing too)."""
+    return calibrate(model, b, hc, reps=reps, ranks=ranks, concurrent=concurrent,
+                     rates=not hc.has(model, b, concurrent), progress=progress)
 
 
-def framework_key(model: Model, b: int, ranks: int) -> str:
-    return "framework:" + _key(*kernel_shapes(model, b)["framework"], ranks)
+def framework_key(model: Model, b: int, ranks: int, concurrent: int = 1) -> str:
+    return at("framework:" + _key(*kernel_shapes(model, b)["framework"], ranks), concurrent)
 
 
 def load_compute(path: Optional[str] = None) -> Optional[HostCompute]:
@@ -445,26 +563,69 @@ def save_compute(hc: HostCompute, path: Optional[str] = None) -> str:
 
 
 def host_compute(model: Model | str, b: int, *, ranks: tuple[int, ...] = (2, 4), recalibrate: bool = False,
-                 path: Optional[str] = None, progress: Optional[Callable[[str], None]] = None) -> HostCompute:
-    """This host's rates for ``model`` at micro-batch ``b`` and DDP's and FSDP2's own work at ``ranks``: the
-    stored ones (:func:`compute_path`), what is not stored yet measured and added (``recalibrate``: all
-    measured again)."""
+                 path: Optional[str] = None, cores: Optional[int] = None,
+                 progress: Optional[Callable[[str], None]] = None) -> HostCompute:
+    """This host's rates for ``model`` at micro-batch ``b`` and DDP's and FSDP2's own work at ``ranks``, each
+    measured with as many processes at once as that many ranks compute at once on this host's ``cores``
+    (:func:`concurrency`): the stored ones (:func:`compute_path`), what is not stored yet measured and added
+    (``recalibrate``: all measured again)."""
     model = parse_model(model)
-    hc = None if recalibrate else load_compute(path)
+    cores = int(cores or host_cores())
+    hc = (None if recalibrate else load_compute(path)) or HostCompute()
     changed = False
-    if hc is None or not hc.has(model, b):
-        hc = calibrate(model, b, hc, ranks=ranks, progress=progress)
-        changed = True
-    missing = tuple(n for n in ranks if n > 1 and framework_key(model, b, n) not in hc.kernels)
-    if missing:
-        calibrate_framework(model, b, hc, missing, progress=progress)
-        changed = True
+    for P in sorted({concurrency(n, cores) for n in ranks}):
+        fw = tuple(n for n in ranks if n > 1 and concurrency(n, cores) == P)
+        if not hc.has(model, b, P):
+            calibrate(model, b, hc, ranks=fw, concurrent=P, progress=progress)
+            changed = True
+        missing = tuple(n for n in fw if framework_key(model, b, n, P) not in hc.kernels)
+        if missing:
+            calibrate_framework(model, b, hc, missing, concurrent=P, progress=progress)
+            changed = True
     if changed:
         try:
             save_compute(hc, path)
         except OSError:
             pass
     return hc
+
+
+def step_ops(model: Model) -> dict[str, int]:
+    """The autograd graph of one step of :func:`build_gpt` (the nodes its backward runs; each node is also
+    one op dispatched forward), and how many of them no kernel of :func:`kernel_fns` or the GEMM timings
+    was timed with. Per block: 2 + mats linears (QKV, output projection, the MLP's matrices), each an
+    AddmmBackward, the weight's TBackward, the two views of a (b, s, h) input and output, and the
+    AccumulateGrads of weight and bias: 6 untimed nodes; the timed kernels' own nodes: the attention's 10
+    (split, three views, four transposes, the attention, the reshape), two layer norms with their weights'
+    and biases' AccumulateGrads (6), GeLU, two adds. Outside the blocks: the output layer's MmBackward,
+    TBackward and three views untimed; the embedding with its AccumulateGrad, the final layer norm's 3, the
+    cross-entropy's log-softmax and NLL timed (tests/test_plan_host.py walks torch's graph for it)."""
+    linears = 2 + model.mats
+    per_block_untimed = 6 * linears
+    per_block_timed = 10 + 2 * 3 + 1 + 2
+    outside_untimed, outside_timed = 5, 2 + 3 + 2
+    L = model.layers
+    return {"nodes": L * (per_block_untimed + per_block_timed) + outside_untimed + outside_timed,
+            "timed": L * per_block_timed + outside_timed, "untimed": L * per_block_untimed + outside_untimed}
+
+
+def _terms(gemm: float, attn: float, ew: float, disp: float, opt: float, fw_s: float, comm: float, share: float,
+           conc: int, untimed: int, system: str, fw: dict) -> dict[str, dict[str, Any]]:
+    """The step's terms (seconds a rank, after the core share) and where each comes from."""
+    rates = f"measured with {conc} process{'es' if conc > 1 else ''} at once (interlink plan --topology this " \
+        f"--recalibrate; interlink.plan.host.calibrate)"
+    return {
+        "gemm": {"s": gemm * share, "source": f"weight GEMMs' FLOPs (Model) at GFLOP/s {rates}"},
+        "attention": {"s": attn * share, "source": f"scaled_dot_product_attention forward + backward {rates}"},
+        "elementwise": {"s": ew * share, "source": f"layer norm, GeLU, adds, embedding, cross-entropy {rates}"},
+        "dispatch": {"s": disp * share, "source": f"{untimed} autograd ops no kernel timing holds (step_ops) x the "
+                                                  f"per-op cost of a chain of {DISPATCH_CHAIN} views {rates}"},
+        "optimizer": {"s": opt * share, "source": f"torch AdamW over the parameter tensors a rank holds {rates}"},
+        "framework": {"s": fw_s * share, "source": (f"{system}'s step less the bare model's, torch's fake process "
+                                                    f"group, {rates}") if fw else "the copies at the copy bandwidth"},
+        "communication": {"s": comm, "source": "the collectives' exposed time (interlink.model.predict)"},
+        "core_share": {"x": share, "source": "ranks / cores (os.sched_getaffinity) where ranks exceed the cores"},
+    }
 
 
 # ---- the plan ----------------------------------------------------------------------------------------
@@ -550,27 +711,28 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
     if ranks < 1 or micro_batch < 1:
         raise PlanError("ranks and --micro-batch must be >= 1")
     cores = int(cores or host_cores())
-    hc = compute or host_compute(model, micro_batch, ranks=(ranks,), progress=progress)
-    if not hc.has(model, micro_batch):
+    conc = concurrency(ranks, cores)
+    hc = compute or host_compute(model, micro_batch, ranks=(ranks,), cores=cores, progress=progress)
+    if not hc.has(model, micro_batch, conc):
         if not measure:
-            raise PlanError("this host's compute rates lack the model's shapes: measure them (interlink plan "
-                            "--topology this --recalibrate)")
-        hc = calibrate(model, micro_batch, hc, progress=progress)
+            raise PlanError(f"this host's compute rates lack the model's shapes measured with {conc} processes at "
+                            f"once: measure them (interlink plan --topology this --recalibrate)")
+        hc = calibrate(model, micro_batch, hc, ranks=(ranks,), concurrent=conc, progress=progress)
     if params is None:
         prof = host_profile() if profile is None else profile
         params = with_profile(default_params(), prof)
     b, s, L = micro_batch, model.seq, model.layers
     notes: list[str] = []
 
-    # ---- compute of one rank alone on a core ----------------------------------------------------------
+    # ---- compute of one rank on a core, at the rates measured with ``conc`` ranks computing at once ------
     gemm_f = gemm_b = 0.0
     for M, K, N, c in gemm_shapes(model, b):
-        r = hc.gemm[_key(M, K, N)]
+        r = hc.rate(M, K, N, conc)
         fl = 2.0 * M * K * N * c
         gemm_f += fl / (r["forward_gflops"] * 1e9)
         gemm_b += 2 * fl / (r["backward_gflops"] * 1e9)
     ks = kernel_shapes(model, b)
-    k = {name: hc.kernel(name, shape) for name, shape in ks.items() if name != "framework"}
+    k = {name: hc.kernel(name, shape, conc) for name, shape in ks.items() if name != "framework"}
     per_layer = ("attention", "layer_norm", "layer_norm", "gelu", "add", "add")
     attn_f, attn_b = k["attention"]["forward_s"] * L, k["attention"]["backward_s"] * L
     # the rest: per layer two layer norms, GeLU, two residual adds (their backward: the gradients of the
@@ -579,6 +741,12 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
         k["layer_norm"]["forward_s"] + k["cross_entropy"]["forward_s"]
     ew_b = L * (2 * k["layer_norm"]["backward_s"] + k["gelu"]["backward_s"] + 2 * k["add"]["forward_s"]) + \
         k["embedding"]["backward_s"] + k["layer_norm"]["backward_s"] + k["cross_entropy"]["backward_s"]
+    # the step's autograd ops no kernel above was timed with (step_ops: each linear's node, its weight's
+    # transpose, the views around it, its two AccumulateGrads; the output layer's), at the per-op cost of a
+    # chain of tiny views, forward and backward
+    untimed = step_ops(model)["untimed"]
+    disp_f = untimed * k["dispatch"]["forward_s"] / DISPATCH_CHAIN
+    disp_b = untimed * k["dispatch"]["backward_s"] / DISPATCH_CHAIN
     P = torch_params(model)
     fsdp = system == "fsdp" and ranks > 1
     local = P / ranks if fsdp else P
@@ -586,11 +754,11 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
     # DDP's / FSDP2's own work a step on these ranks, measured without communication (calibrate: _framework);
     # where it could not be measured, the copies around the collectives at the copy bandwidth (DDP's buckets; FSDP2's copy-in /
     # copy-out of its all_gathers and reduce_scatters, twice a step, and of its gradients)
-    fw = hc.kernels.get(framework_key(model, b, ranks), {})
+    fw = hc.kernels.get(framework_key(model, b, ranks, conc), {})
     if ranks > 1 and not fw and measure:
-        calibrate_framework(model, b, hc, (ranks,), progress=progress)
-        fw = hc.kernels.get(framework_key(model, b, ranks), {})
-    bw_par = hc.bandwidth(P * F32)
+        calibrate_framework(model, b, hc, (ranks,), concurrent=conc, progress=progress)
+        fw = hc.kernels.get(framework_key(model, b, ranks, conc), {})
+    bw_par = hc.bandwidth(P * F32, conc)
     if ranks == 1:
         copies = 0.0
     elif f"{system}_s" in fw:
@@ -601,8 +769,8 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
     share = max(1.0, ranks / cores)  # ranks beyond the cores share them
     if share > 1:
         notes.append(f"{ranks} ranks on {cores} cores: each rank's compute takes {share:.2f}x as long")
-    t_fwd = (gemm_f + attn_f + ew_f) * share
-    t_bwd = (gemm_b + attn_b + ew_b) * share
+    t_fwd = (gemm_f + attn_f + ew_f + disp_f) * share
+    t_bwd = (gemm_b + attn_b + ew_b + disp_b) * share
     t_opt = opt * share
     t_copies = copies * share
 
@@ -672,5 +840,8 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
                      "local_s": t_fwd + t_bwd + t_opt,
                      "core_share": share, "spare_core": spare, "micro_batches": 1,
                      "gemm_s": (gemm_f + gemm_b) * share, "attention_s": (attn_f + attn_b) * share,
-                     "elementwise_s": (ew_f + ew_b) * share},
+                     "elementwise_s": (ew_f + ew_b) * share, "dispatch_s": (disp_f + disp_b) * share,
+                     "untimed_ops": untimed, "concurrent": conc,
+                     "terms": _terms(gemm_f + gemm_b, attn_f + attn_b, ew_f + ew_b, disp_f + disp_b, opt, copies,
+                                     comm_exposed, share, conc, untimed, system, fw)},
                     {}, notes)
