@@ -272,3 +272,49 @@ def test_calibrate_with_processes_at_once() -> None:
     assert hc.meta["concurrent"] == [2]
     p = plan_host(tiny, 2, micro_batch=1, compute=hc, cores=2, measure=False)
     assert p.step_s > 0 and p.stage["concurrent"] == 2 and p.stage["dispatch_s"] > 0
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_fsdp_collectives_are_the_calls_fsdp2_makes(ranks: int, monkeypatch) -> None:
+    """The plan's FSDP2 collectives are the calls torch's fully_shard issues in a step of build_gpt (counted on
+    torch's fake process group, dist.all_gather_single / reduce_scatter_single patched): per block an
+    all_gather before its forward and another before its backward, a reduce_scatter of its gradients; the
+    root's once each; the sizes padded to a multiple of the ranks."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    fake_pg = pytest.importorskip("torch.testing._internal.distributed.fake_pg")
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    calls: list[tuple[str, int]] = []
+    for name, coll in (("all_gather_single", "all_gather"), ("reduce_scatter_single", "reduce_scatter")):
+        orig = getattr(dist, name)
+
+        def wrap(*a, _o=orig, _c=coll, **k):  # type: ignore[no-untyped-def]
+            out = k["output"] if "output" in k else a[0]  # FSDP2 passes output= and input=
+            inp = k["input"] if "input" in k else a[1]
+            calls.append((_c, max(out.numel(), inp.numel()) * out.element_size()))
+            return _o(*a, **k)
+
+        monkeypatch.setattr(dist, name, wrap)
+    tiny = "layers=2,hidden=32,heads=2,seq=8,vocab=64"
+    m = parse_model(tiny)
+    dist.init_process_group("fake", store=fake_pg.FakeStore(), rank=0, world_size=ranks)
+    try:
+        net = build_gpt(m.layers, m.hidden, m.heads, m.seq, m.vocab, m.f)
+        mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")
+        for blk in net.blocks:
+            fully_shard(blk, mesh=mesh)
+        fully_shard(net, mesh=mesh)
+        idx = torch.randint(0, m.vocab, (1, m.seq))
+        net(idx, idx).backward()  # the first step: lazy init
+        calls.clear()
+        net(idx, idx).backward()
+    finally:
+        dist.destroy_process_group()
+    got: dict[tuple[str, int], int] = {}
+    for c in calls:
+        got[c] = got.get(c, 0) + 1
+    p = plan_host(tiny, ranks, micro_batch=1, system="fsdp", compute=fixed(tiny, 1), cores=2, measure=False)
+    assert got == {(c["collective"], c["bytes"]): c["per_step"] for c in p.collectives}
