@@ -16,10 +16,14 @@ tokens), forward and backward (dX, dW and the bias's gradient) timed apart, in G
 a step runs, each timed at the model's shape, forward and backward: the attention core
 (``scaled_dot_product_attention``, causal, with the split into heads and back), layer norm, GeLU, the
 residual add, the embedding, the fp32 cross-entropy over the vocabulary, and torch's AdamW over the
-model's parameter tensors; DDP's bucket copies (24 bytes a parameter) and FSDP2's copies into and out of
-its collectives at the copy bandwidth measured at the gradients' size. One torch thread a rank (as
-torchrun's OMP_NUM_THREADS=1), timed in the thread's CPU time: a core's rate. Ranks beyond this host's
-cores (``os.sched_getaffinity``) share them: a rank's compute takes ``ranks / cores`` times as long.
+model's parameter tensors; the step's autograd ops no kernel timing holds (:func:`step_ops`) at the
+per-op cost of a chain of tiny views; DDP's and FSDP2's own work as their step on torch's fake process
+group less the bare model's (where it cannot be measured, their copies at the copy bandwidth). One torch
+thread a rank (as torchrun's OMP_NUM_THREADS=1), timed in the thread's CPU time, with as many processes
+measuring at once as the plan's ranks compute at once (:func:`concurrency`: the rates of ranks sharing the
+memory bus and caches). Ranks beyond this host's cores (``os.sched_getaffinity``) share them: a rank's
+compute takes ``ranks / cores`` times as long. ``stage["terms"]`` of the plan names each term and its
+source.
 
 Communication: DDP's buckets (torch's: the first 1 MiB, then ``bucket_mb``, filled in the order the
 backward produces gradients) each an all_reduce; FSDP2's per-block all_gather of the parameters
@@ -56,8 +60,8 @@ from .job import Model, PlanError, parse_model
 from .layout import Layout
 from .step import GIB, StepPlan
 
-__all__ = ["HostCompute", "calibrate", "host_compute", "plan_host", "host_cores", "compute_path",
-           "DDP_BUCKET_BYTES", "SYSTEMS", "BACKENDS"]
+__all__ = ["HostCompute", "calibrate", "host_compute", "plan_host", "host_cores", "compute_path", "concurrency",
+           "step_ops", "DDP_BUCKET_BYTES", "DISPATCH_CHAIN", "SYSTEMS", "BACKENDS"]
 
 SYSTEMS = ("ddp", "fsdp")
 BACKENDS = ("interlink", "gloo")
@@ -168,7 +172,9 @@ class HostCompute:
     @property
     def source(self) -> str:
         m = self.meta
-        return f"measured on {m.get('host', '?')} {m.get('date', '?')} (torch {m.get('torch', '?')}, 1 thread)" + \
+        conc = "".join(f", {c} at once" for c in m.get("concurrent", []) if c > 1)
+        return f"measured on {m.get('host', '?')} {m.get('date', '?')} (torch {m.get('torch', '?')}, 1 thread a " \
+            f"process{conc})" + \
             (f", {self.path}" if self.path else "")
 
     def to_dict(self) -> dict[str, Any]:
@@ -466,15 +472,13 @@ def calibrate(model: Model, b: int, into: Optional[HostCompute] = None, *, reps:
     instant, so that the rates are those of ranks sharing the memory bus and caches; each kernel timed by
     all of them together, their mean kept). Adds to ``into`` under ``key@concurrent``."""
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:  # pragma: no cover - torch is in the test extras
         raise PlanError("measuring this host's compute needs torch: pip install torch") from None
     hc = into or HostCompute()
     P = max(1, int(concurrent))
     fw_ranks = tuple(n for n in ranks if n > 1)
     if P == 1:
-        import torch
-
         threads = torch.get_num_threads()
         try:
             got = [_measure(model, b, reps, fw_ranks, lambda: None, progress, rates)]
@@ -521,7 +525,7 @@ def calibrate(model: Model, b: int, into: Optional[HostCompute] = None, *, reps:
     for k in got[0]["copy_gbps"]:
         hc.copy_gbps[at(k, P)] = sum(g["copy_gbps"][k] for g in got) / len(got)
     hc.meta.update(host=socket.gethostname(), date=datetime.datetime.now(datetime.timezone.utc).strftime(
-        "%Y-%m-%d %H:%M UTC"), torch=__import__("torch").__version__, cores=host_cores(), threads=1,
+        "%Y-%m-%d %H:%M UTC"), torch=torch.__version__, cores=host_cores(), threads=1,
         load=round(os.getloadavg()[0], 2))
     hc.meta.setdefault("concurrent", [])
     if P not in hc.meta["concurrent"]:
