@@ -2,7 +2,8 @@
 
     interlink run -n 2 benchmarks/hotcore.py [--turns 15] [--block 2000]
 
-For all_reduce (float32, sum, in place), broadcast (root 0) and all_gather at 8 B .. 4 KiB of input, blocks
+For all_reduce (float32, sum, in place), broadcast (root 0), all_gather and all_to_all at 8 B .. 4 KiB of input
+(all_to_all: per rank, at least a float32 per peer), blocks
 of ``--block`` calls (each rank writes its input before every call, as benchmarks/compare.py does) run
 with the core (``c``) and without it (``py``: the cached shapes' core forms set aside, so the same calls take
 runtime/oneshot.py's Python path), alternating, every turn. Rank 0 prints the median microseconds per call
@@ -35,15 +36,19 @@ def main() -> None:
     has_core = fast is not None and getattr(fast, "core", None) is not None
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
-    for name in ("all_reduce", "broadcast", "all_gather"):
+    for name in ("all_reduce", "broadcast", "all_gather", "all_to_all"):
         for nb in sizes:
             count = max(1, nb // 4)
+            if name == "all_to_all":
+                count = max(n, count - count % n)
             x = np.zeros(count, np.float32)
-            out = np.empty(count * n, np.float32)
+            out = np.empty(count * (1 if name == "all_to_all" else n), np.float32)
             if name == "all_reduce":
                 call = lambda: dist.all_reduce(x)
             elif name == "broadcast":
                 call = lambda: dist.broadcast(x, 0)
+            elif name == "all_to_all":
+                call = lambda: dist.all_to_all_single(out, x)
             else:
                 call = lambda: dist.all_gather_into_tensor(out, x)
             for _ in range(200):
