@@ -118,7 +118,8 @@ def _verify(args: argparse.Namespace) -> int:
     jobs = args.jobs or (os.cpu_count() or 1)
     from ..algorithms.verify import ALLTOALLV
 
-    total = len(_selected(args))
+    sel = _selected(args)
+    total = len(sel)
     if (not args.collective or ALLTOALLV[0] in args.collective) and (not args.algorithm or ALLTOALLV[1] in args.algorithm):
         total += 1  # all_to_all/pairwise_v: built per rank, not in the registry, verified after it
     whole = not args.collective and not args.algorithm
@@ -127,6 +128,8 @@ def _verify(args: argparse.Namespace) -> int:
           f"{' (every pair to 17 ranks: about 25 s on 2 cores)' if whole else ''}",
           file=sys.stderr, flush=True)
     done = [0]
+    # the name column fits the longest "[i/n] collective/algorithm" (all_gather/recursive_doubling: 37 wide)
+    width = max([len(f"[{total}/{total}] {e.collective}/{e.algorithm}") for e in sel] + [34])
 
     def line(res: dict) -> None:
         done[0] += 1
@@ -134,7 +137,7 @@ def _verify(args: argparse.Namespace) -> int:
         nf = len(res["failures"])
         status = "ok  " if nf == 0 else "FAIL"
         tail = "" if nf == 0 else f", {nf} failed"
-        print(f"{status} {name:<34} {res['cases']:>5} cases{tail}", file=progress, flush=True)
+        print(f"{status} {name:<{width}} {res['cases']:>5} cases{tail}", file=progress, flush=True)
         for msg in res["failures"][:5]:
             print(f"       {msg}", file=progress)
         if nf > 5:

@@ -52,7 +52,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     t.set_defaults(func=_trace)
     f = sub.add_parser("perf", help="sweep the collectives on this host and explain every gap to the model",
                        description="Run `interlink bench` for each collective on this host and compare each size with "
-                                   "what the model says this host allows; every gap over 25%% is named by its term "
+                                   "what the model says this host allows; every gap over 25% is named by its term "
                                    "(latency, bandwidth or reduction, ranks sharing cores, loopback TCP).")
     f.add_argument("--ranks", "-n", type=int, default=2, metavar="N", help="ranks (default 2)")
     f.add_argument("--ops", default="all_reduce,all_gather,broadcast", metavar="LIST",

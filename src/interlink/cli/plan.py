@@ -39,8 +39,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "runtime would run on the group's ranks, priced by the cost model; compute from FLOPs; "
                     "memory per GPU. Without parallel degrees, search every layout and rank them.",
         epilog="Models: a preset (gpt3-175b, llama3-8b, llama3-70b, llama3-405b, mixtral-8x7b, megatron-1t, "
-               "megatron-530b, megatron-22b), PRESET,key=value to change it, layers=L,hidden=H,heads=A,seq=S,vocab=V"
-               "[,kv_heads=,ffn=,experts=,top_k=,mlp=swiglu,attention=standard] or a JSON file of those keys.",
+               "megatron-530b, megatron-22b), PRESET,key=value to change it, layers=L,hidden=H,heads=A,seq=S,vocab=V "
+               "and optionally kv_heads=, ffn=, experts=, top_k=, mlp=swiglu, attention=standard (all comma-separated, "
+               "no spaces: docs/plan.md), or a JSON file of those keys.",
     )
     p.add_argument("--model", "-m", required=True, metavar="SPEC", help="preset, key=value list or JSON file")
     p.add_argument("--topology", "-t", default="this", metavar="SPEC",
@@ -91,7 +92,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="--topology this without GPUs: DDP's bucket_cap_mb (default 25, torch's)")
     p.add_argument("--recalibrate", action="store_true",
                    help="--topology this without GPUs: measure this host's compute rates again (else the stored "
-                        "ones; measured once, a few seconds, when there are none)")
+                        "ones; measured once when there are none, at the model's own shapes: seconds for a small "
+                        "model, minutes per weight GEMM for a billion-parameter one)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
     return p
@@ -190,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
 
             write_trace(result, args.trace)
         return _print_plan(args, result)
+    except BrokenPipeError:  # `interlink plan ... --json | head`: interlink.cli.main ends it quietly
+        raise
     except (PlanError, ModelError, TopologyError, ValueError, OSError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"interlink plan: {msg}", file=sys.stderr)
