@@ -180,7 +180,8 @@ class _Progress:
             self._rich.update(self._task, total=total, completed=0,
                               description=f"{self.collective}, {nranks} ranks, {transport}")
         else:
-            self.message(f"interlink bench: {self.collective}, {nranks} ranks, {transport}: {total} sizes")
+            self.message(f"interlink bench: {self.collective}, {nranks} ranks, {transport}: "
+                         f"{total} size{'' if total == 1 else 's'}")
 
     def row(self, index: int, total: int, row: dict) -> None:
         if self._rich is not None:

@@ -395,6 +395,8 @@ def _plot(path: str, model: Any, rows: list[dict]) -> None:
     ax.plot(xs, [r["efficiency"] * 100 for r in ok], "o-", label="plan: best layout")
     ax.axhline(100, color="grey", lw=0.8, ls="--", label="linear")
     ax.set_xscale("log", base=2)
+    # from 0: an autoscaled axis drew a 97%-100% band as a deep V
+    ax.set_ylim(0, max([105.0] + [r["efficiency"] * 105 for r in ok]))
     ax.set_xlabel("GPUs")
     ax.set_ylabel("efficiency against linear (%)")
     ax.set_title(f"{model.name or 'model'}: scaling of a training step (interlink plan)")
