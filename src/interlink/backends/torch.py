@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 from typing import Any, Optional
 
 __all__ = ["InterlinkProcessGroup", "register", "BACKEND", "lost_ranks"]
@@ -207,15 +208,22 @@ def _named(pg: "InterlinkProcessGroup", opts: Any) -> "InterlinkProcessGroup":
     return pg
 
 
+_OPS: list = []  # (interlink's name, torch's ReduceOp), SUM first: filled at the first call
+
+
 def _op(opts: Any) -> tuple[str, Any]:
     """The interlink op of torch's ReduceOp, and PREMUL_SUM's factor (a number or a one-element tensor;
     None for the other ops): PREMUL_SUM is a SUM of the inputs each multiplied by the factor first."""
     import torch.distributed as dist
 
-    op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
-    for name, want in (("sum", dist.ReduceOp.SUM), ("avg", dist.ReduceOp.AVG), ("prod", dist.ReduceOp.PRODUCT),
-                       ("min", dist.ReduceOp.MIN), ("max", dist.ReduceOp.MAX), ("band", dist.ReduceOp.BAND),
-                       ("bor", dist.ReduceOp.BOR), ("bxor", dist.ReduceOp.BXOR)):
+    if not _OPS:
+        _OPS.extend((("sum", dist.ReduceOp.SUM), ("avg", dist.ReduceOp.AVG), ("prod", dist.ReduceOp.PRODUCT),
+                     ("min", dist.ReduceOp.MIN), ("max", dist.ReduceOp.MAX), ("band", dist.ReduceOp.BAND),
+                     ("bor", dist.ReduceOp.BOR), ("bxor", dist.ReduceOp.BXOR)))
+    op = getattr(opts, "reduceOp", None)
+    if op is None:
+        return "sum", None
+    for name, want in _OPS:
         if op == want:
             return name, None
     if getattr(op, "op", None) == dist.ReduceOp.PREMUL_SUM:
@@ -308,12 +316,34 @@ def _timeout(opts: Any) -> Optional[float]:
 
 
 try:
+    import torch as _torch
     import torch.distributed as _dist
+    from torch.futures import Future as _Future
 
     _Base: Any = _dist.ProcessGroup
     _WorkBase: Any = _dist._Work  # type: ignore[attr-defined]
+    _Tensor: Any = _torch.Tensor
+    #: dtypes a CPU tensor hands interlink as a numpy view (:func:`_host`); the others (bfloat16, bool,
+    #: complex, ...) go as tensors, which interlink converts itself
+    _NP_DTYPES = frozenset((_torch.float32, _torch.float64, _torch.float16, _torch.int8, _torch.uint8,
+                            _torch.int16, _torch.int32, _torch.int64))
 except Exception:  # noqa: BLE001 - torch (or its distributed package) absent: the classes are never made
-    _Base = _WorkBase = object
+    _Base = _WorkBase = _Tensor = object
+    _NP_DTYPES = frozenset()
+
+
+def _host(t: Any) -> Any:
+    """A contiguous CPU tensor of a numpy dtype, not requiring grad, as the numpy view of its memory
+    (``Tensor.numpy()``: the same bytes, written in place), so that interlink's group takes it as it takes
+    numpy arrays: a synchronous call that fits the host page runs its latency path (a cached plan per
+    shape) instead of validating and converting the tensor on every call (benchmarks/torch_call_cost.py).
+    Any other tensor is returned as it is (interlink converts or stages it, and raises on what it refuses)."""
+    if type(t) is _Tensor and t.is_cpu and not t.requires_grad and t.dtype in _NP_DTYPES and t.is_contiguous():
+        try:
+            return t.numpy()
+        except (RuntimeError, TypeError):  # a conjugate or negative view: interlink's own conversion
+            return t
+    return t
 
 
 class _Work(_WorkBase):  # type: ignore[misc, valid-type]
@@ -324,22 +354,25 @@ class _Work(_WorkBase):  # type: ignore[misc, valid-type]
     calls read, alive until they are done."""
 
     def __init__(self, works: list, result: Any, after: Any = None, keep: Any = (), source: Any = -1) -> None:
-        import threading
-
-        from torch.futures import Future
-
         super().__init__()
-        self._works = [w for w in works if w is not None]
+        self._works = [w for w in works if w is not None] if works else []
         self._result = result
-        self._after = after
-        self._keep = keep
         self._source = source
         self._exc: Optional[BaseException] = None
-        self._fut: Future = Future()
+        self._fut: Any = None  # a completed Work's future: made when asked for (get_future)
+        if not self._works:  # done already (the inline calls): no lock, no callbacks
+            self._after, self._keep = None, ()
+            if after is not None:
+                try:
+                    after()
+                except BaseException as e:  # noqa: BLE001 - delivered to wait() and the future
+                    self._exc = e
+            return
+        self._after = after
+        self._keep = keep
+        self._fut = _Future()
         self._left = len(self._works)
         self._lock = threading.Lock()
-        if not self._works:
-            self._complete()
         for w in list(self._works):
             w.add_done_callback(self._one_done)
 
@@ -364,19 +397,31 @@ class _Work(_WorkBase):  # type: ignore[misc, valid-type]
         else:
             self._fut.set_result(self._result)
 
+    def _future(self) -> Any:
+        """The torch Future (a completed Work's made now, completed as the Work is)."""
+        fut = self._fut
+        if fut is None:
+            fut = self._fut = _Future()
+            if self._exc is not None:
+                fut.set_exception(self._exc)
+            else:
+                fut.set_result(self._result)
+        return fut
+
     def wait(self, timeout: Any = None) -> bool:  # noqa: ARG002 - interlink's own timeout applies
-        for w in self._works:
-            w.wait()
-        self._fut.wait()  # the copy-out and the future, completed on the runner thread just after
+        if self._works:
+            for w in self._works:
+                w.wait()
+            self._fut.wait()  # the copy-out and the future, completed on the runner thread just after
         if self._exc is not None:
             raise self._exc
         return True
 
     def is_completed(self) -> bool:
-        return self._fut.done()
+        return not self._works or self._fut.done()
 
     def is_success(self) -> bool:
-        return self._fut.done() and self._exc is None
+        return self.is_completed() and self._exc is None
 
     def exception(self) -> Any:
         return self._exc
@@ -386,7 +431,7 @@ class _Work(_WorkBase):  # type: ignore[misc, valid-type]
         return self._result
 
     def get_future(self) -> Any:
-        return self._fut
+        return self._future()
 
     def synchronize(self) -> None:
         pass
@@ -453,7 +498,7 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
             for t in tensors:  # the output overwrites it: pre-multiply in place
                 t.copy_(_scaled(t, factor))
         dense, back = _dense(tensors)
-        return self._go(opts, tensors, [lambda a, t=t: self.g.all_reduce(t, op, a, timeout=to) for t in dense],
+        return self._go(opts, tensors, [lambda a, t=t: self.g.all_reduce(_host(t), op, a, timeout=to) for t in dense],
                         back, dense)
 
     def allreduce_coalesced(self, tensors: list, opts: Any = None) -> Any:
@@ -533,8 +578,9 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
     def reduce_scatter_single_coalesced(self, outputs: list, inputs: list, opts: Any = None) -> Any:
         op, factor = _op(opts)
         ins = [_scaled(i, factor) for i in inputs]
-        return self._go(opts, outputs, [lambda a, o=o, i=i: self.g.reduce_scatter_tensor(o, i, op, a,
-                                                                                          timeout=_timeout(opts))
+        to = _timeout(opts)
+        return self._go(opts, outputs, [lambda a, o=o, i=i: self.g.reduce_scatter_tensor(_host(o), _host(i), op, a,
+                                                                                          timeout=to)
                                         for o, i in zip(outputs, ins)], keep=ins)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
@@ -543,7 +589,8 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
     def broadcast(self, tensors: list, opts: Any = None) -> Any:
         root = int(opts.rootRank)
         dense, back = _dense(tensors)
-        return self._go(opts, tensors, [lambda a, t=t: self.g.broadcast(t, root, a, timeout=_timeout(opts))
+        to = _timeout(opts)
+        return self._go(opts, tensors, [lambda a, t=t: self.g.broadcast(_host(t), root, a, timeout=to)
                                         for t in dense], back, dense)
 
     def allgather(self, output_lists: list, inputs: list, opts: Any = None) -> Any:
@@ -562,8 +609,9 @@ class InterlinkProcessGroup(_Base):  # type: ignore[misc, valid-type]
     _allgather_base = all_gather_single
 
     def all_gather_single_coalesced(self, outputs: list, inputs: list, opts: Any = None) -> Any:
-        return self._go(opts, outputs, [lambda a, o=o, i=i: self.g.all_gather_into_tensor(o, i, a,
-                                                                                           timeout=_timeout(opts))
+        to = _timeout(opts)
+        return self._go(opts, outputs, [lambda a, o=o, i=i: self.g.all_gather_into_tensor(_host(o), _host(i), a,
+                                                                                           timeout=to)
                                         for o, i in zip(outputs, inputs)])
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
