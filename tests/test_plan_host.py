@@ -26,6 +26,8 @@ from interlink.plan.host import (
     _key,
 )
 
+from interlink.plan.calls import CALL_COLLECTIVES, calls_key  # noqa: E402
+
 SMALL = "layers=4,hidden=256,heads=4,seq=128,vocab=2048"
 GFLOPS = 100.0
 
@@ -50,6 +52,12 @@ def fixed(model: str, b: int, fw: bool = True, shared: float = 1.0) -> HostCompu
             per = 1e-6 * DISPATCH_CHAIN if name == "dispatch" else 1e-3
             hc.kernels[at(f"{name}:{_key(*shape)}", P)] = {"forward_s": per * x, "backward_s": 2 * per * x}
         hc.copy_gbps[at(str(torch_params(m) * 4), P)] = 10.0 / x
+    for n in (2, 4, 8):  # a call through torch: 150 us on interlink (its numpy API 10 us), 400 us on gloo
+        for c in CALL_COLLECTIVES:
+            hc.calls[calls_key("interlink", c, n)] = {"torch_s": 150e-6, "api_s": 10e-6, "bytes": 1024,
+                                                      "date": "2026-11-28 00:00 UTC", "load": 1.0}
+            hc.calls[calls_key("gloo", c, n)] = {"torch_s": 400e-6, "bytes": 1024, "date": "2026-11-28 00:00 UTC",
+                                                 "load": 1.0}
     return hc
 
 
@@ -253,7 +261,7 @@ def test_every_term_is_in_the_json_with_its_source(capsys) -> None:
     d = json.loads(capsys.readouterr().out)
     terms = d["stage"]["terms"]
     assert set(terms) == {"gemm", "attention", "elementwise", "dispatch", "optimizer", "framework", "communication",
-                          "core_share"}
+                          "torch_calls", "core_share"}
     assert all(t["source"] for t in terms.values())
     assert sum(t["s"] for n, t in terms.items() if "s" in t) == pytest.approx(d["step_s"])
     conc = d["stage"]["concurrent"]  # 2 ranks on this host's cores: 2 at once where it has 2
@@ -318,3 +326,59 @@ def test_fsdp_collectives_are_the_calls_fsdp2_makes(ranks: int, monkeypatch) -> 
         got[c] = got.get(c, 0) + 1
     p = plan_host(tiny, ranks, micro_batch=1, system="fsdp", compute=fixed(tiny, 1), cores=2, measure=False)
     assert got == {(c["collective"], c["bytes"]): c["per_step"] for c in p.collectives}
+
+
+@pytest.mark.parametrize("system", ["ddp", "fsdp"])
+@pytest.mark.parametrize("backend", ["interlink", "gloo"])
+def test_torch_calls_term_is_every_call_of_the_plan_at_the_measured_cost(system: str, backend: str, capsys) -> None:
+    """The torch_calls term: each collective call of the plan's list (DDP's buckets, FSDP2's all_gathers and
+    reduce_scatters) at the per-call cost measured through torch's backend, less interlink's numpy API's
+    call (interlink) or the plan's price of gloo's ring (gloo); in the step and in the JSON's terms."""
+    from interlink.plan.host import call_cost
+
+    assert main(["plan", "-m", SMALL, "-t", "this", "-n", "2", "--zero", "0" if system == "ddp" else "3",
+                 "--micro-batch", "4", "--backend", backend, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    t = d["stage"]["terms"]["torch_calls"]
+    n = sum(c["per_step"] for c in d["collectives"])
+    assert n > 0 and t["calls"] == n
+    kinds = {c["collective"] for c in d["collectives"]}
+    assert kinds == ({"all_reduce"} if system == "ddp" else {"all_gather", "reduce_scatter"})
+    assert set(t["per_call_s"]) == kinds
+    if backend == "interlink":
+        assert all(v == pytest.approx(140e-6) for v in t["per_call_s"].values())
+    else:  # 400 us less the model's price of a 1 KiB ring over TCP: positive, below 400 us
+        assert all(0 < v < 400e-6 for v in t["per_call_s"].values())
+    assert t["s"] == pytest.approx(sum(c["per_step"] * t["per_call_s"][c["collective"]] for c in d["collectives"]))
+    assert t["s"] > 0 and d["breakdown"]["torch_calls"] == pytest.approx(t["s"])
+    assert "measure_calls" in t["source"] and backend in t["source"]
+    hc = fixed(SMALL, 4)
+    assert call_cost(hc, "interlink", "all_reduce", 2, 2, None) == pytest.approx(140e-6)
+
+
+def test_torch_calls_missing_and_not_measured_is_named() -> None:
+    hc = fixed(SMALL, 4)
+    hc.calls.clear()
+    p = plan_host(SMALL, 2, micro_batch=4, compute=hc, cores=2, measure=False)
+    assert p.stage["terms"]["torch_calls"]["s"] == 0 and "not measured" in p.stage["terms"]["torch_calls"]["source"]
+    assert any("per-call cost" in n for n in p.notes)
+    one = plan_host(SMALL, 1, micro_batch=4, compute=hc, cores=2, measure=False)  # no collectives, no calls
+    assert one.stage["terms"]["torch_calls"]["calls"] == 0
+
+
+def test_measure_calls_on_two_ranks() -> None:
+    """A real measurement: every collective on both backends at 2 ranks, a positive time a call, and the
+    call through torch on interlink costing more than the same call on interlink's numpy API."""
+    pytest.importorskip("torch")
+    from interlink.plan.calls import measure_calls
+    from interlink.plan.host import HostCompute, call_cost
+
+    got = measure_calls(2, calls=20, blocks=3)
+    assert set(got) == {calls_key(b, c, 2) for b in ("interlink", "gloo") for c in CALL_COLLECTIVES}
+    assert all(m["torch_s"] > 0 for m in got.values())
+    assert all(m["api_s"] > 0 for k, m in got.items() if k.startswith("interlink:"))
+    hc = HostCompute(calls=got)
+    assert hc.has_calls(2) and not hc.has_calls(4)
+    # through torch costs more than interlink's own call (sum over the three: robust to one noisy figure)
+    assert sum(call_cost(hc, "interlink", c, 2, 2, None) for c in CALL_COLLECTIVES) > 0
+    assert HostCompute.from_dict(hc.to_dict()).calls == got

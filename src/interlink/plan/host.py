@@ -61,7 +61,7 @@ from .layout import Layout
 from .step import GIB, StepPlan
 
 __all__ = ["HostCompute", "calibrate", "host_compute", "plan_host", "host_cores", "compute_path", "concurrency",
-           "step_ops", "DDP_BUCKET_BYTES", "DISPATCH_CHAIN", "SYSTEMS", "BACKENDS"]
+           "step_ops", "call_cost", "calibrate_calls", "DDP_BUCKET_BYTES", "DISPATCH_CHAIN", "SYSTEMS", "BACKENDS"]
 
 SYSTEMS = ("ddp", "fsdp")
 BACKENDS = ("interlink", "gloo")
@@ -168,6 +168,9 @@ class HostCompute:
     copy_gbps: dict[str, float] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     path: str = ""
+    #: seconds a collective call through torch.distributed takes on this host (plan/calls.py: measure_calls),
+    #: keyed calls_key(backend, collective, ranks)
+    calls: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def source(self) -> str:
@@ -179,12 +182,18 @@ class HostCompute:
 
     def to_dict(self) -> dict[str, Any]:
         return {"interlink_host_compute": 2, "gemm": self.gemm, "kernels": self.kernels,
-                "copy_gbps": self.copy_gbps, "meta": self.meta}
+                "copy_gbps": self.copy_gbps, "meta": self.meta, "calls": self.calls}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], path: str = "") -> "HostCompute":
         return cls(dict(d.get("gemm", {})), dict(d.get("kernels", {})), dict(d.get("copy_gbps", {})),
-                   dict(d.get("meta", {})), path)
+                   dict(d.get("meta", {})), path, dict(d.get("calls", {})))
+
+    def has_calls(self, ranks: int) -> bool:
+        """The per-call cost through torch's backend measured at ``ranks`` ranks (both backends)."""
+        from .calls import CALL_COLLECTIVES, calls_key
+
+        return ranks < 2 or all(calls_key(b, c, ranks) in self.calls for b in BACKENDS for c in CALL_COLLECTIVES)
 
     def kernel(self, name: str, shape: tuple[int, ...], concurrent: int = 1) -> dict[str, float]:
         return self.kernels[at(f"{name}:{_key(*shape)}", concurrent)]
@@ -542,6 +551,33 @@ def calibrate_framework(model: Model, b: int, hc: HostCompute, ranks: tuple[int,
                      rates=not hc.has(model, b, concurrent), progress=progress)
 
 
+def calibrate_calls(hc: HostCompute, ranks: int, *,
+                    progress: Optional[Callable[[str], None]] = None) -> HostCompute:
+    """The per-call cost through torch's backend at ``ranks`` ranks (:func:`interlink.plan.calls.measure_calls`:
+    interlink and gloo, a few seconds), added to ``hc.calls``."""
+    from .calls import measure_calls
+
+    if progress:
+        progress(f"a collective call through torch.distributed on {ranks} ranks (interlink, gloo)")
+    hc.calls.update(measure_calls(ranks))
+    return hc
+
+
+def call_cost(hc: HostCompute, backend: str, collective: str, ranks: int, cores: int, params: Any) -> float:
+    """Seconds a collective call through torch.distributed's ``backend`` costs beyond the plan's price of
+    interlink's own call (or of gloo's ring): the measured call (calls.measure_calls) less, for interlink,
+    the same call on interlink's numpy API measured with it, for gloo (which has no API outside torch) the
+    plan's price of gloo's ring at the measured size; never below zero."""
+    from .calls import calls_key
+
+    m = hc.calls[calls_key(backend, collective, ranks)]
+    if backend == "interlink":
+        ref = float(m["api_s"])
+    else:
+        ref = _price(collective, int(m["bytes"]), ranks, cores, "gloo", params).time_s
+    return max(0.0, float(m["torch_s"]) - ref)
+
+
 def framework_key(model: Model, b: int, ranks: int, concurrent: int = 1) -> str:
     return at("framework:" + _key(*kernel_shapes(model, b)["framework"], ranks), concurrent)
 
@@ -586,6 +622,10 @@ def host_compute(model: Model | str, b: int, *, ranks: tuple[int, ...] = (2, 4),
         if missing:
             calibrate_framework(model, b, hc, missing, concurrent=P, progress=progress)
             changed = True
+    for n in ranks:
+        if not hc.has_calls(n):
+            calibrate_calls(hc, n, progress=progress)
+            changed = True
     if changed:
         try:
             save_compute(hc, path)
@@ -613,8 +653,23 @@ def step_ops(model: Model) -> dict[str, int]:
             "timed": L * per_block_timed + outside_timed, "untimed": L * per_block_untimed + outside_untimed}
 
 
+def _calls_term(hc: HostCompute, backend: str, ranks: int, t_calls: float, n_calls: float,
+                per_call: dict[str, float]) -> dict[str, Any]:
+    """The torch_calls term: the step's collective calls x each one's cost through torch's backend."""
+    from .calls import CALL_BYTES, calls_key
+
+    m = next((hc.calls[k] for k in (calls_key(backend, c, ranks) for c in per_call) if k in hc.calls), {})
+    less = "interlink's numpy API's same call" if backend == "interlink" else "the plan's price of gloo's ring"
+    src = (f"{n_calls:g} collective calls a step x the cost of one through torch.distributed on {backend}: "
+           f"async_op=True + wait() of {m.get('bytes', CALL_BYTES)} B on {ranks} ranks less {less}, measured "
+           f"{m.get('date', '?')} (load {m.get('load', '?')}) by interlink.plan.calls.measure_calls "
+           f"(interlink plan --topology this --recalibrate; benchmarks/torch_call_cost.py)") if per_call else \
+        "not measured (interlink plan --topology this --recalibrate)"
+    return {"s": t_calls, "calls": n_calls, "per_call_s": dict(per_call), "source": src}
+
+
 def _terms(gemm: float, attn: float, ew: float, disp: float, opt: float, fw_s: float, comm: float, share: float,
-           conc: int, untimed: int, system: str, fw: dict) -> dict[str, dict[str, Any]]:
+           conc: int, untimed: int, system: str, fw: dict, calls: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The step's terms (seconds a rank, after the core share) and where each comes from."""
     rates = f"measured with {conc} process{'es' if conc > 1 else ''} at once (interlink plan --topology this " \
         f"--recalibrate; interlink.plan.host.calibrate)"
@@ -628,6 +683,7 @@ def _terms(gemm: float, attn: float, ew: float, disp: float, opt: float, fw_s: f
         "framework": {"s": fw_s * share, "source": (f"{system}'s step less the bare model's, torch's fake process "
                                                     f"group, {rates}") if fw else "the copies at the copy bandwidth"},
         "communication": {"s": comm, "source": "the collectives' exposed time (interlink.model.predict)"},
+        "torch_calls": calls,
         "core_share": {"x": share, "source": "ranks / cores (os.sched_getaffinity) where ranks exceed the cores"},
     }
 
@@ -823,11 +879,26 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
         notes.append(f"no core to spare for communication ({cores} cores, {ranks} ranks): every collective "
                      f"is exposed")
 
-    step = t_fwd + t_bwd + t_opt + t_copies + comm_exposed
+    # ---- each collective call's cost through torch.distributed's backend (the thread issuing it pays it) -----
+    n_calls = sum(c["per_step"] for c in colls)
+    per_call: dict[str, float] = {}
+    if colls and not hc.has_calls(ranks) and measure:
+        calibrate_calls(hc, ranks, progress=progress)
+    if colls and hc.has_calls(ranks):
+        for c in colls:
+            if c["collective"] not in per_call:
+                per_call[c["collective"]] = call_cost(hc, backend, c["collective"], ranks, cores, params)
+            c["call_s"] = per_call[c["collective"]]
+    elif colls:
+        notes.append(f"the per-call cost through torch's backend not measured on {ranks} ranks: not counted "
+                     f"(interlink plan --topology this --recalibrate)")
+    t_calls = sum(c["per_step"] * c.get("call_s", 0.0) for c in colls)
+
+    step = t_fwd + t_bwd + t_opt + t_copies + comm_exposed + t_calls
     tokens = ranks * b * s
     mf = model.model_flops(ranks * b)
     breakdown = {"compute": t_fwd + t_bwd, "forward": t_fwd, "backward": t_bwd, "optimizer": t_opt,
-                 "framework": t_copies, ("dp" if system == "ddp" else "fsdp"): comm_exposed}
+                 "framework": t_copies, ("dp" if system == "ddp" else "fsdp"): comm_exposed, "torch_calls": t_calls}
     # memory per rank (fp32): weights, gradients, AdamW's two moments; FSDP shards all three
     wgt = local * F32
     mem = {"weights": wgt / GIB, "gradients": wgt / GIB, "optimizer": 2 * wgt / GIB,
@@ -847,5 +918,6 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
                      "elementwise_s": (ew_f + ew_b) * share, "dispatch_s": (disp_f + disp_b) * share,
                      "untimed_ops": untimed, "concurrent": conc,
                      "terms": _terms(gemm_f + gemm_b, attn_f + attn_b, ew_f + ew_b, disp_f + disp_b, opt, copies,
-                                     comm_exposed, share, conc, untimed, system, fw)},
+                                     comm_exposed, share, conc, untimed, system, fw,
+                                     _calls_term(hc, backend, ranks, t_calls, n_calls, per_call))},
                     {}, notes)
