@@ -12,6 +12,8 @@ on each of:
                of float32 CPU tensors on the default group (backend="interlink")
   gloo      -- the same calls with ``group=`` a gloo group of the same ranks
   numpy     -- interlink's own API on numpy arrays of the same size (``interlink.all_reduce(a)``, ...)
+  tnumpy    -- (only with --sources) the same API on numpy views of torch tensors (``t.numpy()``): torch's
+               memory, interlink's call
 
 ``sync``: the call with ``async_op=False``; ``async``: ``async_op=True`` and ``.wait()`` at once (numpy:
 ``async_op=True`` and the interlink Work's ``wait()``). The sources take turns inside each block (so a
@@ -39,7 +41,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 from interlink.launch.local import free_port
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
-SOURCES = ("interlink", "gloo", "numpy")
+SOURCES = ("interlink", "gloo", "numpy")  # and "tnumpy" (--sources): the numpy API on torch's memory
 
 
 def _calls(src: str, op: str, nbytes: int, ranks: int, async_op: bool, gloo):  # noqa: ANN001
@@ -53,14 +55,17 @@ def _calls(src: str, op: str, nbytes: int, ranks: int, async_op: bool, gloo):  #
     n = max(1, nbytes // 4)
     if op != "all_reduce":
         n = max(ranks, n - n % ranks)
-    if src == "numpy":
+    if src in ("numpy", "tnumpy"):
+        # tnumpy: interlink's numpy API on numpy views of torch tensors (torch's allocator, numpy's call)
+        mk = (lambda k, fill: (torch.ones(k) if fill else torch.empty(k)).numpy()) if src == "tnumpy" else \
+            (lambda k, fill: np.ones(k, np.float32) if fill else np.empty(k, np.float32))
         if op == "all_reduce":
-            a = np.ones(n, np.float32)
+            a = mk(n, True)
             return lambda: interlink.all_reduce(a, async_op=async_op)
         if op == "all_gather":
-            o, i = np.empty(n, np.float32), np.ones(n // ranks, np.float32)
+            o, i = mk(n, False), mk(n // ranks, True)
             return lambda: interlink.all_gather_into_tensor(o, i, async_op=async_op)
-        o, i = np.empty(n // ranks, np.float32), np.ones(n, np.float32)
+        o, i = mk(n // ranks, False), mk(n, True)
         return lambda: interlink.reduce_scatter_tensor(o, i, async_op=async_op)
     g = gloo if src == "gloo" else None
     if op == "all_reduce":
@@ -94,6 +99,8 @@ def _worker(rank: int, world: int, port: int, args: dict, q) -> None:  # noqa: A
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    if args.get("switch"):
+        sys.setswitchinterval(args["switch"])
     dist.init_process_group("interlink")
     gloo = dist.new_group(backend="gloo")
     try:
@@ -135,13 +142,14 @@ def _worker(rank: int, world: int, port: int, args: dict, q) -> None:  # noqa: A
 
 
 def run(ranks: int, sizes: list, ops: list, modes: list, sources: list, calls: int, blocks: int,
-        profile=None) -> dict:  # noqa: ANN001
+        profile=None, switch: float = 0.0) -> dict:  # noqa: ANN001
     """The per-call times (seconds, a list over blocks) of every cell, keyed "source|op|size|mode"; with
     ``profile`` (op, size, mode) cProfile's text instead."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_port()
-    args = dict(sizes=sizes, ops=ops, modes=modes, sources=sources, calls=calls, blocks=blocks, profile=profile)
+    args = dict(sizes=sizes, ops=ops, modes=modes, sources=sources, calls=calls, blocks=blocks, profile=profile,
+                switch=switch)
     procs = [ctx.Process(target=_worker, args=(r, ranks, port, args, q)) for r in range(ranks)]
     for p in procs:
         p.start()
@@ -178,6 +186,8 @@ def main(argv=None) -> int:  # noqa: ANN001
     ap.add_argument("--calls", type=int, default=200, help="calls a block")
     ap.add_argument("--blocks", type=int, default=7)
     ap.add_argument("--json", help="write the per-block times here")
+    ap.add_argument("--switch-interval", type=float, default=0.0, metavar="S",
+                    help="sys.setswitchinterval(S) in every rank (default: Python's, 0.005)")
     ap.add_argument("--profile", help="OP:SIZE:MODE: cProfile that cell on backend='interlink' instead")
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",")]
@@ -190,10 +200,10 @@ def main(argv=None) -> int:  # noqa: ANN001
         print(run(a.ranks, [int(s)], [op], [m], ["interlink"], a.calls, 1, (op, int(s), m))["profile"])
         return 0
     load0 = os.getloadavg()[0]
-    res = run(a.ranks, sizes, ops, modes, sources, a.calls, a.blocks)
+    res = run(a.ranks, sizes, ops, modes, sources, a.calls, a.blocks, switch=a.switch_interval)
     print(f"{a.ranks} ranks, {a.calls} calls a block, median of {a.blocks} blocks (rank 0), load average "
           f"{load0:.1f} -> {os.getloadavg()[0]:.1f}, {os.cpu_count()} cpus, switch interval "
-          f"{sys.getswitchinterval() * 1e3:.0f} ms")
+          f"{(a.switch_interval or sys.getswitchinterval()) * 1e3:g} ms")
     print(table(res, sizes, ops, modes, sources))
     if a.json:
         with open(a.json, "w") as fh:
