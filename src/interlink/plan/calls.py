@@ -111,6 +111,15 @@ def _worker(rank: int, ranks: int, port: int, nbytes: int, calls: int, blocks: i
         q.put(("error", f"rank {rank}: {type(e).__name__}: {e}"))
 
 
+def _free_port() -> int:
+    """A TCP port free on this host now (torch's store of the measuring processes listens on it)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def measure_calls(ranks: int, *, nbytes: int = CALL_BYTES, calls: int = 200, blocks: int = 5,
                   timeout: float = 600.0) -> dict[str, dict[str, Any]]:
     """Seconds a call through torch.distributed on ``ranks`` processes of this host: {calls_key(backend,
@@ -119,14 +128,13 @@ def measure_calls(ranks: int, *, nbytes: int = CALL_BYTES, calls: int = 200, blo
     import multiprocessing as mp
     import queue
 
-    from ..launch.local import free_port
     from .job import PlanError
 
     if ranks < 2:
         raise PlanError("the per-call cost through torch's backend is measured on 2 or more ranks")
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    port = free_port()
+    port = _free_port()
     load = os.getloadavg()[0]
     procs = [ctx.Process(target=_worker, args=(r, ranks, port, nbytes, calls, blocks, q), daemon=True)
              for r in range(ranks)]
