@@ -216,7 +216,17 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
                     * now (they publish on entering that call), else Python waits and checks (OneShot._settle) */
         long spins = 0;
         int r;
-        while ((r = settle(c)) == 0 && ++spins < c->spin) cpu_relax();
+        PyThreadState *ts = NULL;
+        while ((r = settle(c)) == 0) {
+            if (++spins >= c->spin) break;
+            if (spins > c->yield_after) { /* ranks sharing a core: let the receiver run */
+                if (!ts) ts = PyEval_SaveThread();
+                sched_yield();
+            } else {
+                cpu_relax();
+            }
+        }
+        if (ts) PyEval_RestoreThread(ts);
         if (r != 1) return 1;
     }
     uint64_t f = c->f + 1;
