@@ -243,3 +243,28 @@ def test_signal_to_launcher_cleans_up(tmp_path, sig):
     assert launcher.returncode == 128 + sig
     assert signal.Signals(sig).name in err
     assert _wait_dead(pids) == []
+
+
+BLAME_SCRIPT = """
+import atexit, time
+import numpy as np
+import interlink as dist
+rank = int(__import__("os").environ["RANK"])
+if rank == 1:
+    atexit.register(time.sleep, 1.5)  # runs last: rank 1 exits after rank 0, which failed because of it
+dist.init(timeout=30)
+if rank == 1:
+    raise RuntimeError("boom from rank one")
+dist.all_reduce(np.ones(4))
+"""
+
+
+def test_first_failure_names_the_rank_that_caused_it(tmp_path):
+    # rank 0 exits first (PeerLostError: rank 1 failed and aborted the job); the summary names rank 1 and
+    # shows its traceback
+    script = _write(tmp_path, "blame.py", BLAME_SCRIPT)
+    proc = _run(["-n", "2", str(script)])
+    assert proc.returncode != 0
+    summary = proc.stderr[proc.stderr.index("interlink run: rank"):]
+    assert summary.startswith("interlink run: rank 1 "), summary
+    assert "RuntimeError: boom from rank one" in summary, summary

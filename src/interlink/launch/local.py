@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import secrets
 import signal
 import socket
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import BinaryIO, Mapping, Sequence
+from typing import Any, BinaryIO, Mapping, Sequence
 
 from .supervisor import (DEFAULT_GRACE, Output, Signals, death_signal_preexec, describe_status, exit_status,
                          monitor, start_pumps, stop_all, write)
@@ -162,6 +163,7 @@ def launch(
         write(err, f"interlink run: received {name}, stopped all {len(ranks)} local ranks\n")
         return 128 + int(interrupted)
     if failed is not None:
+        failed = root_cause(failed, ranks)
         code = failed.proc.returncode
         others = [r.rank for r in ranks if r is not failed]
         lines = [f"interlink run: rank {failed.rank} {describe_status(code)} (first failure)"
@@ -174,5 +176,29 @@ def launch(
         write(err, "\n".join(lines) + "\n")
         return exit_status(code)
     return 0
+
+
+#: what a rank's error says when it failed because another rank did (runtime/engine.py: translate)
+_BECAUSE = re.compile(r"rank (\d+) (?:failed and aborted the job|died or closed its connection|left the job)")
+
+
+def root_cause(failed: Any, ranks: Sequence[Any]) -> Any:
+    """The rank to report as the first failure: the launcher sees the ranks' exits a poll apart, so the rank
+    it saw first may have failed only because another did (its error names that rank: "rank 1 failed and
+    aborted the job"). Follow such names to a rank that also failed and says no such thing."""
+    by_rank = {r.rank: r for r in ranks}
+    seen = {failed.rank}
+    while True:
+        found = None
+        for ln in reversed(failed.tail or []):
+            m = _BECAUSE.search(ln)
+            if m:
+                found = int(m.group(1))
+                break
+        other = by_rank.get(found) if found is not None else None
+        if other is None or found in seen or other.proc.returncode in (None, 0):
+            return failed
+        seen.add(found)
+        failed = other
 
 
