@@ -208,25 +208,32 @@ static int get_buf(PyObject *o, Py_buffer *b, int writable, Py_ssize_t need) {
     return 0;
 }
 
+/* r = EXPR until it is not 0, at most c->spin times: pause, and from yield_after on yield the core with the GIL
+ * released (ranks sharing a core let their peer run; other threads of this process run meanwhile) */
+#define SPIN_UNTIL(r, EXPR)                                                                            \
+    do {                                                                                               \
+        long spins_ = 0;                                                                               \
+        PyThreadState *ts_ = NULL;                                                                     \
+        while (((r) = (EXPR)) == 0) {                                                                  \
+            if (++spins_ >= c->spin) break;                                                            \
+            if (spins_ > c->yield_after) {                                                             \
+                if (!ts_) ts_ = PyEval_SaveThread();                                                   \
+                sched_yield();                                                                         \
+            } else {                                                                                   \
+                cpu_relax();                                                                           \
+            }                                                                                          \
+        }                                                                                              \
+        if (ts_) PyEval_RestoreThread(ts_);                                                            \
+    } while (0)
+
 /* One call of shape s with its buffers: 0 done; 1 nothing done (the slot is not free yet); 2 published, the
  * peers' headers not all there or not matching (*fo, *po: the call and its position) */
 static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo, int *po) {
     volatile uint64_t *W = (volatile uint64_t *)c->base;
     if (c->pend) { /* the last call was a broadcast's root that did not wait for its receivers: their headers
                     * now (they publish on entering that call), else Python waits and checks (OneShot._settle) */
-        long spins = 0;
         int r;
-        PyThreadState *ts = NULL;
-        while ((r = settle(c)) == 0) {
-            if (++spins >= c->spin) break;
-            if (spins > c->yield_after) { /* ranks sharing a core: let the receiver run */
-                if (!ts) ts = PyEval_SaveThread();
-                sched_yield();
-            } else {
-                cpu_relax();
-            }
-        }
-        if (ts) PyEval_RestoreThread(ts);
+        SPIN_UNTIL(r, settle(c)); /* ranks sharing a core: the receiver runs meanwhile */
         if (r != 1) return 1;
     }
     uint64_t f = c->f + 1;
@@ -234,19 +241,8 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     int pos = (int)(f % (uint64_t)s->npos);
     if (f > 2 && c->safe < f - 2 && !done_ready(c, f - 2)) { /* every peer must have finished reading call
                                                                  * f-2 (this slot) */
-        long spins = 0;
-        PyThreadState *ts = NULL; /* the GIL goes from the first yield on: other threads run meanwhile */
         int ok;
-        while (!(ok = done_ready(c, f - 2))) {
-            if (++spins >= c->spin) break;
-            if (spins > c->yield_after) {
-                if (!ts) ts = PyEval_SaveThread();
-                sched_yield();
-            } else {
-                cpu_relax();
-            }
-        }
-        if (ts) PyEval_RestoreThread(ts);
+        SPIN_UNTIL(ok, done_ready(c, f - 2));
         if (!ok) return 1;
     }
     c->f = f;
@@ -271,18 +267,7 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     if (s->kind == BC && !s->sends && s->rootk >= 0) { /* a receiver reads the root's slot alone */
         int r = root_ready(c, q, s->rootk, f, seq, s->crc);
         if (r == 0) {
-            long spins = 0;
-            PyThreadState *ts = NULL;
-            while ((r = root_ready(c, q, s->rootk, f, seq, s->crc)) == 0) {
-                if (++spins >= c->spin) break;
-                if (spins > c->yield_after) {
-                    if (!ts) ts = PyEval_SaveThread();
-                    sched_yield();
-                } else {
-                    cpu_relax();
-                }
-            }
-            if (ts) PyEval_RestoreThread(ts);
+            SPIN_UNTIL(r, root_ready(c, q, s->rootk, f, seq, s->crc));
         }
         if (r != 1) return 2; /* the root not published yet, or another call: Python waits or raises */
         int seen = others_seen(c, q, f, seq, s->crc);
@@ -305,18 +290,7 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
         return 0;
     }
     if (r == 0) {
-        long spins = 0;
-        PyThreadState *ts = NULL;
-        while ((r = peers_ready(c, q, f, seq, s->crc)) == 0) {
-            if (++spins >= c->spin) break;
-            if (spins > c->yield_after) {
-                if (!ts) ts = PyEval_SaveThread();
-                sched_yield();
-            } else {
-                cpu_relax();
-            }
-        }
-        if (ts) PyEval_RestoreThread(ts);
+        SPIN_UNTIL(r, peers_ready(c, q, f, seq, s->crc));
     }
     if (r != 1) return 2;
     c->safe = f - 1; /* a peer publishes call f only after finishing call f-1 */
