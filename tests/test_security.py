@@ -580,3 +580,30 @@ def test_a_peer_that_called_destroy_is_reported_as_having_left(monkeypatch):
     for transport in ("shm", "tcp"):
         msg = run_ranks(2, _left_the_job, env={"INTERLINK_TRANSPORT": transport}, timeout=60)[0]
         assert "left the job" in msg and "died" not in msg, (transport, msg)
+
+
+def test_a_conflict_abort_read_by_any_loop_is_what_every_rank_reports():
+    """Rank 0 stops the job on a rank conflict (ABORT) and then leaves (BYE, EOF). Whichever loop of a peer
+    reads the ABORT (here said_bye, which cannot raise it), the error that peer reports is the conflict,
+    never 'rank 0 left the job': the race the reproduction above hit on a loaded machine."""
+    import socket as _socket
+
+    from interlink.errors import RankConflictError
+    from interlink.runtime.engine import LEFT, Engine, _frame, translate
+    from interlink.transport.base import PeerClosed
+
+    a, b = _socket.socketpair()
+    try:
+        eng = Engine(1, {}, {0: b})
+        msg = "rank 2 of this job was claimed twice (pid 11 and pid 12)"
+        a.sendall(_frame({"type": "abort", "error": "RankConflictError", "message": msg, "ranks": [2],
+                          "rank": 0, "origin": 0}))
+        a.sendall(_frame({"type": "bye", "rank": 0}))
+        a.close()
+        assert not eng.said_bye(0, timeout=1.0)  # it read the ABORT, which said_bye swallows
+        for exc in (PeerClosed(0, LEFT), PeerClosed(0, "(process exited or crashed)")):
+            err = translate(exc, op="all_reduce", group="world", seq=7, rank=1, engine=eng)
+            assert isinstance(err, RankConflictError), err
+            assert "claimed twice" in str(err) and list(err.ranks) == [2]
+    finally:
+        b.close()

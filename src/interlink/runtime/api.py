@@ -174,8 +174,10 @@ def _on_conflict(message: str) -> None:
 
     m = re.match(r"rank (\d+) ", message)
     ranks = [int(m.group(1))] if m else []
-    ctx.broken = RankConflictError(message, op="init", group="world", seq=0, ranks=ranks)
+    # the ABORT goes out before this rank's own calls see the error: else its main thread could raise, leave
+    # and say BYE first, and a peer would read 'rank 0 left the job' instead of the conflict
     ctx.engine.send_abort({"error": "RankConflictError", "message": message, "ranks": ranks})
+    ctx.broken = RankConflictError(message, op="init", group="world", seq=0, ranks=ranks)
 
 
 def is_initialized() -> bool:

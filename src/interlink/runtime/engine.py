@@ -19,6 +19,7 @@ import os
 import select
 import socket
 import struct
+import threading
 import time
 from typing import Callable, Iterable, Optional
 
@@ -113,6 +114,12 @@ class Engine:
         self.departed: set[int] = set()
         self.pongs: dict[int, dict] = {}  # answers to this rank's last probe()
         self.closed: set[int] = set()  # peers whose control connection reached its end (the process is gone)
+        # every ABORT read, by the peer that sent it: whichever loop read it (a probe, said_bye, a drain),
+        # translate() reports its root cause rather than the EOF or the BYE that follows it
+        self.aborts: dict[int, dict] = {}
+        # control frames come from the calling thread and from rank 0's store thread (a rank conflict's
+        # ABORT): one frame at a time on a socket, so frames never interleave
+        self._send_lock = threading.Lock()
         # shrink's frames (runtime/shrink.py: the survivors' agreement), kept for their reader whichever loop
         # read them off the socket
         self.inbox: list[tuple[int, dict]] = []
@@ -147,6 +154,7 @@ class Engine:
                 info = {"message": f"garbled control frame from rank {peer}"}
             if info.get("type") == "abort":
                 self.dead.add(peer)
+                self.aborts.setdefault(peer, info)
                 raise Aborted(peer, info)
             if info.get("type") == "bye":  # clean shutdown: stop watching this peer
                 self.departed.add(peer)
@@ -240,17 +248,18 @@ class Engine:
         sock = self.controls.get(peer)
         if sock is None:
             return
-        try:
-            sock.setblocking(True)
-            sock.settimeout(0.5)
-            sock.sendall(data)
-        except OSError:
-            pass
-        finally:
+        with self._send_lock:
             try:
-                sock.setblocking(False)
+                sock.setblocking(True)
+                sock.settimeout(0.5)
+                sock.sendall(data)
             except OSError:
                 pass
+            finally:
+                try:
+                    sock.setblocking(False)
+                except OSError:
+                    pass
 
     def send_bye(self) -> None:
         self._send_all(_frame({"type": "bye", "rank": self.rank}))
@@ -471,6 +480,11 @@ def translate(exc: BaseException, *, op: str, group: str, seq: int, rank: int,
     probe = engine.probe if engine is not None else None
     if engine is not None and isinstance(exc, PeerClosed) and exc.detail != LEFT and engine.said_bye(exc.peer):
         exc = PeerClosed(exc.peer, LEFT)
+    if engine is not None and isinstance(exc, PeerClosed) and engine.aborts:
+        # a peer that aborted the job and then left or closed: the abort read before (by a probe, said_bye or
+        # a drain that swallowed it) carries the root cause; a rank that left after another's abort, that one's
+        peer = exc.peer if exc.peer in engine.aborts else next(iter(engine.aborts))
+        exc = Aborted(peer, engine.aborts[peer])
     if isinstance(exc, HeaderMismatch):
         tags = exc.expected.tag if (exc.expected.tag or exc.got.tag) else None  # shown where tags are in use
         return CollectiveMismatchError(
