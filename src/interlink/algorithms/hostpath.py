@@ -57,7 +57,7 @@ class Limit:
 LIMITS: dict[str, Limit] = {
     "oneshot_max": Limit("INTERLINK_FAST_MAX_BYTES", 256 * KiB, "host.fast.max_bytes",
                          "largest input of the one-shot path (slots, slots_once); 0 disables the host page"),
-    "inline_max": Limit("INTERLINK_FAST_INLINE_MAX_BYTES", 512 * KiB, None,
+    "inline_max": Limit("INTERLINK_FAST_INLINE_MAX_BYTES", 2 * MiB, None,
                         "largest broadcast, all_gather, reduce_scatter or all_to_all the inlined executor runs "
                         "through the slots (never below oneshot_max); above it the same Schedule runs step by step"),
     "slot_bytes": Limit("INTERLINK_SHM_DIRECT_MAX_BYTES", 4 * MiB, "host.fast2.max_bytes",

@@ -107,16 +107,16 @@ def fast_small_bytes() -> int:
 
 
 def fast_inline_max_bytes() -> int:
-    """Largest payload of a broadcast, all_gather or reduce_scatter that the inlined executor runs through
-    the slots (INTERLINK_FAST_INLINE_MAX_BYTES, 512 KiB; never below :func:`fast_small_bytes`); above it,
-    up to the slots' limit, the runtime runs the same ``slots`` Schedule step by step (runtime/pageplan.py),
-    which walks a reduction a cache-sized piece at a time and reads a peer's ``interlink.empty`` input in
-    place. The step-by-step executor costs 10-15 us more a call on a 2-core x86 VM (2 ranks, 4 KiB
-    forced through both: broadcast 22 against 12 us); in-process A/B (benchmarks/README.md: inline_ab), inputs
-    rewritten before each call, program / inline at 256 KiB and 512 KiB: 2 ranks broadcast 1.56 and 1.38,
-    all_gather (its output) 1.68 and 1.32, reduce_scatter 1.34 and 1.01; 4 ranks at 512 KiB: all_gather 1.20,
-    broadcast 1.10, reduce_scatter 1.17; from 1 MiB the two are within the noise, and reduce_scatter at
-    2 MiB favours the pieces (0.70-0.93) (benchmarks/RESULTS.md)."""
+    """Largest payload of a broadcast, all_gather, reduce_scatter or all_to_all that the inlined executor runs
+    through the slots (INTERLINK_FAST_INLINE_MAX_BYTES, 2 MiB; never below :func:`fast_small_bytes`); above
+    it, up to the slots' limit, the runtime runs the same ``slots`` Schedule step by step
+    (runtime/pageplan.py), which walks a reduction a cache-sized piece at a time and reads a peer's
+    ``interlink.empty`` input in place. The inlined executor is the faster up to 2 MiB on a 2-core x86 VM:
+    ``python3 benchmarks/env_ab.py --env INTERLINK_FAST_INLINE_MAX_BYTES=524288 --collectives
+    broadcast,all_gather,reduce_scatter,all_to_all --sizes 1M,2M,4M --ranks 2,4 --turns 3`` (step by step
+    from 512 KiB against inlined, time ratio): 1 MiB 1.08-1.61 (2 ranks broadcast 86 against 138 us, 4 ranks
+    all_to_all 480 against 626 us), 2 MiB 0.92-1.30, 4 MiB 0.94-1.11 (even: the limit stays at 2 MiB).
+    benchmarks/RESULTS.md has the figures against the MPIs."""
     return host_limits().inline_max
 
 
