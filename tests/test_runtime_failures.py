@@ -95,7 +95,10 @@ def test_dead_rank_raises_peer_lost_within_seconds(nranks: int, transport: str, 
             continue
         assert out["type"] == "PeerLostError", out
         assert out["elapsed"] < 5.0, out
-        assert out["op"] == coll.split("-")[0] and out["group"] == "world" and out["seq"] == 2, out
+        # a broadcast's root does not wait for its receivers (it checks them at its next call), so a receiver
+        # that died before the call is noticed by the root, and the ranks it aborts, in the call after it
+        seqs = (2, 3) if coll == "broadcast" else (2,)
+        assert out["op"] == coll.split("-")[0] and out["group"] == "world" and out["seq"] in seqs, out
         assert "rank 1" in out["msg"], out
     # memfd-backed rings: nothing is ever named in /dev/shm, so nothing can leak (Python's own
     # multiprocessing semaphores, sem.mp-*, of this harness or any other process, are not interlink's)
