@@ -52,12 +52,13 @@ def fixed(model: str, b: int, fw: bool = True, shared: float = 1.0) -> HostCompu
             per = 1e-6 * DISPATCH_CHAIN if name == "dispatch" else 1e-3
             hc.kernels[at(f"{name}:{_key(*shape)}", P)] = {"forward_s": per * x, "backward_s": 2 * per * x}
         hc.copy_gbps[at(str(torch_params(m) * 4), P)] = 10.0 / x
-    for n in (2, 4, 8):  # a call through torch: 150 us on interlink (its numpy API 10 us), 400 us on gloo
-        for c in CALL_COLLECTIVES:
+    for n in (2, 4, 8):  # a call through torch: 150 us on interlink (its numpy API 10 us), 400 us on gloo,
+        for c in CALL_COLLECTIVES:  # gloo's 4 MiB call 4.4 ms (1 ms a MiB beyond its 1 KiB call)
             hc.calls[calls_key("interlink", c, n)] = {"torch_s": 150e-6, "api_s": 10e-6, "bytes": 1024,
                                                       "date": "2026-11-28 00:00 UTC", "load": 1.0}
             hc.calls[calls_key("gloo", c, n)] = {"torch_s": 400e-6, "bytes": 1024, "date": "2026-11-28 00:00 UTC",
-                                                 "load": 1.0}
+                                                 "load": 1.0, "line_s": 400e-6 + (4 * 1024 - 1) * 1e-3 / 1024,
+                                                 "line_bytes": 4 << 20}
     return hc
 
 
@@ -134,14 +135,27 @@ def test_ddp_buckets_are_torchs() -> None:
     assert len(_ddp_buckets(m, 1 << 20)) > len(b)
 
 
-def test_collectives_take_the_runtimes_path_and_gloo_a_tcp_ring() -> None:
+def test_collectives_take_the_runtimes_path_and_gloo_its_measured_line() -> None:
+    """interlink's collectives are priced on the runtime's path; gloo's by the line through its two measured
+    calls (plan/calls.py: 1 KiB and LINE_BYTES): the ring's price at 1 KiB plus 1 ms a MiB beyond, and the
+    call at 1 KiB (400 us) less the ring's price there in the torch_calls term: on the line at every size."""
+    from interlink.model.params import default_params, host_profile, with_profile
+    from interlink.plan.host import _price, call_cost
+
     hc = fixed(SMALL, 4)
     il = plan_host(SMALL, 2, micro_batch=4, compute=hc, cores=2, system="fsdp")
     gl = plan_host(SMALL, 2, micro_batch=4, compute=hc, cores=2, system="fsdp", backend="gloo")
     kinds = {(c["collective"], c["per_step"]) for c in il.collectives}
     assert ("all_gather", 8) in kinds and ("reduce_scatter", 4) in kinds  # per block, forward + backward
     assert all(c["protocol"] in ("host page", "shm") for c in il.collectives)
-    assert all(c["algorithm"] == "ring" and c["protocol"].startswith("tcp") for c in gl.collectives)
+    assert all(c["algorithm"] == "gloo (measured)" and c["protocol"].startswith("tcp") for c in gl.collectives)
+    params = with_profile(default_params(), host_profile())
+    for c in gl.collectives:
+        on_line = 400e-6 + (c["bytes"] - 1024) * 1e-3 / (1 << 20)
+        total = c["time_us"] * 1e-6 + call_cost(hc, "gloo", c["collective"], 2, 2, params)
+        assert total == pytest.approx(on_line, rel=1e-6), c
+    # without the line (a profile measured before it): a ring over TCP
+    assert _price("reduce_scatter", 1 << 22, 2, 2, "gloo", params).algorithm == "ring"
     # FSDP shards the optimizer
     ddp = plan_host(SMALL, 2, micro_batch=4, compute=hc, cores=2)
     assert il.breakdown["optimizer"] == pytest.approx(ddp.breakdown["optimizer"] / 2)
@@ -377,6 +391,8 @@ def test_measure_calls_on_two_ranks() -> None:
     assert set(got) == {calls_key(b, c, 2) for b in ("interlink", "gloo") for c in CALL_COLLECTIVES}
     assert all(m["torch_s"] > 0 for m in got.values())
     assert all(m["api_s"] > 0 for k, m in got.items() if k.startswith("interlink:"))
+    # gloo at its second size: 4 MiB takes longer than 1 KiB (the line's slope is positive)
+    assert all(m["line_bytes"] == 4 << 20 and m["line_s"] > m["torch_s"] for k, m in got.items() if k.startswith("gloo:"))
     hc = HostCompute(calls=got)
     assert hc.has_calls(2) and not hc.has_calls(4)
     # through torch costs more than interlink's own call (sum over the three: robust to one noisy figure)

@@ -11,6 +11,12 @@ interlink's numpy API (synchronous: interlink's own call, in the calling thread,
 model prices), the sources taking turns in each block, the median of the blocks (rank 0's time a
 call: a collective ends together on every rank). benchmarks/torch_call_cost.py prints the same calls at
 more sizes, sync and async.
+
+gloo's calls are timed at a second size too (:data:`LINE_BYTES`): gloo's algorithms are not interlink's
+Schedules, and on this host its reduce_scatter_tensor takes longer than its all_reduce of the same input
+(2 ranks, 16 MiB: 19.6 against 13.8 ms; 4 ranks: 40.6 against 27.4 ms; a ring reduce-scatter is half an
+all_reduce), so the host plan prices a gloo collective by the line through its two measured times
+(plan/host.py ``_price``) rather than by a ring over TCP.
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ import statistics
 import time
 from typing import Any, Optional
 
-__all__ = ["CALL_BYTES", "CALL_COLLECTIVES", "calls_key", "measure_calls"]
+__all__ = ["CALL_BYTES", "CALL_COLLECTIVES", "LINE_BYTES", "calls_key", "measure_calls"]
 
 #: bytes of the tensor the calls are timed at (nccl-tests' S: all_reduce's tensor, all_gather's output,
 #: reduce_scatter's input): small, so that the call's own cost dominates its data's
 CALL_BYTES = 1024
 CALL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+#: bytes of gloo's second timing (the line's far point): the size of a bucket or an FSDP block's parameters
+LINE_BYTES = 4 << 20
 SOURCES = ("interlink", "gloo", "api")
 
 
@@ -91,17 +99,20 @@ def _worker(rank: int, ranks: int, port: int, nbytes: int, calls: int, blocks: i
         gloo = dist.new_group(backend="gloo")
         try:
             fns = {(s, c): _call(s, c, nbytes, ranks, gloo) for c in CALL_COLLECTIVES for s in SOURCES}
+            # gloo at LINE_BYTES too (fewer calls: each takes milliseconds)
+            fns.update({("gloo@line", c): _call("gloo", c, LINE_BYTES, ranks, gloo) for c in CALL_COLLECTIVES})
             for f in fns.values():  # the first calls of a shape set its path up
                 for _ in range(5):
                     f().wait()
             times: dict[tuple[str, str], list[float]] = {k: [] for k in fns}
             for _ in range(blocks):
                 for k, f in fns.items():
+                    n_calls = max(3, calls // 20) if k[0] == "gloo@line" else calls
                     dist.barrier(group=gloo)
                     t0 = time.perf_counter()
-                    for _ in range(calls):
+                    for _ in range(n_calls):
                         f().wait()
-                    times[k].append((time.perf_counter() - t0) / calls)
+                    times[k].append((time.perf_counter() - t0) / n_calls)
             if rank == 0:
                 q.put(("ok", {f"{s}|{c}": statistics.median(v) for (s, c), v in times.items()}))
         finally:
@@ -124,7 +135,8 @@ def measure_calls(ranks: int, *, nbytes: int = CALL_BYTES, calls: int = 200, blo
                   timeout: float = 600.0) -> dict[str, dict[str, Any]]:
     """Seconds a call through torch.distributed on ``ranks`` processes of this host: {calls_key(backend,
     collective, ranks): {"torch_s", "api_s" (interlink's numpy API, interlink only), "bytes", "calls",
-    "blocks", "date", "load"}} for backend interlink and gloo (see the module docstring)."""
+    "blocks", "date", "load"; gloo also "line_s" at "line_bytes"}} for backend interlink and gloo (see the
+    module docstring)."""
     import multiprocessing as mp
     import queue
 
@@ -168,5 +180,7 @@ def measure_calls(ranks: int, *, nbytes: int = CALL_BYTES, calls: int = 200, blo
                  "load": round(load, 2)}
             if b == "interlink":
                 m["api_s"] = t[f"api|{c}"]
+            else:
+                m["line_s"], m["line_bytes"] = t[f"gloo@line|{c}"], LINE_BYTES
             out[calls_key(b, c, ranks)] = m
     return out

@@ -193,7 +193,9 @@ class HostCompute:
         """The per-call cost through torch's backend measured at ``ranks`` ranks (both backends)."""
         from .calls import CALL_COLLECTIVES, calls_key
 
-        return ranks < 2 or all(calls_key(b, c, ranks) in self.calls for b in BACKENDS for c in CALL_COLLECTIVES)
+        return ranks < 2 or all(calls_key(b, c, ranks) in self.calls and (b != "gloo" or "line_s" in
+                                                                           self.calls[calls_key(b, c, ranks)])
+                                for b in BACKENDS for c in CALL_COLLECTIVES)
 
     def kernel(self, name: str, shape: tuple[int, ...], concurrent: int = 1) -> dict[str, float]:
         return self.kernels[at(f"{name}:{_key(*shape)}", concurrent)]
@@ -700,9 +702,14 @@ class _Comm:
     transport: str
 
 
-def _price(collective: str, nbytes: int, ranks: int, cores: int, backend: str, params: Any) -> _Comm:
+def _price(collective: str, nbytes: int, ranks: int, cores: int, backend: str, params: Any,
+           line: Optional[dict] = None) -> _Comm:
     """One collective of ``nbytes`` (nccl-tests' S) on ``ranks`` local ranks: the path the interlink runtime
-    takes (the host page's where algorithms.hostpath says so, else the tuner's), or gloo's ring over TCP."""
+    takes (the host page's where algorithms.hostpath says so, else the tuner's), or gloo's. gloo's
+    algorithms are not interlink's Schedules: with ``line`` (measure_calls' gloo figures of the collective
+    at ranks: ``torch_s`` at ``bytes``, ``line_s`` at ``line_bytes``) its time is the ring's price at
+    ``bytes`` (the rest of that call is the torch_calls term) plus the measured slope beyond; without, a
+    ring over TCP."""
     from ..algorithms import hostpath
     from ..model import ModelError, predict
     from ..model.cost import cpu_topology
@@ -710,6 +717,12 @@ def _price(collective: str, nbytes: int, ranks: int, cores: int, backend: str, p
     topo = cpu_topology(ranks, cores=cores, name="this-host")
     if backend == "gloo":
         p = predict(collective, nbytes, topo, algorithm="ring", transport="tcp", params=params, fast_path=False)
+        if line and "line_s" in line:
+            b0, b1 = int(line["bytes"]), int(line["line_bytes"])
+            slope = max(0.0, (float(line["line_s"]) - float(line["torch_s"])) / max(1, b1 - b0))
+            ring0 = predict(collective, b0, topo, algorithm="ring", transport="tcp", params=params,
+                            fast_path=False).time_us * 1e-6
+            return _Comm(collective, nbytes, ring0 + slope * max(0, nbytes - b0), "gloo (measured)", "tcp (gloo)")
         return _Comm(collective, nbytes, p.time_us * 1e-6, "ring", "tcp (gloo)")
     limits = hostpath.HostLimits.from_params(params)
     payload = nbytes // ranks if collective == "all_gather" else nbytes
@@ -837,6 +850,13 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
     # ---- communication -----------------------------------------------------------------------------------
     spare = cores >= 2 * ranks
     colls: list[dict[str, Any]] = []
+    if ranks > 1 and not hc.has_calls(ranks) and measure:  # gloo's measured line prices its collectives
+        calibrate_calls(hc, ranks, progress=progress)
+    from .calls import calls_key
+
+    def price(collective: str, nbytes: int) -> _Comm:
+        line = hc.calls.get(calls_key(backend, collective, ranks)) if backend == "gloo" else None
+        return _price(collective, nbytes, ranks, cores, backend, params, line)
 
     def add(kind: str, c: _Comm, calls: float, exposed: float) -> None:
         colls.append({"kind": kind, "collective": c.collective, "ranks": ranks, "bytes": c.nbytes,
@@ -847,7 +867,7 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
     if ranks > 1 and system == "ddp":
         t_end = 0.0
         for nbytes, frac in _ddp_buckets(model, bucket_mb * (1 << 20)):
-            c = _price("all_reduce", nbytes, ranks, cores, backend, params)
+            c = price("all_reduce", nbytes)
             if spare:  # goes when full, one at a time; what runs past the backward is exposed
                 start = max(t_end, frac * t_bwd)
                 t_end = start + c.time_s
@@ -859,10 +879,10 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
     elif fsdp:
         blk = block_params(model) * F32
         root = (P - L * block_params(model)) * F32
-        ag = _price("all_gather", -(-blk // ranks) * ranks, ranks, cores, backend, params)
-        rs = _price("reduce_scatter", -(-blk // ranks) * ranks, ranks, cores, backend, params)
-        ag_r = _price("all_gather", -(-root // ranks) * ranks, ranks, cores, backend, params)
-        rs_r = _price("reduce_scatter", -(-root // ranks) * ranks, ranks, cores, backend, params)
+        ag = price("all_gather", -(-blk // ranks) * ranks)
+        rs = price("reduce_scatter", -(-blk // ranks) * ranks)
+        ag_r = price("all_gather", -(-root // ranks) * ranks)
+        rs_r = price("reduce_scatter", -(-root // ranks) * ranks)
         lf, lb = t_fwd / (L + 1), t_bwd / (L + 1)
         if spare:  # one block ahead: exposed by what a block's communication exceeds its compute
             ex_ag = max(0.0, ag.time_s - lf) * L + max(0.0, ag.time_s + rs.time_s - lb) * L
