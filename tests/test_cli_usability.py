@@ -203,8 +203,17 @@ def test_bench_notes_why_model_is_na_and_how_to_calibrate(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     data = _data(out)
     assert data[0][13] != "N/A" and data[1][13] != "N/A" and data[2][13] == "N/A"
-    notes = [ln for ln in out.splitlines() if ln.startswith("# note:")]
-    assert out.splitlines().index(notes[0]) > out.splitlines().index("# Wrong values         : 0 OK")  # under the table
+    lines = out.splitlines()
+    first = [i for i, ln in enumerate(lines) if ln.startswith("# note:")]
+    assert first[0] > lines.index("# Wrong values         : 0 OK")  # under the table
+    # each note wrapped to 100 columns, its continuation lines indented under its text
+    assert all(len(ln) <= 100 for ln in lines[first[0]:])
+    notes = []
+    for i in first:
+        j = i + 1
+        while j < len(lines) and lines[j].startswith("#       ") and not lines[j].startswith("# note:"):
+            j += 1
+        notes.append(" ".join([lines[i]] + [ln[8:] for ln in lines[i + 1:j]]))
     na = [n for n in notes if "N/A" in n]
     assert len(na) == 1  # one line for every N/A of the table
     assert "'slots' at 8388608 B" in na[0] and "outside (0, 4194304]" in na[0]
@@ -383,3 +392,22 @@ def test_topology_drawing_headless(tmp_path, monkeypatch):
     ax = figs[-1].axes[0]
     assert "gpu0" in [t.get_text() for t in ax.texts]
     assert all(t.get_fontsize() >= MIN_LABEL_FONT for t in ax.texts)
+
+
+@pytest.mark.parametrize("cmd", [
+    ["predict", "all_reduce", "--size", "1G", "--topology", "16xdgx-h100"],
+    ["predict", "all_to_all", "--size", "1G", "--topology", "16xdgx-h100"],
+    ["simulate", "all_reduce", "--size", "1G", "--topology", "16xdgx-h100"],
+    ["simulate", "all_to_all", "--size", "64M", "--topology", "2xdgx-h100"],
+    ["doctor"],
+], ids=lambda c: " ".join(c[:2]))
+def test_prose_lines_fit_100_columns(cmd, capsys):
+    """The sentences a command prints (notes, the 'best on paper' and 'nccl default' lines, doctor's checks and
+    advice) wrap at 100 columns, so a terminal or a pasted log shows them whole; tables (rows indented by
+    two spaces, nccl-tests' columns) keep their width."""
+    assert main(cmd) in (0, None)
+    out = capsys.readouterr().out
+    prose = [ln for ln in out.splitlines() if not ln.startswith("  ") or cmd == ["doctor"]]
+    assert prose and all(len(ln) <= 100 for ln in prose), [ln for ln in prose if len(ln) > 100]
+    if cmd[0] == "doctor":
+        assert "lo unknown" not in out and "lo loopback" in out

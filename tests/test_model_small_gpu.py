@@ -133,8 +133,16 @@ def _cli(capsys, *argv) -> str:
 
 def test_predict_cli_says_which_is_which(capsys):
     out = _cli(capsys, "predict", "all_reduce", "-s", "8", "-t", "2xdgx-a100")
-    best = next(line for line in out.splitlines() if line.startswith("best on paper"))
-    nccl = next(line for line in out.splitlines() if line.startswith("nccl default"))
+    lines = out.splitlines()
+
+    def said(head: str) -> str:  # the line and its continuation lines (wrapped at 100 columns)
+        i = next(k for k, line in enumerate(lines) if line.startswith(head))
+        j = i + 1
+        while j < len(lines) and lines[j].startswith(" " * len("nccl default   ")):
+            j += 1
+        return " ".join(x.strip() for x in lines[i:j])
+
+    best, nccl = said("best on paper"), said("nccl default")
     assert "direct/ll" in best and "nccl_tree/ll" in nccl and "nccl-tests would print" in nccl
     assert "<- best on paper" in out and "<- nccl default (ll)" in out
     d = json.loads(_cli(capsys, "predict", "all_reduce", "-s", "8", "-t", "2xdgx-a100", "--json"))
@@ -154,8 +162,16 @@ def test_predict_cli_says_which_is_which(capsys):
 
 def test_simulate_cli_says_which_is_which(capsys):
     out = _cli(capsys, "simulate", "all_reduce", "-s", "8G", "-t", "2xdgx-a100")
-    best = next(line for line in out.splitlines() if line.startswith("best on paper"))
-    nccl = next(line for line in out.splitlines() if line.startswith("nccl default"))
+    lines = out.splitlines()
+
+    def said(head: str) -> str:  # the line and its continuation lines (wrapped at 100 columns)
+        i = next(k for k, line in enumerate(lines) if line.startswith(head))
+        j = i + 1
+        while j < len(lines) and lines[j].startswith(" " * len("nccl default   ")):
+            j += 1
+        return " ".join(x.strip() for x in lines[i:j])
+
+    best, nccl = said("best on paper"), said("nccl default")
     assert "nccl_tree/simple" in best and "ring/simple" in nccl
     d = json.loads(_cli(capsys, "simulate", "all_reduce", "-s", "8G", "-t", "2xdgx-a100", "--json"))
     assert d["best_on_paper"]["algorithm"] == d["algorithm"] == "nccl_tree"

@@ -486,7 +486,9 @@ def run(args: argparse.Namespace) -> int:
     meta = dict(state["meta"], dtype=rows[0]["type"] if rows else dtype_name)
     notes = state["model"].notes()
     if show_table:
-        lines = report.footer(rows, cfg.check) + [f"# note: {n}" for n in notes]
+        from .text import note_lines
+
+        lines = report.footer(rows, cfg.check) + [ln for n in notes for ln in note_lines("# note: ", n)]
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()
     else:

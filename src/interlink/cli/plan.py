@@ -261,8 +261,10 @@ def _run_host(args: argparse.Namespace, model: Any, given: dict, gb: int, prog: 
     for c in result.collectives:
         o.write(f"  {c['collective']:<15} {c['bytes']:>12,} {c['algorithm']:<14} {c['protocol']:<12} "
                 f"{_fmt_s(c['time_us'] * 1e-6):>11} {c['per_step']:6.0f} {_fmt_s(c['exposed_s']):>10}\n")
+    from .text import note
+
     for n in result.notes:
-        o.write(f"# note: {n}\n")
+        o.write(note("# note: ", n) + "\n")
     return 0
 
 
@@ -315,8 +317,10 @@ def _print_plan(args: argparse.Namespace, r: Any) -> int:
         o.write(f"  {c['kind']:<5} {c['collective']:<15} {c['ranks']:>6} {c['bytes']:>12,} "
                 f"{c['algorithm'] + '/' + c['protocol']:<12} {_fmt_s(c['time_us'] * 1e-6):>11} "
                 f"{c['busbw_gbps']:7.1f} {c['per_step']:8.0f} {_fmt_s(c['exposed_s']):>10}\n")
+    from .text import note
+
     for n in r.notes:
-        o.write(f"# note: {n}\n")
+        o.write(note("# note: ", n) + "\n")
     if args.trace:
         o.write(f"# trace: {args.trace}\n")
     return 0

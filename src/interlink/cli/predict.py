@@ -153,8 +153,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = sys.stdout
     proto = f"/{pred.protocol}" if pred.mode == "gpu" else ""
-    out.write(f"# interlink predict: {pred.collective}, {pred.nbytes} B ({pred.count} x {pred.dtype} per rank), "
-              f"{pred.nranks} ranks on {pred.topology} ({pred.mode})\n")
+    from .text import note
+
+    out.write(note("# interlink predict: ", f"{pred.collective}, {pred.nbytes} B ({pred.count} x {pred.dtype} per "
+                                            f"rank), {pred.nranks} ranks on {pred.topology} ({pred.mode})") + "\n")
     out.write(f"time      {_time(pred.time_us)}\n")
     out.write(f"algbw     {_gbs(pred.algbw_gbps)} GB/s\n")
     out.write(f"busbw     {_gbs(pred.busbw_gbps)} GB/s\n")
@@ -165,16 +167,20 @@ def run(args: argparse.Namespace) -> int:
         out.write(f"runner-up {ru.algorithm}{rproto}: {_time(ru.time_us)} "
                   f"({ru.time_us / pred.time_us:.2f}x), busbw {_gbs(ru.busbw_gbps)} GB/s\n")
     if args.algorithm is None and pred.mode == "gpu":
+        from .text import note
+
         b = pred.best
-        out.write(f"best on paper  {b.algorithm}/{b.protocol}: {_time(b.time_us)}, busbw {_gbs(b.busbw_gbps)} GB/s "
-                  f"(the fastest Schedule interlink has)\n")
+        out.write(note("best on paper  ", f"{b.algorithm}/{b.protocol}: {_time(b.time_us)}, busbw "
+                                          f"{_gbs(b.busbw_gbps)} GB/s (the fastest Schedule interlink has)") + "\n")
         if nccl is not None:
-            out.write(f"nccl default   {nccl.algorithm}/{nccl.protocol}: {_time(nccl.time_us)}, busbw "
-                      f"{_gbs(nccl.busbw_gbps)} GB/s (what a user running NCCL gets: NCCL's tuner's pick, priced by "
-                      f"this model; nccl-tests would print {_time(nccl.nccl_tests_us)})\n")
+            out.write(note("nccl default   ", f"{nccl.algorithm}/{nccl.protocol}: {_time(nccl.time_us)}, busbw "
+                                              f"{_gbs(nccl.busbw_gbps)} GB/s (what a user running NCCL gets: NCCL's "
+                                              f"tuner's pick, priced by this model; nccl-tests would print "
+                                              f"{_time(nccl.nccl_tests_us)})") + "\n")
         else:
-            out.write("nccl default   - (no NCCL choice to price: NCCL runs all_to_all, gather and scatter as grouped "
-                      "send/receive, and interlink has no Schedule of NCCL's ring reduce)\n")
+            out.write(note("nccl default   ", "- (no NCCL choice to price: NCCL runs all_to_all, gather and scatter "
+                                              "as grouped send/receive, and interlink has no Schedule of NCCL's ring "
+                                              "reduce)") + "\n")
     rows = list(pred.table) if args.all else pred.per_algorithm()
     out.write("#\n")
     out.write(f"# {'algorithm':<20} {'protocol':>8} {'time (us)':>12} {'algbw':>9} {'busbw':>9} {'channels':>8}  method\n")
@@ -187,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
         out.write(f"  {c.algorithm:<20} {c.protocol if pred.mode == 'gpu' else '-':>8} {c.time_us:12.2f} "
                   f"{_gbs(c.algbw_gbps):>9} {_gbs(c.busbw_gbps):>9} {c.channels:>8}  {c.method}"
                   f"{'  ' + c.note if c.note else ''}{'  ' + ' '.join(mark) if mark else ''}\n")
+    from .text import note
+
     for n in pred.notes:
-        out.write(f"# note: {n}\n")
+        out.write(note("# note: ", n) + "\n")
     return 0

@@ -183,16 +183,21 @@ def _single(args: argparse.Namespace) -> int:
     print(f"busbw    {res.busbw_gbps:.2f} GB/s")
     print(f"no-contention time {_time(res.ideal_us)}  (slowdown x{res.slowdown:.3f})")
     if lines is not None:
+        from .text import note
+
         best, nccl = lines
-        print(f"best on paper  {best['algorithm']}/{best['protocol']}: simulated {_time(best['time_us'])}, busbw "
-              f"{best['busbw_gbps']:.2f} GB/s (the fastest Schedule interlink has: the run above)")
+        print(note("best on paper  ", f"{best['algorithm']}/{best['protocol']}: simulated {_time(best['time_us'])}, "
+                                      f"busbw {best['busbw_gbps']:.2f} GB/s (the fastest Schedule interlink has: the "
+                                      f"run above)"))
         if nccl is None:
-            print("nccl default   - (no NCCL choice to price: NCCL runs all_to_all, gather and scatter as grouped "
-                  "send/receive, and interlink has no Schedule of NCCL's ring reduce)")
+            print(note("nccl default   ", "- (no NCCL choice to price: NCCL runs all_to_all, gather and scatter as "
+                                          "grouped send/receive, and interlink has no Schedule of NCCL's ring reduce)"))
         else:
-            print(f"nccl default   {nccl['algorithm']}/{nccl['protocol']}: simulated {_time(nccl['time_us'])}, busbw "
-                  f"{nccl['busbw_gbps']:.2f} GB/s (what a user running NCCL gets: NCCL's tuner's pick; the model "
-                  f"prices it {_time(nccl['model_time_us'])}, nccl-tests would print {_time(nccl['nccl_tests_us'])})")
+            print(note("nccl default   ", f"{nccl['algorithm']}/{nccl['protocol']}: simulated "
+                                          f"{_time(nccl['time_us'])}, busbw {nccl['busbw_gbps']:.2f} GB/s (what a user "
+                                          f"running NCCL gets: NCCL's tuner's pick; the model prices it "
+                                          f"{_time(nccl['model_time_us'])}, nccl-tests would print "
+                                          f"{_time(nccl['nccl_tests_us'])})"))
     busy = res.rank_busy_us
     if busy.size and res.time_us > 0:
         print(f"ranks busy {100 * busy.mean() / res.time_us:.1f}% on average "
@@ -204,8 +209,10 @@ def _single(args: argparse.Namespace) -> int:
             name = f"{row.get('from', row['link'])} -> {row.get('to', '')}"
             print(f"  {name:<40} {row.get('kind', ''):<10} {row['bytes'] / 1e9:10.3f} GB  "
                   f"util {100 * row['util']:5.1f}%  ({row['gbps']:g} GB/s)")
+    from .text import note
+
     for n in res.notes:
-        print(f"note: {n}")
+        print(note("note: ", n))
     print(f"simulated in {res.wall_s:.2f} s")
     if args.trace:
         print(f"trace: {args.trace}")

@@ -23,6 +23,11 @@ from typing import Any
 _MAX_TABLE_DEVICES = 120
 _MAX_MATRIX = 16
 
+#: the topology's links table: per link its effective bandwidth (what the model uses) and its line rate,
+#: both GB/s per direction, as `interlink topo --list` lists the catalog (line rate / effective)
+LINKS_TITLE = "links (GB/s per direction; effective: what the model uses, line: the link's line rate)"
+LINK_COLUMNS = ("#", "a", "b", "spec", "count", "effective GB/s", "line GB/s", "latency us")
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
@@ -78,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
         print("presets:")
         for name, p in PRESETS.items():
             row(f"  {name:<12} ", p.description)
-        print("links (GB/s per direction: line / effective, latency us):")
+        print("links (GB/s per direction: line rate / effective, the bandwidth the model uses; latency us):")
         for name, s in (catalog or CATALOG).items():
             row(f"  {name:<14} {s.line_gbps:>8.2f} / {s.effective_gbps:>7.2f}  {s.latency_us:>5.2f}  ", s.source)
         return 0
@@ -218,9 +223,9 @@ def _print(topo, notes: list[str], full: bool) -> None:
         for r in dev_rows:
             t.add_row(*r)
         con.print(t)
-        t = Table(title="links (GB/s per direction)", title_justify="left")
-        for c in ("#", "a", "b", "spec", "count", "GB/s", "line", "lat us"):
-            t.add_column(c, no_wrap=True, justify="right" if c in ("#", "count", "GB/s", "line", "lat us") else "left")
+        t = Table(title=LINKS_TITLE, title_justify="left")
+        for c in LINK_COLUMNS:
+            t.add_column(c, no_wrap=True, justify="left" if c in ("a", "b", "spec") else "right")
         for r in link_rows:
             t.add_row(*r)
         con.print(t)
@@ -233,7 +238,7 @@ def _print(topo, notes: list[str], full: bool) -> None:
         for n in notes:
             print(f"note: {n}")
         _plain("devices", ("id", "kind", "host", "name", "attrs"), dev_rows)
-        _plain("links (GB/s per direction)", ("#", "a", "b", "spec", "count", "GB/s", "line", "lat us"), link_rows)
+        _plain(LINKS_TITLE, LINK_COLUMNS, link_rows)
         if more:
             print(more)
     if labels:

@@ -173,6 +173,9 @@ def check_interfaces() -> list[Check]:
             mbit = int(speed) if speed is not None else -1
         except ValueError:
             mbit = -1
+        if n == "lo":  # the kernel reports the loopback's operstate as "unknown": it has no link to be up
+            rows.append("lo loopback (this host only)")
+            continue
         rows.append(f"{n} {state}" + (f" {mbit / 1000:g} Gb/s" if mbit > 0 else ""))
         if n != "lo" and state == "up" and mbit >= 10000:
             up_fast += 1
@@ -283,13 +286,19 @@ def run_checks(ranks: Optional[int] = None) -> list[Check]:
     return checks
 
 
-def report(checks: list[Check]) -> str:
+def report(checks: list[Check], width: int = 100) -> str:
+    """One line a check (status, name, what was found), its advice under it, wrapped to ``width`` columns."""
+    import textwrap
+
     w = max(len(c.name) for c in checks)
+    pad = " " * (4 + 2 + w + 2)
     lines = []
     for c in checks:
-        lines.append(f"{c.status.upper():4s}  {c.name:{w}s}  {c.detail}")
+        lines += textwrap.wrap(c.detail, width, initial_indent=f"{c.status.upper():4s}  {c.name:{w}s}  ",
+                               subsequent_indent=pad, break_long_words=False) or [f"{c.status.upper():4s}  {c.name}"]
         if c.advice:
-            lines.append(f"{'':4s}  {'':{w}s}  -> {c.advice}")
+            lines += textwrap.wrap(c.advice, width, initial_indent=pad + "-> ", subsequent_indent=pad + "   ",
+                                   break_long_words=False)
     n = {s: sum(c.status == s for c in checks) for s in ("pass", "warn", "fail")}
     lines.append(f"{n['pass']} pass, {n['warn']} warn, {n['fail']} fail")
     return "\n".join(lines)

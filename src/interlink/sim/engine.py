@@ -463,8 +463,11 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
         # GPUs running a protocol: its wire format (LL: half the bytes are flags) and its per-step cost
         prm = _gpu_params(protocol, params)
         eff = prm.efficiency(protocol.lower())
-        notes.append(f"protocol {protocol}: {eff:g} of each link's bandwidth carries data; each message holds "
-                     f"its sender's channel for NCCL's hop latency less the path's (Params.step_overhead_us)")
+        share = "all" if eff >= 1 else f"{eff:.0%}"
+        notes.append(f"protocol {protocol}: {share} of each link's bandwidth carries data"
+                     + ("" if eff >= 1 else " (the rest: the protocol's flags)")
+                     + f"; each message holds its sender's channel for NCCL's per-hop latency less the "
+                     f"path's own (Params.step_overhead_us)")
 
     phases: list[PhaseResult] = []
     link_bytes = np.zeros(table.cap.size)
@@ -721,9 +724,11 @@ def simulate_collective(collective: str, nbytes: int, topology: Topology | str, 
     if chose:
         res.notes = res.notes + (chose,)
     if params.get("channels", 1) > 1:
-        res.notes = res.notes + (f"{params['channels']} channels: one ring per NIC, channel c leaving every block "
-                                 f"(a host, or an NVLink domain spanning hosts) from local rank "
-                                 f"{params['exits']}[c]",)
+        exits = [int(e) for e in params["exits"]]
+        where = ("channel c from local rank c" if exits == list(range(len(exits))) else
+                 "channels 0, 1, ... from local ranks " + ", ".join(map(str, exits)))
+        res.notes = res.notes + (f"{params['channels']} channels: one ring per NIC; each leaves every block "
+                                 f"(a host, or an NVLink domain spanning hosts) through its own rank: {where}",)
     if res.nbytes != nbytes and collective != "barrier":
         res.notes = res.notes + (f"size rounded to {res.nbytes} bytes ({count} elements of {itemsize} bytes"
                                  f"{' per rank' if collective in PER_RANK_SPLIT else ''})",)
