@@ -411,3 +411,17 @@ def test_prose_lines_fit_100_columns(cmd, capsys):
     assert prose and all(len(ln) <= 100 for ln in prose), [ln for ln in prose if len(ln) > 100]
     if cmd[0] == "doctor":
         assert "lo unknown" not in out and "lo loopback" in out
+
+
+def test_sweep_progress_names_each_run_and_the_time_left(capsys):
+    """`simulate --sweep-nodes` says on stderr which run it is in (node count and algorithm), the time left
+    from the second node count on, and when it is done; the published rows line their sizes up."""
+    assert main(["simulate", "all_reduce", "--size", "1M", "--topology", "dgx-h100", "--sweep-nodes", "1,2,4"]) == 0
+    cap = capsys.readouterr()
+    err = [ln for ln in cap.err.splitlines() if ln.startswith("interlink simulate: [")]
+    assert len(err) == 3 * 4  # ring, tree, hierarchical, the model's choice at each node count
+    assert "[1/3] 1xdgx-h100: ring (1 of 4; " in err[0] and "left" not in err[0]
+    assert all("s left)" in ln for ln in err[4:])
+    assert "3 node counts x 4 runs in" in cap.err
+    pub = [ln for ln in cap.out.splitlines() if "GB/s  " in ln and ln.startswith("  ")]
+    assert pub and len({ln.index(" GB/s") for ln in pub}) == 1  # one column for every published row

@@ -29,7 +29,7 @@ import math
 import re
 import sys
 import time
-from typing import Any
+from typing import Optional, Any
 
 from .bench import parse_collective, parse_size
 from .predict import SIZE_EPILOG, _time, size_error
@@ -303,13 +303,27 @@ def _sweep(args: argparse.Namespace) -> int:
     kw = _kwargs(args)
     rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
+    done: list[tuple[int, float]] = []  # (nodes, seconds) of each node count simulated
+
+    def left(k: int, into: float) -> str:
+        """About how long the node counts from the k-th take, less ``into`` s already spent on the k-th: a
+        node count's time grows as a power (1/2 to 1) of the nodes, fitted to the last two (1/2 from one)."""
+        if not done:
+            return ""
+        (n1, t1), (n2, t2) = done[-2] if len(done) > 1 else done[-1], done[-1]
+        alpha = min(1.0, max(0.5, math.log(t2 / t1) / math.log(n2 / n1))) if n2 > n1 and t1 > 0 < t2 else 0.5
+        est = sum(t2 * (m / n2) ** alpha for m in nodes[k:]) - into
+        return f", about {max(0.0, est):.0f} s left"
     for k, n in enumerate(nodes):
         spec = f"{n}x{machine}" + (f":{opts}" if opts else "")
         row: dict[str, Any] = {"nodes": n, "topology": spec}
-        # progress on stderr (the larger node counts take most of the time: each doubles the ranks)
-        print(f"interlink simulate: [{k + 1}/{len(nodes)}] {spec}, {', '.join(algos)} "
-              f"({time.monotonic() - t0:.0f} s so far)", file=sys.stderr, flush=True)
-        for a in algos:
+        t_step = time.monotonic()
+        for j, a in enumerate(algos):
+            # progress on stderr, each run as it starts (the larger node counts take most of the time: a
+            # run's time grows about with the ranks, so what is left is estimated from the last node count's)
+            print(f"interlink simulate: [{k + 1}/{len(nodes)}] {spec}: {a} ({j + 1} of {len(algos)}; "
+                  f"{time.monotonic() - t0:.0f} s so far{left(k, time.monotonic() - t_step)})", file=sys.stderr,
+                  flush=True)
             try:
                 r = simulate_collective(args.collective, args.size, spec, algorithm=None if a == CHOICE else a, **kw)
             except (ValueError, MemoryError) as exc:
@@ -321,6 +335,9 @@ def _sweep(args: argparse.Namespace) -> int:
             if a == CHOICE:
                 row[a]["algorithm"] = r.algorithm
         rows.append(row)
+        done.append((n, time.monotonic() - t_step))
+    print(f"interlink simulate: {len(nodes)} node counts x {len(algos)} runs in {time.monotonic() - t0:.0f} s",
+          file=sys.stderr, flush=True)
     for a in algos:
         base = next((row[a]["busbw_gbps"] for row in rows if "busbw_gbps" in row.get(a, {})), None)
         for row in rows:
@@ -339,8 +356,11 @@ def _sweep(args: argparse.Namespace) -> int:
                           "options": opts, "algorithms": algos, "rows": rows, "published": published,
                           **({"plot": args.plot} if plotted else {})}, indent=2))
         return _plot_failed(plot_error)
-    print(f"# {args.collective} of {args.size} bytes on N x {machine}{':' + opts if opts else ''}: simulated busbw "
-          f"(GB/s) and scaling efficiency (busbw / busbw at {nodes[0]} node{'s' if nodes[0] > 1 else ''})")
+    from .text import note
+
+    print(note("# ", f"{args.collective} of {args.size} bytes on N x {machine}{':' + opts if opts else ''}: "
+                     f"simulated busbw (GB/s) and scaling efficiency (busbw / busbw at {nodes[0]} "
+                     f"node{'s' if nodes[0] > 1 else ''})"))
     head = f"{'nodes':>6} {'ranks':>7}" + "".join(f" {a + ' busbw':>18} {'eff':>6}" for a in algos)
     print(head)
     for row in rows:
@@ -359,7 +379,8 @@ def _sweep(args: argparse.Namespace) -> int:
         print(f"published nccl-tests figures on N x {machine} ({args.collective}; interlink.model.published):")
         for r in published:
             other = "" if r["nbytes"] == args.size else "  (another size: not plotted)"
-            print(f"  {r['id']:>7} {r['nodes']:>4} node{'s' if r['nodes'] > 1 else ' '} {r['nbytes'] / 2**30:g} GiB "
+            size = f"{r['nbytes'] / 2**30:g} GiB" if r["nbytes"] >= 2**30 else f"{r['nbytes'] / 2**20:g} MiB"
+            print(f"  {r['id']:>7} {r['nodes']:>4} node{'s' if r['nodes'] > 1 else ' '} {size:>8} "
                   f"{r['busbw_gbps']:>8.1f} GB/s  {r['algorithm']:<8} {r['source']}{other}")
     if plotted:
         print(f"plot: {args.plot}")
