@@ -54,3 +54,14 @@ def test_the_command_on_this_host(capsys):
         assert p["verdict"] in ("explained", "slower", "faster", "not priced")
         assert p["predicted_us"] and p["measured_us"] > 0
         assert (p["verdict"] == "explained") == (p["term"] == "")
+
+
+def test_the_table_has_units_and_the_sweep_reports_progress(capsys):
+    """The table's time columns say their unit (us a call), its lines fit 100 columns, and the command says on
+    stderr which collective it measures, k of n, with the time left from the second on."""
+    assert main(["doctor", "perf", "--ops", "all_reduce,broadcast", "-e", "4K", "-f", "32"]) == 0
+    cap = capsys.readouterr()
+    assert "measured us" in cap.out and "model us" in cap.out
+    assert all(len(ln) <= 100 for ln in cap.out.splitlines())
+    prog = [ln for ln in cap.err.splitlines() if ln.startswith("interlink doctor perf: [")]
+    assert len(prog) == 2 and "[1/2] all_reduce on 2 ranks" in prog[0] and "s left)" in prog[1]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 
@@ -111,7 +112,13 @@ def _perf(args: argparse.Namespace) -> int:
         cores = os.cpu_count() or 1
     results = []
     loads = []
-    for op in [o.strip() for o in args.ops.split(",") if o.strip()]:
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    t0 = time.monotonic()
+    for k, op in enumerate(ops):
+        # progress on stderr (each collective's sweep is an `interlink bench` run of its own: a few seconds)
+        left = f", about {(time.monotonic() - t0) / k * (len(ops) - k):.0f} s left" if k else ""
+        print(f"interlink doctor perf: [{k + 1}/{len(ops)}] {op} on {args.ranks} ranks, {args.minbytes} to "
+              f"{args.maxbytes} bytes ({time.monotonic() - t0:.0f} s so far{left})", file=sys.stderr, flush=True)
         before = perf.load_average()
         with tempfile.TemporaryDirectory(prefix="interlink-perf-") as d:
             out = os.path.join(d, "bench.json")
