@@ -5,6 +5,7 @@ prior by the kind of cause)."""
 from __future__ import annotations
 
 import json
+import os
 import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -167,3 +168,20 @@ def test_variants_change_the_link_specs_a_topology_file_carries():
     bw = {name: next(ln for ln in ncclt._topology(t, by[name]).links if ln.spec.kind == "nvlink").gbps
           for name in ("as specified", "NVLink at half rate")}
     assert bw["NVLink at half rate"] == bw["as specified"] / 2
+
+
+def test_a_log_without_rank_lines_says_what_it_guessed(capsys):
+    """nccl-tests output without its '# Rank' lines (a pasted table): the report says the cluster is a guess,
+    what the log did not show and what to pass; a best fit outside the model's error is flagged; every line
+    fits 100 columns."""
+    log = os.path.join(os.path.dirname(__file__), "data", "nccl_tests", "nccl340-2080ti-nvlink-bridge.log")
+    assert main(["doctor", "nccl-tests", log]) == 0
+    out = capsys.readouterr().out
+    assert "(guessed)" in out and "does not show the ranks and hosts or the GPU model" in out
+    assert "pass --topology SPEC" in out and "? ranks" not in out
+    assert "warning: no variant fits within the model's error" in out
+    assert all(len(ln) <= 100 for ln in out.splitlines())
+    topo = os.path.join(os.path.dirname(__file__), "data", "nccl_tests", "topo-2x2080ti-nvlink-bridge.json")
+    assert main(["doctor", "nccl-tests", log, "--topology", topo]) == 0
+    out = capsys.readouterr().out
+    assert "(guessed)" not in out and "warning" not in out and "1. NVLink at half rate: fit x1.0" in out

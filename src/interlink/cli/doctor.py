@@ -170,7 +170,7 @@ def _nccl_tests(args: argparse.Namespace) -> int:
                                             "latency_us": f.latency_us, "same_curve": f.same_as,
                                             "predicted": f.predicted} for f in fits]}, indent=1))
     else:
-        print(ncclt.report(log, spec, fits, args.top))
+        print(ncclt.report(log, spec, fits, args.top, guessed=topo is None))
     return 0
 
 

@@ -638,24 +638,53 @@ def names(fit_: Fit) -> list[str]:
     return [fit_.variant.name] + fit_.same_as
 
 
-def report(log: Log, spec: str, fits: list[Fit], top: int = 5) -> str:
+#: a best fit worse than this factor: no variant of the cluster explains the curve within the model's error
+POOR_FIT = 1.5
+
+
+def report(log: Log, spec: str, fits: list[Fit], top: int = 5, guessed: bool = False, width: int = 100) -> str:
+    """The measured busbw beside what the cluster allows, then the explanations, most likely first, wrapped to
+    ``width`` columns. ``guessed``: ``spec`` was guessed from the log (no --topology), which the header says,
+    with what the log did not show."""
+    import textwrap
+
+    def wrap(text: str, indent: str = "", more: str = "    ") -> list[str]:
+        return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=more, break_long_words=False,
+                             break_on_hyphens=False)
+
     base = next((f for f in fits if "as specified" in names(f)), None)
-    lines = [f"{log.collective}: {len(log.rows)} sizes, {log.nranks or '?'} ranks on {len(log.hosts) or '?'} host(s)"
-             + (f", {log.gpu}" if log.gpu else "") + f"; topology {spec}"]
+    who = (f"{log.nranks} ranks on {len(log.hosts) or '?'} host(s)" if log.nranks else "") + \
+        (f", {log.gpu}" if log.gpu else "")
+    lines = wrap(f"{log.collective}: {len(log.rows)} sizes" + (f", {who.lstrip(', ')}" if who else "")
+                 + f"; topology {spec}" + (" (guessed)" if guessed else ""), more="  ")
+    if guessed:
+        missing = [what for what, have in (("ranks and hosts", log.nranks), ("GPU model", log.gpu)) if not have]
+        lines += wrap(("the log does not show the " + " or the ".join(missing) + " (nccl-tests prints them in its "
+                       "'# Rank N ... on HOST device D [...] GPU' lines); " if missing else "")
+                      + f"{spec} is a guess: pass --topology SPEC with the cluster it ran on (e.g. dgx-h100, "
+                      f"2xdgx-h100, 'pcie-8gpu:gpus=2', a topology file)", "  ", "  ")
     if base is not None:
-        lines.append(f"{'bytes':>12s} {'measured':>9s} {'allowed':>9s}   busbw GB/s (out-of-place); allowed = what NCCL "
-                     f"runs on {spec}, priced by the model")
+        lines.append(f"{'bytes':>12s} {'measured':>9s} {'allowed':>9s}   busbw GB/s (out-of-place); allowed: what "
+                     f"NCCL runs")
+        lines += wrap(f"on {spec}, priced by the model", " " * 35, " " * 35)
         pb = {b: (bw, a) for b, _, bw, a in base.predicted}
         for r in log.rows:
             if r.nbytes in pb:
                 bw, a = pb[r.nbytes]
                 lines.append(f"{r.nbytes:>12d} {r.busbw:>9.2f} {bw:>9.2f}   {a}")
     n = len(informative(log.rows))
-    lines.append(f"explanations, most likely first (fit: rms of log(measured/predicted time) over the {n} sizes "
-                 f"the bandwidth shapes; score: {n}/2 ln(fit^2 + {SIGMA}^2) - log prior):")
+    lines += wrap(f"explanations, most likely first (fit: the typical factor between the measured and the "
+                  f"predicted times over the {n} sizes the bandwidth shapes, x1.00 a perfect fit; score: lower is "
+                  f"likelier, n/2 ln(fit^2 + {SIGMA}^2) - log prior):", more="  ")
     for i, f in enumerate(fits[:top], 1):
-        same = f" [same curve: {', '.join(f.same_as)}]" if f.same_as else ""
-        lines.append(f"{i}. {f.variant.name} (fit x{math.exp(f.error):.2f}, score {f.score:.1f}){same}: {f.variant.what}")
+        same = f" Same curve: {', '.join(f.same_as)}." if f.same_as else ""
+        what = f.variant.what[:1].upper() + f.variant.what[1:]
+        lines += wrap(f"{i}. {f.variant.name}: fit x{math.exp(f.error):.2f}, score {f.score:.1f}. {what}.{same}",
+                      more="   ")
+    if fits and math.exp(fits[0].error) > POOR_FIT:
+        lines += wrap(f"warning: no variant fits within the model's error (the best is x{math.exp(fits[0].error):.2f} "
+                      f"off): the run's cluster is not {spec} as modelled, or its cause is not among the variants"
+                      + ("; pass --topology" if guessed else ""))
     return "\n".join(lines)
 
 
