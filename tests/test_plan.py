@@ -402,3 +402,21 @@ def test_sweep_names_a_count_where_no_layout_fits():
 
     rows = sweep("llama3-70b", [8], "dgx-h100", global_batch=1024)
     assert len(rows) == 1 and "fits the GPUs' memory" in rows[0]["error"], rows
+
+
+def test_when_nothing_fits_the_advice_says_what_was_tried(capsys) -> None:
+    """A model too large for its GPUs: the search tried ZeRO-3 and full recomputation, so the advice does not
+    offer them; it names the least memory a layout needs against the GPU's; a flag that rules one out is
+    named. The header's time is the clock of the progress lines (one clock)."""
+    assert main(["plan", "--model", "llama3-405b", "--topology", "dgx-h100", "--gpus", "8"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "recomputation or ZeRO-3" not in out
+    assert "every layout was tried with ZeRO-3 and full recomputation" in out
+    assert "against the GPU's 80 GiB" in out and "the least any needs is" in out
+    assert "since the command started (the clock of its progress lines)" in out
+    assert main(["plan", "--model", "llama3-405b", "--topology", "dgx-h100", "--gpus", "8", "--zero", "1"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--zero 1 rules out ZeRO-3, which may fit" in out and "tried with full recomputation" in out
+    assert main(["plan", "--model", "llama3-405b", "--topology", "dgx-h100", "--sweep-gpus", "8", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert "every layout was tried with ZeRO-3 and full recomputation" in row["error"]

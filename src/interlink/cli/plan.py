@@ -107,6 +107,10 @@ class _Progress:
         self.last = 0.0
         self.quiet = quiet
 
+    def elapsed(self) -> float:
+        """Seconds since the command started: the one clock of its progress lines and its header."""
+        return time.perf_counter() - self.t0
+
     def __call__(self, msg: str) -> None:
         now = time.perf_counter() - self.t0
         if self.quiet or now < 2.0 or now - self.last < 1.0:
@@ -166,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
             n = gpus or ctx.topo.nranks
             res = search(model, n, ctx, global_batch=gb or _default_batch(model, n), dtype=args.dtype, top=args.top,
                          progress=prog, fixed=_fixed(args), **_space(args))
-            return _print_search(args, res)
+            return _print_search(args, res, prog.elapsed())
         tp, pp, cp, ep = given.get("tp", 1), given.get("pp", 1), given.get("cp", 1), given.get("ep", 1)
         Layout(tp=tp, pp=pp, cp=cp).check(model)  # the model's divisibility first: its message names the flag
         if "dp" in given:
@@ -326,16 +330,19 @@ def _print_plan(args: argparse.Namespace, r: Any) -> int:
     return 0
 
 
-def _print_search(args: argparse.Namespace, res: Any) -> int:
+def _print_search(args: argparse.Namespace, res: Any, elapsed: float) -> int:
     if args.json:
         print(json.dumps(res.to_dict(), indent=2))
         return 0 if res.ranked else 1
     o = sys.stdout
-    o.write(f"# interlink plan: {res.model.name or res.model.spec()} on {res.gpus} GPUs of {res.topology}: "
-            f"{res.considered} layouts, {res.not_fitting} do not fit, {res.priced} priced in full, "
-            f"{res.seconds:.1f} s\n")
+    from .text import note
+
+    o.write(note("# interlink plan: ", f"{res.model.name or res.model.spec()} on {res.gpus} GPUs of {res.topology}: "
+                                       f"{res.considered} layouts, {res.not_fitting} do not fit, {res.priced} priced "
+                                       f"in full; {elapsed:.1f} s since the command started (the clock of its "
+                                       f"progress lines)") + "\n")
     if not res.ranked:
-        o.write("no layout fits the GPUs' memory: add GPUs, recomputation or ZeRO-3\n")
+        o.write(note("", res.no_fit(_fixed(args))) + "\n")
         return 1
     o.write(f"# {'rank':>4} {'layout':<44} {'step':>10} {'MFU':>6} {'TFLOPS':>7} {'GiB':>6}\n")
     for i, p in enumerate(res.ranked, 1):
@@ -374,7 +381,9 @@ def _sweep_table(args: argparse.Namespace, model: Any, rows: list[dict]) -> None
     prev = None
     for r in rows:
         if "error" in r:
-            o.write(f"  {r['gpus']:>6} {r['error']}\n")
+            from .text import note
+
+            o.write(note(f"  {r['gpus']:>6} ", r["error"]) + "\n")
             continue
         o.write(f"  {r['gpus']:>6} {r['layout']:<44} {_fmt_s(r['step_s']):>10} {r['tokens_per_s']:12,.0f} "
                 f"{r['mfu']:6.1%} {r['efficiency']:9.1%}\n")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 from .comm import Priced
 from .job import Model, PlanError, parse_model
@@ -102,6 +102,22 @@ class SearchResult:
     priced: int                       # layouts whose collectives were priced
     seconds: float
     why: list[str] = field(default_factory=list)
+    #: the layout that needs the least memory a GPU of those considered, and that memory (GiB), and the GPU's
+    least: Optional[StepPlan] = None
+    gpu_memory_gib: float = 0.0
+
+    def no_fit(self, fixed: Optional[dict] = None) -> str:
+        """Why nothing fits and what to change: the least a GPU needs against what it has, and which of
+        ZeRO-3 and full recomputation the search tried (a degree fixed by a flag narrows it)."""
+        fixed = fixed or {}
+        need = f" (the least any needs is {self.least.memory_gib['total']:.1f} GiB a GPU, with " \
+               f"{self.least.layout.short()}, against the GPU's {self.gpu_memory_gib:g} GiB)" if self.least else ""
+        kinds = (("zero", 3, "ZeRO-3"), ("recompute", "full", "full recomputation"))
+        tried = [what for key, val, what in kinds if fixed.get(key, val) == val]
+        ruled = [f"--{key} {fixed[key]} rules out {what}" for key, val, what in kinds if fixed.get(key, val) != val]
+        return (f"none of the {self.considered} layouts fits the GPUs' memory{need}: add GPUs (or take GPUs with "
+                f"more memory)" + (f"; every layout was tried with {' and '.join(tried)}" if tried else "")
+                + (f"; {' and '.join(ruled)}, which may fit" if ruled else ""))
 
     @property
     def best(self) -> StepPlan:
@@ -131,9 +147,12 @@ def search(model: Model | str, gpus: int, topology: str | Context, *, global_bat
     free = Context(ctx.topo, ctx.gpu, _FreePricer(ctx.pricer))  # type: ignore[arg-type]
     bounds: list[tuple[float, Layout, StepPlan]] = []
     not_fit = 0
+    least: Optional[StepPlan] = None
     last = time.perf_counter()
     for i, lay in enumerate(cands):
         p = plan_step(model, lay, free)
+        if least is None or p.memory_gib["total"] < least.memory_gib["total"]:
+            least = p
         if not p.fits:
             not_fit += 1
             continue
@@ -153,11 +172,12 @@ def search(model: Model | str, gpus: int, topology: str | Context, *, global_bat
         best.sort(key=lambda p: p.step_s)
         if progress is not None and time.perf_counter() - last > 2.0:
             last = time.perf_counter()
-            progress(f"priced {priced} layouts (of {len(bounds)} that fit); best {best[0].step_s:.3f} s/step "
+            progress(f"priced {priced} layouts in full (of the {len(bounds)} that fit, fastest bound first: it "
+                     f"stops at the first that cannot beat the top {top}); best {best[0].step_s:.3f} s/step "
                      f"({best[0].layout.short()})")
     ranked = best[:top]
     res = SearchResult(model, gpus, ctx.topo.name, ranked, len(cands), not_fit, priced,
-                       time.perf_counter() - t0)
+                       time.perf_counter() - t0, least=least, gpu_memory_gib=float(ctx.gpu.memory_gib))
     res.why = explain(ranked)
     return res
 
@@ -195,8 +215,7 @@ def sweep(model: Model | str, counts: Iterable[int], machine: str, *, global_bat
             rows.append({"gpus": n, "error": str(exc)})
             continue
         if not r.ranked:
-            rows.append({"gpus": n, "topology": spec, "error": f"none of the {r.considered} layouts fits the GPUs' "
-                         "memory: add GPUs, recomputation or ZeRO-3"})
+            rows.append({"gpus": n, "topology": spec, "error": r.no_fit(space.get("fixed"))})
             continue
         p = r.best
         tps = p.tokens_per_s
