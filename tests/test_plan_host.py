@@ -289,8 +289,14 @@ def test_calibrate_with_processes_at_once() -> None:
     from interlink.plan.host import calibrate
 
     tiny = "layers=1,hidden=32,heads=2,seq=8,vocab=64"
-    hc = calibrate(parse_model(tiny), 1, ranks=(2,), concurrent=2, reps=1)
+    said: list[str] = []
+    hc = calibrate(parse_model(tiny), 1, ranks=(2,), concurrent=2, reps=1, progress=said.append)
     assert hc.has(parse_model(tiny), 1, 2) and not hc.has(parse_model(tiny), 1)
+    # the first measuring process's progress reaches the caller: every GEMM, k of n, with the time left from
+    # the second on
+    gemms = [m for m in said if m.startswith("GEMM ")]
+    assert len(gemms) == len(gemm_shapes(parse_model(tiny), 1)) and "(1 of " in gemms[0]
+    assert all("s more)" in m for m in gemms[1:])
     assert hc.meta["concurrent"] == [2]
     p = plan_host(tiny, 2, micro_batch=1, compute=hc, cores=2, measure=False)
     assert p.step_s > 0 and p.stage["concurrent"] == 2 and p.stage["dispatch_s"] > 0
@@ -398,3 +404,22 @@ def test_measure_calls_on_two_ranks() -> None:
     # through torch costs more than interlink's own call (sum over the three: robust to one noisy figure)
     assert sum(call_cost(hc, "interlink", c, 2, 2, None) for c in CALL_COLLECTIVES) > 0
     assert HostCompute.from_dict(hc.to_dict()).calls == got
+
+
+def test_a_plan_that_must_measure_first_says_so_with_an_estimate(tmp_path, monkeypatch, capsys) -> None:
+    """`interlink plan --topology this` of a model whose rates are not stored says on stderr, before measuring,
+    what it measures, how many weight GEMMs and about how long they take, and where it keeps the rates;
+    nothing when they are stored."""
+    from interlink.cli.plan import _say_measuring
+
+    monkeypatch.setenv("INTERLINK_HOST_COMPUTE", str(tmp_path / "none.json"))
+    big = parse_model("layers=24,hidden=2048,heads=16,seq=2048,vocab=50257")
+    _say_measuring(big, 1, 2, False)
+    err = " ".join(capsys.readouterr().err.split())
+    assert "measuring this host's compute at the model's shapes first" in err
+    assert f"{len(gemm_shapes(big, 1))} weight GEMMs, about" in err and "GFLOP/s a core" in err
+    assert str(tmp_path / "none.json") in err
+    monkeypatch.setenv("INTERLINK_HOST_COMPUTE", str(tmp_path / "fixed.json"))
+    (tmp_path / "fixed.json").write_text(json.dumps(fixed(SMALL, 4).to_dict()))
+    _say_measuring(parse_model(SMALL), 4, 2, False)
+    assert capsys.readouterr().err == ""

@@ -211,6 +211,55 @@ def _cpu_host() -> bool:
     return not any(d.kind == "gpu" for d in resolve_topology("this").devices)
 
 
+from .text import note  # noqa: E402
+
+
+def _gemm_rate() -> tuple[float, str]:
+    """GFLOP/s of one torch thread on a 512 x 512 x 512 GEMM (a few ms), or a guess without torch."""
+    try:
+        import torch
+    except ImportError:
+        return 20.0, "a guess"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, w = torch.randn(512, 512), torch.randn(512, 512)
+        a.mm(w)
+        t0 = time.perf_counter()
+        for _ in range(5):
+            a.mm(w)
+        return 5 * 2.0 * 512 ** 3 / (time.perf_counter() - t0) / 1e9, "a 512^3 GEMM timed now"
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _say_measuring(model: Any, mb: int, ranks: int, recalibrate: bool) -> None:
+    """Before this host's compute is measured at a model's shapes (the first plan of a model, or
+    --recalibrate): say so on stderr, with an estimate of how long its weight GEMMs take (their FLOPs at the
+    rate of the GEMMs stored for other models, else 20 GFLOP/s a core), so a billion-parameter model's
+    minutes are expected."""
+    import statistics
+
+    from ..plan.host import LONG_KERNEL_S, compute_path, concurrency, gemm_shapes, host_cores, load_compute
+
+    cores = host_cores()
+    P = concurrency(ranks, cores)
+    hc = None if recalibrate else load_compute()
+    if hc is not None and hc.has(model, mb, P):
+        return
+    stored = [g["forward_gflops"] for g in (load_compute() or hc or type("E", (), {"gemm": {}})()).gemm.values()]
+    rate, how = (statistics.median(stored), "the GEMMs measured before") if stored else _gemm_rate()
+    est = 0.0
+    for M, K, N, _ in gemm_shapes(model, mb):
+        one = 6.0 * M * K * N / (rate * 1e9)  # forward and backward
+        est += one * (1 + (3 if one / 3 > LONG_KERNEL_S else 7))  # a warm-up call, then the timed ones
+    print(note("interlink plan: ", f"measuring this host's compute at the model's shapes first ({P} process"
+                                   f"{'es' if P > 1 else ''} at once): {len(gemm_shapes(model, mb))} weight GEMMs, "
+                                   f"about {est:.0f} s at {rate:.0f} GFLOP/s a core ({how}), then attention, "
+                                   f"the other kernels and DDP's and FSDP2's own work; kept in {compute_path()} "
+                                   f"for the next plan of this model"), file=sys.stderr, flush=True)
+
+
 def _run_host(args: argparse.Namespace, model: Any, given: dict, gb: int, prog: Any) -> int:
     """``--topology this`` on a machine without GPUs: DDP or FSDP2 on CPU ranks of this host."""
     from ..plan import PlanError
@@ -235,6 +284,7 @@ def _run_host(args: argparse.Namespace, model: Any, given: dict, gb: int, prog: 
     if gb and gb != ranks * mb:
         raise PlanError(f"--global-batch {gb} on this host must be ranks {ranks} x --micro-batch {mb} = {ranks * mb} "
                         f"(no gradient accumulation): drop --global-batch")
+    _say_measuring(model, mb, ranks, args.recalibrate)
     hc = host_compute(model, mb, ranks=(ranks,), recalibrate=args.recalibrate, progress=prog)
     result = plan_host(model, ranks, system="ddp" if zero == 0 else "fsdp", backend=args.backend, micro_batch=mb,
                        bucket_mb=args.bucket_mb, compute=hc)

@@ -75,6 +75,11 @@ FIRST_BUCKET = 1 << 20
 DISPATCH_CHAIN = 256
 
 
+#: a kernel whose first call takes longer than this is timed 3 times (the median), not ``reps`` times: a
+#: billion-parameter model's weight GEMMs take seconds each on a CPU core, and their spread is small
+LONG_KERNEL_S = 1.0
+
+
 def host_cores() -> int:
     """The cores this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` where there is none)."""
     try:
@@ -399,24 +404,33 @@ def _measure(model: Model, b: int, reps: int, fw_ranks: tuple[int, ...], sync: C
     copy: dict[str, float] = {}
 
     def med(fn: Callable[[], Any]) -> float:
+        t0 = time.thread_time()
         fn()
+        # a kernel that takes over a second (a billion-parameter model's GEMMs): the median of 3, not of reps
+        n = reps if time.thread_time() - t0 < LONG_KERNEL_S else min(reps, 3)
         sync()
         ts = []
-        for _ in range(reps):
+        for _ in range(n):
             t0 = time.thread_time()
             fn()
             ts.append(time.thread_time() - t0)
         ts.sort()
         return ts[len(ts) // 2]
 
-    for M, K, N, _ in gemm_shapes(model, b) if rates else ():
+    shapes = gemm_shapes(model, b) if rates else []
+    flops = [6.0 * M * K * N for M, K, N, _ in shapes]  # forward 2MKN, backward 4MKN
+    t_start, done = time.monotonic(), 0.0
+    for i, (M, K, N, _) in enumerate(shapes):
         if progress:
-            progress(f"GEMM {M}x{K}x{N}")
+            # what is left at the rate of the GEMMs timed so far (each shape: a warm-up and its timings)
+            left = "" if not done else f", the GEMMs about {(time.monotonic() - t_start) / done * sum(flops[i:]):.0f} s more"
+            progress(f"GEMM {M}x{K}x{N} ({i + 1} of {len(shapes)}{left})")
         x, w, bias, g = torch.randn(M, K), torch.randn(N, K), torch.randn(N), torch.randn(M, N)
         fl = 2.0 * M * K * N
         tf = med(lambda: torch.addmm(bias, x, w.t()))  # nn.Linear's forward
         tb = med(lambda: (g.mm(w), g.t().mm(x), g.sum(0)))  # its backward: dX, dW, the bias's gradient
         gemm[_key(M, K, N)] = {"forward_gflops": fl / tf / 1e9, "backward_gflops": 2 * fl / tb / 1e9}
+        done += flops[i]
     ks = kernel_shapes(model, b)
     for name, (make, fn) in (kernel_fns(model, b) if rates else {}).items():
         # forward (recording for autograd, as in training), and forward + backward: the difference
@@ -465,10 +479,12 @@ def copy_sizes(model: Model) -> list[int]:
 
 
 def _measure_worker(model: Model, b: int, reps: int, fw_ranks: tuple[int, ...], rates: bool, barrier: Any,
-                    q: Any) -> None:
-    """One of the processes :func:`calibrate` starts to measure with several at once."""
+                    q: Any, first: bool = False) -> None:
+    """One of the processes :func:`calibrate` starts to measure with several at once; the ``first`` sends its
+    progress to the parent."""
     try:
-        q.put(("ok", _measure(model, b, reps, fw_ranks, lambda: barrier.wait(600), None, rates)))
+        say = (lambda msg: q.put(("progress", msg))) if first else None
+        q.put(("ok", _measure(model, b, reps, fw_ranks, lambda: barrier.wait(600), say, rates)))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
         barrier.abort()
         q.put(("error", f"{type(e).__name__}: {e}"))
@@ -502,8 +518,8 @@ def calibrate(model: Model, b: int, into: Optional[HostCompute] = None, *, reps:
             progress(f"the rates with {P} processes measuring at once (the ranks sharing this host)")
         ctx = mp.get_context("spawn")
         q, barrier = ctx.Queue(), ctx.Barrier(P)
-        procs = [ctx.Process(target=_measure_worker, args=(model, b, reps, fw_ranks, rates, barrier, q), daemon=True)
-                 for _ in range(P)]
+        procs = [ctx.Process(target=_measure_worker, args=(model, b, reps, fw_ranks, rates, barrier, q, i == 0),
+                             daemon=True) for i in range(P)]
         for p in procs:
             p.start()
         res: list[tuple[str, Any]] = []
@@ -513,7 +529,12 @@ def calibrate(model: Model, b: int, into: Optional[HostCompute] = None, *, reps:
             deadline = time.monotonic() + 1800
             while len(res) < P:
                 try:
-                    res.append(q.get(timeout=1.0))
+                    got1 = q.get(timeout=1.0)
+                    if got1[0] == "progress":  # the first process's progress, relayed
+                        if progress:
+                            progress(got1[1])
+                        continue
+                    res.append(got1)
                 except queue.Empty:
                     dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
                     if dead or time.monotonic() > deadline:
