@@ -85,6 +85,9 @@ DEFAULT_GROUPS = "0,1;1,2,3;0,2"
 GUARD = 5  # elements each side of a slice buffer
 SYNC, P2P, ASYNC = "sync", "p2p", "async"
 
+#: seconds between two progress lines of a running world (run_segment)
+PROGRESS_S = 10.0
+
 
 def have_bfloat16() -> bool:
     try:
@@ -825,9 +828,10 @@ class Segment:
 
 
 def run_segment(cfg: Cfg, transport: str, steps: list, init_timeout: float = 180.0,
-                hang_s: Optional[float] = None, faults: tuple = ()) -> Segment:
+                hang_s: Optional[float] = None, faults: tuple = (), log: Any = None) -> Segment:
     """One world of cfg.world ranks runs the given steps (``faults``: the steps in which a rank dies, the
-    survivors shrinking). Returns what every rank reported."""
+    survivors shrinking). Returns what every rank reported; ``log`` gets a progress line every
+    PROGRESS_S seconds (the step the slowest rank is at, the time left at the pace so far)."""
     ctx = mp.get_context("spawn")
     env: dict = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
                  "INTERLINK_SECRET": secrets.token_hex(16),
@@ -873,6 +877,7 @@ def run_segment(cfg: Cfg, transport: str, steps: list, init_timeout: float = 180
         last = list(progress)
         last_change = time.monotonic()
         grace = None
+        said = t_run
 
         def record(kind: str, rank: int, val: Any, st: Any) -> None:
             """One rank's report: its statistics when done, its failure (and statistics so far) when not."""
@@ -896,6 +901,13 @@ def run_segment(cfg: Cfg, transport: str, steps: list, init_timeout: float = 180
             cur = list(progress)
             if cur != last:
                 last, last_change = cur, now
+            if log is not None and now - said >= PROGRESS_S:
+                said = now
+                at = min(cur)
+                done_n = sum(1 for i in steps if i < at)
+                left = f", about {(now - t_run) / done_n * (len(steps) - done_n):.0f} s left" if done_n else ""
+                log(f"#   {transport}: at step {at} ({done_n} of {len(steps)} steps done by every rank, "
+                    f"{now - t_run:.0f} s{left})")
             dead = [r for r, pr in enumerate(procs)
                     if pr.exitcode is not None and r not in stats and r not in fails and r not in killed]
             if dead:
@@ -968,8 +980,10 @@ def run_transport(cfg: Cfg, transport: str, steps: list, max_restarts: int, log:
     corrupted = 0
     thresholds: dict = {}
     while todo:
-        log(f"# {transport}: {cfg.world} ranks, steps {todo[0]}..{todo[-1]} ({sum(ncalls[i] for i in todo)} calls)")
-        seg = run_segment(cfg, transport, todo)
+        log(f"# {transport}: {cfg.world} ranks, steps {todo[0]}..{todo[-1]} of the seeded sequence "
+            f"({sum(ncalls[i] for i in todo)} calls)\n#   (a step: one collective, a send/recv pair or a batch of "
+            f"async calls)")
+        seg = run_segment(cfg, transport, todo, log=log)
         thresholds = seg.thresholds or thresholds
         loop_s += seg.loop_s
         for r, st in seg.stats.items():
@@ -1076,7 +1090,7 @@ def run_transport_faults(cfg: Cfg, transport: str, steps: list, max_restarts: in
     for chunk, fl in chunks:
         log(f"# {transport}: {cfg.world} ranks, steps {chunk[0]}..{chunk[-1]} "
             f"({sum(ncalls[i] for i in chunk)} calls), a rank lost at steps {fl}")
-        seg = run_segment(cfg, transport, chunk, faults=tuple(fl))
+        seg = run_segment(cfg, transport, chunk, faults=tuple(fl), log=log)
         thresholds = seg.thresholds or thresholds
         loop_s += seg.loop_s
         killed += len(seg.killed)
@@ -1192,6 +1206,8 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--replay", default=None, help="run only these step indices (comma-separated)")
     ap.add_argument("--faults", type=int, default=0, help="SIGKILL a rank every this many calls and shrink (0: never)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--progress", type=float, default=PROGRESS_S, metavar="S",
+                    help=f"seconds between two progress lines of a running world on stderr (default {PROGRESS_S:g})")
     ap.add_argument("--corrupt", type=int, nargs="?", const=0, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--fault", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--hang-after", type=float, default=None, help=argparse.SUPPRESS)
@@ -1204,6 +1220,7 @@ def main(argv: Optional[list] = None) -> int:
         if all(0 <= x < W for x in g) and len(set(g)) == len(g):
             groups.append(g)
     dtypes = a.dtypes.split(",") if a.dtypes else list(BASE_DTYPES) + (["bfloat16"] if have_bfloat16() else [])
+    globals()["PROGRESS_S"] = a.progress  # run_segment's pace of progress lines
     cfg = Cfg(a.seed, W, groups, dtypes, a.max_elems, a.call_timeout, a.corrupt, a.fault, a.hang_after, a.faults)
     if a.replay:
         steps = sorted({int(x) for x in a.replay.split(",")})

@@ -36,6 +36,16 @@ def test_short_soak_has_no_wrong_result(tmp_path) -> None:
     assert "send/recv" in mix and "isend/irecv" in mix
 
 
+def test_the_soak_reports_its_progress(tmp_path) -> None:
+    """Each world says which steps it runs and what a step is, then where its slowest rank is every --progress
+    seconds, with the time left."""
+    proc, res = _soak(tmp_path, "--progress", "0.2", "--calls", "400")
+    assert proc.returncode == 0 and res["ok"] is True
+    assert "(a step: one collective, a send/recv pair or a batch of async calls)" in proc.stderr
+    at = [ln for ln in proc.stderr.splitlines() if ln.startswith("#   shm: at step ")]
+    assert at and "steps done by every rank" in at[-1]
+
+
 def test_a_corrupted_result_is_reported_wrong(tmp_path) -> None:
     proc, res = _soak(tmp_path, "--corrupt", "3")
     assert proc.returncode != 0
