@@ -26,6 +26,8 @@ import sys
 import time
 from typing import Any
 
+from .text import note
+
 _DEGREES = ("tp", "pp", "dp", "cp", "ep")
 #: one layout's plan plays concurrent groups in the simulator up to this many GPUs (about a second more)
 CONTENTION_MAX_GPUS = 8192
@@ -211,9 +213,6 @@ def _cpu_host() -> bool:
     return not any(d.kind == "gpu" for d in resolve_topology("this").devices)
 
 
-from .text import note  # noqa: E402
-
-
 def _gemm_rate() -> tuple[float, str]:
     """GFLOP/s of one torch thread on a 512 x 512 x 512 GEMM (a few ms), or a guess without torch."""
     try:
@@ -293,8 +292,9 @@ def _run_host(args: argparse.Namespace, model: Any, given: dict, gb: int, prog: 
         return 0
     o = sys.stdout
     st = result.stage
-    o.write(f"# interlink plan: {model.name or model.spec()} ({model.params() / 1e6:.1f}M parameters), "
-            f"{'DDP' if zero == 0 else 'FSDP2'} over {args.backend} on {ranks} CPU ranks of {result.topology}\n")
+    o.write(note("# interlink plan: ", f"{model.name or model.spec()} ({model.params() / 1e6:.1f}M parameters), "
+                                       f"{'DDP' if zero == 0 else 'FSDP2'} over {args.backend} on {ranks} CPU ranks "
+                                       f"of {result.topology}") + "\n")
     o.write(f"step          {_fmt_s(result.step_s)}  (micro-batch {mb} a rank, fp32, AdamW)\n")
     o.write(f"tokens/s      {result.tokens_per_s:,.0f}\n")
     o.write(f"GFLOPS/rank   {result.tflops_per_gpu * 1e3:.1f} (model FLOPs)\n")
@@ -315,8 +315,6 @@ def _run_host(args: argparse.Namespace, model: Any, given: dict, gb: int, prog: 
     for c in result.collectives:
         o.write(f"  {c['collective']:<15} {c['bytes']:>12,} {c['algorithm']:<14} {c['protocol']:<12} "
                 f"{_fmt_s(c['time_us'] * 1e-6):>11} {c['per_step']:6.0f} {_fmt_s(c['exposed_s']):>10}\n")
-    from .text import note
-
     for n in result.notes:
         o.write(note("# note: ", n) + "\n")
     return 0
@@ -371,8 +369,6 @@ def _print_plan(args: argparse.Namespace, r: Any) -> int:
         o.write(f"  {c['kind']:<5} {c['collective']:<15} {c['ranks']:>6} {c['bytes']:>12,} "
                 f"{c['algorithm'] + '/' + c['protocol']:<12} {_fmt_s(c['time_us'] * 1e-6):>11} "
                 f"{c['busbw_gbps']:7.1f} {c['per_step']:8.0f} {_fmt_s(c['exposed_s']):>10}\n")
-    from .text import note
-
     for n in r.notes:
         o.write(note("# note: ", n) + "\n")
     if args.trace:
@@ -385,8 +381,6 @@ def _print_search(args: argparse.Namespace, res: Any, elapsed: float) -> int:
         print(json.dumps(res.to_dict(), indent=2))
         return 0 if res.ranked else 1
     o = sys.stdout
-    from .text import note
-
     o.write(note("# interlink plan: ", f"{res.model.name or res.model.spec()} on {res.gpus} GPUs of {res.topology}: "
                                        f"{res.considered} layouts, {res.not_fitting} do not fit, {res.priced} priced "
                                        f"in full; {elapsed:.1f} s since the command started (the clock of its "
@@ -431,8 +425,6 @@ def _sweep_table(args: argparse.Namespace, model: Any, rows: list[dict]) -> None
     prev = None
     for r in rows:
         if "error" in r:
-            from .text import note
-
             o.write(note(f"  {r['gpus']:>6} ", r["error"]) + "\n")
             continue
         o.write(f"  {r['gpus']:>6} {r['layout']:<44} {_fmt_s(r['step_s']):>10} {r['tokens_per_s']:12,.0f} "
