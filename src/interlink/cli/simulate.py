@@ -29,7 +29,7 @@ import math
 import re
 import sys
 import time
-from typing import Optional, Any
+from typing import Any
 
 from .bench import parse_collective, parse_size
 from .predict import SIZE_EPILOG, _time, size_error

@@ -466,8 +466,8 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
         share = "all" if eff >= 1 else f"{eff:.0%}"
         notes.append(f"protocol {protocol}: {share} of each link's bandwidth carries data"
                      + ("" if eff >= 1 else " (the rest: the protocol's flags)")
-                     + f"; each message holds its sender's channel for NCCL's per-hop latency less the "
-                     f"path's own (Params.step_overhead_us)")
+                     + "; each message holds its sender's channel for NCCL's per-hop latency less the "
+                     "path's own (Params.step_overhead_us)")
 
     phases: list[PhaseResult] = []
     link_bytes = np.zeros(table.cap.size)
