@@ -1,6 +1,6 @@
 """The cost model: published figures, alpha-beta sanity, choices, parameters, tuner, calibration fit, CLI.
 
-Published figures: docs/reference.md section 5 (busbw, nccl-tests definitions, large sizes),
+Published figures: docs/reference.md, 'Published measurements the model is checked against' (busbw, nccl-tests definitions, large sizes),
 checked within 15%.
 """
 
@@ -195,7 +195,7 @@ def test_every_algorithm_is_priced_from_its_traffic_at_any_rank_count() -> None:
             assert algo in ("direct", "twoshot", "pairwise"), (coll, algo)
 
 
-# where the closed forms of docs/reference.md section 3 describe the Schedule: one NVLink domain (every
+# where the closed forms of docs/reference.md, 'Algorithm costs' describe the Schedule: one NVLink domain (every
 # path alike) and one CPU host (1 GiB: the forms count one per-message cost per round, the host model one
 # per message); across GPU hosts only the ring and hierarchical rows model the hosts (the others charge
 # every round at the network's rate; across CPU hosts the forms ignore the NIC a host's ranks share, off by

@@ -1,7 +1,7 @@
 """The model and the simulator against published nccl-tests figures (busbw, GB/s) of real systems.
 
 The rows and their sources live in interlink.model.published (the sweep plot draws them too);
-docs/reference.md section 5 and benchmarks/RESULTS.md ("Predict and simulate against published figures") discuss them.
+docs/reference.md, 'Published measurements the model is checked against' and benchmarks/RESULTS.md ("Predict and simulate against published figures") discuss them.
 Target (the Schedule issue): predict and simulate within 15% of the published figure. Rows the project
 cannot reach yet are strict xfails with the reason: when a change fixes one, the test says so.
 """

@@ -2,7 +2,7 @@
 (shared memory, TCP) -> host -> device.
 
 This is issue 8's *staged* baseline (NADDOD, "GPU Communication Technology Accelerating AI Development",
-Jan 2024; docs/reference.md section 1: without GPUDirect, data is staged through pinned host memory, two
+Jan 2024; docs/reference.md, 'Links': without GPUDirect, data is staged through pinned host memory, two
 copies). Device arrays of ranks on one host take the cuda-ipc path instead from a size on
 (runtime/device_exec.py, transport/cuda_ipc.py, docs/devices.md); NCCL is not built yet.
 

@@ -1,4 +1,4 @@
-"""The closed-form costs of ``docs/reference.md`` section 3: a test oracle, never used for pricing.
+"""The closed-form costs of ``docs/reference.md``, 'Algorithm costs': a test oracle, never used for pricing.
 
 :func:`interlink.model.cost.predict` prices every algorithm from its Schedule's traffic (a vectorised generator
 at any rank count). These formulas (alpha x rounds + beta x bytes + gamma x bytes reduced, with rank 0's paths
@@ -26,7 +26,7 @@ def closed_form(collective: str, algorithm: str, nbytes: int, topology: Topology
                 dtype: Any = "float32", params: Params | None = None, transport: str | None = None) -> Estimate | None:
     """The closed-form time of (collective, algorithm) for nccl-tests' size ``nbytes`` on ``topology``, with
     the channels and local size :func:`~interlink.model.cost.predict` would give the Schedule; None where
-    section 3 has no row for the algorithm."""
+    'Algorithm costs' has no row for the algorithm."""
     topo = resolve_topology(topology)
     topo = fit_ranks(topo, topo.nranks)
     info = _info(topo)
@@ -122,4 +122,4 @@ def closed_form_estimate(collective: str, algorithm: str, p: int, count: int, it
     lat = base + lat_rounds
     return Estimate(lat + (tb + tg) * 1e6, lat, tb * 1e6, tg * 1e6, 0, protocol,
                     channels if ring_like else 1, "gpu" if gpu else "cpu",
-                    ("closed form (docs/reference.md section 3)",))
+                    ("closed form (docs/reference.md, 'Algorithm costs')",))

@@ -43,7 +43,7 @@ rates (``host.page.*``: the pseudo-transport :data:`PAGE`), where the runtime wo
 Every algorithm is priced from its Schedule's traffic at any rank count: every registered algorithm has a
 vectorised generator (:func:`interlink.algorithms.traffic.register_traffic`, equal to
 :func:`~interlink.algorithms.traffic.from_schedule` of the builder: tests/test_traffic_generators.py), so no
-Schedule of objects is built and no closed form is used (the closed forms of ``docs/reference.md`` section 3
+Schedule of objects is built and no closed form is used (the closed forms of ``docs/reference.md``, 'Algorithm costs'
 are test oracles only: :mod:`interlink.model.closed_form`). Algorithms whose traffic grows faster (direct,
 pairwise: p(p - 1) messages; CollNet: 2pL per segment) are left out, with a note, beyond
 :data:`MESSAGES_LIMIT` messages. Path

@@ -7,7 +7,7 @@ built-in table; a file or a calibrated host profile gives a new :class:`Params` 
 Names
 -----
 GPU topologies (NCCL's tuning model, ``src/graph/tuning.cc`` of NCCL 2.30, as summarised in
-``docs/reference.md`` section 4)::
+``docs/reference.md``, 'NCCL's tuning model')::
 
     nccl.base_latency_us.{ring,tree}.{ll,ll128,simple}     once per collective call
     nccl.hop_latency_us.{nvlink,pcie,net}.{ll,ll128,simple} once per round, by the kind of the round's path
@@ -107,7 +107,7 @@ class Param:
     source: str
 
 
-_TUNING = "NCCL 2.30 src/graph/tuning.cc (docs/reference.md section 4)"
+_TUNING = "NCCL 2.30 src/graph/tuning.cc (docs/reference.md, 'NCCL's tuning model')"
 _RESULTS = "benchmarks/RESULTS.md (2-core VM, 2026-11-22)"
 
 

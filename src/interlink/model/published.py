@@ -3,7 +3,7 @@ are checked against (tests/test_model_published.py) and what ``interlink simulat
 draws next to its curve.
 
 Each row cites its public source (GitHub issue threads of NVIDIA/nccl and NVIDIA/nccl-tests, vendor
-result files); docs/reference.md section 5 describes them. ``miss``: why the project does not come within
+result files); docs/reference.md, 'Published measurements the model is checked against' describes them. ``miss``: why the project does not come within
 15% of the row yet ("" where it does).
 """
 

@@ -264,7 +264,7 @@ _ENTRIES: list[LinkSpec] = [pcie(g) for g in (3, 4, 5, 6)] + [
     # ---- Inside one host, between CPU ranks ----
     _e("shm", "shm", "memcpy", 8.0, 8.0, 0.5,
        "host shared memory, one core's memcpy: numpy copy of 64 MiB ~8 GB/s on a 2-core x86 VM "
-       "(docs/reference.md section 6); discovery can measure it (discover(measure=True))"),
+       "(docs/reference.md, 'CPU peers on a 2-core machine'); discovery can measure it (discover(measure=True))"),
     _e("loopback-tcp", "tcp", "loopback", 8.0, 2.0, 5.0,
        "TCP over the loopback device (gloo's only intra-host transport): memcpy-bound line, effective and "
        "latency: estimates"),
