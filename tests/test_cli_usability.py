@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -415,13 +416,42 @@ def test_prose_lines_fit_100_columns(cmd, capsys):
 
 def test_sweep_progress_names_each_run_and_the_time_left(capsys):
     """`simulate --sweep-nodes` says on stderr which run it is in (node count and algorithm), the time left
-    from the second node count on, and when it is done; the published rows line their sizes up."""
+    from the second node count on, and when it is done; the model's choice, the slowest run at large node
+    counts (the cost model prices every algorithm, then the pick is simulated), has a line for each part;
+    the published rows line their sizes up."""
     assert main(["simulate", "all_reduce", "--size", "1M", "--topology", "dgx-h100", "--sweep-nodes", "1,2,4"]) == 0
     cap = capsys.readouterr()
     err = [ln for ln in cap.err.splitlines() if ln.startswith("interlink simulate: [")]
-    assert len(err) == 3 * 4  # ring, tree, hierarchical, the model's choice at each node count
+    assert len(err) == 3 * 5  # ring, tree, hierarchical, the model's choice (two lines) at each node count
     assert "[1/3] 1xdgx-h100: ring (1 of 4; " in err[0] and "left" not in err[0]
-    assert all("s left)" in ln for ln in err[4:])
+    assert "[1/3] 1xdgx-h100: the model's choice: pricing every algorithm (4 of 4; " in err[3]
+    assert "[1/3] 1xdgx-h100: the model's choice: simulating " in err[4]
+    assert all("s left)" in ln for ln in err[5:])
     assert "3 node counts x 4 runs in" in cap.err
     pub = [ln for ln in cap.out.splitlines() if "GB/s  " in ln and ln.startswith("  ")]
     assert pub and len({ln.index(" GB/s") for ln in pub}) == 1  # one column for every published row
+
+
+@pytest.mark.parametrize("algos", [None, "ring,recursive_doubling"])
+def test_sweep_table_columns_line_up(algos, capsys, monkeypatch):
+    """The sweep's table, piped: every row as wide as its heading, each number right-aligned under its
+    heading (the model's choice names its pick in a column of its own, not inside the busbw column), within
+    100 columns; the published sources wrap under their own column."""
+    monkeypatch.setenv("COLUMNS", "100")
+    cmd = ["simulate", "all_reduce", "--size", "1G", "--topology", "dgx-h100", "--sweep-nodes", "1,2"]
+    assert main(cmd + (["--algorithm", algos] if algos else [])) == 0
+    out = capsys.readouterr().out.splitlines()
+    i = next(k for k, ln in enumerate(out) if ln.startswith("# nodes"))
+    names, rows = out[i], out[i + 1:i + 3]
+    assert all(len(r) == len(names) <= 100 for r in rows), [names, *rows]
+    # every heading's right edge (and the algorithm column's left edge) is a column edge of every row
+    ends = [m.end() for m in re.finditer(r"\S+", names) if m.group() not in ("#", "algorithm")]
+    for r in rows:
+        assert all(r[e - 1] != " " and (e == len(r) or r[e] == " ") for e in ends), r
+    if algos is None:
+        a = names.index("algorithm")
+        assert all(r[a - 2:a] == "  " and r[a:].split()[0] in ("nvls", "nvls_tree") for r in rows)
+        assert out[i - 1].startswith("#") and "model's choice" in out[i - 1]
+    else:
+        assert "recursive_doubling" in out[i - 1]
+    assert all(len(ln) <= 100 for ln in out[i + 3:]), out[i + 3:]

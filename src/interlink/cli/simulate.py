@@ -36,6 +36,7 @@ from .predict import SIZE_EPILOG, _time, size_error
 
 _SWEEP_DEFAULT = ("ring", "tree", "hierarchical")
 CHOICE = "choice"  # --sweep-nodes without --algorithm: the model's choice at each node count, as predict picks
+CHOICE_LABEL = "model's choice"  # its heading in the sweep's table
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -278,9 +279,9 @@ def _plot_failed(plot_error: str | None) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     from ..algorithms import registry
-    from ..sim import simulate_collective
-
     from ..model.cost import PER_RANK_SPLIT, resolve_topology
+    from ..sim import simulate_collective
+    from ..sim.engine import choose
 
     nodes = parse_nodes(args.sweep_nodes)
     machine, _, opts = args.topology.partition(":")
@@ -303,39 +304,63 @@ def _sweep(args: argparse.Namespace) -> int:
     kw = _kwargs(args)
     rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
-    done: list[tuple[int, float]] = []  # (nodes, seconds) of each node count simulated
+    took: dict[str, list[tuple[int, float]]] = {}  # algorithm -> (nodes, seconds) of each run done
 
-    def left(k: int, into: float) -> str:
-        """About how long the node counts from the k-th take, less ``into`` s already spent on the k-th: a
-        node count's time grows as a power (1/2 to 1) of the nodes, fitted to the last two (1/2 from one)."""
-        if not done:
+    def guess(a: str, m: int) -> float | None:
+        """Seconds the run of ``a`` on ``m`` nodes takes: a power (1/2 to 2) of the nodes fitted to the last two
+        runs of ``a`` (1/2 from one). The model's choice grows fastest: it prices every algorithm before it
+        simulates the one it picks (at 128 x dgx-h100 about 7 of the sweep's last 8 s)."""
+        h = took.get(a)
+        if not h:
+            return None
+        (n1, t1), (n2, t2) = h[-2] if len(h) > 1 else h[-1], h[-1]
+        alpha = min(2.0, max(0.5, math.log(t2 / t1) / math.log(n2 / n1))) if n2 > n1 and t1 > 0 < t2 else 0.5
+        return t2 * (m / n2) ** alpha
+
+    def left(k: int, j: int, into: float = 0.0) -> str:
+        """The time the runs from the j-th algorithm of the k-th node count on take, less ``into`` s already
+        spent on that run; nothing before each algorithm has run once."""
+        rest = [guess(a, nodes[k]) for a in algos[j:]] + [guess(a, m) for m in nodes[k + 1:] for a in algos]
+        if any(g is None for g in rest):
             return ""
-        (n1, t1), (n2, t2) = done[-2] if len(done) > 1 else done[-1], done[-1]
-        alpha = min(1.0, max(0.5, math.log(t2 / t1) / math.log(n2 / n1))) if n2 > n1 and t1 > 0 < t2 else 0.5
-        est = sum(t2 * (m / n2) ** alpha for m in nodes[k:]) - into
-        return f", about {max(0.0, est):.0f} s left"
+        return f", about {max(0.0, sum(rest) - into):.0f} s left"  # type: ignore[arg-type]
+
+    def say(k: int, spec: str, what: str, j: int, tail: str) -> None:
+        # progress on stderr, each run (and the model's choice's two parts) as it starts
+        print(f"interlink simulate: [{k + 1}/{len(nodes)}] {spec}: {what} ({j + 1} of {len(algos)}; "
+              f"{time.monotonic() - t0:.0f} s so far{tail})", file=sys.stderr, flush=True)
     for k, n in enumerate(nodes):
         spec = f"{n}x{machine}" + (f":{opts}" if opts else "")
         row: dict[str, Any] = {"nodes": n, "topology": spec}
-        t_step = time.monotonic()
         for j, a in enumerate(algos):
-            # progress on stderr, each run as it starts (the larger node counts take most of the time: a
-            # run's time grows about with the ranks, so what is left is estimated from the last node count's)
-            print(f"interlink simulate: [{k + 1}/{len(nodes)}] {spec}: {a} ({j + 1} of {len(algos)}; "
-                  f"{time.monotonic() - t0:.0f} s so far{left(k, time.monotonic() - t_step)})", file=sys.stderr,
-                  flush=True)
+            t_run = time.monotonic()
+            extra: dict[str, Any] = {}
             try:
-                r = simulate_collective(args.collective, args.size, spec, algorithm=None if a == CHOICE else a, **kw)
+                if a == CHOICE:
+                    # the model's choice in two steps, each with its line: the cost model prices every
+                    # algorithm (as interlink predict), then the pick is simulated
+                    say(k, spec, "the model's choice: pricing every algorithm", j, left(k, j))
+                    pick, proto = choose(args.collective, args.size, spec, itemsize=kw["itemsize"],
+                                         root=args.root)
+                    if proto is not None:
+                        extra["protocol"] = proto
+                    say(k, spec, f"the model's choice: simulating {pick}" + (f"/{proto}" if proto else ""), j,
+                        left(k, j, time.monotonic() - t_run))
+                    r = simulate_collective(args.collective, args.size, spec, algorithm=pick, **kw, **extra)
+                else:
+                    say(k, spec, a, j, left(k, j))
+                    r = simulate_collective(args.collective, args.size, spec, algorithm=a, **kw)
             except (ValueError, MemoryError) as exc:
                 row[a] = {"error": str(exc)}
                 continue
+            finally:
+                took.setdefault(a, []).append((n, time.monotonic() - t_run))
             row["nranks"] = r.nranks
             row[a] = {"time_us": r.time_us, "algbw_gbps": r.algbw_gbps, "busbw_gbps": r.busbw_gbps,
-                      "ideal_us": r.ideal_us, "wall_s": r.wall_s}
+                      "ideal_us": r.ideal_us, "wall_s": time.monotonic() - t_run}
             if a == CHOICE:
                 row[a]["algorithm"] = r.algorithm
         rows.append(row)
-        done.append((n, time.monotonic() - t_step))
     print(f"interlink simulate: {len(nodes)} node counts x {len(algos)} runs in {time.monotonic() - t0:.0f} s",
           file=sys.stderr, flush=True)
     for a in algos:
@@ -361,30 +386,64 @@ def _sweep(args: argparse.Namespace) -> int:
     print(note("# ", f"{args.collective} of {args.size} bytes on N x {machine}{':' + opts if opts else ''}: "
                      f"simulated busbw (GB/s) and scaling efficiency (busbw / busbw at {nodes[0]} "
                      f"node{'s' if nodes[0] > 1 else ''})"))
-    head = f"{'nodes':>6} {'ranks':>7}" + "".join(f" {a + ' busbw':>18} {'eff':>6}" for a in algos)
-    print(head)
-    for row in rows:
-        line = f"{row['nodes']:>6} {row.get('nranks', 0):>7}"
-        for a in algos:
-            cell = row.get(a, {})
-            if "busbw_gbps" in cell:
-                what = f"{cell['algorithm']} " if a == CHOICE else ""
-                line += f" {what + format(cell['busbw_gbps'], '.2f'):>18} {100 * cell.get('efficiency', 0):>5.1f}%"
-            else:
-                line += f" {'-':>18} {'-':>6}"
-        print(line)
+    for ln in sweep_table(rows, algos):
+        print(ln)
     walls = sum(c.get("wall_s", 0.0) for row in rows for a in algos if isinstance(c := row.get(a), dict))
     print(f"simulated {len(rows) * len(algos)} runs in {walls:.1f} s")
     if published:
         print(f"published nccl-tests figures on N x {machine} ({args.collective}; interlink.model.published):")
-        for r in published:
-            other = "" if r["nbytes"] == args.size else "  (another size: not plotted)"
-            size = f"{r['nbytes'] / 2**30:g} GiB" if r["nbytes"] >= 2**30 else f"{r['nbytes'] / 2**20:g} MiB"
-            print(f"  {r['id']:>7} {r['nodes']:>4} node{'s' if r['nodes'] > 1 else ' '} {size:>8} "
-                  f"{r['busbw_gbps']:>8.1f} GB/s  {r['algorithm']:<8} {r['source']}{other}")
+        for ln in published_lines(published, args.size):
+            print(ln)
     if plotted:
         print(f"plot: {args.plot}")
     return _plot_failed(plot_error)
+
+
+def sweep_table(rows: list[dict[str, Any]], algos: list[str]) -> list[str]:
+    """The sweep's table as plain lines whose columns line up in any terminal, piped or not: a line naming each
+    algorithm over its columns, a line naming the columns, then a row per node count. Each algorithm has
+    busbw (GB/s) and eff (busbw / busbw at the first node count); the model's choice also names the
+    algorithm it picked, in a column of its own."""
+    width = {a: max(8, len(a) - 7) for a in algos}  # busbw's width: the group (busbw, eff) fits the name
+    pick = max([len("algorithm")] + [len(row[CHOICE].get("algorithm", "")) for row in rows
+                                     if isinstance(row.get(CHOICE), dict)]) if CHOICE in algos else 0
+    lead = f"  {'':>5} {'':>6}"
+    top, names = lead, f"  {'nodes':>5} {'ranks':>6}"
+    for a in algos:
+        group = (pick + 1 if a == CHOICE else 0) + width[a] + 7
+        top += f"  {(CHOICE_LABEL if a == CHOICE else a):^{group}}"
+        names += "  " + (f"{'algorithm':<{pick}} " if a == CHOICE else "") + f"{'busbw':>{width[a]}} {'eff':>6}"
+    out = ["#" + top[1:].rstrip(), "#" + names[1:]]
+    for row in rows:
+        line = f"  {row['nodes']:>5} {row.get('nranks', 0) or '-':>6}"
+        for a in algos:
+            cell = row.get(a, {})
+            line += "  " + (f"{cell.get('algorithm', '-'):<{pick}} " if a == CHOICE else "")
+            if "busbw_gbps" in cell:
+                line += f"{cell['busbw_gbps']:>{width[a]}.2f} {100 * cell.get('efficiency', 0):>5.1f}%"
+            else:
+                line += f"{'-':>{width[a]}} {'-':>6}"
+        out.append(line.rstrip())
+    return out
+
+
+def published_lines(published: list[dict[str, Any]], size: int) -> list[str]:
+    """The published figures as rows whose source text wraps under its own column at the terminal's width
+    (``COLUMNS`` when piped, 100 when unset), so that the id, nodes, size and busbw columns stay whole."""
+    import shutil
+    import textwrap
+
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
+    out = []
+    for r in published:
+        other = "" if r["nbytes"] == size else " (another size: not plotted)"
+        sz = f"{r['nbytes'] / 2**30:g} GiB" if r["nbytes"] >= 2**30 else f"{r['nbytes'] / 2**20:g} MiB"
+        head = (f"  {r['id']:>7} {r['nodes']:>4} node{'s' if r['nodes'] > 1 else ' '} {sz:>8} "
+                f"{r['busbw_gbps']:>8.1f} GB/s  {r['algorithm']:<8} ")
+        out.extend(textwrap.wrap(f"{r['source']}{other}", width=width, initial_indent=head,
+                                 subsequent_indent=" " * len(head), break_long_words=False,
+                                 break_on_hyphens=False))
+    return out
 
 
 # ---- pictures (matplotlib, imported lazily) ------------------------------------------------------------

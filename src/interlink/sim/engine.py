@@ -62,6 +62,7 @@ from ..topology import PathTable, Topology, TopologyError, parse_topology, path_
 from ..model.clocks import Clocks
 
 __all__ = [
+    "choose",
     "SimError",
     "SimResult",
     "PhaseResult",
@@ -649,6 +650,17 @@ def _choose(collective: str, nbytes: int, topo: Topology, itemsize: int, root: i
         return algorithm, best.protocol, ""
     note = f"algorithm {best.algorithm}: the model's choice (as interlink predict)"
     return best.algorithm, best.protocol, note
+
+
+def choose(collective: str, nbytes: int, topology: Topology | str, *, itemsize: int = 4,
+           root: int = 0) -> tuple[str, str | None]:
+    """(algorithm, protocol) that :func:`simulate_collective` without ``algorithm`` simulates on every rank of
+    ``topology``: the cost model's choice (:func:`interlink.model.cost.predict` prices every algorithm), with
+    its protocol on GPUs (None on CPU hosts). ``simulate_collective(..., algorithm=a, protocol=p)`` then
+    gives the same result as without ``algorithm``, less the note naming the choice."""
+    topo = _resolve(topology)
+    algorithm, proto, _ = _choose(collective, nbytes, topo, itemsize, root)
+    return algorithm, (proto if _all_gpu(topo, topo.nranks) else None)
 
 
 def simulate_collective(collective: str, nbytes: int, topology: Topology | str, *, algorithm: str | None = None,
