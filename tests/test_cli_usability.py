@@ -455,3 +455,44 @@ def test_sweep_table_columns_line_up(algos, capsys, monkeypatch):
     else:
         assert "recursive_doubling" in out[i - 1]
     assert all(len(ln) <= 100 for ln in out[i + 3:]), out[i + 3:]
+
+
+@pytest.mark.parametrize("cmd", [
+    ["simulate", "all_reduce", "--size", "1G", "--topology", "dgx-h100"],
+    ["simulate", "all_reduce", "--size", "1000001", "--topology", "2xdgx-a100", "--algorithm", "ring"],
+    ["simulate", "all_reduce", "--size", "1G", "--topology", "2xdgx-h100", "--algorithm", "nccl_tree"],
+    ["simulate", "all_reduce", "--size", "4M", "--topology", "cpu-host", "--nranks", "4"],
+])
+def test_simulate_notes_are_plain_words_with_units(cmd, capsys):
+    """Each note of `interlink simulate` says what it means in words with its units: no bare fractions
+    ('1 of each link's bandwidth', 'efficiency 0.85'), no index notation ('local rank (0, 1, ...)[c]'),
+    no parameter names standing alone ('reduction: gpu.hbm_gbps x gpu.reduce_passes, overlap 1'); the
+    channels note counts the NICs and the channels on each (nccl_tree: two a NIC, one of each tree)."""
+    assert main(cmd) == 0
+    out = capsys.readouterr().out
+    notes = [" ".join(b.split()) for b in re.split(r"\nnote: ", out.split("\nnote: ", 1)[1])]
+    notes[-1] = notes[-1].split(" simulated in ")[0]
+    assert notes
+    text = " ".join(notes)
+    for bad in ("[c]", "(0, 1,", "of each link's bandwidth", "efficiency 0.", "overlap 1", "overlap 0",
+                "extrapolated exactly from their periodic regime", "distinct round patterns", "local rank",
+                "model's choice (as interlink predict)"):
+        assert bad not in text, (bad, notes)
+    for n in notes:
+        assert not n.startswith(("reduction:", "dependency-driven:")), n
+    adding = next(n for n in notes if n.startswith("adding up the received data"))
+    assert re.search(r"\d+\.\d GB/s a rank", adding) and "% of that time hides under the transfers" in adding
+    if "dgx-h100" in cmd[5] and "--algorithm" not in cmd:
+        assert any("in-switch reduction (NVLS)" in n and "85% of its links' bandwidth" in n for n in notes)
+        assert any("NCCL protocol SIMPLE: every byte sent is data" in n for n in notes)
+    if "ring" in cmd:
+        assert any("NCCL protocol LL128: 95% of the bytes sent are data, the other 5% the protocol's flags" in n
+                   for n in notes)
+        assert any(n.startswith("8 channels:") and "one on each of the 8 network cards (NICs)" in n
+                   and "from GPU k of each" in n for n in notes)
+        assert any("size rounded down to 1000000 bytes: 250000 whole elements of 4 bytes" in n for n in notes)
+        assert any("1 element (4 bytes)" in n and "upper bound" in n for n in notes)
+    if "nccl_tree" in cmd:
+        assert any(n.startswith("16 channels:") and "2 on each of the 8 network cards" in n for n in notes)
+    if "cpu-host" in cmd:
+        assert any(n.startswith("CPU ranks:") for n in notes)

@@ -444,14 +444,18 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
 
         via_eff = min((params or default_params()).switch_efficiency(plan.kind, topo.device(r).name)
                       for r in range(p)) or 1.0
-        notes.append(f"in-switch steps through {', '.join(plan.switches)} ({plan.kind.upper()} efficiency "
-                     f"{via_eff:g})")
+        notes.append(f"in-switch reduction ({plan.kind.upper()}): the switch{'es' if len(plan.switches) > 1 else ''} "
+                     f"{', '.join(plan.switches)} add{'' if len(plan.switches) > 1 else 's'} up the ranks' data and "
+                     f"send{'' if len(plan.switches) > 1 else 's'} the sum back to every rank; data through a switch "
+                     f"moves at {via_eff:.0%} of its links' bandwidth (the cost model's {plan.kind.upper()} "
+                     f"efficiency)")
     table = _table(sim_topo)
     host = None if _all_gpu(topo, p) else _host_terms(tr, topo, params, int(itemsize), transport)
     if host is not None:
         base_us = float(base_us) + host.call_us
-        notes.append("CPU host: per-round latency, per-byte cost and reduction from the cost model's "
-                     "(calibrated) host parameters; flows give each round's contention slowdown")
+        notes.append("CPU ranks: each round's fixed latency, its cost per byte copied and per byte added up come "
+                     "from the cost model's host parameters (this host's, measured by interlink bench --calibrate, "
+                     "else the defaults); the flows over the memory links add the slowdown where ranks share them")
     g_rank, overlap, gsrc = _reduce_rates(topo, p, params)
     if gamma is not None:
         g_rank, gsrc = np.full(p, float(gamma)), "given"
@@ -464,11 +468,12 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
         # GPUs running a protocol: its wire format (LL: half the bytes are flags) and its per-step cost
         prm = _gpu_params(protocol, params)
         eff = prm.efficiency(protocol.lower())
-        share = "all" if eff >= 1 else f"{eff:.0%}"
-        notes.append(f"protocol {protocol}: {share} of each link's bandwidth carries data"
-                     + ("" if eff >= 1 else " (the rest: the protocol's flags)")
-                     + "; each message holds its sender's channel for NCCL's per-hop latency less the "
-                     "path's own (Params.step_overhead_us)")
+        data = ("every byte sent is data" if eff >= 1 else
+                f"{eff:.0%} of the bytes sent are data, the other {1 - eff:.0%} the protocol's flags (a "
+                f"100 GB/s link carries {100 * eff:.0f} GB/s of data)")
+        notes.append(f"NCCL protocol {protocol.upper()}: {data}; each message also keeps its sender busy for "
+                     f"NCCL's fixed cost of a step (a few microseconds beyond the link's own latency: "
+                     f"Params.step_overhead_us)")
 
     phases: list[PhaseResult] = []
     link_bytes = np.zeros(table.cap.size)
@@ -602,19 +607,31 @@ def simulate(traffic_or_schedule: Union[Traffic, Schedule], topology: Topology |
     now = clocks.makespan(0)
     ideal = clocks.makespan(1)
     if barrier:
-        notes.append("rounds as global barriers (every rank starts round k + 1 when round k is done everywhere)")
+        notes.append("rounds as global barriers: no rank starts round k + 1 before every rank has finished round k "
+                     "(slower than NCCL runs it; by default a rank goes on as soon as its own data is in)")
     elif extrapolated or approximated:
-        notes.append(f"dependency-driven: {evaluated} rounds evaluated, {extrapolated} extrapolated exactly from "
-                     f"their periodic regime" + (f", {approximated} at the mean rate of the last rounds (no exact "
-                                                  f"period; see interlink.model.clocks)" if approximated else ""))
+        notes.append(f"each rank starts its next round as soon as its own data is in; {evaluated} of the "
+                     f"{evaluated + extrapolated + approximated} rounds were simulated message by message"
+                     + (f", {extrapolated} repeat their timing exactly and were extended from it" if extrapolated
+                        else "")
+                     + (f", {approximated} were timed at the average pace of the last rounds simulated (their "
+                        f"timing never repeats exactly: interlink.model.clocks)" if approximated else ""))
     nmerged = len(tr.phases) - len(phases)
     if nmerged:
-        notes.append(f"{nmerged + len(phases)} distinct round patterns simulated as {len(phases)} "
-                     f"(sizes within {merge_tolerance} element(s); time is an upper bound within that)")
-    if host is None:
-        notes.append(f"reduction: {gsrc}, overlap {overlap:g}")
-    else:
-        notes.append(f"reduction: host.reduce_ns_per_byte (cost model), overlap {host.overlap:g}")
+        el = f"{merge_tolerance} element{'s' if merge_tolerance != 1 else ''} ({merge_tolerance * int(itemsize)} bytes)"
+        notes.append(f"{nmerged + len(phases)} kinds of round whose messages differ by at most {el} were "
+                     f"simulated as {len(phases)}, each at the largest of its sizes: the time is an upper bound, each "
+                     f"message at most {el} longer than it is (--exact simulates each kind)")
+    rate = 1.0 / float(np.mean(g_rank)) / 1e9 if g_rank.size and float(np.mean(g_rank)) > 0 else 0.0
+    hidden = overlap if host is None else host.overlap
+    src = {"gpu.hbm_gbps x gpu.reduce_passes": "the GPU's memory bandwidth / the passes a reduction makes over "
+                                               "it: gpu.hbm_gbps / gpu.reduce_passes",
+           "host.reduce_ns_per_byte": "host.reduce_ns_per_byte"}.get(gsrc, gsrc)
+    if host is not None:
+        src = "host.reduce_ns_per_byte of the host parameters"
+    notes.append((f"adding up the received data: {rate:.1f} GB/s a rank" if rate else
+                  "adding up the received data: free") + f" ({src}); up to {hidden:.0%} of that time hides under "
+                 f"the transfers")
     used = np.flatnonzero(link_bytes)
     return SimResult(
         collective=tr.collective, algorithm=tr.algorithm, nranks=p, count=tr.count, itemsize=int(itemsize),
@@ -641,14 +658,17 @@ def _choose(collective: str, nbytes: int, topo: Topology, itemsize: int, root: i
         pr = predict(collective, nbytes, topo, dtype=f"int{8 * itemsize}" if itemsize in (1, 2, 4, 8) else "float32",
                      root=root, algorithm=algorithm, transport=transport)  # given: only its protocols
     except Exception as exc:  # noqa: BLE001 - the model cannot price it: the ring, as before
-        return fallback, "simple", f"algorithm {fallback}: the model could not choose ({exc})"
+        return fallback, "simple", (f"algorithm {fallback}: the cost model could not price the algorithms "
+                                    f"({exc}), so {fallback} runs with protocol Simple")
     runnable = [c for c in pr.table if algorithm is None or c.algorithm == algorithm]
     if not runnable:
-        return fallback, "simple", ("" if algorithm else f"algorithm {fallback}: no Schedule among the model's choices")
+        return fallback, "simple", ("" if algorithm else f"algorithm {fallback}: the cost model priced no "
+                                                         f"algorithm the simulator can run, so {fallback} runs")
     best = runnable[0]
     if algorithm is not None:
         return algorithm, best.protocol, ""
-    note = f"algorithm {best.algorithm}: the model's choice (as interlink predict)"
+    note = (f"algorithm {best.algorithm}: the one the cost model prices fastest here, as interlink predict "
+            f"picks it (--algorithm runs another)")
     return best.algorithm, best.protocol, note
 
 
@@ -737,11 +757,18 @@ def simulate_collective(collective: str, nbytes: int, topology: Topology | str, 
         res.notes = res.notes + (chose,)
     if params.get("channels", 1) > 1:
         exits = [int(e) for e in params["exits"]]
-        where = ("channel c from local rank c" if exits == list(range(len(exits))) else
-                 "channels 0, 1, ... from local ranks " + ", ".join(map(str, exits)))
-        res.notes = res.notes + (f"{params['channels']} channels: one ring per NIC; each leaves every block "
-                                 f"(a host, or an NVLink domain spanning hosts) through its own rank: {where}",)
+        c, n = int(params["channels"]), max(1, len(exits))
+        per = "one on each" if c == n else f"{c // n} on each"
+        kind = "channels of NCCL's two trees" if algorithm == "nccl_tree" else "rings"
+        where = ("the channels of NIC k cross between hosts (or NVLink domains spanning hosts) from GPU k of each"
+                 if exits == list(range(n)) else
+                 "the channels of NICs 0, 1, ... cross between hosts (or NVLink domains spanning hosts) from GPUs "
+                 + ", ".join(map(str, exits)) + " of each")
+        res.notes = res.notes + (f"{c} channels: the data is split evenly among {c} {kind} running side by side, "
+                                 f"{per} of the {n} network cards (NICs) of a host; {where}, so every NIC "
+                                 f"carries its share",)
     if res.nbytes != nbytes and collective != "barrier":
-        res.notes = res.notes + (f"size rounded to {res.nbytes} bytes ({count} elements of {itemsize} bytes"
-                                 f"{' per rank' if collective in PER_RANK_SPLIT else ''})",)
+        res.notes = res.notes + (f"size rounded down to {res.nbytes} bytes: {count} whole elements of {itemsize} "
+                                 f"bytes{' a rank' if collective in PER_RANK_SPLIT else ''}, as nccl-tests counts "
+                                 f"them",)
     return res
