@@ -404,19 +404,50 @@ def test_sweep_names_a_count_where_no_layout_fits():
     assert len(rows) == 1 and "fits the GPUs' memory" in rows[0]["error"], rows
 
 
+def _words(out: str) -> str:
+    """The printed text as one line of words, the '#' that continues a wrapped header line dropped."""
+    return " ".join(w for ln in out.splitlines() for w in ln.lstrip("#").split())
+
+
 def test_when_nothing_fits_the_advice_says_what_was_tried(capsys) -> None:
     """A model too large for its GPUs: the search tried ZeRO-3 and full recomputation, so the advice does not
-    offer them; it names the least memory a layout needs against the GPU's; a flag that rules one out is
-    named. The header's time is the clock of the progress lines (one clock)."""
+    offer them; it names the least memory a layout needs (its model states and activations) against the
+    GPU's, and the model states alone against the GPUs (how many it takes at least); a flag that rules one
+    out is named, with whether a layout fits without it; the sweep keeps the flags. The header's time is
+    the clock of the progress lines and of --json's seconds (one clock)."""
     assert main(["plan", "--model", "llama3-405b", "--topology", "dgx-h100", "--gpus", "8"]) == 1
-    out = " ".join(capsys.readouterr().out.split())
+    out = _words(capsys.readouterr().out)
     assert "recomputation or ZeRO-3" not in out
     assert "every layout was tried with ZeRO-3 and full recomputation" in out
-    assert "against the GPU's 80 GiB" in out and "the least any needs is" in out
-    assert "since the command started (the clock of its progress lines)" in out
+    assert "against the GPU's 80 GiB" in out and "the least any needs is 855.4 GiB a GPU" in out
+    assert "weights, gradients and optimizer 850.5 GiB, activations 5.0 GiB" in out
+    assert "alone take 6,804 GiB (18 bytes a parameter)" in out
+    assert "the model states alone need at least 86 GPUs of 80 GiB" in out
+    assert "done at [" in out and "the clock of the progress lines and of --json's seconds" in out
     assert main(["plan", "--model", "llama3-405b", "--topology", "dgx-h100", "--gpus", "8", "--zero", "1"]) == 1
-    out = " ".join(capsys.readouterr().out.split())
-    assert "--zero 1 rules out ZeRO-3, which may fit" in out and "tried with full recomputation" in out
+    out = _words(capsys.readouterr().out)
+    assert "--zero 1 rules out ZeRO-3: without it none fits either" in out and "tried with full recomputation" in out
+    # flags that rule out what would fit: the advice says so, with the layout that fits
+    assert main(["plan", "--model", "llama3-70b", "--topology", "dgx-h100", "--gpus", "16", "--global-batch", "64",
+                 "--zero", "0", "--recompute", "none"]) == 1
+    out = _words(capsys.readouterr().out)
+    assert "--zero 0 and --recompute none rule out ZeRO-3 and full recomputation: without them, 74 layouts fit" \
+        in out and "Drop the flags" in out and "every layout was tried" not in out
     assert main(["plan", "--model", "llama3-405b", "--topology", "dgx-h100", "--sweep-gpus", "8", "--json"]) == 0
     [row] = json.loads(capsys.readouterr().out)
     assert "every layout was tried with ZeRO-3 and full recomputation" in row["error"]
+    assert main(["plan", "--model", "llama3-405b", "--topology", "dgx-h100", "--sweep-gpus", "8", "--zero", "1",
+                 "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert "--zero 1 rules out ZeRO-3" in row["error"] and "zero1" in row["error"]
+
+
+def test_search_reads_the_callers_clock(capsys) -> None:
+    """The search's seconds (--json's "seconds", the header's 'done at') are on the clock the command's
+    progress lines use, and its progress states a step in the table's units."""
+    from interlink.plan.search import fmt_step, search
+
+    res = search("llama3-8b", 8, "dgx-h100", global_batch=8, clock=lambda: 123.0)
+    assert res.seconds == 123.0 and res.to_dict()["seconds"] == 123.0
+    assert fmt_step(16.8614) == "16.861 s" and fmt_step(0.80843) == "808.43 ms"
+    assert "s/step" not in " ".join(res.why) and "step " in res.why[0]

@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
                 raise PlanError("--sweep-gpus needs a machine to repeat: --topology dgx-h100 (or dgx-a100, ...)")
             rows = sweep(model, counts, args.topology.split("x", 1)[-1] if args.topology[0].isdigit() else args.topology,
                          global_batch=gb or _default_batch(model), dtype=args.dtype, progress=prog,
-                         **_space(args))
+                         fixed=_fixed(args), **_space(args))
             return _print_sweep(args, model, rows)
         if args.topology in ("this", "local", "host") and _cpu_host():
             return _run_host(args, model, given, gb, prog)
@@ -171,8 +171,8 @@ def run(args: argparse.Namespace) -> int:
         if not given:
             n = gpus or ctx.topo.nranks
             res = search(model, n, ctx, global_batch=gb or _default_batch(model, n), dtype=args.dtype, top=args.top,
-                         progress=prog, fixed=_fixed(args), **_space(args))
-            return _print_search(args, res, prog.elapsed())
+                         progress=prog, fixed=_fixed(args), clock=prog.elapsed, **_space(args))
+            return _print_search(args, res)
         tp, pp, cp, ep = given.get("tp", 1), given.get("pp", 1), given.get("cp", 1), given.get("ep", 1)
         Layout(tp=tp, pp=pp, cp=cp).check(model)  # the model's divisibility first: its message names the flag
         if "dp" in given:
@@ -376,15 +376,15 @@ def _print_plan(args: argparse.Namespace, r: Any) -> int:
     return 0
 
 
-def _print_search(args: argparse.Namespace, res: Any, elapsed: float) -> int:
+def _print_search(args: argparse.Namespace, res: Any) -> int:
     if args.json:
         print(json.dumps(res.to_dict(), indent=2))
         return 0 if res.ranked else 1
     o = sys.stdout
     o.write(note("# interlink plan: ", f"{res.model.name or res.model.spec()} on {res.gpus} GPUs of {res.topology}: "
                                        f"{res.considered} layouts, {res.not_fitting} do not fit, {res.priced} priced "
-                                       f"in full; {elapsed:.1f} s since the command started (the clock of its "
-                                       f"progress lines)") + "\n")
+                                       f"in full; done at [{res.seconds:5.1f} s] (seconds since the command started, "
+                                       f"the clock of the progress lines and of --json's seconds)") + "\n")
     if not res.ranked:
         o.write(note("", res.no_fit(_fixed(args))) + "\n")
         return 1

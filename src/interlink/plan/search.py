@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 from .comm import Priced
-from .job import Model, PlanError, parse_model
+from .job import Model, PlanError, bytes_per_param, parse_model
 from .layout import Layout
-from .step import Context, StepPlan, plan_step
+from .step import GIB, Context, StepPlan, plan_step
 
 __all__ = ["search", "SearchResult", "layouts", "sweep"]
 
@@ -105,19 +105,52 @@ class SearchResult:
     #: the layout that needs the least memory a GPU of those considered, and that memory (GiB), and the GPU's
     least: Optional[StepPlan] = None
     gpu_memory_gib: float = 0.0
+    #: when a --zero or --recompute flag ruled out ZeRO-3 or full recomputation and nothing fitted: the layouts
+    #: without those flags that fit, and the one of them needing the least memory (None: not searched)
+    unfixed_fit: Optional[int] = None
+    unfixed_least: Optional[StepPlan] = None
 
     def no_fit(self, fixed: Optional[dict] = None) -> str:
-        """Why nothing fits and what to change: the least a GPU needs against what it has, and which of
-        ZeRO-3 and full recomputation the search tried (a degree fixed by a flag narrows it)."""
+        """Why nothing fits, in numbers, and what would: the least memory a layout needs a GPU (its model
+        states and activations) against the GPU's; the model states alone (weights, gradients, optimizer)
+        against all the GPUs' memory; which of ZeRO-3 and full recomputation the search tried, and, where a
+        flag ruled one out, whether a layout fits without that flag."""
         fixed = fixed or {}
-        need = f" (the least any needs is {self.least.memory_gib['total']:.1f} GiB a GPU, with " \
-               f"{self.least.layout.short()}, against the GPU's {self.gpu_memory_gib:g} GiB)" if self.least else ""
+        mem = self.gpu_memory_gib
+        out = f"none of the {self.considered} layouts fits the GPUs' memory"
+        if self.least is not None:
+            m = self.least.memory_gib
+            states = m["weights"] + m["gradients"] + m["optimizer"]
+            out += (f": the least any needs is {m['total']:.1f} GiB a GPU ({self.least.layout.short()}: weights, "
+                    f"gradients and optimizer {states:.1f} GiB, activations {m['activations']:.1f} GiB), "
+                    f"against the GPU's {mem:g} GiB")
+        per = sum(bytes_per_param(3, 1))  # 16-bit weights, fp32 gradients, Adam's fp32 master, m and v
+        need = self.model.params() * per / GIB
+        at_least = math.ceil(need / mem) if mem > 0 else 0
+        out += (f". The weights, gradients and optimizer state alone take {need:,.0f} GiB ({per:g} bytes a "
+                f"parameter): {need / self.gpus:,.1f} GiB a GPU on {self.gpus} GPUs even sharded over all of them")
         kinds = (("zero", 3, "ZeRO-3"), ("recompute", "full", "full recomputation"))
         tried = [what for key, val, what in kinds if fixed.get(key, val) == val]
-        ruled = [f"--{key} {fixed[key]} rules out {what}" for key, val, what in kinds if fixed.get(key, val) != val]
-        return (f"none of the {self.considered} layouts fits the GPUs' memory{need}: add GPUs (or take GPUs with "
-                f"more memory)" + (f"; every layout was tried with {' and '.join(tried)}" if tried else "")
-                + (f"; {' and '.join(ruled)}, which may fit" if ruled else ""))
+        ruled = [(f"--{key} {fixed[key]}", what) for key, val, what in kinds if fixed.get(key, val) != val]
+        if tried:
+            out += f"; every layout was tried with {' and '.join(tried)}"
+        if ruled:
+            flags, what = " and ".join(f for f, _ in ruled), " and ".join(w for _, w in ruled)
+            out += f"; {flags} rule{'s' if len(ruled) == 1 else ''} out {what}"
+            if self.unfixed_fit:
+                u = self.unfixed_least
+                out += (f": without {'it' if len(ruled) == 1 else 'them'}, {self.unfixed_fit} layouts fit"
+                        + (f" (the least memory: {u.memory_gib['total']:.1f} GiB a GPU, {u.layout.short()})"
+                           if u is not None else "") + ". Drop the flag" + ("s" if len(ruled) > 1 else "")
+                        + ", add GPUs or take GPUs with more memory")
+                return out
+            if self.unfixed_fit == 0:
+                out += f": without {'it' if len(ruled) == 1 else 'them'} none fits either"
+        if at_least > self.gpus:
+            return out + (f". Add GPUs: the model states alone need at least {at_least} GPUs of {mem:g} GiB, "
+                          f"before activations; or take GPUs with more memory (--memory GIB prices them)")
+        return out + (". Add GPUs (the activations need room beside the states) or take GPUs with more memory "
+                      "(--memory GIB prices them)")
 
     @property
     def best(self) -> StepPlan:
@@ -131,9 +164,12 @@ class SearchResult:
 
 def search(model: Model | str, gpus: int, topology: str | Context, *, global_batch: int = 0, dtype: str = "bf16",
            top: int = 10, progress: Callable[[str], None] | None = None, fixed: dict | None = None,
-           **space) -> SearchResult:
-    """Rank every feasible layout of ``model`` on ``gpus`` GPUs of ``topology`` (see the module docstring)."""
+           clock: Callable[[], float] | None = None, **space) -> SearchResult:
+    """Rank every feasible layout of ``model`` on ``gpus`` GPUs of ``topology`` (see the module docstring).
+    ``clock``: seconds on the caller's clock (``interlink plan``: since the command started, the clock of its
+    progress lines), which ``SearchResult.seconds`` reads at the end; default: seconds since this call."""
     t0 = time.perf_counter()
+    clock = clock or (lambda: time.perf_counter() - t0)
     model = parse_model(model)
     ctx = topology if isinstance(topology, Context) else Context.of(topology, progress)
     if gpus > ctx.topo.nranks:
@@ -173,13 +209,30 @@ def search(model: Model | str, gpus: int, topology: str | Context, *, global_bat
         if progress is not None and time.perf_counter() - last > 2.0:
             last = time.perf_counter()
             progress(f"priced {priced} layouts in full (of the {len(bounds)} that fit, fastest bound first: it "
-                     f"stops at the first that cannot beat the top {top}); best {best[0].step_s:.3f} s/step "
-                     f"({best[0].layout.short()})")
+                     f"stops at the first that cannot beat the top {top}); the best so far: step "
+                     f"{fmt_step(best[0].step_s)} ({best[0].layout.short()})")
     ranked = best[:top]
     res = SearchResult(model, gpus, ctx.topo.name, ranked, len(cands), not_fit, priced,
-                       time.perf_counter() - t0, least=least, gpu_memory_gib=float(ctx.gpu.memory_gib))
+                       clock(), least=least, gpu_memory_gib=float(ctx.gpu.memory_gib))
+    ruled = {k: v for k, v in (fixed or {}).items() if (k, v) not in (("zero", 3), ("recompute", "full"))
+             and k in ("zero", "recompute")}
+    if not ranked and ruled:
+        # nothing fits and a flag ruled out ZeRO-3 or full recomputation: would a layout fit without it?
+        res.unfixed_fit = 0
+        for lay in layouts(model, gpus, gpus_per_host=ctx.gpus_per_host, global_batch=global_batch, dtype=dtype,
+                           fixed={k: v for k, v in fixed.items() if k not in ruled}, **space):  # type: ignore[union-attr]
+            p = plan_step(model, lay, free)
+            if p.fits:
+                res.unfixed_fit += 1
+                if res.unfixed_least is None or p.memory_gib["total"] < res.unfixed_least.memory_gib["total"]:
+                    res.unfixed_least = p
     res.why = explain(ranked)
     return res
+
+
+def fmt_step(s: float) -> str:
+    """A step's time as the plan's tables print it: seconds from 1 s, else milliseconds."""
+    return f"{s:.3f} s" if s >= 1 else f"{s * 1e3:.2f} ms"
 
 
 def explain(ranked: list[StepPlan]) -> list[str]:
@@ -187,7 +240,7 @@ def explain(ranked: list[StepPlan]) -> list[str]:
     if not ranked:
         return []
     a = ranked[0]
-    out = [f"{a.layout.short()}: {a.step_s:.3f} s/step, MFU {a.mfu:.1%}, {a.memory_gib['total']:.1f} GiB a GPU"]
+    out = [f"{a.layout.short()}: step {fmt_step(a.step_s)}, MFU {a.mfu:.1%}, {a.memory_gib['total']:.1f} GiB a GPU"]
     for b in ranked[1:4]:
         diffs = {k: b.breakdown.get(k, 0.0) - a.breakdown.get(k, 0.0) for k in a.breakdown}
         worst = sorted(diffs.items(), key=lambda kv: -kv[1])[:2]
