@@ -4,6 +4,7 @@ on the group's ranks, overlap, the pipeline bubble against a played 1F1B schedul
 from __future__ import annotations
 
 import json
+import re
 import math
 
 import pytest
@@ -356,6 +357,30 @@ def test_progress_lines_after_two_seconds(capsys) -> None:
     p("pricing all_gather of 1.0 MiB on 2048 ranks")
     err = capsys.readouterr().err
     assert err.startswith("interlink plan: [") and "pricing all_gather" in err
+
+
+def test_progress_repeats_a_long_wait_with_the_time_left(capsys) -> None:
+    """A message that stands longer than HEARTBEAT_S (one part of a measurement) is said again every
+    HEARTBEAT_S with how long it has run and its time left less what has passed, on stderr; nothing after
+    close()."""
+    import time as _time
+
+    from interlink.cli.plan import _Progress
+
+    p = _Progress()
+    p.HEARTBEAT_S = 0.6
+    p.t0 -= 5.0
+    p("GEMM 2048x2048x50257, 5 of 5 (part 5 of 9; about 100 s left)")
+    _time.sleep(1.6)
+    p.close()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].endswith("(part 5 of 9; about 100 s left)")
+    again = [ln for ln in err[1:] if "s into it" in ln]
+    assert again and all(re.search(r"\(part 5 of 9; about 9\d s left\), \d s into it$", ln) for ln in again), err
+    _time.sleep(0.8)
+    assert capsys.readouterr().err == ""
+    assert _Progress.still("x (about 10 s left)", 12) == "x (past the estimate), 12 s into it"
+    assert _Progress.still("x (about 5 min left)", 60) == "x (about 4 min left), 60 s into it"
 
 
 def test_cli_ranks_global_tokens_and_search_json(capsys) -> None:

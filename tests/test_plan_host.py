@@ -5,6 +5,7 @@ the comparison with real training is benchmarks/plan_host.py, a figure, not a te
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -20,6 +21,7 @@ from interlink.plan.host import (
     _ddp_buckets,
     gemm_shapes,
     kernel_shapes,
+    measure_estimate,
     param_shapes,
     plan_host,
     torch_params,
@@ -292,11 +294,14 @@ def test_calibrate_with_processes_at_once() -> None:
     said: list[str] = []
     hc = calibrate(parse_model(tiny), 1, ranks=(2,), concurrent=2, reps=1, progress=said.append)
     assert hc.has(parse_model(tiny), 1, 2) and not hc.has(parse_model(tiny), 1)
-    # the first measuring process's progress reaches the caller: every GEMM, k of n, with the time left from
-    # the second on
+    # the first measuring process's progress reaches the caller: every part (each GEMM, k of n, the other
+    # kernels, AdamW, the copies, DDP's and FSDP2's steps), part k of n, with the time left of the whole
     gemms = [m for m in said if m.startswith("GEMM ")]
-    assert len(gemms) == len(gemm_shapes(parse_model(tiny), 1)) and "(1 of " in gemms[0]
-    assert all("s more)" in m for m in gemms[1:])
+    n = len(gemm_shapes(parse_model(tiny), 1))
+    assert len(gemms) == n and f", 1 of {n} (part 1 of {n + 4}; about " in gemms[0]
+    parts = [m for m in said if "(part " in m]
+    assert len(parts) == n + 4 and all(re.search(r"; about \d+ (s|min) left\)$", m) for m in parts), parts
+    assert parts[-1].startswith("DDP's and FSDP2's own work a step on 2 ranks")
     assert hc.meta["concurrent"] == [2]
     p = plan_host(tiny, 2, micro_batch=1, compute=hc, cores=2, measure=False)
     assert p.step_s > 0 and p.stage["concurrent"] == 2 and p.stage["dispatch_s"] > 0
@@ -418,6 +423,15 @@ def test_a_plan_that_must_measure_first_says_so_with_an_estimate(tmp_path, monke
     err = " ".join(capsys.readouterr().err.split())
     assert "measuring this host's compute at the model's shapes first" in err
     assert f"{len(gemm_shapes(big, 1))} weight GEMMs, about" in err and "GFLOP/s a core" in err
+    # every part it will measure, with its time: the framework steps, a billion-parameter model's most
+    assert "DDP's and FSDP2's own work on 2 ranks (27 training steps" in err
+    assert "a collective call through torch.distributed on 2 ranks, about 15 s" in err
+    total = re.search(r"About (\d+) (s|min) in all", err)
+    assert total and "progress at least every 5 s with the time left" in err
+    parts = measure_estimate(big, 1, 100.0, fw_ranks=(2,), calls=1)
+    assert [w for w, _ in parts][-2:] == ["DDP's and FSDP2's steps on 2 ranks", "collective calls 1"]
+    fw = dict(parts)["DDP's and FSDP2's steps on 2 ranks"]
+    assert fw > sum(t for w, t in parts if w.startswith("GEMM"))  # 27 steps of the model outweigh its GEMMs
     assert str(tmp_path / "none.json") in err
     monkeypatch.setenv("INTERLINK_HOST_COMPUTE", str(tmp_path / "fixed.json"))
     (tmp_path / "fixed.json").write_text(json.dumps(fixed(SMALL, 4).to_dict()))

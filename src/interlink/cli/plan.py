@@ -23,6 +23,7 @@ import json
 import math
 import re
 import sys
+import threading
 import time
 from typing import Any
 
@@ -95,30 +96,102 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--recalibrate", action="store_true",
                    help="--topology this without GPUs: measure this host's compute rates again (else the stored "
                         "ones; measured once when there are none, at the model's own shapes: seconds for a small "
-                        "model, minutes per weight GEMM for a billion-parameter one)")
+                        "model, hours for a billion-parameter one, most of it 27 training steps of the model; "
+                        "the command says how long first)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
     return p
 
 
 class _Progress:
-    """Progress lines on stderr, once something has taken more than two seconds."""
+    """Progress on stderr, once something has taken more than two seconds: a line a message, each with the
+    command's clock (rich installed and stderr a terminal: one line with a spinner, redrawn in place), and
+    while a message stands longer than HEARTBEAT_S, again every HEARTBEAT_S (rich: every second) with how
+    long it has run and, where the message says the time left ('about N s left', 'about N min left'), that
+    time less what has passed since."""
+
+    HEARTBEAT_S = 5.0
 
     def __init__(self, quiet: bool = False) -> None:
         self.t0 = time.perf_counter()
         self.last = 0.0
         self.quiet = quiet
+        self.msg: str | None = None
+        self.msg_t = 0.0
+        self.lock = threading.Lock()
+        self.beat: threading.Thread | None = None
+        self.done = threading.Event()
+        self.rich: Any = None
+        self.task: Any = None
 
     def elapsed(self) -> float:
         """Seconds since the command started: the one clock of its progress lines and its header."""
         return time.perf_counter() - self.t0
 
     def __call__(self, msg: str) -> None:
-        now = time.perf_counter() - self.t0
+        now = self.elapsed()
+        with self.lock:
+            self.msg, self.msg_t = msg, now
+        if self.beat is None and not self.quiet:  # from the first message: no wait past HEARTBEAT_S unsaid
+            self.beat = threading.Thread(target=self._beat, name="interlink-plan-progress", daemon=True)
+            self.beat.start()
         if self.quiet or now < 2.0 or now - self.last < 1.0:
             return
-        self.last = now
-        print(f"interlink plan: [{now:5.1f} s] {msg}", file=sys.stderr, flush=True)
+        self._emit(msg, now)
+
+    def _emit(self, text: str, now: float) -> None:
+        with self.lock:
+            if self.done.is_set():
+                return
+            self.last = now
+            if self.rich is None and sys.stderr.isatty():
+                self._start_rich()
+            if self.rich is not None:  # one line redrawn in place: the same clock as the plain lines
+                self.rich.update(self.task, description=f"[{now:5.1f} s] {text}")
+                return
+            print(f"interlink plan: [{now:5.1f} s] {text}", file=sys.stderr, flush=True)
+
+    def _start_rich(self) -> None:
+        try:
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn
+        except ImportError:
+            self.rich = None
+            return
+        # stdout stays the result's: rich draws on stderr and leaves stdout alone
+        self.rich = Progress(SpinnerColumn(), TextColumn("[bold]interlink plan[/] {task.description}"),
+                             console=Console(stderr=True), redirect_stdout=False, redirect_stderr=False)
+        self.rich.start()
+        self.task = self.rich.add_task("", total=None)
+
+    @staticmethod
+    def still(msg: str, since: float) -> str:
+        """``msg`` ``since`` seconds after it was said: its time left less ``since``, and how long it has run."""
+        m = re.search(r"about (\d+) (s|min) left", msg)
+        if m:
+            from ..plan.host import fmt_left
+
+            left = int(m.group(1)) * (60 if m.group(2) == "min" else 1) - since
+            msg = msg[:m.start()] + (f"about {fmt_left(left)} left" if left > 0 else "past the estimate") + \
+                msg[m.end():]
+        return f"{msg}, {since:.0f} s into it"
+
+    def _beat(self) -> None:
+        while not self.done.wait(0.5):
+            with self.lock:
+                msg, t = self.msg, self.msg_t
+            now = self.elapsed()
+            # rich redraws its one line in place: its clock ticks every second
+            if msg is not None and now - self.last >= (1.0 if self.rich is not None else self.HEARTBEAT_S):
+                self._emit(self.still(msg, now - t), now)
+
+    def close(self) -> None:
+        """Stop the progress before the result is printed (idempotent)."""
+        with self.lock:
+            self.done.set()
+            if self.rich is not None:
+                self.rich.stop()
+                self.rich = None
 
 
 def _topology(spec: str, gpus: int | None) -> str:
@@ -162,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
             rows = sweep(model, counts, args.topology.split("x", 1)[-1] if args.topology[0].isdigit() else args.topology,
                          global_batch=gb or _default_batch(model), dtype=args.dtype, progress=prog,
                          fixed=_fixed(args), **_space(args))
+            prog.close()
             return _print_sweep(args, model, rows)
         if args.topology in ("this", "local", "host") and _cpu_host():
             return _run_host(args, model, given, gb, prog)
@@ -172,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
             n = gpus or ctx.topo.nranks
             res = search(model, n, ctx, global_batch=gb or _default_batch(model, n), dtype=args.dtype, top=args.top,
                          progress=prog, fixed=_fixed(args), clock=prog.elapsed, **_space(args))
+            prog.close()
             return _print_search(args, res)
         tp, pp, cp, ep = given.get("tp", 1), given.get("pp", 1), given.get("cp", 1), given.get("ep", 1)
         Layout(tp=tp, pp=pp, cp=cp).check(model)  # the model's divisibility first: its message names the flag
@@ -193,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
                      tp_overlap=args.tp_overlap, dtype=args.dtype, cp_comm=args.cp_comm)
         contention = lay.gpus <= CONTENTION_MAX_GPUS if args.contention is None else args.contention
         result = plan_step(model, lay, ctx, contention=contention)
+        prog.close()
         if args.trace:
             from ..plan.trace import write_trace
 
@@ -201,9 +277,12 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `interlink plan ... --json | head`: interlink.cli.main ends it quietly
         raise
     except (PlanError, ModelError, TopologyError, ValueError, OSError) as exc:
+        prog.close()
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"interlink plan: {msg}", file=sys.stderr)
         return 2
+    finally:
+        prog.close()
 
 
 def _cpu_host() -> bool:
@@ -234,29 +313,44 @@ def _gemm_rate() -> tuple[float, str]:
 
 def _say_measuring(model: Any, mb: int, ranks: int, recalibrate: bool) -> None:
     """Before this host's compute is measured at a model's shapes (the first plan of a model, or
-    --recalibrate): say so on stderr, with an estimate of how long its weight GEMMs take (their FLOPs at the
-    rate of the GEMMs stored for other models, else 20 GFLOP/s a core), so a billion-parameter model's
-    minutes are expected."""
+    --recalibrate): say so on stderr, what it measures and about how long each part takes
+    (plan.host.measure_estimate: FLOPs at the rate of the GEMMs stored for other models, else of a 512^3 GEMM
+    timed now; what memory bounds at plan.host.GUESS_COPY_GBPS), so a billion-parameter model's minutes
+    (its framework steps: 27 training steps of the model) are expected. Nothing when all of it is stored."""
     import statistics
 
-    from ..plan.host import LONG_KERNEL_S, compute_path, concurrency, gemm_shapes, host_cores, load_compute
+    from ..plan.host import (compute_path, concurrency, fmt_left, framework_key, gemm_shapes, host_cores,
+                             load_compute, measure_estimate)
 
     cores = host_cores()
     P = concurrency(ranks, cores)
     hc = None if recalibrate else load_compute()
-    if hc is not None and hc.has(model, mb, P):
+    rates = hc is None or not hc.has(model, mb, P)
+    fw = ranks > 1 and (hc is None or framework_key(model, mb, ranks, P) not in hc.kernels)
+    calls = ranks > 1 and (hc is None or not hc.has_calls(ranks))
+    if not (rates or fw or calls):
         return
     stored = [g["forward_gflops"] for g in (load_compute() or hc or type("E", (), {"gemm": {}})()).gemm.values()]
     rate, how = (statistics.median(stored), "the GEMMs measured before") if stored else _gemm_rate()
-    est = 0.0
-    for M, K, N, _ in gemm_shapes(model, mb):
-        one = 6.0 * M * K * N / (rate * 1e9)  # forward and backward
-        est += one * (1 + (3 if one / 3 > LONG_KERNEL_S else 7))  # a warm-up call, then the timed ones
+    parts = measure_estimate(model, mb, rate, fw_ranks=(ranks,) if fw else (), rates=rates, calls=int(calls))
+    total = sum(t for _, t in parts)
+    n_gemm = len(gemm_shapes(model, mb))
+    said = []
+    if rates:
+        said.append(f"{n_gemm} weight GEMMs, about {fmt_left(sum(t for w, t in parts if w.startswith('GEMM')))}")
+        said.append("attention and the other kernels, AdamW and copies, about "
+                    f"{fmt_left(sum(t for w, t in parts[n_gemm:n_gemm + 3]))}")
+    if fw:
+        said.append(f"DDP's and FSDP2's own work on {ranks} ranks (27 training steps of the model on torch's "
+                    f"fake process group), about {fmt_left(sum(t for w, t in parts if w.startswith('DDP')))}")
+    if calls:
+        said.append(f"a collective call through torch.distributed on {ranks} ranks, about "
+                    f"{fmt_left(sum(t for w, t in parts if w.startswith('collective')))}")
     print(note("interlink plan: ", f"measuring this host's compute at the model's shapes first ({P} process"
-                                   f"{'es' if P > 1 else ''} at once): {len(gemm_shapes(model, mb))} weight GEMMs, "
-                                   f"about {est:.0f} s at {rate:.0f} GFLOP/s a core ({how}), then attention, "
-                                   f"the other kernels and DDP's and FSDP2's own work; kept in {compute_path()} "
-                                   f"for the next plan of this model"), file=sys.stderr, flush=True)
+                                   f"{'es' if P > 1 else ''} at once): " + "; ".join(said) + f". About "
+                                   f"{fmt_left(total)} in all at {rate:.0f} GFLOP/s a core ({how}); progress "
+                                   f"at least every 5 s with the time left; kept in {compute_path()} for the "
+                                   f"next plan of this model"), file=sys.stderr, flush=True)
 
 
 def _run_host(args: argparse.Namespace, model: Any, given: dict, gb: int, prog: Any) -> int:
@@ -286,7 +380,8 @@ def _run_host(args: argparse.Namespace, model: Any, given: dict, gb: int, prog: 
     _say_measuring(model, mb, ranks, args.recalibrate)
     hc = host_compute(model, mb, ranks=(ranks,), recalibrate=args.recalibrate, progress=prog)
     result = plan_host(model, ranks, system="ddp" if zero == 0 else "fsdp", backend=args.backend, micro_batch=mb,
-                       bucket_mb=args.bucket_mb, compute=hc)
+                       bucket_mb=args.bucket_mb, compute=hc, progress=prog)
+    prog.close()
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0

@@ -78,6 +78,18 @@ DISPATCH_CHAIN = 256
 #: a kernel whose first call takes longer than this is timed 3 times (the median), not ``reps`` times: a
 #: billion-parameter model's weight GEMMs take seconds each on a CPU core, and their spread is small
 LONG_KERNEL_S = 1.0
+#: copy bandwidth (GB/s, read + write, one core) the up-front estimate of a measurement assumes for its
+#: memory-bound parts (AdamW, the copies) until they are measured
+GUESS_COPY_GBPS = 5.0
+#: seconds the up-front estimate allows for measuring a collective call through torch at a rank count
+#: (plan/calls.py: two backends' processes started, 5 blocks of 200 calls; 12 s at 2 ranks on 2 cores)
+CALLS_S = 15.0
+#: a training step of build_gpt on one core takes about this many times its model FLOPs at the GEMMs' rate
+#: (autograd, attention and the elementwise kernels run slower than the GEMMs: 2.7 for a 20M-parameter
+#: model at seq 512, less where the GEMMs weigh more)
+STEP_SLOWDOWN = 2.0
+#: seconds to start the processes that measure at once (spawned, each importing torch: 5-8 s on 2 cores)
+START_S = 8.0
 
 
 def host_cores() -> int:
@@ -277,6 +289,88 @@ def build_gpt(layers: int, hidden: int, heads: int, seq: int, vocab: int, ffn: i
     return GPT()
 
 
+def fmt_left(s: float) -> str:
+    """A duration for progress lines: seconds under two minutes, else minutes."""
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
+
+
+def measure_estimate(model: Model, b: int, gflops: float, *, reps: int = 7, fw_ranks: tuple[int, ...] = (),
+                     rates: bool = True, calls: int = 0,
+                     copy_gbps: float = GUESS_COPY_GBPS) -> list[tuple[str, float]]:
+    """The parts of :func:`calibrate`'s measurement in the order it runs them, with the seconds each takes
+    at ``gflops`` GFLOP/s a core (its GEMMs' rate) and ``copy_gbps`` for what is bound by memory: each
+    weight GEMM shape (forward and backward, a warm-up call and ``reps`` timed ones each, 3 where a call
+    takes over LONG_KERNEL_S), the other kernels, AdamW, the copies, DDP's and FSDP2's own work at each of
+    ``fw_ranks`` (3 systems x reps + 2 training steps of the model on torch's fake process group) and
+    ``calls`` rank counts of collective calls through torch (CALLS_S each). An estimate: the progress
+    corrects it by the pace of the parts measured."""
+    rate, bw = max(1e-3, gflops) * 1e9, max(1e-3, copy_gbps) * 1e9
+
+    def timed(one: float) -> float:  # a warm-up call, then the timed ones (3 for a long kernel)
+        return one * (1 + (min(reps, 3) if one > LONG_KERNEL_S else reps))
+
+    out: list[tuple[str, float]] = []
+    P = torch_params(model)
+    adam = 28.0 * P / bw  # AdamW reads parameters, gradients and both moments, writes three
+    if rates:
+        for M, K, N, _ in gemm_shapes(model, b):
+            f = 2.0 * M * K * N
+            out.append((f"GEMM {M}x{K}x{N}", timed(f / rate) + timed(2 * f / rate)))
+        B, A, S, D = attention_shape(model, b)
+        att = 4.0 * B * A * S * S * D / rate  # QK^T and the weighted sum of V, forward
+        M, V = b * model.seq, model.vocab
+        ce = 24.0 * M * V / bw  # fp32 logits: softmax forward, its gradient
+        out.append(("the other kernels", timed(att) + timed(4 * att) + timed(ce) + timed(3 * ce)))
+        out.append(("AdamW", timed(adam)))
+        out.append(("copies", sum(timed(2.0 * n / bw) for n in copy_sizes(model))))
+    step = STEP_SLOWDOWN * model.model_flops(b) / rate
+    for n in fw_ranks:
+        if n > 1:
+            out.append((f"DDP's and FSDP2's steps on {n} ranks", (reps + 2) * (3 * step + (2 + 1 / n) * adam)))
+    out.extend((f"collective calls {i + 1}", CALLS_S) for i in range(calls))
+    return out
+
+
+class _Eta:
+    """The time left of a measurement made of :func:`measure_estimate`'s parts: the estimates of the parts
+    not done, the one under way less the time it has run, all scaled by how long the parts done took
+    against their estimates."""
+
+    def __init__(self, parts: list[tuple[str, float]]) -> None:
+        self.est = [e for _, e in parts]
+        self.i = -1
+        self.t = time.monotonic()
+        self.took = 0.0
+        self.estimated = 0.0
+
+    def start(self, i: int) -> None:
+        now = time.monotonic()
+        if 0 <= self.i < len(self.est):
+            self.took += now - self.t
+            self.estimated += self.est[self.i]
+        self.i, self.t = i, now
+
+    def left(self) -> float:
+        k = min(5.0, max(0.2, self.took / self.estimated)) if self.estimated > 0 and self.took > 0.5 else 1.0
+        cur = max(0.0, self.est[self.i] * k - (time.monotonic() - self.t)) if 0 <= self.i < len(self.est) else 0
+        return cur + k * sum(self.est[self.i + 1:])
+
+    def say(self) -> str:
+        return f"about {fmt_left(self.left())} left"
+
+
+def _gflops_now() -> float:
+    """GFLOP/s of one thread on a 256^3 GEMM (a few ms): the rate the measurement's first estimate takes."""
+    import torch
+
+    a = torch.randn(256, 256)
+    a.mm(a)
+    t0 = time.thread_time()
+    for _ in range(4):
+        a.mm(a)
+    return 4 * 2.0 * 256 ** 3 / max(1e-6, time.thread_time() - t0) / 1e9
+
+
 def _framework(model: Model, b: int, ranks: int, reps: int,
                sync: Callable[[], None] = lambda: None) -> dict[str, float]:
     """DDP's and FSDP2's own work a step on ``ranks`` ranks (hooks, bucket copies; FSDP2's DTensor
@@ -418,32 +512,39 @@ def _measure(model: Model, b: int, reps: int, fw_ranks: tuple[int, ...], sync: C
         return ts[len(ts) // 2]
 
     shapes = gemm_shapes(model, b) if rates else []
-    flops = [6.0 * M * K * N for M, K, N, _ in shapes]  # forward 2MKN, backward 4MKN
-    t_start, done = time.monotonic(), 0.0
-    for i, (M, K, N, _) in enumerate(shapes):
+    # the parts of this measurement with their estimated seconds (at a 256^3 GEMM's rate), for the time left
+    parts = measure_estimate(model, b, _gflops_now() if progress else 1.0, reps=reps, fw_ranks=fw_ranks,
+                             rates=rates)
+    eta = _Eta(parts)
+    part = 0
+
+    def say(what: str) -> None:
+        nonlocal part
+        eta.start(part)
+        part += 1
         if progress:
-            # what is left at the rate of the GEMMs timed so far (each shape: a warm-up and its timings)
-            left = "" if not done else f", the GEMMs about {(time.monotonic() - t_start) / done * sum(flops[i:]):.0f} s more"
-            progress(f"GEMM {M}x{K}x{N} ({i + 1} of {len(shapes)}{left})")
+            progress(f"{what} (part {part} of {len(parts)}; {eta.say()})")
+
+    for i, (M, K, N, _) in enumerate(shapes):
+        say(f"GEMM {M}x{K}x{N}, {i + 1} of {len(shapes)}")
         x, w, bias, g = torch.randn(M, K), torch.randn(N, K), torch.randn(N), torch.randn(M, N)
         fl = 2.0 * M * K * N
         tf = med(lambda: torch.addmm(bias, x, w.t()))  # nn.Linear's forward
         tb = med(lambda: (g.mm(w), g.t().mm(x), g.sum(0)))  # its backward: dX, dW, the bias's gradient
         gemm[_key(M, K, N)] = {"forward_gflops": fl / tf / 1e9, "backward_gflops": 2 * fl / tb / 1e9}
-        done += flops[i]
     ks = kernel_shapes(model, b)
+    if rates:
+        say("attention, layer norm, GeLU, adds, embedding, cross-entropy, dispatch")
     for name, (make, fn) in (kernel_fns(model, b) if rates else {}).items():
         # forward (recording for autograd, as in training), and forward + backward: the difference
-        if progress:
-            progress(f"{name} {_key(*ks[name])}")
         ins = make()
         out = fn(*ins)
         grad = torch.randn_like(out) if out.dim() else None
         tf = med(lambda: fn(*ins))
         tfb = med(lambda: fn(*ins).backward(grad))
         kernels[f"{name}:{_key(*ks[name])}"] = {"forward_s": tf, "backward_s": max(0.0, tfb - tf)}
-    if rates and progress:
-        progress(f"AdamW on {ks['adamw'][0]:,} parameters")
+    if rates:
+        say(f"AdamW on {ks['adamw'][0]:,} parameters")
     ps = [] if not rates else [torch.nn.Parameter(torch.randn(*sh)) for sh in param_shapes(model)]
     for p in ps:
         p.grad = torch.randn_like(p)
@@ -451,16 +552,16 @@ def _measure(model: Model, b: int, reps: int, fw_ranks: tuple[int, ...], sync: C
     if rates:
         kernels[f"adamw:{_key(*ks['adamw'])}"] = {"forward_s": med(opt.step), "backward_s": 0.0}
     del ps, opt
+    if rates:
+        say(f"copy bandwidth at {len(copy_sizes(model))} sizes to {copy_sizes(model)[-1] / 2**20:,.0f} MiB")
     for n in copy_sizes(model) if rates else ():
-        if progress:
-            progress(f"copy bandwidth at {n / 2**20:.2f} MiB")
         src, dst = torch.randn(n // F32), torch.empty(n // F32)
         copy[str(n)] = 2.0 * n / med(lambda: dst.copy_(src)) / 1e9
     for n in fw_ranks:
         if n < 2:
             continue
-        if progress:
-            progress(f"DDP's and FSDP2's own work a step on {n} ranks (torch's fake process group)")
+        say(f"DDP's and FSDP2's own work a step on {n} ranks: {3 * (reps + 2)} training steps on torch's fake "
+            f"process group")
         fw = _framework(model, b, n, reps, sync)
         if fw:
             kernels[framework_key(model, b, n)] = fw
@@ -515,7 +616,10 @@ def calibrate(model: Model, b: int, into: Optional[HostCompute] = None, *, reps:
         import multiprocessing as mp
 
         if progress:
-            progress(f"the rates with {P} processes measuring at once (the ranks sharing this host)")
+            est = START_S + sum(t for _, t in measure_estimate(model, b, _gflops_now(), reps=reps,
+                                                               fw_ranks=fw_ranks, rates=rates))
+            progress(f"starting {P} processes to measure at once (the ranks sharing this host; about "
+                     f"{fmt_left(est)} left)")
         ctx = mp.get_context("spawn")
         q, barrier = ctx.Queue(), ctx.Barrier(P)
         procs = [ctx.Process(target=_measure_worker, args=(model, b, reps, fw_ranks, rates, barrier, q, i == 0),
@@ -581,7 +685,8 @@ def calibrate_calls(hc: HostCompute, ranks: int, *,
     from .calls import measure_calls
 
     if progress:
-        progress(f"a collective call through torch.distributed on {ranks} ranks (interlink, gloo)")
+        progress(f"a collective call through torch.distributed on {ranks} ranks (interlink, gloo; about "
+                 f"{fmt_left(CALLS_S)} left)")
     hc.calls.update(measure_calls(ranks))
     return hc
 
