@@ -355,6 +355,7 @@ def test_progress_lines_after_two_seconds(capsys) -> None:
     assert capsys.readouterr().err == ""
     p.t0 -= 5.0
     p("pricing all_gather of 1.0 MiB on 2048 ranks")
+    p.close()  # its repeating thread ends
     err = capsys.readouterr().err
     assert err.startswith("interlink plan: [") and "pricing all_gather" in err
 
