@@ -414,6 +414,37 @@ def test_prose_lines_fit_100_columns(cmd, capsys):
         assert "lo unknown" not in out and "lo loopback" in out
 
 
+WIDTH_CMDS = [
+    ["bench", "all_reduce", "-b", "64K", "-e", "1M", "-f", "4", "--ranks", "2"],
+    ["predict", "all_reduce", "--size", "1G", "--topology", "16xdgx-h100"],
+    ["predict", "all_reduce", "--size", "8", "--topology", "2xdgx-a100", "--all"],
+    ["doctor"],
+    ["topo", "--topology", "dgx-h100"],
+]
+
+
+@pytest.mark.parametrize("cmd", WIDTH_CMDS, ids=lambda c: " ".join(c[:2]))
+def test_output_lines_fit_100_columns(cmd, tmp_path, monkeypatch, capsys):
+    """Every line of bench's notes (its closing note on the model column), of predict (the marked table rows
+    included: '<- best, nccl'), of doctor, and topo's header and legend, is at most 100 columns. Left out: the
+    nccl-tests table bench prints (its columns are nccl-tests'), topo's device and path tables."""
+    if cmd[0] == "bench":
+        monkeypatch.setenv("INTERLINK_PROFILE", str(tmp_path / "none.json"))  # the closing calibrate note
+        _fake_launch(monkeypatch, [_row(65536, "slots"), _row(262144, "slots"), _row(1048576, "slots")])
+    assert main(cmd) in (0, None)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    if cmd[0] == "bench":
+        assert "--calibrate" in out
+        lines = lines[lines.index("# Wrong values         : 0 OK"):]
+    if cmd[0] == "topo":
+        lines = [ln for ln in lines if ln.startswith(("topology ", "  ", "legend:", "        "))]
+        assert lines[0].startswith("topology dgx-h100:") and any(ln.startswith("legend:") for ln in lines)
+    if cmd[0] == "predict" and "--all" not in cmd:
+        assert any(ln.endswith("<- best, nccl") for ln in lines)
+    assert lines and all(len(ln) <= 100 for ln in lines), [ln for ln in lines if len(ln) > 100]
+
+
 def test_sweep_progress_names_each_run_and_the_time_left(capsys):
     """`simulate --sweep-nodes` says on stderr which run it is in (node count and algorithm), the time left
     from the second node count on, and when it is done; the model's choice, the slowest run at large node

@@ -144,7 +144,8 @@ def test_predict_cli_says_which_is_which(capsys):
 
     best, nccl = said("best on paper"), said("nccl default")
     assert "direct/ll" in best and "nccl_tree/ll" in nccl and "nccl-tests would print" in nccl
-    assert "<- best on paper" in out and "<- nccl default (ll)" in out
+    marked = {ln.split()[0]: ln.split("<- ")[1] for ln in lines if "<- " in ln}  # the table marks both rows
+    assert marked == {"direct": "best", "nccl_tree": "nccl"}
     d = json.loads(_cli(capsys, "predict", "all_reduce", "-s", "8", "-t", "2xdgx-a100", "--json"))
     assert d["best_on_paper"]["algorithm"] == d["algorithm"] == "direct"
     nd = d["nccl_default"]

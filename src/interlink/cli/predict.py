@@ -185,14 +185,16 @@ def run(args: argparse.Namespace) -> int:
     out.write("#\n")
     out.write(f"# {'algorithm':<20} {'protocol':>8} {'time (us)':>12} {'algbw':>9} {'busbw':>9} {'channels':>8}  method\n")
     for c in rows:
+        # the rows of the 'best on paper' and 'nccl default' lines, marked by their first word ('nccl' with NCCL's
+        # protocol where the row shows another), so that a marked row stays within 100 columns
         mark = []
         if args.algorithm is None and pred.mode == "gpu" and c is pred.best:
-            mark.append("<- best on paper")
+            mark.append("best")
         if nccl is not None and c.algorithm == nccl.algorithm and (args.all is False or c.protocol == nccl.protocol):
-            mark.append(f"<- nccl default ({nccl.protocol})")
+            mark.append("nccl" + (f" ({nccl.protocol})" if nccl.protocol != c.protocol else ""))
         out.write(f"  {c.algorithm:<20} {c.protocol if pred.mode == 'gpu' else '-':>8} {c.time_us:12.2f} "
                   f"{_gbs(c.algbw_gbps):>9} {_gbs(c.busbw_gbps):>9} {c.channels:>8}  {c.method}"
-                  f"{'  ' + c.note if c.note else ''}{'  ' + ' '.join(mark) if mark else ''}\n")
+                  f"{'  ' + c.note if c.note else ''}{'  <- ' + ', '.join(mark) if mark else ''}\n")
     from .text import note
 
     for n in pred.notes:

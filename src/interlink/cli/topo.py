@@ -232,7 +232,9 @@ def _print(topo, notes: list[str], full: bool) -> None:
         if more:
             con.print(more)
     else:
-        print(head)
+        from .text import note
+
+        print(note("", head).replace("\n", "\n  "))
         if extra:
             print("network: " + ", ".join(f"{k}={v}" for k, v in extra.items()))
         for n in notes:
@@ -248,9 +250,11 @@ def _print(topo, notes: list[str], full: bool) -> None:
     for p in examples:
         print(f"path {p.src} -> {p.dst}: {p.path_type.value}, {_fmt_bw(p.bottleneck_gbps)} GB/s per direction, "
               f"{p.latency_us:.2f} us, via {' > '.join(p.devices)}")
-    print("legend: X self; NV# NVLink (# links, possibly via NVSwitch; NVL in a path line); C2C NVLink-C2C; "
-          "PIX one PCIe switch;\n        PXB several PCIe switches; PHB through a CPU / host memory; SYS across CPU "
-          "sockets; NET network")
+    from .text import note
+
+    print(note("legend: ", "X self; NV# NVLink (# links, possibly via NVSwitch; NVL in a path line); C2C "
+                           "NVLink-C2C; PIX one PCIe switch; PXB several PCIe switches; PHB through a CPU / host "
+                           "memory; SYS across CPU sockets; NET network"))
 
 
 def _plain(title: str, cols, rows) -> None:
