@@ -171,17 +171,40 @@ def test_variants_change_the_link_specs_a_topology_file_carries():
 
 
 def test_a_log_without_rank_lines_says_what_it_guessed(capsys):
-    """nccl-tests output without its '# Rank' lines (a pasted table): the report says the cluster is a guess,
-    what the log did not show and what to pass; a best fit outside the model's error is flagged; every line
-    fits 100 columns."""
+    """nccl-tests output without its '# Rank' lines (a pasted table): the rank count comes from busbw / algbw
+    (all_reduce's 2 (n - 1) / n = 1.00: 2 ranks, not the 8 of a whole pcie-8gpu host), the report says what
+    the log did not show, what was assumed instead and what to pass; each fit says whether it is within the
+    model's error; every line fits 100 columns."""
     log = os.path.join(os.path.dirname(__file__), "data", "nccl_tests", "nccl340-2080ti-nvlink-bridge.log")
+    parsed = ncclt.parse(Path(log).read_text())
+    assert (parsed.nranks, parsed.ranks_from) == (2, "busbw/algbw")
     assert main(["doctor", "nccl-tests", log]) == 0
     out = capsys.readouterr().out
-    assert "(guessed)" in out and "does not show the ranks and hosts or the GPU model" in out
-    assert "pass --topology SPEC" in out and "? ranks" not in out
-    assert "warning: no variant fits within the model's error" in out
+    flat = " ".join(ln.strip() for ln in out.splitlines())
+    assert "2 ranks (from busbw / algbw: 1.00, all_reduce's 2 (n - 1) / n); topology 1xpcie-8gpu:gpus=2 (guessed)" \
+        in flat
+    assert "not in the log: the hosts and the GPU model" in flat and "taken as: one host and PCIe GPUs" in flat
+    assert "pass --topology SPEC" in flat and "?" not in out
+    assert "1. as specified: fit x1.09 (within the model's error)" in flat and "warning" not in out
     assert all(len(ln) <= 100 for ln in out.splitlines())
     topo = os.path.join(os.path.dirname(__file__), "data", "nccl_tests", "topo-2x2080ti-nvlink-bridge.json")
     assert main(["doctor", "nccl-tests", log, "--topology", topo]) == 0
     out = capsys.readouterr().out
-    assert "(guessed)" not in out and "warning" not in out and "1. NVLink at half rate: fit x1.0" in out
+    assert "(guessed)" not in out and "warning" not in out
+    assert "1. NVLink at half rate: fit x1.05 (within the model's error)" in out
+
+
+def test_ranks_from_busbw():
+    """busbw / algbw gives n where the printed digits tell n from n +- 1; not for a collective whose factor is 1,
+    nor from rows too coarse or disagreeing."""
+    def rows(coll: str, n: int, algbws=(0.01, 1.5, 20.37, 150.2)) -> list:
+        c = ncclt.BUS_SCALE[coll]
+        return [ncclt.Row(1 << 20, 1, "float32", 10.0, a, round(a * c * (n - 1) / n, 2)) for a in algbws]
+
+    for coll in ncclt.BUS_SCALE:
+        for n in (2, 3, 4, 8, 16):
+            assert ncclt.ranks_from_busbw(coll, rows(coll, n)) == n, (coll, n)
+    assert ncclt.ranks_from_busbw("all_reduce", rows("all_reduce", 16, (1.5,))) == 0  # 15 or 17 as well
+    assert ncclt.ranks_from_busbw("all_reduce", rows("all_reduce", 2) + rows("all_reduce", 8)) == 0
+    assert ncclt.ranks_from_busbw("broadcast", rows("all_gather", 2)) == 0
+    assert ncclt.parse(HEAD + "\n 1048576 262144 float sum -1 10 1 1 0 10 1 1 0\n").ranks_from == "rank lines"

@@ -163,7 +163,7 @@ def _nccl_tests(args: argparse.Namespace) -> int:
         with open(args.plot, "w", encoding="utf-8") as f:
             f.write(ncclt.svg(log, spec, fits))
     if args.json:
-        print(json.dumps({"collective": log.collective, "ranks": log.nranks, "hosts": log.hosts, "gpu": log.gpu,
+        print(json.dumps({"collective": log.collective, "ranks": log.nranks, "ranks_from": log.ranks_from, "hosts": log.hosts, "gpu": log.gpu,
                           "topology": spec, "measured": [[r.nbytes, r.time_us, r.busbw] for r in log.rows],
                           "explanations": [{"name": f.variant.name, "cause": f.variant.what, "kind": f.variant.kind,
                                             "error": f.error, "score": f.score, "prior": f.prior,

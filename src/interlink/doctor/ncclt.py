@@ -70,6 +70,9 @@ class Log:
     env: dict = field(default_factory=dict)
     ngpus: int = 1  # GPUs per thread (nccl-tests' -g): one thread launches that many GPUs' kernels per op
     seen: set = field(default_factory=set)  # what NCCL_DEBUG=INFO lines in the log show (transports used)
+    #: where ``nranks`` comes from: "rank lines" (the '# Rank' lines), "busbw/algbw" (:func:`ranks_from_busbw`),
+    #: "" (not known)
+    ranks_from: str = ""
 
 
 def parse(text: str, collective: Optional[str] = None) -> Log:
@@ -115,8 +118,45 @@ def parse(text: str, collective: Optional[str] = None) -> Log:
         raise ValueError("no nccl-tests result rows found (lines of: size count type [redop root] time algbw busbw ...)")
     hosts = sorted({h for h, _ in ranks.values()})
     gpus = sorted({g for _, g in ranks.values()})
-    return Log(_COLL.get(coll or "all_reduce", coll or "all_reduce"), rows, len(ranks), hosts, gpus[0] if gpus else "",
-               avg, env, ngpus, seen)
+    collective = _COLL.get(coll or "all_reduce", coll or "all_reduce")
+    nranks, source = len(ranks), "rank lines" if ranks else ""
+    if not nranks:
+        nranks = ranks_from_busbw(collective, rows)
+        source = "busbw/algbw" if nranks else ""
+    return Log(collective, rows, nranks, hosts, gpus[0] if gpus else "", avg, env, ngpus, seen, source)
+
+
+#: nccl-tests' busbw = algbw x c (n - 1) / n for n ranks (its doc/PERFORMANCE.md), c per collective; the
+#: collectives not here have a factor of 1 (broadcast, reduce, sendrecv) and say nothing of n
+BUS_SCALE = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
+
+
+def ranks_from_busbw(collective: str, rows: list[Row]) -> int:
+    """The rank count busbw / algbw says (nccl-tests prints busbw = algbw x c (n - 1) / n, :data:`BUS_SCALE`),
+    for a log without its '# Rank' lines; 0 when the collective's factor does not depend on n, no row tells n
+    from n +- 1 (busbw and algbw are printed to two decimals: a row of a small algbw or a large n cannot), or
+    the rows that can disagree."""
+    c = BUS_SCALE.get(collective)
+    if c is None:
+        return 0
+    said = []
+    for r in rows:
+        if not (r.algbw > 0 and r.busbw > 0) or r.algbw != r.algbw or r.busbw != r.busbw:
+            continue
+        ratio = r.busbw / r.algbw
+        tol = 0.005 * (1.0 + ratio) / r.algbw  # the ratio's uncertainty from the printing's rounding
+        n = round(1.0 / (1.0 - ratio / c)) if ratio < c else 0
+        if n < 2:  # no rank count gives this ratio: a disagreement, if the ratio is not all rounding
+            if tol < 0.1 * c:
+                said.append(0)
+            continue
+        if tol >= 0.4 * c / (n * (n + 1)):  # n +- 1 within the rounding: this row cannot tell
+            continue
+        said.append(n if abs(c * (n - 1) / n - ratio) <= 2 * tol + 1e-3 else 0)
+    if not said:
+        return 0
+    n = max(set(said), key=said.count)
+    return n if n and said.count(n) >= 0.8 * len(said) else 0
 
 
 #: transports an NCCL_DEBUG=INFO log shows it used (evidence for or against a variant)
@@ -198,6 +238,8 @@ def guess_topology(log: Log) -> str:
                 break
     hosts = max(1, len(log.hosts))
     per = max(1, (log.nranks or 8) // hosts)
+    if not log.hosts and log.nranks > 8 and preset != "gb200-nvl72":  # hosts not shown: 8 GPUs a host
+        hosts, per = -(-log.nranks // 8), 8
     return f"{hosts}x{preset}:gpus={per}" if per != 8 or hosts > 1 or preset == "gb200-nvl72" else preset
 
 
@@ -638,6 +680,10 @@ def names(fit_: Fit) -> list[str]:
     return [fit_.variant.name] + fit_.same_as
 
 
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 #: a best fit worse than this factor: no variant of the cluster explains the curve within the model's error
 POOR_FIT = 1.5
 
@@ -653,16 +699,30 @@ def report(log: Log, spec: str, fits: list[Fit], top: int = 5, guessed: bool = F
                              break_on_hyphens=False)
 
     base = next((f for f in fits if "as specified" in names(f)), None)
-    who = (f"{log.nranks} ranks on {len(log.hosts) or '?'} host(s)" if log.nranks else "") + \
-        (f", {log.gpu}" if log.gpu else "")
+    who = ""
+    if log.nranks:
+        who = f"{log.nranks} ranks" + (f" on {len(log.hosts)} host(s)" if log.hosts else "")
+        if log.ranks_from == "busbw/algbw":
+            c = BUS_SCALE[log.collective]
+            who += f" (from busbw / algbw: {c * (log.nranks - 1) / log.nranks:.2f}, {log.collective}'s " \
+                   f"{'2 ' if c == 2 else ''}(n - 1) / n)"
+    if log.gpu:
+        who += f", {log.gpu}"
     lines = wrap(f"{log.collective}: {len(log.rows)} sizes" + (f", {who.lstrip(', ')}" if who else "")
                  + f"; topology {spec}" + (" (guessed)" if guessed else ""), more="  ")
     if guessed:
-        missing = [what for what, have in (("ranks and hosts", log.nranks), ("GPU model", log.gpu)) if not have]
-        lines += wrap(("the log does not show the " + " or the ".join(missing) + " (nccl-tests prints them in its "
-                       "'# Rank N ... on HOST device D [...] GPU' lines); " if missing else "")
-                      + f"{spec} is a guess: pass --topology SPEC with the cluster it ran on (e.g. dgx-h100, "
-                      f"2xdgx-h100, 'pcie-8gpu:gpus=2', a topology file)", "  ", "  ")
+        unknown = [what for what, have in (("the rank count", log.nranks), ("the hosts", log.hosts),
+                                           ("the GPU model", log.gpu)) if not have]
+        assumed = [what for what, have in (
+            (f"{'8 GPUs a host' if log.nranks > 8 else 'one host'}", log.hosts),
+            ("8 ranks" if not log.nranks else "", log.nranks),
+            (f"PCIe GPUs without NVLink ({spec.split(':')[0].split('x', 1)[-1]})", log.gpu)) if not have and what]
+        text = ""
+        if unknown:
+            text = (f"not in the log: {_and(unknown)} (nccl-tests prints them in its '# Rank N ... on HOST "
+                    f"device D [...] GPU' lines); taken as: {_and(assumed)}. ")
+        lines += wrap(text + f"{spec} is a guess: pass --topology SPEC with the cluster it ran on (e.g. "
+                      f"dgx-h100, 2xdgx-h100, 1xpcie-8gpu:gpus=2, a topology file)", "  ", "  ")
     if base is not None:
         lines.append(f"{'bytes':>12s} {'measured':>9s} {'allowed':>9s}   busbw GB/s (out-of-place); allowed: what "
                      f"NCCL runs")
@@ -673,13 +733,16 @@ def report(log: Log, spec: str, fits: list[Fit], top: int = 5, guessed: bool = F
                 bw, a = pb[r.nbytes]
                 lines.append(f"{r.nbytes:>12d} {r.busbw:>9.2f} {bw:>9.2f}   {a}")
     n = len(informative(log.rows))
-    lines += wrap(f"explanations, most likely first (fit: the typical factor between the measured and the "
-                  f"predicted times over the {n} sizes the bandwidth shapes, x1.00 a perfect fit; score: lower is "
-                  f"likelier, n/2 ln(fit^2 + {SIGMA}^2) - log prior):", more="  ")
+    lines += wrap(f"explanations, most likely first. fit: how far the times the model predicts under that cause "
+                  f"are from the measured ones, a typical factor over the {n} sizes the bandwidth decides (x1.00: "
+                  f"the same; the model's own error is about x{math.exp(SIGMA):.2f}); score: the fit weighed by "
+                  f"how common the cause is, lower is likelier (docs/doctor.md):", more="  ")
     for i, f in enumerate(fits[:top], 1):
         same = f" Same curve: {', '.join(f.same_as)}." if f.same_as else ""
         what = f.variant.what[:1].upper() + f.variant.what[1:]
-        lines += wrap(f"{i}. {f.variant.name}: fit x{math.exp(f.error):.2f}, score {f.score:.1f}. {what}.{same}",
+        x = math.exp(f.error)
+        how = "within the model's error" if x <= math.exp(SIGMA) else "outside the model's error"
+        lines += wrap(f"{i}. {f.variant.name}: fit x{x:.2f} ({how}), score {f.score:.1f}. {what}.{same}",
                       more="   ")
     if fits and math.exp(fits[0].error) > POOR_FIT:
         lines += wrap(f"warning: no variant fits within the model's error (the best is x{math.exp(fits[0].error):.2f} "
