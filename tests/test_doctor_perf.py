@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from interlink.cli.main import main
 from interlink.doctor import perf
 
@@ -57,11 +59,46 @@ def test_the_command_on_this_host(capsys):
 
 
 def test_the_table_has_units_and_the_sweep_reports_progress(capsys):
-    """The table's time columns say their unit (us a call), its lines fit 100 columns, and the command says on
-    stderr which collective it measures, k of n, with the time left from the second on."""
+    """Every numeric column says its unit (bytes, us a call, the ratio as 'x model'), its lines fit 100
+    columns, and the command says on stderr which collective it measures, k of n, with the time left from the
+    second on, and when it is done."""
     assert main(["doctor", "perf", "--ops", "all_reduce,broadcast", "-e", "4K", "-f", "32"]) == 0
     cap = capsys.readouterr()
-    assert "measured us" in cap.out and "model us" in cap.out
+    head = next(ln for ln in cap.out.splitlines() if "algorithm" in ln).split()
+    assert head == ["bytes", "algorithm", "measured", "us", "model", "us", "x", "model", "verdict"]
     assert all(len(ln) <= 100 for ln in cap.out.splitlines())
-    prog = [ln for ln in cap.err.splitlines() if ln.startswith("interlink doctor perf: [")]
-    assert len(prog) == 2 and "[1/2] all_reduce on 2 ranks" in prog[0] and "s left)" in prog[1]
+    prog = [ln for ln in cap.err.splitlines() if ln.startswith("interlink doctor perf: ")]
+    assert len(prog) == 3 and "[1/2] all_reduce on 2 ranks" in prog[0] and "s left)" in prog[1]
+    assert prog[2].startswith("interlink doctor perf: 4 of 4 sizes measured in ")
+
+
+def test_a_long_sweep_says_the_sizes_done_and_the_time_left(capsys, monkeypatch):
+    """Plain lines (stderr not a terminal): while a sweep runs, a line at most every 5 s with the sizes done
+    and the time left (the seconds so far over the sizes done); with rich and a terminal, a bar instead."""
+    from interlink.cli.doctor import _PerfProgress, _sweep_sizes
+
+    assert _sweep_sizes(8, 4 << 20, 8) == 7 and _sweep_sizes(8, 4096, 32) == 2
+    now = [0.0]
+    p = _PerfProgress(["all_reduce", "broadcast"], 4, clock=lambda: now[0])
+    p.sweep(0, "all_reduce", "on 2 ranks")
+    for i, t in enumerate((2.0, 4.0, 6.0)):  # the third size, 6 s in: 3 of 8 sizes in 6 s, 10 s left
+        now[0] = t
+        p.size(i, str(8 << i))
+    now[0] = 8.0
+    p.size(3, "64")  # the sweep's last size: its end is the next sweep's line
+    p.sweep(1, "broadcast", "on 2 ranks")
+    p.close()
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["interlink doctor perf: [1/2] all_reduce on 2 ranks (0 s so far)",
+                   "interlink doctor perf: [1/2] all_reduce: 3 of 4 sizes done, 32 B last (6 s so far, about 10 s "
+                   "left)",
+                   "interlink doctor perf: [2/2] broadcast on 2 ranks (8 s so far, about 8 s left)",
+                   "interlink doctor perf: 4 of 8 sizes measured in 8 s"]
+    pytest.importorskip("rich")
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    p = _PerfProgress(["all_reduce"], 2)
+    assert p.rich is not None
+    p.sweep(0, "all_reduce", "on 2 ranks")
+    p.size(0, "8")
+    p.close()
+    assert "interlink doctor perf: [" not in capsys.readouterr().err

@@ -99,43 +99,140 @@ def _trace(args: argparse.Namespace) -> int:
     return 0
 
 
+class _PerfProgress:
+    """Progress of `doctor perf` on stderr (stdout stays the report): a rich bar over every size of every sweep
+    when rich is importable and stderr is a terminal, as `interlink bench` and `interlink plan` draw theirs;
+    else plain lines: one as each collective's sweep starts, and while one runs, a line at most every
+    ``HEARTBEAT_S`` with the sizes done. From the first size done on, each says the time left (the seconds so
+    far over the sizes done, times the sizes left)."""
+
+    HEARTBEAT_S = 5.0
+    PREFIX = "interlink doctor perf: "
+
+    def __init__(self, ops: list[str], sizes: int, clock: Any = time.monotonic) -> None:
+        self.ops, self.sizes, self.clock = ops, sizes, clock
+        self.total = len(ops) * sizes
+        self.done = 0
+        self.t0 = clock()
+        self.last = self.t0
+        self.rich: Any = None
+        self.task: Any = None
+        if sys.stderr.isatty():
+            try:
+                from rich.console import Console
+                from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                           TimeRemainingColumn)
+            except ImportError:
+                pass
+            else:
+                self.rich = Progress(TextColumn("[bold]interlink doctor perf[/] {task.description}"), BarColumn(),
+                                     MofNCompleteColumn(), TextColumn("sizes"), TimeElapsedColumn(),
+                                     TextColumn("left"), TimeRemainingColumn(), console=Console(stderr=True),
+                                     transient=True, redirect_stdout=False, redirect_stderr=False)
+                self.rich.start()
+                self.task = self.rich.add_task("", total=self.total)
+
+    def _clock(self) -> str:
+        now = self.clock() - self.t0
+        left = f", about {now / self.done * (self.total - self.done):.0f} s left" if self.done else ""
+        return f"{now:.0f} s so far{left}"
+
+    def _say(self, text: str) -> None:
+        self.last = self.clock()
+        print(self.PREFIX + text, file=sys.stderr, flush=True)
+
+    def sweep(self, k: int, op: str, detail: str) -> None:
+        """Collective ``k`` (0-based) starts its sweep."""
+        self.op, self.k = op, k
+        if self.rich is not None:
+            self.rich.update(self.task, description=f"[{k + 1}/{len(self.ops)}] {op}")
+        else:
+            self._say(f"[{k + 1}/{len(self.ops)}] {op} {detail} ({self._clock()})")
+
+    def size(self, index: int, nbytes: str) -> None:
+        """Size ``index`` (0-based) of the running sweep is done."""
+        self.done = self.k * self.sizes + index + 1
+        if self.rich is not None:
+            self.rich.update(self.task, completed=self.done,
+                             description=f"[{self.k + 1}/{len(self.ops)}] {self.op}: {nbytes} B done")
+        elif self.clock() - self.last >= self.HEARTBEAT_S and index + 1 < self.sizes:
+            self._say(f"[{self.k + 1}/{len(self.ops)}] {self.op}: {index + 1} of {self.sizes} sizes done, "
+                      f"{nbytes} B last ({self._clock()})")
+
+    def close(self, finished: bool = True) -> None:
+        """Stop the bar (idempotent); plain lines: say when every sweep is done."""
+        if self.rich is not None:
+            self.rich.stop()
+            self.rich = None
+        elif finished and self.total:
+            self._say(f"{self.done} of {self.total} sizes measured in {self.clock() - self.t0:.0f} s")
+        self.total = 0
+
+
+def _sweep_sizes(lo: int, hi: int, factor: int) -> int:
+    """How many sizes `interlink bench -b lo -e hi -f factor` measures."""
+    n, s = 0, max(1, lo)
+    while s <= hi:
+        n, s = n + 1, s * max(2, factor)
+    return max(1, n)
+
+
 def _perf(args: argparse.Namespace) -> int:
     import os
+    import re
     import subprocess
     import tempfile
 
     from ..doctor import perf
+    from .bench import parse_size
 
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     results = []
-    loads = []
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
-    t0 = time.monotonic()
-    for k, op in enumerate(ops):
-        # progress on stderr (each collective's sweep is an `interlink bench` run of its own: a few seconds)
-        left = f", about {(time.monotonic() - t0) / k * (len(ops) - k):.0f} s left" if k else ""
-        print(f"interlink doctor perf: [{k + 1}/{len(ops)}] {op} on {args.ranks} ranks, {args.minbytes} to "
-              f"{args.maxbytes} bytes ({time.monotonic() - t0:.0f} s so far{left})", file=sys.stderr, flush=True)
-        before = perf.load_average()
-        with tempfile.TemporaryDirectory(prefix="interlink-perf-") as d:
-            out = os.path.join(d, "bench.json")
-            cmd = [sys.executable, "-m", "interlink", "bench", op, "--ranks", str(args.ranks), "--minbytes",
-                   args.minbytes, "--maxbytes", args.maxbytes, "--stepfactor", args.stepfactor, "--check", "0",
-                   "--json", out] + (["--transport", args.transport] if args.transport else [])
-            run = subprocess.run(cmd, capture_output=True, text=True)
-            if run.returncode != 0 or not os.path.exists(out):
-                print(f"interlink doctor perf: `{' '.join(cmd[1:])}` failed:\n{run.stderr[-2000:]}", file=sys.stderr)
-                return 2
-            with open(out) as f:
-                data = json.load(f)
-        n = int(data.get("nranks", args.ranks))
-        # the load of the other jobs: the 1-minute average before the sweep (the sweep's own ranks raise it)
-        points = perf.explain_rows(data["rows"], op, n, cores, data.get("transport", "shm"),
-                                   perf.model_latency(op, n), before)
-        results.append((op, n, points))
+    try:
+        nsizes = _sweep_sizes(parse_size(args.minbytes), parse_size(args.maxbytes), int(args.stepfactor))
+    except (ValueError, argparse.ArgumentTypeError):
+        nsizes = 1  # `interlink bench` says what is wrong with the size
+    progress = _PerfProgress(ops, nsizes)
+    size_line = re.compile(r"^interlink bench: \[(\d+)/(\d+)\] (\d+) B:")
+    try:
+        for k, op in enumerate(ops):
+            # each collective's sweep is an `interlink bench` run of its own; its line a size on stderr drives
+            # the progress
+            progress.sweep(k, op, f"on {args.ranks} ranks, {args.minbytes} to {args.maxbytes} bytes")
+            before = perf.load_average()
+            with tempfile.TemporaryDirectory(prefix="interlink-perf-") as d:
+                out = os.path.join(d, "bench.json")
+                cmd = [sys.executable, "-m", "interlink", "bench", op, "--ranks", str(args.ranks), "--minbytes",
+                       args.minbytes, "--maxbytes", args.maxbytes, "--stepfactor", args.stepfactor, "--check", "0",
+                       "--json", out] + (["--transport", args.transport] if args.transport else [])
+                err: list[str] = []
+                with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as run:
+                    assert run.stderr is not None
+                    for line in run.stderr:
+                        m = size_line.match(line)
+                        if m:
+                            progress.size(int(m.group(1)) - 1, m.group(3))
+                        else:
+                            err.append(line)
+                if run.returncode != 0 or not os.path.exists(out):
+                    progress.close(finished=False)
+                    print(f"interlink doctor perf: `{' '.join(cmd[1:])}` failed:\n{''.join(err)[-2000:]}",
+                          file=sys.stderr)
+                    return 2
+                with open(out) as f:
+                    data = json.load(f)
+            n = int(data.get("nranks", args.ranks))
+            # the load of the other jobs: the 1-minute average before the sweep (the sweep's own ranks raise it)
+            points = perf.explain_rows(data["rows"], op, n, cores, data.get("transport", "shm"),
+                                       perf.model_latency(op, n), before)
+            results.append((op, n, points))
+        progress.close()
+    finally:
+        progress.close(finished=False)
     note = perf.host_note()
     if args.json:
         print(json.dumps({"cores": cores, "note": note, "collectives": [

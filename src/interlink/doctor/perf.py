@@ -144,15 +144,15 @@ def host_note() -> str:
 
 def report(collective: str, nranks: int, points: list[Point], width: int = 100) -> str:
     """The sweep's table (bytes of the call, the path, measured and modelled microseconds a call, their
-    ratio, the verdict) and each flagged term's advice, wrapped to ``width`` columns."""
+    ratio as a factor of the model's time, 'x model', the verdict) and each flagged term's advice, wrapped to ``width`` columns."""
     import textwrap
 
     wa = max([len("algorithm")] + [len(p.algorithm) for p in points])
     lines = [f"{collective} on {nranks} ranks: measured against the model (time per call, out-of-place)",
-             f"{'bytes':>10s} {'algorithm':>{wa}s} {'measured us':>12s} {'model us':>10s} {'ratio':>6s}  verdict"]
+             f"{'bytes':>10s} {'algorithm':>{wa}s} {'measured us':>12s} {'model us':>10s} {'x model':>7s}  verdict"]
     for p in points:
         pr = f"{p.predicted_us:10.1f}" if p.predicted_us else f"{'-':>10s}"
-        ra = f"{p.ratio:6.2f}" if p.ratio else f"{'-':>6s}"
+        ra = f"{p.ratio:7.2f}" if p.ratio else f"{'-':>7s}"
         v = p.verdict if not p.term else f"{p.verdict}: {p.term}"
         lines.append(f"{p.size:>10d} {p.algorithm:>{wa}s} {p.measured_us:12.1f} {pr} {ra}  {v}")
     adv = {}
