@@ -1088,8 +1088,9 @@ def run_transport_faults(cfg: Cfg, transport: str, steps: list, max_restarts: in
     loop_s = call_s0 = loop_s0 = 0.0
     thresholds: dict = {}
     for chunk, fl in chunks:
-        log(f"# {transport}: {cfg.world} ranks, steps {chunk[0]}..{chunk[-1]} "
-            f"({sum(ncalls[i] for i in chunk)} calls), a rank lost at steps {fl}")
+        log(f"# {transport}: {cfg.world} ranks, steps {chunk[0]}..{chunk[-1]} of the seeded sequence "
+            f"({sum(ncalls[i] for i in chunk)} calls), a rank lost at steps {fl}\n#   (a step: one collective, "
+            f"a send/recv pair or a batch of async calls)")
         seg = run_segment(cfg, transport, chunk, faults=tuple(fl), log=log)
         thresholds = seg.thresholds or thresholds
         loop_s += seg.loop_s

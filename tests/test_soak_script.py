@@ -72,3 +72,6 @@ def test_soak_with_lost_ranks_shrinks_and_stays_correct(tmp_path) -> None:
     assert shm["faults"]["shrinks_per_survivor"] == 2 * shm["faults"]["killed"], shm["faults"]
     assert shm["calls_completed"] == shm["calls_planned"] >= 60
     assert shm["wrong"] == 0 and shm["hangs"] == 0 and shm["errors"] == 0
+    # each world of the fault run says what a step is, as the runs without faults do
+    assert "a rank lost at steps" in proc.stderr + proc.stdout
+    assert "(a step: one collective, a send/recv pair or a batch of async calls)" in proc.stderr + proc.stdout
