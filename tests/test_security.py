@@ -187,19 +187,59 @@ def test_the_reproduction_fails_loudly_on_every_rank(tmp_path):
 
 
 def test_two_claimants_during_init_fail_every_rank(tmp_path):
+    """Both claimants of rank 2 wait for the store before rank 0 starts it; the job runs for >= 2.4 s, so the
+    later claimant reaches the store while it runs whatever the load (8 calls, 0.3 s apart)."""
     port = free_port()
     marks = tmp_path / "marks"
     marks.mkdir()
-    procs = [_start(tmp_path, r, 3, port, 1.0, 5, 0.2, JOB_MARK=str(marks)) for r in (2, 2, 1)]
+    procs = [_start(tmp_path, r, 3, port, 1.0, 8, 0.3, JOB_MARK=str(marks)) for r in (2, 2, 1)]
     deadline = time.monotonic() + 60
     while len(os.listdir(marks)) < 3 and time.monotonic() < deadline:  # both claimants are up and retrying
         time.sleep(0.05)
     time.sleep(0.3)
-    procs.append(_start(tmp_path, 0, 3, port, 1.0, 5, 0.2))
+    procs.append(_start(tmp_path, 0, 3, port, 1.0, 8, 0.3))
     outs = [_out(p) for p in procs]
     for o in outs:
         assert o.get("error") == "RankConflictError", o
-        assert len(o["results"]) < 5
+        assert len(o["results"]) < 8
+
+
+def test_a_claimant_between_the_last_store_request_and_the_job_start_stops_the_job(tmp_path):
+    """The window the store's conflict callback once missed: rank 0 has made its last store request of init
+    (the init barrier) but has not yet made the job current. Rank 0 is held there (its Runner is made slowly)
+    while a second claimant of rank 2 reaches the store; every rank must still end with RankConflictError."""
+    port = free_port()
+    mark = tmp_path / "in-window"
+    hold = tmp_path / "hold.py"
+    hold.write_text(textwrap.dedent(f"""
+        import runpy, sys, time
+        import interlink.runtime.api as api
+        real = api.Runner
+        def slow(*a, **k):
+            open({str(mark)!r}, "w").close()
+            time.sleep(3.0)
+            return real(*a, **k)
+        api.Runner = slow
+        sys.argv = sys.argv[1:]
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    """))
+    r1 = _start(tmp_path, 1, 3, port, 1.0, 5, 0.1)
+    a = _start(tmp_path, 2, 3, port, 1.0, 5, 0.1)
+    e = {k: v for k, v in os.environ.items() if k not in ("INTERLINK_SECRET", "RANK", "WORLD_SIZE")}
+    e.update(RANK="0", WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+             PYTHONPATH=SRC + os.pathsep + e.get("PYTHONPATH", ""), XDG_CONFIG_HOME=str(tmp_path / "cfg"))
+    r0 = subprocess.Popen([sys.executable, str(hold), str(tmp_path / "job.py"), "1.0", "5", "0.1"], env=e,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not mark.exists() and time.monotonic() < deadline and r0.poll() is None:
+        time.sleep(0.02)
+    assert mark.exists(), "rank 0 never reached the end of init"
+    b = _start(tmp_path, 2, 3, port, 1.0, 5, 0.1)
+    outs = [_out(p) for p in (r0, r1, a, b)]
+    for o in outs:
+        assert o.get("error") == "RankConflictError", o
+        assert "rank 2 of this job was claimed twice" in o["message"], o
+        assert not o["results"], o  # no collective completed with two claimants around
 
 
 def test_a_rank_without_the_secret_never_completes_a_collective(tmp_path):

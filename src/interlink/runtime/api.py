@@ -6,6 +6,7 @@ import atexit
 import logging
 import os
 import sys
+import threading
 import time
 from typing import Any, Optional, Sequence
 
@@ -116,6 +117,10 @@ def _start(r: int, w: int, store: Any, server: Any, secret: bytes, master_addr: 
     atexit.register(_atexit)
     recorder.install()  # INTERLINK_DUMP_DIR: dumps at exit, on SIGUSR1 and SIGTERM (after the line above: runs first)
     _hook_uncaught()
+    if server is not None and server.conflict is not None:
+        # a second claimant reached the store after the last store request of init but before _CTX was set:
+        # the store's on_conflict found no job to stop then, and no rank asks the store anything any more
+        _on_conflict(server.conflict)
     return _WORLD
 
 
@@ -130,6 +135,7 @@ def _atexit() -> None:
             pass
 
 
+_CONFLICT_LOCK = threading.Lock()
 _UNCAUGHT: Optional[str] = None  # why this process is going down, if an exception escaped the script
 
 
@@ -167,9 +173,11 @@ def _abort(message: str) -> None:
 def _on_conflict(message: str) -> None:
     """Rank 0's store saw a second process claim a taken rank: stop the job on every rank (the store refuses
     every request from now on, which fails the ranks still joining; the running ones get this abort)."""
-    ctx = _CTX
-    if ctx is None or ctx.broken is not None:
-        return
+    with _CONFLICT_LOCK:  # the store's thread and _start may both get here: one abort
+        ctx = _CTX
+        if ctx is None or ctx.broken is not None or ctx.conflict_sent:
+            return
+        ctx.conflict_sent = True
     import re
 
     m = re.match(r"rank (\d+) ", message)

@@ -70,6 +70,7 @@ class _Ctx:
     fast: Any = None  # FastPath when every rank is on this host
     mesh_args: Any = None  # (job secret, master address, master port): what shrink connects the survivors with
     shrinks: int = 0  # shrink agreements run on this communicator (the epoch of their frames)
+    conflict_sent: bool = False  # the ABORT of a rank conflict went out (api._on_conflict sends it once)
 
 
 class Group:
