@@ -10,8 +10,8 @@ from interlink.algorithms.schedule import COLLECTIVES
 
 def test_verify_all_pairs_up_to_11_ranks() -> None:
     """The command as a user types it, over every rank count 1..11 (odd ones, primes, a square), in one
-    process (--jobs 1: the suite's workers have the cores): 46 s of CPU on the project's VM since the
-    one-sided forms are run on SUM (1..9 took 40 s before; session 37). The 17-rank matrix,
+    process (--jobs 1: the suite's workers have the cores): 26-38 s on the project's 2-core VM (the
+    one-sided forms run on SUM only). The 17-rank matrix,
     `interlink algorithms --verify --max-ranks 17`, is run in benchmarks/RESULTS.md, not in the default
     suite's 15 minutes."""
     proc = subprocess.run([sys.executable, "-m", "interlink", "algorithms", "--verify", "--max-ranks", "11",

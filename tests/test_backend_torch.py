@@ -451,7 +451,9 @@ def _torchrun(script, nranks: int, outdir, backend: str):
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("nranks", [2, 3])
+# 3 ranks in the default suite; 2 with the slow tests (`pytest -m slow`): every 2-rank call against gloo is
+# test_every_call_matches_gloo[2]
+@pytest.mark.parametrize("nranks", [pytest.param(2, marks=pytest.mark.slow), 3])
 def test_torchrun_runs_unmodified_ddp_on_interlink(nranks: int, tmp_path) -> None:
     """``torchrun --standalone --nproc-per-node N script.py``: the script's init_process_group("interlink")
     finds the backend by autoload, rendezvous goes through torchrun's store, DDP trains as on gloo (the same
