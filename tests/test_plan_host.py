@@ -277,7 +277,7 @@ def test_every_term_is_in_the_json_with_its_source(capsys) -> None:
     d = json.loads(capsys.readouterr().out)
     terms = d["stage"]["terms"]
     assert set(terms) == {"gemm", "attention", "elementwise", "dispatch", "optimizer", "framework", "communication",
-                          "torch_calls", "core_share"}
+                          "torch_calls", "core_share", "slowest_rank"}
     assert all(t["source"] for t in terms.values())
     assert sum(t["s"] for n, t in terms.items() if "s" in t) == pytest.approx(d["step_s"])
     conc = d["stage"]["concurrent"]  # 2 ranks on this host's cores: 2 at once where it has 2
@@ -305,6 +305,33 @@ def test_calibrate_with_processes_at_once() -> None:
     assert hc.meta["concurrent"] == [2]
     p = plan_host(tiny, 2, micro_batch=1, compute=hc, cores=2, measure=False)
     assert p.step_s > 0 and p.stage["concurrent"] == 2 and p.stage["dispatch_s"] > 0
+    # both processes' bare steps were kept round by round: the factor of the slowest is measured (>= 1)
+    assert p.stage["slowest_x"] >= 1.0 and "slowest_x" in p.stage["terms"]["slowest_rank"]["source"]
+
+
+def test_the_step_waits_for_the_slowest_rank() -> None:
+    """slowest_x: the median over rounds of the slowest process's bare step, over one process's median step.
+    A process that is 20% slower in every round makes the job's step 1.2 / 1.1 of a process's median (the
+    mean of 1.0 and 1.2); one slow round in five changes nothing (medians); one process or none: 1."""
+    from interlink.plan.host import slowest_x
+
+    assert slowest_x([[0.1] * 5, [0.12] * 5]) == pytest.approx(0.12 / 0.11)
+    assert slowest_x([[0.1, 0.1, 0.3, 0.1, 0.1], [0.1] * 5]) == pytest.approx(1.0)
+    # alternating: each round one of the two is slow, so every round's job step is the slow one
+    assert slowest_x([[0.1, 0.13] * 3, [0.13, 0.1] * 3]) == pytest.approx(0.13 / 0.115)
+    assert slowest_x([[0.1] * 5]) == 1.0 and slowest_x([]) == 1.0 and slowest_x([[], []]) == 1.0
+    # the plan adds the compute terms x (factor - 1) as its own term, and its total is the sum of its terms
+    hc = fixed(SMALL, 4)
+    base = plan_host(SMALL, 2, micro_batch=4, compute=hc, cores=2, measure=False)
+    for k, v in hc.kernels.items():
+        if k.startswith("framework:"):
+            v["slowest_x"] = 1.25
+    slow = plan_host(SMALL, 2, micro_batch=4, compute=hc, cores=2, measure=False)
+    local = base.stage["compute_s"]
+    assert base.breakdown["slowest_rank"] == 0.0
+    assert slow.breakdown["slowest_rank"] == pytest.approx(0.25 * local)
+    assert slow.step_s == pytest.approx(base.step_s + 0.25 * local, rel=1e-3)
+    assert sum(t["s"] for t in slow.stage["terms"].values() if "s" in t) == pytest.approx(slow.step_s)
 
 
 @pytest.mark.parametrize("ranks", [2, 4])

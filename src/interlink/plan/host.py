@@ -437,9 +437,30 @@ def _framework(model: Model, b: int, ranks: int, reps: int,
         # measured time at that share): its own work is the rest
         fsdp_own = med["fsdp"] - (med["plain"] - med["plain_opt"]) - med["plain_opt"] / ranks
         return {"plain_step_s": med["plain"], "plain_optimizer_s": med["plain_opt"],
-                "ddp_s": max(0.0, med["ddp"] - med["plain"]), "fsdp_s": max(0.0, fsdp_own)}
+                "ddp_s": max(0.0, med["ddp"] - med["plain"]), "fsdp_s": max(0.0, fsdp_own),
+                "plain_steps_s": list(times["plain"])}  # each round's (calibrate: the slowest process's)
     finally:
         dist.destroy_process_group()
+
+
+def slowest_x(steps: list[list[float]]) -> float:
+    """How much longer a synchronous step takes than one rank's: ``steps[p][r]`` is process p's plain step in
+    round r, the processes starting each round together (calibrate's barrier), as ranks start each step
+    after the last one's collectives. A data-parallel step waits for the slowest rank, so the job's step in a
+    round is the slowest process's; the factor is the median over rounds of that, over the median step of a
+    process (the mean of the processes' medians). 1.0 with one process or no rounds."""
+    rows = [list(v) for v in steps if v]
+    n = min((len(v) for v in rows), default=0)
+    if len(rows) < 2 or n == 0:
+        return 1.0
+
+    def med(xs: list[float]) -> float:
+        xs = sorted(xs)
+        return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
+
+    one = sum(med(v[:n]) for v in rows) / len(rows)
+    job = med([max(v[r] for v in rows) for r in range(n)])
+    return max(1.0, job / one) if one > 0 else 1.0
 
 
 def kernel_fns(model: Model, b: int) -> dict[str, tuple[Callable[[], tuple], Callable[..., Any]]]:
@@ -657,7 +678,10 @@ def calibrate(model: Model, b: int, into: Optional[HostCompute] = None, *, reps:
         got = [r for _, r in res]
     for part in ("gemm", "kernels"):
         for k in got[0][part]:
-            getattr(hc, part)[at(k, P)] = {f: sum(g[part][k][f] for g in got) / len(got) for f in got[0][part][k]}
+            getattr(hc, part)[at(k, P)] = {f: sum(g[part][k][f] for g in got) / len(got) for f in got[0][part][k]
+                                           if f != "plain_steps_s"}
+            if part == "kernels" and k.startswith("framework:"):
+                getattr(hc, part)[at(k, P)]["slowest_x"] = slowest_x([g[part][k].get("plain_steps_s", []) for g in got])
     for k in got[0]["copy_gbps"]:
         hc.copy_gbps[at(k, P)] = sum(g["copy_gbps"][k] for g in got) / len(got)
     hc.meta.update(host=socket.gethostname(), date=datetime.datetime.now(datetime.timezone.utc).strftime(
@@ -797,7 +821,8 @@ def _calls_term(hc: HostCompute, backend: str, ranks: int, t_calls: float, n_cal
 
 
 def _terms(gemm: float, attn: float, ew: float, disp: float, opt: float, fw_s: float, comm: float, share: float,
-           conc: int, untimed: int, system: str, fw: dict, calls: dict[str, Any]) -> dict[str, dict[str, Any]]:
+           conc: int, untimed: int, system: str, fw: dict, calls: dict[str, Any], slow_s: float = 0.0,
+           slow_x: float = 1.0) -> dict[str, dict[str, Any]]:
     """The step's terms (seconds a rank, after the core share) and where each comes from."""
     rates = f"measured with {conc} process{'es' if conc > 1 else ''} at once (interlink plan --topology this " \
         f"--recalibrate; interlink.plan.host.calibrate)"
@@ -810,6 +835,10 @@ def _terms(gemm: float, attn: float, ew: float, disp: float, opt: float, fw_s: f
         "optimizer": {"s": opt * share, "source": f"torch AdamW over the parameter tensors a rank holds {rates}"},
         "framework": {"s": fw_s * share, "source": (f"{system}'s step less the bare model's, torch's fake process "
                                                     f"group, {rates}") if fw else "the copies at the copy bandwidth"},
+        "slowest_rank": {"s": slow_s, "x": slow_x, "source": (
+            f"the step waits for its slowest rank: the compute terms x {slow_x:.3f} - 1, the median over rounds of "
+            f"the slowest of {conc} processes' bare model step over one process's median (slowest_x), {rates}")
+            if "slowest_x" in fw else "not measured (one process, or a calibration from before it was measured): 0"},
         "communication": {"s": comm, "source": "the collectives' exposed time (interlink.model.predict)"},
         "torch_calls": calls,
         "core_share": {"x": share, "source": "ranks / cores (os.sched_getaffinity) where ranks exceed the cores"},
@@ -972,6 +1001,9 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
     t_bwd = (gemm_b + attn_b + ew_b + disp_b) * share
     t_opt = opt * share
     t_copies = copies * share
+    # the step waits for the slowest rank: the processes measuring at once differ (calibrate: slowest_x)
+    slow = float(fw.get("slowest_x", 1.0)) if ranks > 1 else 1.0
+    t_slow = (t_fwd + t_bwd + t_opt + t_copies) * (slow - 1.0)
 
     # ---- communication -----------------------------------------------------------------------------------
     spare = cores >= 2 * ranks
@@ -1040,11 +1072,12 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
                      f"(interlink plan --topology this --recalibrate)")
     t_calls = sum(c["per_step"] * c.get("call_s", 0.0) for c in colls)
 
-    step = t_fwd + t_bwd + t_opt + t_copies + comm_exposed + t_calls
+    step = t_fwd + t_bwd + t_opt + t_copies + t_slow + comm_exposed + t_calls
     tokens = ranks * b * s
     mf = model.model_flops(ranks * b)
     breakdown = {"compute": t_fwd + t_bwd, "forward": t_fwd, "backward": t_bwd, "optimizer": t_opt,
-                 "framework": t_copies, ("dp" if system == "ddp" else "fsdp"): comm_exposed, "torch_calls": t_calls}
+                 "framework": t_copies, "slowest_rank": t_slow, ("dp" if system == "ddp" else "fsdp"): comm_exposed,
+                 "torch_calls": t_calls}
     # memory per rank (fp32): weights, gradients, AdamW's two moments; FSDP shards all three
     wgt = local * F32
     mem = {"weights": wgt / GIB, "gradients": wgt / GIB, "optimizer": 2 * wgt / GIB,
@@ -1062,8 +1095,8 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
                      "core_share": share, "spare_core": spare, "micro_batches": 1,
                      "gemm_s": (gemm_f + gemm_b) * share, "attention_s": (attn_f + attn_b) * share,
                      "elementwise_s": (ew_f + ew_b) * share, "dispatch_s": (disp_f + disp_b) * share,
-                     "untimed_ops": untimed, "concurrent": conc,
+                     "untimed_ops": untimed, "concurrent": conc, "slowest_x": slow,
                      "terms": _terms(gemm_f + gemm_b, attn_f + attn_b, ew_f + ew_b, disp_f + disp_b, opt, copies,
                                      comm_exposed, share, conc, untimed, system, fw,
-                                     _calls_term(hc, backend, ranks, t_calls, n_calls, per_call))},
+                                     _calls_term(hc, backend, ranks, t_calls, n_calls, per_call), t_slow, slow)},
                     {}, notes)
