@@ -254,12 +254,16 @@ def test_dispatch_term_is_the_untimed_ops_at_the_chains_cost() -> None:
 
 def test_rates_are_those_measured_with_the_ranks_computing_at_once() -> None:
     """2 ranks on 2 cores compute at once: the plan takes the rates measured with 2 processes at once (here
-    1.5x the alone ones); 4 ranks on 2 cores: the same rates, and each core shared by two ranks."""
+    1.5x the alone ones); 4 ranks on 2 cores: those measured with 4 processes taking turns on the 2 cores (in
+    CPU time, here the same 1.5x), and each core shared by two ranks."""
     hc = fixed(SMALL, 4, shared=1.5)
     one = plan_host(SMALL, 1, micro_batch=4, compute=hc, cores=2)
     two = plan_host(SMALL, 2, micro_batch=4, compute=hc, cores=2)
     four = plan_host(SMALL, 4, micro_batch=4, compute=hc, cores=2)
-    assert (one.stage["concurrent"], two.stage["concurrent"], four.stage["concurrent"]) == (1, 2, 2)
+    assert (one.stage["concurrent"], two.stage["concurrent"], four.stage["concurrent"]) == (1, 2, 4)
+    from interlink.plan.host import concurrency
+    assert [concurrency(n, 2) for n in (1, 2, 3, 8, 64)] == [1, 2, 3, 8, 8]
+    assert [concurrency(n, 16) for n in (4, 16, 64)] == [4, 16, 16]
     assert two.breakdown["compute"] == pytest.approx(1.5 * one.breakdown["compute"])
     assert two.breakdown["optimizer"] == pytest.approx(1.5 * one.breakdown["optimizer"])
     assert four.breakdown["compute"] == pytest.approx(2 * two.breakdown["compute"])

@@ -320,7 +320,7 @@ def _say_measuring(model: Any, mb: int, ranks: int, recalibrate: bool) -> None:
     import statistics
 
     from ..plan.host import (compute_path, concurrency, fmt_left, framework_key, gemm_shapes, host_cores,
-                             load_compute, measure_estimate)
+                             load_compute, measure_estimate, measure_scale)
 
     cores = host_cores()
     P = concurrency(ranks, cores)
@@ -333,6 +333,8 @@ def _say_measuring(model: Any, mb: int, ranks: int, recalibrate: bool) -> None:
     stored = [g["forward_gflops"] for g in (load_compute() or hc or type("E", (), {"gemm": {}})()).gemm.values()]
     rate, how = (statistics.median(stored), "the GEMMs measured before") if stored else _gemm_rate()
     parts = measure_estimate(model, mb, rate, fw_ranks=(ranks,) if fw else (), rates=rates, calls=int(calls))
+    k = measure_scale(P, cores)  # more processes than cores take turns
+    parts = [(w, t * k if not w.startswith("collective calls") else t) for w, t in parts]
     total = sum(t for _, t in parts)
     n_gemm = len(gemm_shapes(model, mb))
     said = []

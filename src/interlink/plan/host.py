@@ -139,11 +139,24 @@ def at(key: str, concurrent: int) -> str:
     return key if concurrent <= 1 else f"{key}@{int(concurrent)}"
 
 
+#: at most this many processes measure at once for ranks beyond the cores (each imports torch: ~0.8 GB)
+OVERSUB_PROCESSES = 8
+
+
 def concurrency(ranks: int, cores: int) -> int:
-    """How many of the plan's ranks compute at the same instant on this host: one a core, at most the
-    cores (the rest wait for a core: :func:`plan_host`'s core share). The rates the plan uses are measured
-    with that many processes at once, the ranks sharing the memory bus and caches as they do in a step."""
-    return max(1, min(int(ranks), int(cores)))
+    """How many processes measure the rates the plan of ``ranks`` ranks uses: as many as the ranks (at most
+    OVERSUB_PROCESSES where they exceed the cores), sharing the memory bus and caches as the ranks do in a
+    step, and, beyond the cores, taking turns on them as the ranks do: each kernel timed in its thread's CPU
+    time, which then holds what the turns cost (the caches refilled after each switch: 4 processes of the
+    4-layer model of benchmarks/plan_host.py on 2 cores took 15% more CPU time a step than 2 did). The core
+    share (:func:`plan_host`: ranks / cores) turns that CPU time into the step's."""
+    r, c = max(1, int(ranks)), max(1, int(cores))
+    return r if r <= c else min(r, max(c, OVERSUB_PROCESSES))
+
+
+def measure_scale(P: int, cores: int) -> float:
+    """How much longer a measurement takes with ``P`` processes on ``cores`` than its estimate for one a core."""
+    return max(1.0, P / max(1, cores))
 
 
 def param_shapes(model: Model) -> list[tuple[int, ...]]:
@@ -637,8 +650,8 @@ def calibrate(model: Model, b: int, into: Optional[HostCompute] = None, *, reps:
         import multiprocessing as mp
 
         if progress:
-            est = START_S + sum(t for _, t in measure_estimate(model, b, _gflops_now(), reps=reps,
-                                                               fw_ranks=fw_ranks, rates=rates))
+            est = START_S + measure_scale(P, host_cores()) * sum(
+                t for _, t in measure_estimate(model, b, _gflops_now(), reps=reps, fw_ranks=fw_ranks, rates=rates))
             progress(f"starting {P} processes to measure at once (the ranks sharing this host; about "
                      f"{fmt_left(est)} left)")
         ctx = mp.get_context("spawn")
