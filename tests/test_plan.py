@@ -46,6 +46,22 @@ def test_flash_attention_counts_half_the_causal_scores() -> None:
     assert d == pytest.approx(3 * std.layers * std.layer_attention_flops(1) / 2)
 
 
+def test_fused_attention_backward_runs_at_its_published_rate() -> None:
+    """Fused attention's backward (twice its forward's FLOPs) at the family's attn_bwd fraction (H100: 0.52 of
+    the 16-bit peak, cuDNN's 518 TFLOPS) against the forward's GEMM fraction (0.62); standard attention's
+    batched GEMMs at the GEMM fraction both ways. No recomputation: the layer's backward is twice its GEMMs
+    and memory-bound kernels plus that attention backward."""
+    from interlink.plan.hardware import attn_bwd_fraction, gemm_fraction
+
+    assert attn_bwd_fraction("h100") == 0.52 and attn_bwd_fraction("a100") == gemm_fraction("a100")
+    for attention, x in (("flash", 0.62 / 0.52), ("standard", 1.0)):
+        m = parse_model(f"layers=4,hidden=4096,heads=32,seq=8192,vocab=32000,attention={attention}")
+        st = plan_step(m, Layout(dp=8, global_batch=8), "dgx-h100").stage
+        assert st["layer_attention_backward_s"] == pytest.approx(2 * x * st["layer_attention_s"])
+        rest = st["layer_forward_s"] - st["layer_attention_s"]
+        assert st["layer_backward_s"] == pytest.approx(2 * rest + st["layer_attention_backward_s"])
+
+
 @pytest.mark.parametrize("name,billions", [("gpt3-175b", 175), ("llama3-8b", 8.03), ("llama3-70b", 70.6),
                                            ("llama3-405b", 405.9), ("mixtral-8x7b", 46.7), ("megatron-1t", 1008)])
 def test_preset_parameter_counts(name: str, billions: float) -> None:

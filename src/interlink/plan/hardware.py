@@ -64,6 +64,18 @@ COMPUTE_PARAMS: dict[str, tuple[float, str]] = {
     "gemm.h200": (0.62, "as H100 (the same SMs; faster HBM enters through the memory-bound kernels)"),
     "gemm.b200": (0.60, "estimate: Blackwell training GEMMs at about H100's fraction (no published row checked)"),
     "gemm.default": (0.60, "estimate for an unknown GPU"),
+    # fused attention's backward (dQ, dK, dV: twice the forward's FLOPs) runs at a lower fraction of peak than
+    # its forward: on H100 at head dim 128, sequence 8k, cuDNN's backward reaches 518 TFLOPS and FlashAttention-3's
+    # 559, against 610-640 forward (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, the backward figure
+    # at head dim 128). The plan's flash-attention forward stays at the GEMM fraction (0.62 x 989 = 613 TFLOPS);
+    # Megatron-Core with Transformer Engine runs cuDNN's fused attention on Hopper, so its backward is priced at
+    # cuDNN's 518 of 989 (0.52). Standard (unfused) attention's batched GEMMs keep the GEMM fraction both ways
+    "attn_bwd.h100": (0.52, "cuDNN fused attention backward, H100 SXM5, head dim 128, seq 8k: 518 TFLOPS "
+                            "(FlashAttention-3, Shah et al. 2024, arXiv:2407.08608)"),
+    "attn_bwd.h800": (0.52, "as H100"),
+    "attn_bwd.h200": (0.52, "as H100 (the same SMs)"),
+    "attn_bwd.b200": (0.50, "estimate: H100's backward over forward fraction (0.52 / 0.62) at B200's GEMM "
+                            "fraction (0.60); no published B200 attention backward checked"),
     # memory-bound kernels (layer norm, dropout, residual adds, activation functions, softmax, fp8 casts)
     "hbm": (0.80, "estimate: streaming kernels at 80% of the HBM datasheet bandwidth (STREAM-like copies reach "
                   "80-90% on A100 and H100)"),
@@ -86,6 +98,13 @@ def gpu_spec(device_name: str, memory_gib: float | None = None) -> GpuSpec:
 def gemm_fraction(family: str) -> float:
     key = f"gemm.{family}"
     return COMPUTE_PARAMS.get(key, COMPUTE_PARAMS["gemm.default"])[0]
+
+
+def attn_bwd_fraction(family: str) -> float:
+    """The fraction of the 16-bit peak fused attention's backward reaches (the GEMM fraction where no
+    published figure of the family's is held)."""
+    got = COMPUTE_PARAMS.get(f"attn_bwd.{family}")
+    return got[0] if got is not None else gemm_fraction(family)
 
 
 def hbm_fraction() -> float:

@@ -33,7 +33,7 @@ from typing import Any, Callable
 from ..model.cost import resolve_topology
 from ..topology import Topology, TopologyError
 from .comm import Priced, Pricer
-from .hardware import GpuSpec, gemm_fraction, gpu_spec, hbm_fraction
+from .hardware import GpuSpec, attn_bwd_fraction, gemm_fraction, gpu_spec, hbm_fraction
 from .job import Model, PlanError, bytes_per_param, parse_model
 from .layout import Layout
 
@@ -166,7 +166,10 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     ew_cast = FP8_CAST * s * b * (3 * h + model.f * model.top_k) / tp / cp if L.dtype == "fp8" else 0.0
     t_ew = (ew_h + ew_f + ew_sc + ew_cast) / hbm
     t_layer_f = t_gemm + t_attn + t_ew
-    t_layer_b = 2.0 * t_layer_f
+    # the backward: twice the forward's FLOPs; fused attention's at its own (lower) fraction of peak
+    bwd_x = gemm_fraction(gpu.family) / attn_bwd_fraction(gpu.family) if model.attention == "flash" else 1.0
+    t_attn_b = 2.0 * t_attn * bwd_x
+    t_layer_b = 2.0 * (t_gemm + t_ew) + t_attn_b
     if L.recompute == "full":
         t_layer_b += t_layer_f
     elif L.recompute == "selective":
@@ -214,7 +217,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
             # ring attention (Megatron-Core's context parallelism): K and V pass around the ring one block
             # a step while the attention of the block in hand runs; exposed is what the passing exceeds it by
             t_cp_f = max(0.0, ag.time_s - t_attn)
-            t_cp_b = max(0.0, ag.time_s + rs.time_s - 2.0 * t_attn)
+            t_cp_b = max(0.0, ag.time_s + rs.time_s - t_attn_b)
         else:
             # all-gather of K and V before the attention (Llama 3's context parallelism): exposed
             t_cp_f = ag.time_s
@@ -394,4 +397,5 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     return StepPlan(model, L, topo.name, gpu.family, step, seqs * s / step, tflops, hw, mf / step / gpus / bf16_peak,
                     hf / step / gpus / bf16_peak, memory, fits, breakdown, colls,
                     {"forward_s": t_f, "backward_s": t_b, "p2p_s": t_p2p, "layer_forward_s": t_layer_f,
+                     "layer_backward_s": t_layer_b, "layer_attention_s": t_attn, "layer_attention_backward_s": t_attn_b,
                      "layer_comm_forward_s": comm_layer_f, "micro_batches": m}, stages, notes)
