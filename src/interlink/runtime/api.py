@@ -10,10 +10,13 @@ import threading
 import time
 from typing import Any, Optional, Sequence
 
+from numpy import ndarray as _ND
+
 from ..errors import CommTimeoutError, InterlinkError, PeerLostError, RankConflictError
 from ..launch.secret import job_secret
 from ..launch.secret import secret_from_env
 from .fastpath import FastPath
+from .pageproto import A2A, AG, AR, BC, RS
 from . import recorder
 from .group import Group, _Ctx, run_p2p_batch
 from .mesh import build_mesh
@@ -317,15 +320,42 @@ def _local(group: Optional[Group], r: int, what: str) -> int:
         raise ValueError(f"{what}={r} (a global rank) is not a member of {g.name} {list(g.ranks)}") from None
 
 
+# The module-level calls on the world group run Group._hot's steps themselves (the compiled core's one C call
+# for a cached shape, else Group._hot_py) and else go on where Group's method would (its _name): two Python
+# frames less than calling the method, and no closure cells made on the way. 2 ranks, an 8-byte broadcast
+# in a loop, old and new code alternating: 2.80-3.11 us a call through Group.broadcast, 1.86-2.74 us this
+# way (the core called directly from the loop: 1.22-1.69 us).
 def all_reduce(tensor, op="sum", group=None, async_op=False, **kw):
-    if group is None and not kw and _WORLD is not None:  # the common call, without the layers (latency)
-        return _WORLD.all_reduce(tensor, op, async_op)
+    w = _WORLD
+    if group is None and not kw and w is not None:  # the common call, without the layers (latency)
+        if not async_op and type(tensor) is _ND and w._fk[AR] is not None:
+            cb = w._cbind
+            if cb is not None:
+                r = cb.call(w, AR, tensor, None, op, 0)
+                if r is None:
+                    return None
+                if r is not NotImplemented:
+                    return w._finish_core(AR, r, tensor, None)
+            if w._hot_py(AR, tensor, None, op, 0):
+                return None
+        return w._all_reduce(tensor, op, async_op, None, None)
     return _group(group).all_reduce(tensor, op, async_op, **kw)
 
 
 def broadcast(tensor, src=0, group=None, async_op=False, **kw):
-    if group is None and not kw and _WORLD is not None:
-        return _WORLD.broadcast(tensor, src, async_op)
+    w = _WORLD
+    if group is None and not kw and w is not None:
+        if not async_op and type(tensor) is _ND and w._fk[BC] is not None:
+            cb = w._cbind
+            if cb is not None:
+                r = cb.call(w, BC, tensor, None, None, src)
+                if r is None:
+                    return None
+                if r is not NotImplemented:
+                    return w._finish_core(BC, r, tensor, None)
+            if w._hot_py(BC, tensor, None, None, src):
+                return None
+        return w._broadcast(tensor, src, async_op, None, None)
     return _group(group).broadcast(tensor, _local(group, src, 'src'), async_op, **kw)
 
 
@@ -334,8 +364,19 @@ def reduce(tensor, dst=0, op="sum", group=None, async_op=False, **kw):
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False, **kw):
-    if group is None and not kw and _WORLD is not None:
-        return _WORLD.all_gather_into_tensor(output_tensor, input_tensor, async_op)
+    w = _WORLD
+    if group is None and not kw and w is not None:
+        if not async_op and type(input_tensor) is _ND and w._fk[AG] is not None:
+            cb = w._cbind
+            if cb is not None:
+                r = cb.call(w, AG, input_tensor, output_tensor, None, 0)
+                if r is None:
+                    return None
+                if r is not NotImplemented:
+                    return w._finish_core(AG, r, input_tensor, output_tensor)
+            if w._hot_py(AG, input_tensor, output_tensor, None, 0):
+                return None
+        return w._all_gather_into_tensor(output_tensor, input_tensor, async_op, None, None)
     return _group(group).all_gather_into_tensor(output_tensor, input_tensor, async_op, **kw)
 
 
@@ -344,15 +385,38 @@ def all_gather(tensor_list, tensor, group=None, async_op=False, **kw):
 
 
 def reduce_scatter_tensor(output, input, op="sum", group=None, async_op=False, **kw):
-    if group is None and not kw and _WORLD is not None:
-        return _WORLD.reduce_scatter_tensor(output, input, op, async_op)
+    w = _WORLD
+    if group is None and not kw and w is not None:
+        if not async_op and type(input) is _ND and w._fk[RS] is not None:
+            cb = w._cbind
+            if cb is not None:
+                r = cb.call(w, RS, input, output, op, 0)
+                if r is None:
+                    return None
+                if r is not NotImplemented:
+                    return w._finish_core(RS, r, input, output)
+            if w._hot_py(RS, input, output, op, 0):
+                return None
+        return w._reduce_scatter_tensor(output, input, op, async_op, None, None)
     return _group(group).reduce_scatter_tensor(output, input, op, async_op, **kw)
 
 
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
                       async_op=False, **kw):
-    if group is None and not kw and _WORLD is not None:  # the common call, without the layers (latency)
-        return _WORLD.all_to_all_single(output, input, output_split_sizes, input_split_sizes, async_op)
+    w = _WORLD
+    if group is None and not kw and w is not None:  # the common call, without the layers (latency)
+        if not async_op and type(input) is _ND and output_split_sizes is None and input_split_sizes is None \
+                and w._fk[A2A] is not None:
+            cb = w._cbind
+            if cb is not None:
+                r = cb.call(w, A2A, input, output, None, 0)
+                if r is None:
+                    return None
+                if r is not NotImplemented:
+                    return w._finish_core(A2A, r, input, output)
+            if w._hot_py(A2A, input, output, None, 0):
+                return None
+        return w._all_to_all_single(output, input, output_split_sizes, input_split_sizes, async_op, None, None)
     return _group(group).all_to_all_single(output, input, output_split_sizes, input_split_sizes, async_op, **kw)
 
 

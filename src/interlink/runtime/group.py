@@ -327,6 +327,11 @@ class Group:
             if r is not NotImplemented:
                 self._finish_core(kind, r, a, out)
                 return True
+        return self._hot_py(kind, a, out, op, root)
+
+    def _hot_py(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: Any, root: Any) -> bool:
+        """_hot without the compiled core: the shape's cache entry (made and validated on its first call),
+        then FastPath.hot under the runner's lock."""
         fast = self._fast
         ctx = self.ctx
         if ctx.broken is not None:
@@ -486,6 +491,11 @@ class Group:
         if self._fk[AR] is not None and type(tensor) is np.ndarray and not (async_op or algorithm or timeout) \
                 and self._hot(AR, tensor, None, op, 0):
             return None
+        return self._all_reduce(tensor, op, async_op, algorithm, timeout)
+
+    def _all_reduce(self, tensor: Any, op: Any, async_op: bool, algorithm: Optional[str],
+                    timeout: Optional[float]) -> Optional[Work]:
+        """all_reduce past the latency path (interlink.all_reduce comes here after Group._hot declined)."""
         self._check_usable("all_reduce")
         dv = None if type(tensor) is np.ndarray else self._dev((tensor, "tensor", True, True))
         if dv is not None:
@@ -515,6 +525,11 @@ class Group:
         if self._fk[BC] is not None and type(tensor) is np.ndarray and not (async_op or algorithm or timeout) \
                 and self._hot(BC, tensor, None, None, src):
             return None
+        return self._broadcast(tensor, src, async_op, algorithm, timeout)
+
+    def _broadcast(self, tensor: Any, src: int, async_op: bool, algorithm: Optional[str],
+                   timeout: Optional[float]) -> Optional[Work]:
+        """broadcast past the latency path."""
         self._check_usable("broadcast")
         root = self._rank_arg(src, "src")
         dv = self._dev((tensor, "tensor", True, False))
@@ -557,6 +572,11 @@ class Group:
         if self._fk[AG] is not None and type(input_tensor) is np.ndarray and not (async_op or algorithm or timeout) \
                 and self._hot(AG, input_tensor, output_tensor, None, 0):
             return None
+        return self._all_gather_into_tensor(output_tensor, input_tensor, async_op, algorithm, timeout)
+
+    def _all_gather_into_tensor(self, output_tensor: Any, input_tensor: Any, async_op: bool,
+                                algorithm: Optional[str], timeout: Optional[float]) -> Optional[Work]:
+        """all_gather_into_tensor past the latency path."""
         self._check_usable("all_gather")
         dv = self._dev((output_tensor, "output_tensor", True, False), (input_tensor, "input_tensor", False, False))
         if dv is not None:
@@ -601,6 +621,11 @@ class Group:
         if self._fk[RS] is not None and type(input) is np.ndarray and not (async_op or algorithm or timeout) \
                 and self._hot(RS, input, output, op, 0):
             return None
+        return self._reduce_scatter_tensor(output, input, op, async_op, algorithm, timeout)
+
+    def _reduce_scatter_tensor(self, output: Any, input: Any, op: Any, async_op: bool, algorithm: Optional[str],
+                               timeout: Optional[float]) -> Optional[Work]:
+        """reduce_scatter_tensor past the latency path."""
         self._check_usable("reduce_scatter")
         dv = self._dev((output, "output", True, True), (input, "input", False, True))
         if dv is not None:
@@ -672,6 +697,13 @@ class Group:
                 and type(input) is np.ndarray and not (async_op or algorithm or timeout) \
                 and self._hot(A2A, input, output, None, 0):
             return None
+        return self._all_to_all_single(output, input, output_split_sizes, input_split_sizes, async_op, algorithm,
+                                       timeout)
+
+    def _all_to_all_single(self, output: Any, input: Any, output_split_sizes: Optional[Sequence[int]],
+                           input_split_sizes: Optional[Sequence[int]], async_op: bool, algorithm: Optional[str],
+                           timeout: Optional[float]) -> Optional[Work]:
+        """all_to_all_single past the latency path."""
         self._check_usable("all_to_all")
         dv = None if (output_split_sizes is not None or input_split_sizes is not None) else \
             self._dev((output, "output", True, False), (input, "input", False, False))
