@@ -71,6 +71,6 @@ except ImportError:  # the differential tests skip without hypothesis
     pass
 else:
     common = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True)
-    settings.register_profile("ci", max_examples=int(os.environ.get("INTERLINK_DIFF_EXAMPLES", 40)), **common)
+    settings.register_profile("ci", max_examples=int(os.environ.get("INTERLINK_DIFF_EXAMPLES", 30)), **common)
     settings.register_profile("long", max_examples=2000, **common)
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
