@@ -462,17 +462,14 @@ def slowest_x(steps: list[list[float]]) -> float:
     after the last one's collectives. A data-parallel step waits for the slowest rank, so the job's step in a
     round is the slowest process's; the factor is the median over rounds of that, over the median step of a
     process (the mean of the processes' medians). 1.0 with one process or no rounds."""
+    from statistics import median
+
     rows = [list(v) for v in steps if v]
     n = min((len(v) for v in rows), default=0)
     if len(rows) < 2 or n == 0:
         return 1.0
-
-    def med(xs: list[float]) -> float:
-        xs = sorted(xs)
-        return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
-
-    one = sum(med(v[:n]) for v in rows) / len(rows)
-    job = med([max(v[r] for v in rows) for r in range(n)])
+    one = sum(median(v[:n]) for v in rows) / len(rows)
+    job = median([max(v[r] for v in rows) for r in range(n)])
     return max(1.0, job / one) if one > 0 else 1.0
 
 
