@@ -681,3 +681,73 @@ class _Then:
 
     def exception(self) -> Any:
         return self._inner.exception()
+
+
+# ---- the module-level latency calls as one C callable each (runtime/_hotcore.c, Entry) -------------------
+# After a shape the compiled core does not take, the Entry goes on here (the rest of the Python function's
+# common call); every other call runs the Python function itself, with the arguments as given.
+
+def _rest_all_reduce(w, a, out, op, root):
+    if w._hot_py(AR, a, None, op, 0):
+        return None
+    return w._all_reduce(a, op, False, None, None)
+
+
+def _rest_broadcast(w, a, out, op, root):
+    if w._hot_py(BC, a, None, None, root):
+        return None
+    return w._broadcast(a, root, False, None, None)
+
+
+def _rest_all_gather_into_tensor(w, a, out, op, root):
+    if w._hot_py(AG, a, out, None, 0):
+        return None
+    return w._all_gather_into_tensor(out, a, False, None, None)
+
+
+def _rest_reduce_scatter_tensor(w, a, out, op, root):
+    if w._hot_py(RS, a, out, op, 0):
+        return None
+    return w._reduce_scatter_tensor(out, a, op, False, None, None)
+
+
+def _rest_all_to_all_single(w, a, out, op, root):
+    if w._hot_py(A2A, a, out, None, 0):
+        return None
+    return w._all_to_all_single(out, a, None, None, False, None, None)
+
+
+#: name -> (kind, the input's parameter, the output's, the op's, the root's, parameters that must be None)
+_ENTRIES = {
+    "all_reduce": (AR, "tensor", None, "op", None, ()),
+    "broadcast": (BC, "tensor", None, None, "src", ()),
+    "all_gather_into_tensor": (AG, "input_tensor", "output_tensor", None, None, ()),
+    "reduce_scatter_tensor": (RS, "input", "output", "op", None, ()),
+    "all_to_all_single": (A2A, "input", "output", None, None, ("output_split_sizes", "input_split_sizes")),
+}
+
+
+def _entries() -> None:
+    """Replace the five module-level latency calls by Entry objects of the compiled core, where it runs
+    (ccore.enabled(): built, and INTERLINK_NO_CCORE unset). Each keeps its Python function's name, doc and
+    signature (functools.update_wrapper: __wrapped__)."""
+    import functools
+    import inspect
+
+    from . import ccore
+
+    if not ccore.enabled() or not hasattr(ccore._hotcore, "Entry"):
+        return
+    g = globals()
+    for name, (kind, a, out, op, root, nones) in _ENTRIES.items():
+        fn = g[name]
+        params = [p for p in inspect.signature(fn).parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
+        names = tuple(p.name for p in params)
+        nreq = sum(p.default is p.empty for p in params)
+        defaults = tuple(None if p.default is p.empty else p.default for p in params)
+        e = ccore._hotcore.Entry(kind, fn, g["_rest_" + name], g, _ND, names, defaults, nreq, a, out, op, root,
+                                 "group", "async_op", nones)
+        g[name] = functools.update_wrapper(e, fn)
+
+
+_entries()

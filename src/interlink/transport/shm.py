@@ -312,8 +312,11 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 # ---- the host page: doorbells (how a rank sleeps until a peer on the same host has news for it) and
 # the slots of the shared-page paths. Code outside this module addresses it through HostPage's methods.
 
-BELL = 64  # bytes per rank on the host page: [0:4) doorbell counter (futex word), [4:8) sleeping flag,
-# [8:16) done word, [16:24) agreement word (see HostPage)
+BELL = 128  # bytes per rank on the host page: [0:4) doorbell counter (futex word), [8:16) done word,
+# [16:24) agreement word, [64:68) sleeping flag (see HostPage). The sleeping flag has a cache line of its
+# own: a peer reads it after every publish and done (to ring only a sleeper), and in the done word's line,
+# which its owner writes every call, each of those reads was a miss to the owner's core
+SLEEP_OFF = 64  # byte offset of the sleeping flag in a rank's bell block
 
 
 #: entries of the host page's choice table after the doorbells: [key, choice + 1] u64 pairs, where the host's
@@ -455,7 +458,7 @@ class HostPage:
 
     def sleeping_word(self, index: int) -> int:
         """u32 word index of local rank index's sleeping flag (non-zero: ring its bell to wake it)."""
-        return index * BELL // 4 + 1
+        return (index * BELL + SLEEP_OFF) // 4
 
     def slot_header(self, index: int, parity: int, words: int = 5) -> np.ndarray:
         """The first ``words`` u64 words of slot (index, parity)'s header."""
@@ -496,7 +499,7 @@ class Bell:
         return int(self.words[self.i])
 
     def set_sleeping(self, on: bool) -> None:
-        self.words[self.i + 1] = 1 if on else 0
+        self.words[self.i + SLEEP_OFF // 4] = 1 if on else 0
 
     def sleep(self, snapshot: int, timeout: float) -> None:
         from . import futex
@@ -512,7 +515,7 @@ class Bell:
     def ring(self) -> None:
         """Wake the owner if it sleeps (cheap when it does not)."""
         w = self.words
-        if w[self.i + 1]:
+        if w[self.i + SLEEP_OFF // 4]:
             w[self.i] = (int(w[self.i]) + 1) & 0xFFFFFFFF
             from . import futex
 
