@@ -499,6 +499,12 @@ typedef struct {
     Core *core;
     PyObject *fast, *ctx, *runner, *shapes, *rplans, *rstarts, *rseqs, *acquire, *release, *gdict;
     Py_ssize_t rmask;
+    /* the last call's shape: its key's parts (the dtypes by identity, op and root by identity) and its
+     * entry of `shapes` with that entry's core shape. An entry of `shapes` is never replaced (only added,
+     * or the whole cache cleared, which leaves the entry valid), so a call of the same parts takes it
+     * without building the key and looking it up; any difference looks up as before */
+    long c_kind;
+    PyObject *c_dt, *c_sh, *c_odt, *c_osh, *c_op, *c_root, *c_sc, *c_cs;
 } Bind;
 
 static PyObject *S_call_small, *S_broken, *S_pending, *S_seq, *S_fast, *S_dtype, *S_shape, *S_tune, *S_ccore;
@@ -542,6 +548,8 @@ static void Bind_dealloc(Bind *b) {
     Py_XDECREF(b->core); Py_XDECREF(b->fast); Py_XDECREF(b->ctx); Py_XDECREF(b->runner); Py_XDECREF(b->shapes);
     Py_XDECREF(b->rplans); Py_XDECREF(b->rstarts); Py_XDECREF(b->rseqs); Py_XDECREF(b->acquire);
     Py_XDECREF(b->release); Py_XDECREF(b->gdict);
+    Py_XDECREF(b->c_dt); Py_XDECREF(b->c_sh); Py_XDECREF(b->c_odt); Py_XDECREF(b->c_osh); Py_XDECREF(b->c_op);
+    Py_XDECREF(b->c_root); Py_XDECREF(b->c_sc); Py_XDECREF(b->c_cs);
     Py_TYPE(b)->tp_free((PyObject *)b);
 }
 
@@ -572,26 +580,47 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
         if (gf != b->fast) NOT_TAKEN();
     }
     if (oo != Py_None && Py_TYPE(oo) != Py_TYPE(ao)) NOT_TAKEN();
-    /* the cache key of Group._hot */
-    PyObject *key, *dt = PyObject_GetAttr(ao, S_dtype), *sh = dt ? PyObject_GetAttr(ao, S_shape) : NULL;
+    /* the cache key of Group._hot: the last call's entry where its parts are the same */
+    PyObject *dt = PyObject_GetAttr(ao, S_dtype), *sh = dt ? PyObject_GetAttr(ao, S_shape) : NULL;
     if (!sh) { Py_XDECREF(dt); NOT_TAKEN(); }
-    if (oo == Py_None) {
-        key = PyTuple_Pack(5, KINDS[kind], dt, sh, args[4], args[5]);
+    PyObject *odt = NULL, *osh = NULL;
+    if (oo != Py_None) {
+        odt = PyObject_GetAttr(oo, S_dtype);
+        osh = odt ? PyObject_GetAttr(oo, S_shape) : NULL;
+        if (!osh) { Py_XDECREF(odt); Py_DECREF(dt); Py_DECREF(sh); NOT_TAKEN(); }
+    }
+    PyObject *sc, *cs;
+    int hit = b->c_sc && kind == b->c_kind && dt == b->c_dt && args[4] == b->c_op && args[5] == b->c_root &&
+              odt == b->c_odt && PyObject_RichCompareBool(sh, b->c_sh, Py_EQ) == 1 &&
+              (!osh || PyObject_RichCompareBool(osh, b->c_osh, Py_EQ) == 1);
+    if (hit) {
+        sc = b->c_sc; Py_INCREF(sc);
+        cs = b->c_cs; Py_INCREF(cs);
+        Py_DECREF(dt); Py_DECREF(sh); Py_XDECREF(odt); Py_XDECREF(osh);
     } else {
-        PyObject *odt = PyObject_GetAttr(oo, S_dtype), *osh = odt ? PyObject_GetAttr(oo, S_shape) : NULL;
-        key = osh ? PyTuple_Pack(7, KINDS[kind], dt, sh, odt, osh, args[4], args[5]) : NULL;
-        Py_XDECREF(odt); Py_XDECREF(osh);
+        PyErr_Clear();
+        PyObject *key = oo == Py_None ? PyTuple_Pack(5, KINDS[kind], dt, sh, args[4], args[5])
+                                      : PyTuple_Pack(7, KINDS[kind], dt, sh, odt, osh, args[4], args[5]);
+        if (!key) { Py_DECREF(dt); Py_DECREF(sh); Py_XDECREF(odt); Py_XDECREF(osh); NOT_TAKEN(); }
+        sc = PyDict_GetItemWithError(b->shapes, key); /* borrowed */
+        Py_DECREF(key);
+        if (!sc || sc == Py_False) { Py_DECREF(dt); Py_DECREF(sh); Py_XDECREF(odt); Py_XDECREF(osh); NOT_TAKEN(); }
+        Py_INCREF(sc);
+        cs = PyObject_GetAttr(sc, S_ccore);
+        if (!cs || cs == Py_None || Py_TYPE(cs) != &ShapeType) {
+            Py_XDECREF(cs); Py_DECREF(sc);
+            Py_DECREF(dt); Py_DECREF(sh); Py_XDECREF(odt); Py_XDECREF(osh);
+            NOT_TAKEN();
+        }
+        /* remember this call's parts (the references move into the cache) */
+        Py_XSETREF(b->c_dt, dt); Py_XSETREF(b->c_sh, sh); Py_XSETREF(b->c_odt, odt); Py_XSETREF(b->c_osh, osh);
+        Py_INCREF(args[4]); Py_XSETREF(b->c_op, args[4]);
+        Py_INCREF(args[5]); Py_XSETREF(b->c_root, args[5]);
+        Py_INCREF(sc); Py_XSETREF(b->c_sc, sc);
+        Py_INCREF(cs); Py_XSETREF(b->c_cs, cs);
+        b->c_kind = kind;
     }
-    Py_DECREF(dt); Py_DECREF(sh);
-    if (!key) NOT_TAKEN();
-    PyObject *sc = PyDict_GetItemWithError(b->shapes, key); /* borrowed */
-    Py_DECREF(key);
-    if (!sc || sc == Py_False) NOT_TAKEN();
-    Py_INCREF(sc);
-    PyObject *cs = PyObject_GetAttr(sc, S_ccore);
-    if (!cs || cs == Py_None || Py_TYPE(cs) != &ShapeType || attr_is_none(sc, S_tune) != 1) {
-        Py_XDECREF(cs); Py_DECREF(sc); NOT_TAKEN();
-    }
+    if (attr_is_none(sc, S_tune) != 1) { Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN(); }
     Shape *s = (Shape *)cs;
     {
         PyObject *pend = PyObject_GetAttr(b->runner, S_pending);
