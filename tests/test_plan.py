@@ -62,6 +62,32 @@ def test_fused_attention_backward_runs_at_its_published_rate() -> None:
         assert st["layer_backward_s"] == pytest.approx(2 * rest + st["layer_attention_backward_s"])
 
 
+def test_deepspeed_engine_runs_the_layers_at_its_rate(capsys) -> None:
+    """--engine deepspeed: every layer's and the logits' time over engine.deepspeed (0.884, set by BLOOM's
+    published 150 TFLOPS); the collectives are the same Schedules at the same prices; the CLI takes it, the
+    JSON layout says it, a bad name is a one-line error."""
+    from interlink.plan.hardware import engine_fraction
+
+    eff = engine_fraction("deepspeed")
+    assert eff == pytest.approx(0.884) and engine_fraction("megatron") == 1.0
+    lay = Layout(tp=8, pp=4, dp=2, micro_batch=1, global_batch=64, recompute="full")
+    mg = plan_step("gpt3-175b", lay, "8xdgx-a100")
+    ds = plan_step("gpt3-175b", lay.with_(engine="deepspeed"), "8xdgx-a100")
+    for k in ("layer_forward_s", "layer_backward_s", "layer_attention_s", "layer_attention_backward_s"):
+        assert ds.stage[k] == pytest.approx(mg.stage[k] / eff)
+    assert ds.breakdown["compute"] == pytest.approx(mg.breakdown["compute"] / eff, rel=1e-6)
+    assert ds.breakdown["tp"] == pytest.approx(mg.breakdown["tp"])  # (dp's exposed part shrinks: a longer backward)
+    assert [(c["kind"], c["time_us"]) for c in ds.collectives] == [(c["kind"], c["time_us"]) for c in mg.collectives]
+    assert ds.step_s > mg.step_s and "deepspeed" in ds.layout.short()
+    assert main(["plan", "-m", "gpt3-175b", "-t", "8xdgx-a100", "--tp", "8", "--pp", "4", "--dp", "2",
+                 "--global-batch", "64", "--recompute", "full", "--engine", "deepspeed", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["layout"]["engine"] == "deepspeed" and out["step_s"] == pytest.approx(
+        plan_step("gpt3-175b", lay.with_(engine="deepspeed", sp=True), "8xdgx-a100").step_s, rel=1e-3)
+    with pytest.raises(PlanError, match="--engine"):
+        plan_step("gpt3-175b", lay.with_(engine="jax"), "8xdgx-a100")
+
+
 @pytest.mark.parametrize("name,billions", [("gpt3-175b", 175), ("llama3-8b", 8.03), ("llama3-70b", 70.6),
                                            ("llama3-405b", 405.9), ("mixtral-8x7b", 46.7), ("megatron-1t", 1008)])
 def test_preset_parameter_counts(name: str, billions: float) -> None:

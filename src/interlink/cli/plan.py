@@ -75,6 +75,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="context parallelism: ring attention under the attention compute (default), or an exposed "
                         "all-gather of K and V (Llama 3)")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8"), help="GEMM precision (default bf16)")
+    p.add_argument("--engine", default="megatron", choices=("megatron", "deepspeed"),
+                   help="the training framework: megatron (Megatron-LM, Megatron-Core, NeMo: the default) or deepspeed "
+                        "(Megatron-DeepSpeed's pipeline engine: its layers at 0.884 of Megatron-LM's rate, from BLOOM)")
     p.add_argument("--no-overlap", action="store_true",
                    help="gradient reduction and parameter gather after the backward, not under it")
     p.add_argument("--tp-overlap", type=float, default=0.0, metavar="F",
@@ -233,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
             if args.topology in ("this", "local", "host"):
                 raise PlanError("--sweep-gpus needs a machine to repeat: --topology dgx-h100 (or dgx-a100, ...)")
             rows = sweep(model, counts, args.topology.split("x", 1)[-1] if args.topology[0].isdigit() else args.topology,
-                         global_batch=gb or _default_batch(model), dtype=args.dtype, progress=prog,
+                         global_batch=gb or _default_batch(model), dtype=args.dtype, engine=args.engine, progress=prog,
                          fixed=_fixed(args), **_space(args))
             prog.close()
             return _print_sweep(args, model, rows)
@@ -244,7 +247,8 @@ def run(args: argparse.Namespace) -> int:
         ctx = Context.of(topo_spec, prog, args.memory)
         if not given:
             n = gpus or ctx.topo.nranks
-            res = search(model, n, ctx, global_batch=gb or _default_batch(model, n), dtype=args.dtype, top=args.top,
+            res = search(model, n, ctx, global_batch=gb or _default_batch(model, n), dtype=args.dtype,
+                         engine=args.engine, top=args.top,
                          progress=prog, fixed=_fixed(args), clock=prog.elapsed, **_space(args))
             prog.close()
             return _print_search(args, res)
@@ -265,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
                      micro_batch=args.micro_batch or 1, global_batch=gb or _default_batch(model, dp, args.micro_batch or 1),
                      virtual_stages=args.virtual_stages or 1, compress=args.compress, order=args.order,
                      overlap_grad_reduce=not args.no_overlap, overlap_param_gather=not args.no_overlap,
-                     tp_overlap=args.tp_overlap, dtype=args.dtype, cp_comm=args.cp_comm)
+                     tp_overlap=args.tp_overlap, dtype=args.dtype, cp_comm=args.cp_comm, engine=args.engine)
         contention = lay.gpus <= CONTENTION_MAX_GPUS if args.contention is None else args.contention
         result = plan_step(model, lay, ctx, contention=contention)
         prog.close()

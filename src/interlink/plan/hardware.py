@@ -76,6 +76,13 @@ COMPUTE_PARAMS: dict[str, tuple[float, str]] = {
     "attn_bwd.h200": (0.52, "as H100 (the same SMs)"),
     "attn_bwd.b200": (0.50, "estimate: H100's backward over forward fraction (0.52 / 0.62) at B200's GEMM "
                             "fraction (0.60); no published B200 attention backward checked"),
+    # the training framework: every fraction above is Megatron-LM's (its rows set them). Megatron-DeepSpeed
+    # (DeepSpeed's pipeline engine and its 1F1B schedule around Megatron's layers) reaches less of them: BLOOM
+    # 176B on it ran at 150 TFLOPS a GPU where the plan of Megatron-LM's rates gives 169.7 (0.884). This one
+    # run sets it; MT-NLG 530B's three runs on 280-420 DGX A100 (DeepSpeed's pipeline too) are its check
+    "engine.deepspeed": (0.884, "BLOOM 176B on Megatron-DeepSpeed, 384 A100: 150 TFLOPS a GPU (BigScience "
+                                "model card) against the plan's 169.7 at Megatron-LM's rates"),
+    "engine.megatron": (1.0, "the rates above are Megatron-LM's"),
     # memory-bound kernels (layer norm, dropout, residual adds, activation functions, softmax, fp8 casts)
     "hbm": (0.80, "estimate: streaming kernels at 80% of the HBM datasheet bandwidth (STREAM-like copies reach "
                   "80-90% on A100 and H100)"),
@@ -105,6 +112,11 @@ def attn_bwd_fraction(family: str) -> float:
     published figure of the family's is held)."""
     got = COMPUTE_PARAMS.get(f"attn_bwd.{family}")
     return got[0] if got is not None else gemm_fraction(family)
+
+
+def engine_fraction(engine: str) -> float:
+    """The rate a framework's layers run at, as a fraction of Megatron-LM's (``engine.<name>``)."""
+    return COMPUTE_PARAMS[f"engine.{engine}"][0]
 
 
 def hbm_fraction() -> float:

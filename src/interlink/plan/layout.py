@@ -16,6 +16,7 @@ __all__ = ["Layout", "DIMS", "parse_order"]
 
 DIMS = ("tp", "cp", "dp", "pp")
 RECOMPUTE = ("none", "selective", "full")
+ENGINES = ("megatron", "deepspeed")  # hardware.engine_fraction: the rate of each framework's layers
 
 
 def parse_order(order: str) -> tuple[str, ...]:
@@ -47,6 +48,7 @@ class Layout:
     tp_overlap: float = 0.0          # fraction of tensor-parallel communication hidden under GEMMs
     scatter_gather: bool = True      # pipeline sends split over the TP ranks (Narayanan 2021, section 4.1)
     cp_comm: str = "ring"            # ring: K/V passed around under the attention; allgather: gathered first
+    engine: str = "megatron"         # the training framework's kernels and schedule: megatron, deepspeed
     dtype: str = "bf16"              # bf16, fp16, fp8 (fp8 GEMMs; 16-bit weights and activations)
     grad_dtype: str = ""             # "" : fp32 (Megatron's main grads; fp16 jobs reduce fp16)
 
@@ -103,6 +105,8 @@ class Layout:
                             f"interleaved schedule does: change --global-batch or --micro-batch")
         if self.cp_comm not in ("ring", "allgather"):
             raise PlanError(f"--cp-comm must be ring or allgather, got {self.cp_comm!r}")
+        if self.engine not in ENGINES:
+            raise PlanError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if model.seq % self.cp:
             raise PlanError(f"sequence {model.seq} does not divide by --cp {self.cp}")
         if self.ep > 1:
@@ -184,7 +188,7 @@ class Layout:
         if self.virtual_stages > 1:
             s += f" v{self.virtual_stages}"
         s += f" mb{self.micro_batch} zero{self.zero} {self.recompute}" + (" sp" if self.sp else "")
-        return s
+        return s + ("" if self.engine == "megatron" else f" {self.engine}")
 
     def with_(self, **kw: Any) -> "Layout":
         return replace(self, **kw)

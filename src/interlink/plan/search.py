@@ -44,7 +44,7 @@ def _divisors(n: int) -> list[int]:
 
 
 def layouts(model: Model, gpus: int, *, gpus_per_host: int = 8, global_batch: int = 0, dtype: str = "bf16",
-            zero: Iterable[int] = (1, 2, 3), recompute: Iterable[str] = ("none", "selective", "full"),
+            engine: str = "megatron", zero: Iterable[int] = (1, 2, 3), recompute: Iterable[str] = ("none", "selective", "full"),
             micro_batches: Iterable[int] = (1, 2, 4, 8), virtual: Iterable[int] = (1, 2, 3, 4, 5, 6, 7, 8),
             fixed: dict | None = None) -> list[Layout]:
     """Every layout of ``model`` on exactly ``gpus`` GPUs that :meth:`Layout.check` accepts. ``fixed``:
@@ -82,7 +82,7 @@ def layouts(model: Model, gpus: int, *, gpus_per_host: int = 8, global_batch: in
                                         continue  # flash attention stores no scores: selective = none, slower
                                     lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=tp > 1, zero=z,
                                                  recompute=rc, micro_batch=mb, global_batch=seqs,
-                                                 virtual_stages=v, dtype=dtype)
+                                                 virtual_stages=v, dtype=dtype, engine=engine)
                                     try:
                                         lay.check(model)
                                     except PlanError:
@@ -163,7 +163,7 @@ class SearchResult:
 
 
 def search(model: Model | str, gpus: int, topology: str | Context, *, global_batch: int = 0, dtype: str = "bf16",
-           top: int = 10, progress: Callable[[str], None] | None = None, fixed: dict | None = None,
+           engine: str = "megatron", top: int = 10, progress: Callable[[str], None] | None = None, fixed: dict | None = None,
            clock: Callable[[], float] | None = None, **space) -> SearchResult:
     """Rank every feasible layout of ``model`` on ``gpus`` GPUs of ``topology`` (see the module docstring).
     ``clock``: seconds on the caller's clock (``interlink plan``: since the command started, the clock of its
@@ -176,7 +176,7 @@ def search(model: Model | str, gpus: int, topology: str | Context, *, global_bat
         raise PlanError(f"--gpus {gpus} is more than the topology's {ctx.topo.nranks} GPUs: use a larger cluster "
                         f"(e.g. --topology {math.ceil(gpus / ctx.gpus_per_host)}x...)")
     cands = layouts(model, gpus, gpus_per_host=ctx.gpus_per_host, global_batch=global_batch, dtype=dtype,
-                    fixed=fixed, **space)
+                    engine=engine, fixed=fixed, **space)
     if not cands:
         raise PlanError(f"no layout of {model.name or 'the model'} fills exactly {gpus} GPUs with global batch "
                         f"{global_batch or 'one sequence per data-parallel rank'}: change --gpus or --global-batch")
@@ -220,7 +220,7 @@ def search(model: Model | str, gpus: int, topology: str | Context, *, global_bat
         # nothing fits and a flag ruled out ZeRO-3 or full recomputation: would a layout fit without it?
         res.unfixed_fit = 0
         for lay in layouts(model, gpus, gpus_per_host=ctx.gpus_per_host, global_batch=global_batch, dtype=dtype,
-                           fixed={k: v for k, v in fixed.items() if k not in ruled}, **space):  # type: ignore[union-attr]
+                           engine=engine, fixed={k: v for k, v in fixed.items() if k not in ruled}, **space):  # type: ignore[union-attr]
             p = plan_step(model, lay, free)
             if p.fits:
                 res.unfixed_fit += 1
@@ -250,7 +250,7 @@ def explain(ranked: list[StepPlan]) -> list[str]:
 
 
 def sweep(model: Model | str, counts: Iterable[int], machine: str, *, global_batch: int = 0, dtype: str = "bf16",
-          progress: Callable[[str], None] | None = None, **space) -> list[dict]:
+          engine: str = "megatron", progress: Callable[[str], None] | None = None, **space) -> list[dict]:
     """The best layout at each GPU count on ``N x machine`` clusters: tokens/s and the efficiency against
     linear scaling from the first count (the cliff is where it drops)."""
     model = parse_model(model)
@@ -263,7 +263,8 @@ def sweep(model: Model | str, counts: Iterable[int], machine: str, *, global_bat
         if progress is not None:
             progress(f"{n} GPUs on {spec}")
         try:
-            r = search(model, n, spec, global_batch=global_batch, dtype=dtype, top=1, progress=progress, **space)
+            r = search(model, n, spec, global_batch=global_batch, dtype=dtype, engine=engine, top=1, progress=progress,
+                       **space)
         except PlanError as exc:
             rows.append({"gpus": n, "error": str(exc)})
             continue

@@ -33,7 +33,7 @@ from typing import Any, Callable
 from ..model.cost import resolve_topology
 from ..topology import Topology, TopologyError
 from .comm import Priced, Pricer
-from .hardware import GpuSpec, attn_bwd_fraction, gemm_fraction, gpu_spec, hbm_fraction
+from .hardware import GpuSpec, attn_bwd_fraction, engine_fraction, gemm_fraction, gpu_spec, hbm_fraction
 from .job import Model, PlanError, bytes_per_param, parse_model
 from .layout import Layout
 
@@ -177,6 +177,10 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     # the output layer stays a 16-bit GEMM under fp8 recipes (NVIDIA/Megatron-LM megatron/core/models/gpt/
     # gpt_model.py: tensor_parallel.ColumnParallelLinear unless an MXFP8 output projection is asked for)
     logits = model.logits_flops(b) / tp / cp / attn_rate + ELEMENTWISE_LOGITS * s * b * model.vocab / tp / cp / hbm
+    eng = engine_fraction(L.engine)  # the framework's rate against Megatron-LM's (hardware.COMPUTE_PARAMS)
+    if eng != 1.0:
+        t_gemm, t_attn, t_attn_b = t_gemm / eng, t_attn / eng, t_attn_b / eng
+        t_layer_f, t_layer_b, logits = t_layer_f / eng, t_layer_b / eng, logits / eng
 
     # ---- collectives of one layer, one micro-batch ------------------------------------------------
     colls: list[dict[str, Any]] = []
