@@ -7,10 +7,12 @@ transformer over backend="interlink" and gloo, at 2 and 4 ranks, measured next t
 
 The model is interlink.plan.host.build_gpt, the torch model the plan prices (its FLOPs are the planner's
 formulas, plan/job.py): ``--model`` layers, hidden, heads, seq, vocab (default 4 layers, hidden 256,
-4 heads, seq 128, vocab 2048), fp32, AdamW, ``--micro-batch`` sequences a rank (default 4). First this
+4 heads, seq 128, vocab 2048), fp32, AdamW, ``--micro-batch`` sequences a rank (default 4). This
 host's compute rates are measured again (interlink.plan.host.calibrate, with as many processes measuring
-at once as the ranks compute at once, min(ranks, cores): 10-40 s; ``--stored``: the stored ones), so that
-the rates and the steps come from the same hour of a host whose speed changes.
+at once as the ranks compute at once, min(ranks, cores)) just before and just after each rank count's steps,
+and the plan takes their mean (``--once``: before only; ``--stored``: the stored rates), so that the rates
+and the steps come from the same minutes of a host whose speed drifts (20-40% within a minute on the 2-core
+VM of benchmarks/RESULTS.md).
 ``--ranks`` processes (spawn, as benchmarks/torch_ddp.py starts them) each call
 ``init_process_group("interlink")`` and create a gloo group over the same ranks, one torch thread a
 rank (as torchrun's OMP_NUM_THREADS=1). Copies of the model are wrapped in DDP (bucket_cap_mb 25,
@@ -179,6 +181,23 @@ def measure(world: int, args: dict) -> dict[str, list[float]]:
     return sorted(got, key=lambda x: x[0])[0][1]
 
 
+def mean_rates(x, y):
+    """The rates of two measurements of this host (interlink.plan.host.HostCompute), each figure the mean of
+    the two where both have it (numbers in the same nested places), else the first's."""
+    from interlink.plan.host import HostCompute
+
+    def mean(u, v):
+        if isinstance(u, dict) and isinstance(v, dict):
+            return {k: (mean(u[k], v[k]) if k in v else u[k]) for k in u}
+        if isinstance(u, (int, float)) and isinstance(v, (int, float)) and not isinstance(u, bool):
+            return (u + v) / 2
+        return u
+
+    d = mean(x.to_dict(), y.to_dict())
+    d["meta"] = dict(x.meta, date=f"{x.meta.get('date', '?')} and {y.meta.get('date', '?')} (mean)")
+    return HostCompute.from_dict(d, x.path)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", default="2,4", help="comma-separated rank counts (default 2,4)")
@@ -196,6 +215,9 @@ def main(argv=None) -> int:
                     help="price the collectives with this host profile (a profile JSON, or a calibration result such "
                          "as benchmarks/results/calibration.json) instead of the one `interlink bench --calibrate` "
                          "keeps for this host")
+    ap.add_argument("--once", action="store_true",
+                    help="measure the rates once, before every rank count's steps (default: before and after each "
+                         "rank count's steps, and plan with their mean)")
     ap.add_argument("--json", default=None, metavar="FILE", help="write the rows as JSON")
     a = ap.parse_args(argv)
     from interlink.plan import parse_model
@@ -211,11 +233,7 @@ def main(argv=None) -> int:
         if bk not in BACKENDS:
             ap.error(f"--backends: {bk!r} is not interlink or gloo")
     cores = len(os.sched_getaffinity(0))
-    print(f"plan_host.py: compute rates of this host ({'stored or measured' if a.stored else 'measuring'})",
-          file=sys.stderr, flush=True)
     worlds = [int(x) for x in a.ranks.split(",") if x.strip()]
-    hc = host_compute(mdl, a.micro_batch, ranks=tuple(worlds), recalibrate=not a.stored,
-                      progress=lambda m: print(f"plan_host.py: measuring {m}", file=sys.stderr, flush=True))
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load0 = os.getloadavg()
     rows = []
@@ -226,16 +244,33 @@ def main(argv=None) -> int:
         with open(a.profile) as fh:
             d = json.load(fh)
         profile = Profile.from_dict(d["meta"]["profile"] if "meta" in d and "profile" in d["meta"] else d, a.profile)
-    plans = {(w, sy, bk): plan_host(mdl, w, system=sy, backend=bk, micro_batch=a.micro_batch, bucket_mb=a.bucket_mb,
-                                    compute=hc, profile=profile)
-             for w in worlds for sy in args["systems"] for bk in args["backends"]}
-    args["collectives"] = {str(w): {f"{sy}/{bk}": [(c["collective"], int(c["bytes"]), int(c["per_step"]))
-                                                   for c in p.collectives]
-                                    for (w2, sy, bk), p in plans.items() if w2 == w} for w in worlds}
+
+    def rates(world: int, when: str):
+        print(f"plan_host.py: compute rates of this host for {world} ranks, {when} its steps "
+              f"({'stored or measured' if a.stored else 'measuring'})", file=sys.stderr, flush=True)
+        return host_compute(mdl, a.micro_batch, ranks=(world,), recalibrate=not a.stored,
+                            progress=lambda m: print(f"plan_host.py: measuring {m}", file=sys.stderr, flush=True))
+
+    def plan_all(world: int, hc) -> dict:
+        return {(world, sy, bk): plan_host(mdl, world, system=sy, backend=bk, micro_batch=a.micro_batch,
+                                           bucket_mb=a.bucket_mb, compute=hc, profile=profile)
+                for sy in args["systems"] for bk in args["backends"]}
+
+    plans: dict = {}
+    args["collectives"] = {}
     for world in worlds:
+        # the rates of this host just before this rank count's steps (and, unless --once, just after: the plan
+        # takes their mean), so that rates and steps come from the same minutes of a host whose speed drifts
+        hc = rates(world, "before")
+        pw = plan_all(world, hc)  # the collectives a step calls do not depend on the rates
+        args["collectives"][str(world)] = {f"{sy}/{bk}": [(c["collective"], int(c["bytes"]), int(c["per_step"]))
+                                                          for c in p.collectives] for (_, sy, bk), p in pw.items()}
         t0 = time.perf_counter()
         res = measure(world, args)
         took = time.perf_counter() - t0
+        if not a.once and not a.stored:
+            hc = mean_rates(hc, rates(world, "after"))
+        plans.update(plan_all(world, hc))
         load = os.getloadavg()
         print(f"# {world} ranks on {cores} cores, {mdl.spec()}, micro-batch {a.micro_batch}, {stamp}, "
               f"load {load[0]:.1f} (1 min) {load[1]:.1f} (5 min), {took:.0f} s")
