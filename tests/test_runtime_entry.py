@@ -125,6 +125,21 @@ def test_the_entries_keep_the_python_functions_names_and_signatures():
         assert all(type(getattr(api, n)).__name__ == "Entry" for n in NAMES)
 
 
+def test_the_entries_pickle_and_copy_as_the_module_level_names():
+    """A script that hands interlink.all_reduce to multiprocessing or copies it gets the same callable back,
+    as with a Python function (pickled by its module and name)."""
+    import copy
+    import pickle
+
+    import interlink
+    from interlink.runtime import api
+
+    for name in NAMES:
+        f = getattr(api, name)
+        assert pickle.loads(pickle.dumps(f)) is f and copy.deepcopy(f) is f and copy.copy(f) is f
+        assert pickle.loads(pickle.dumps(getattr(interlink, name))) is f
+
+
 def test_without_the_core_the_calls_are_the_python_functions():
     code = ("import inspect, interlink.runtime.api as a; "
             "print(all(inspect.isfunction(getattr(a, n)) for n in %r))" % (NAMES,))

@@ -869,6 +869,15 @@ static PyObject *Entry_repr(Entry *e) {
     return e->full ? PyObject_Repr(e->full) : PyUnicode_FromString("<interlink entry>");
 }
 
+/* pickled (and copied) as the module-level name it is, like the Python function it stands for */
+static PyObject *Entry_reduce(PyObject *self, PyObject *Py_UNUSED(ignored)) {
+    return PyObject_GetAttrString(self, "__qualname__");
+}
+
+static PyMethodDef Entry_methods[] = {
+    {"__reduce__", Entry_reduce, METH_NOARGS, "the module-level name (pickle and copy keep the same object)"},
+    {NULL}};
+
 static PyGetSetDef Entry_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL}};
@@ -889,6 +898,7 @@ static PyTypeObject EntryType = {
     .tp_getattro = PyObject_GenericGetAttr,
     .tp_setattro = PyObject_GenericSetAttr,
     .tp_getset = Entry_getset,
+    .tp_methods = Entry_methods,
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotcore",
