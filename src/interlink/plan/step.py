@@ -149,9 +149,11 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     h, s = model.hidden, model.seq
     act_b = 2  # 16-bit activations
     peak = gpu.peak_tflops(L.dtype) * 1e12
-    gemm_rate = peak * gemm_fraction(gpu.family)
-    attn_rate = gpu.bf16_tflops * 1e12 * gemm_fraction(gpu.family)  # attention and the output layer: 16-bit
+    eng = engine_fraction(L.engine)  # the framework's layers against Megatron-LM's (hardware.COMPUTE_PARAMS)
+    gemm_rate = peak * gemm_fraction(gpu.family) * eng
+    attn_rate = gpu.bf16_tflops * 1e12 * gemm_fraction(gpu.family) * eng  # attention, the output layer: 16-bit
     hbm = gpu.hbm_gbps * 1e9 * hbm_fraction()
+    hbm_layer = hbm * eng  # the layers' memory-bound kernels (the optimizer's step: hbm)
 
     # ---- compute of one layer, one micro-batch, per GPU ------------------------------------------
     gemm = model.layer_gemm_flops(b) / tp / cp
@@ -164,7 +166,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     # fp8 GEMMs: each GEMM's activation input is cast to fp8 first (read 2 B, write 1 B; Transformer Engine):
     # the inputs of QKV, the output projection and the two MLP GEMMs
     ew_cast = FP8_CAST * s * b * (3 * h + model.f * model.top_k) / tp / cp if L.dtype == "fp8" else 0.0
-    t_ew = (ew_h + ew_f + ew_sc + ew_cast) / hbm
+    t_ew = (ew_h + ew_f + ew_sc + ew_cast) / hbm_layer
     t_layer_f = t_gemm + t_attn + t_ew
     # the backward: twice the forward's FLOPs; fused attention's at its own (lower) fraction of peak
     bwd_x = gemm_fraction(gpu.family) / attn_bwd_fraction(gpu.family) if model.attention == "flash" else 1.0
@@ -173,14 +175,11 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     if L.recompute == "full":
         t_layer_b += t_layer_f
     elif L.recompute == "selective":
-        t_layer_b += t_attn + ew_sc / hbm
+        t_layer_b += t_attn + ew_sc / hbm_layer
     # the output layer stays a 16-bit GEMM under fp8 recipes (NVIDIA/Megatron-LM megatron/core/models/gpt/
     # gpt_model.py: tensor_parallel.ColumnParallelLinear unless an MXFP8 output projection is asked for)
-    logits = model.logits_flops(b) / tp / cp / attn_rate + ELEMENTWISE_LOGITS * s * b * model.vocab / tp / cp / hbm
-    eng = engine_fraction(L.engine)  # the framework's rate against Megatron-LM's (hardware.COMPUTE_PARAMS)
-    if eng != 1.0:
-        t_gemm, t_attn, t_attn_b = t_gemm / eng, t_attn / eng, t_attn_b / eng
-        t_layer_f, t_layer_b, logits = t_layer_f / eng, t_layer_b / eng, logits / eng
+    logits = (model.logits_flops(b) / tp / cp / attn_rate
+              + ELEMENTWISE_LOGITS * s * b * model.vocab / tp / cp / hbm_layer)
 
     # ---- collectives of one layer, one micro-batch ------------------------------------------------
     colls: list[dict[str, Any]] = []

@@ -703,9 +703,8 @@ static PyTypeObject BindType = {
 /* Entry: a module-level call of runtime/api.py (all_reduce, broadcast, all_gather_into_tensor,
  * reduce_scatter_tensor, all_to_all_single) as one C callable. Its common call (the world group, a numpy
  * array, no async_op, no other keyword) goes straight to the world's Bind.call; a call the core hands back
- * goes to the world's _finish_core, a shape it does not take to the collective's `rest` (api.py: Group._hot_py,
- * then the method's body), and every other call to the Python function itself (`full`), with the arguments
- * as given. The same steps as the Python function's first lines, without its frame (2 ranks, an 8-byte
+ * goes to the world's _finish_core; a shape the core does not take, and every other call, to the Python
+ * function itself (`full`: Group._hot_py, then the method's body), with the arguments as given. The same steps as the Python function's first lines, without its frame (2 ranks, an 8-byte
  * broadcast in a loop: the frame was about 0.4 us of a 2.2 us call). */
 #define MAXP 8
 typedef struct {
@@ -716,7 +715,7 @@ typedef struct {
     int ia, iout, iop, iroot, igroup, iasync;  /* parameter indices (-1: the collective has none) */
     unsigned none_mask;               /* parameters that must be None for the common call */
     PyObject *names, *defaults;       /* tuples of np: the parameters' names and defaults (None: required) */
-    PyObject *globals, *full, *rest, *nd;
+    PyObject *globals, *full, *nd;
 } Entry;
 
 static PyObject *S_world, *S_fk, *S_cbind, *S_finish_core;
@@ -784,10 +783,7 @@ static PyObject *entry_vcall(Entry *e, PyObject *const *args, size_t nargsf, PyO
     } else {
         Py_DECREF(cb);
     }
-    PyObject *rargs[5] = {w, a, out, op, root};
-    PyObject *res = PyObject_Vectorcall(e->rest, rargs, 5, NULL);
     Py_DECREF(w);
-    return res;
 full:
     return PyObject_Vectorcall(e->full, args, nargsf, kwnames);
 }
@@ -805,12 +801,12 @@ static int name_index(PyObject *names, const char *name) {
     return -1;
 }
 
-/* Entry(kind, full, rest, globals, ndarray, names, nreq, a, out, op, root, group, async_op, must_be_none) */
+/* Entry(kind, full, globals, ndarray, names, defaults, nreq, a, out, op, root, group, async_op, must_be_none) */
 static int Entry_init(Entry *e, PyObject *args, PyObject *kw) {
     int kind, nreq;
-    PyObject *full, *rest, *globals, *nd, *names, *defaults, *nones;
+    PyObject *full, *globals, *nd, *names, *defaults, *nones;
     const char *na, *nout, *nop, *nroot, *ngroup, *nasync;
-    if (!PyArg_ParseTuple(args, "iOOO!OO!O!izzzzssO!", &kind, &full, &rest, &PyDict_Type, &globals, &nd,
+    if (!PyArg_ParseTuple(args, "iOO!OO!O!izzzzssO!", &kind, &full, &PyDict_Type, &globals, &nd,
                           &PyTuple_Type, &names, &PyTuple_Type, &defaults, &nreq, &na, &nout, &nop, &nroot,
                           &ngroup, &nasync, &PyTuple_Type, &nones))
         return -1;
@@ -838,7 +834,6 @@ static int Entry_init(Entry *e, PyObject *args, PyObject *kw) {
         e->none_mask |= 1u << j;
     }
     Py_INCREF(full); Py_XSETREF(e->full, full);
-    Py_INCREF(rest); Py_XSETREF(e->rest, rest);
     Py_INCREF(globals); Py_XSETREF(e->globals, globals);
     Py_INCREF(nd); Py_XSETREF(e->nd, nd);
     Py_INCREF(names); Py_XSETREF(e->names, names);
@@ -848,13 +843,13 @@ static int Entry_init(Entry *e, PyObject *args, PyObject *kw) {
 }
 
 static int Entry_traverse(Entry *e, visitproc visit, void *arg) {
-    Py_VISIT(e->dict); Py_VISIT(e->full); Py_VISIT(e->rest); Py_VISIT(e->globals); Py_VISIT(e->nd);
+    Py_VISIT(e->dict); Py_VISIT(e->full); Py_VISIT(e->globals); Py_VISIT(e->nd);
     Py_VISIT(e->names); Py_VISIT(e->defaults);
     return 0;
 }
 
 static int Entry_clear(Entry *e) {
-    Py_CLEAR(e->dict); Py_CLEAR(e->full); Py_CLEAR(e->rest); Py_CLEAR(e->globals); Py_CLEAR(e->nd);
+    Py_CLEAR(e->dict); Py_CLEAR(e->full); Py_CLEAR(e->globals); Py_CLEAR(e->nd);
     Py_CLEAR(e->names); Py_CLEAR(e->defaults);
     return 0;
 }

@@ -320,22 +320,15 @@ def _local(group: Optional[Group], r: int, what: str) -> int:
         raise ValueError(f"{what}={r} (a global rank) is not a member of {g.name} {list(g.ranks)}") from None
 
 
-# The module-level calls on the world group run Group._hot's steps themselves (the compiled core's one C call
-# for a cached shape, else Group._hot_py) and else go on where Group's method would (its _name): two Python
-# frames less than calling the method, and no closure cells made on the way. 2 ranks, an 8-byte broadcast
-# in a loop, old and new code alternating: 2.80-3.11 us a call through Group.broadcast, 1.86-2.74 us this
-# way (the core called directly from the loop: 1.22-1.69 us).
+# The module-level calls on the world group (no group=, no other keyword, synchronous, a numpy array) run
+# the Python path of Group._hot themselves (Group._hot_py) and else go on where Group's method would (its
+# _name): two Python frames less than calling the method. Where the compiled core runs these five are
+# C callables (the end of this module, _entries): their common call goes to the core's Bind.call, and to
+# the Python function below where the core does not take the call's shape.
 def all_reduce(tensor, op="sum", group=None, async_op=False, **kw):
     w = _WORLD
     if group is None and not kw and w is not None:  # the common call, without the layers (latency)
         if not async_op and type(tensor) is _ND and w._fk[AR] is not None:
-            cb = w._cbind
-            if cb is not None:
-                r = cb.call(w, AR, tensor, None, op, 0)
-                if r is None:
-                    return None
-                if r is not NotImplemented:
-                    return w._finish_core(AR, r, tensor, None)
             if w._hot_py(AR, tensor, None, op, 0):
                 return None
         return w._all_reduce(tensor, op, async_op, None, None)
@@ -346,13 +339,6 @@ def broadcast(tensor, src=0, group=None, async_op=False, **kw):
     w = _WORLD
     if group is None and not kw and w is not None:
         if not async_op and type(tensor) is _ND and w._fk[BC] is not None:
-            cb = w._cbind
-            if cb is not None:
-                r = cb.call(w, BC, tensor, None, None, src)
-                if r is None:
-                    return None
-                if r is not NotImplemented:
-                    return w._finish_core(BC, r, tensor, None)
             if w._hot_py(BC, tensor, None, None, src):
                 return None
         return w._broadcast(tensor, src, async_op, None, None)
@@ -367,13 +353,6 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     w = _WORLD
     if group is None and not kw and w is not None:
         if not async_op and type(input_tensor) is _ND and w._fk[AG] is not None:
-            cb = w._cbind
-            if cb is not None:
-                r = cb.call(w, AG, input_tensor, output_tensor, None, 0)
-                if r is None:
-                    return None
-                if r is not NotImplemented:
-                    return w._finish_core(AG, r, input_tensor, output_tensor)
             if w._hot_py(AG, input_tensor, output_tensor, None, 0):
                 return None
         return w._all_gather_into_tensor(output_tensor, input_tensor, async_op, None, None)
@@ -388,13 +367,6 @@ def reduce_scatter_tensor(output, input, op="sum", group=None, async_op=False, *
     w = _WORLD
     if group is None and not kw and w is not None:
         if not async_op and type(input) is _ND and w._fk[RS] is not None:
-            cb = w._cbind
-            if cb is not None:
-                r = cb.call(w, RS, input, output, op, 0)
-                if r is None:
-                    return None
-                if r is not NotImplemented:
-                    return w._finish_core(RS, r, input, output)
             if w._hot_py(RS, input, output, op, 0):
                 return None
         return w._reduce_scatter_tensor(output, input, op, async_op, None, None)
@@ -407,13 +379,6 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     if group is None and not kw and w is not None:  # the common call, without the layers (latency)
         if not async_op and type(input) is _ND and output_split_sizes is None and input_split_sizes is None \
                 and w._fk[A2A] is not None:
-            cb = w._cbind
-            if cb is not None:
-                r = cb.call(w, A2A, input, output, None, 0)
-                if r is None:
-                    return None
-                if r is not NotImplemented:
-                    return w._finish_core(A2A, r, input, output)
             if w._hot_py(A2A, input, output, None, 0):
                 return None
         return w._all_to_all_single(output, input, output_split_sizes, input_split_sizes, async_op, None, None)
@@ -684,38 +649,8 @@ class _Then:
 
 
 # ---- the module-level latency calls as one C callable each (runtime/_hotcore.c, Entry) -------------------
-# After a shape the compiled core does not take, the Entry goes on here (the rest of the Python function's
-# common call); every other call runs the Python function itself, with the arguments as given.
-
-def _rest_all_reduce(w, a, out, op, root):
-    if w._hot_py(AR, a, None, op, 0):
-        return None
-    return w._all_reduce(a, op, False, None, None)
-
-
-def _rest_broadcast(w, a, out, op, root):
-    if w._hot_py(BC, a, None, None, root):
-        return None
-    return w._broadcast(a, root, False, None, None)
-
-
-def _rest_all_gather_into_tensor(w, a, out, op, root):
-    if w._hot_py(AG, a, out, None, 0):
-        return None
-    return w._all_gather_into_tensor(out, a, False, None, None)
-
-
-def _rest_reduce_scatter_tensor(w, a, out, op, root):
-    if w._hot_py(RS, a, out, op, 0):
-        return None
-    return w._reduce_scatter_tensor(out, a, op, False, None, None)
-
-
-def _rest_all_to_all_single(w, a, out, op, root):
-    if w._hot_py(A2A, a, out, None, 0):
-        return None
-    return w._all_to_all_single(out, a, None, None, False, None, None)
-
+# A call whose shape the core does not take (or any call but the common one) runs the Python function
+# above, with the arguments as given.
 
 #: name -> (kind, the input's parameter, the output's, the op's, the root's, parameters that must be None)
 _ENTRIES = {
@@ -745,8 +680,8 @@ def _entries() -> None:
         names = tuple(p.name for p in params)
         nreq = sum(p.default is p.empty for p in params)
         defaults = tuple(None if p.default is p.empty else p.default for p in params)
-        e = ccore._hotcore.Entry(kind, fn, g["_rest_" + name], g, _ND, names, defaults, nreq, a, out, op, root,
-                                 "group", "async_op", nones)
+        e = ccore._hotcore.Entry(kind, fn, g, _ND, names, defaults, nreq, a, out, op, root, "group", "async_op",
+                                 nones)
         g[name] = functools.update_wrapper(e, fn)
 
 

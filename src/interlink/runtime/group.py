@@ -318,8 +318,8 @@ class Group:
         slot runs FastPath.hot with views and a signature cached by the call's shape. False when the call
         is not for it (the caller takes the regular path, which also raises on bad input). With the
         compiled core, a cached shape it takes runs _hot and _call_small in one C call (_finish_core: the
-        rest of a call it hands back). runtime/api.py's module-level calls on the world group inline these
-        steps (a Python frame less a call on the latency path): a change here is made there too."""
+        rest of a call it hands back). runtime/api.py's module-level calls on the world group take these
+        steps without this frame (the core's Entry, else _hot_py): a change here is made there too."""
         cb = self._cbind
         if cb is not None:
             r = cb.call(self, kind, a, out, op, root)

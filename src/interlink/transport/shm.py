@@ -484,7 +484,7 @@ class HostPage:
 
 
 class Bell:
-    __slots__ = ("page", "words", "i", "addr", "index", "members")
+    __slots__ = ("page", "words", "i", "flag", "addr", "index", "members")
 
     def __init__(self, page: HostPage, index: int) -> None:
         self.page = page
@@ -492,6 +492,7 @@ class Bell:
         self.members: list[int] = []
         self.words = page.words
         self.i = index * (BELL // 4)
+        self.flag = page.sleeping_word(index)
         self.addr = page.base + index * BELL
 
     # the owner's side
@@ -499,7 +500,7 @@ class Bell:
         return int(self.words[self.i])
 
     def set_sleeping(self, on: bool) -> None:
-        self.words[self.i + SLEEP_OFF // 4] = 1 if on else 0
+        self.words[self.flag] = 1 if on else 0
 
     def sleep(self, snapshot: int, timeout: float) -> None:
         from . import futex
@@ -515,7 +516,7 @@ class Bell:
     def ring(self) -> None:
         """Wake the owner if it sleeps (cheap when it does not)."""
         w = self.words
-        if w[self.i + SLEEP_OFF // 4]:
+        if w[self.flag]:
             w[self.i] = (int(w[self.i]) + 1) & 0xFFFFFFFF
             from . import futex
 
