@@ -8,11 +8,16 @@ its done word written then. With the compiled core and without it (INTERLINK_NO_
 - mismatches still raise on every rank: a receiver that called something else, ranks that each took
   themselves for the root (nobody waits: the last to publish sees it), and a mismatched last call before
   destroy (the root's destroy raises);
-- a receiver that never arrives: the root's next call times out naming it.
+- a receiver that never arrives: the root's next call times out naming it;
+- a run of one small broadcast: the root publishes up to HEADERS calls before its receivers arrive
+  (transport/shm.py HEADERS: a call's header lives until that many calls later), every receiver gets each
+  call's own data, and a mismatch or a dead receiver inside the run still reaches every rank.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import numpy as np
@@ -150,3 +155,87 @@ def test_receiver_that_never_arrives_times_out_the_roots_next_call(path: str) ->
     r0 = res[0]
     assert r0["error"] == "CommTimeoutError", res
     assert "1" in r0["msg"] and r0["took"] < 8.0, res  # the 2 s timeout, then the probe of rank 1
+
+
+# ---- a run of one small broadcast: the root runs up to HEADERS - 1 calls ahead ----------------------------
+def deep(rank: int, world: int, calls: int, lag: float) -> dict:
+    import interlink as dist
+    from interlink.runtime import api
+
+    dist.init(timeout=30)
+    fast = api._world()._fast
+    dist.barrier()
+    if rank != 0:
+        time.sleep(lag)  # the receivers arrive late: the root's whole run is already published
+    got, depth = [], 0
+    t0 = time.monotonic()
+    for k in range(calls):
+        x = (np.arange(33, dtype=np.float32) + 100 * k) if rank == 0 else np.full(33, -1.0, np.float32)
+        dist.broadcast(x, src=0)
+        got.append(bool(np.array_equal(x, np.arange(33, dtype=np.float32) + 100 * k)))
+        if fast is not None and fast.pend:
+            depth = max(depth, fast.pend_hi - fast.pend + 1)
+    took = time.monotonic() - t0
+    y = np.full(5, float(rank + 1))
+    dist.all_reduce(y)  # after the run: the root settles every pending call first
+    ok = bool(np.array_equal(y, np.full(5, world * (world + 1) / 2)))
+    left = fast.pend if fast is not None else 0
+    dist.destroy()
+    return {"got": got, "depth": depth, "took": took, "sum": ok, "left": left}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("path", PATHS)
+def test_a_root_publishes_a_run_of_broadcasts_before_its_receivers_arrive(path: str, world: int) -> None:
+    from interlink.transport.shm import HEADERS
+
+    res = run_ranks(world, deep, 40, 0.5, timeout=120, env=_env(path))
+    assert all(all(r["got"]) and r["sum"] and r["left"] == 0 for r in res), res
+    r0 = res[0]
+    # the root had up to HEADERS calls published and unchecked (receivers asleep), never more
+    assert HEADERS // 2 <= r0["depth"] <= HEADERS, r0["depth"]
+    assert r0["took"] > 0.3, r0  # it waited for them once its window was full
+
+
+def deep_mismatch(rank: int, world: int, kind: str) -> dict:
+    import interlink as dist
+
+    dist.init(timeout=10)
+    out: dict = {"error": None, "right": True}
+    try:
+        dist.barrier()
+        if kind == "dead" and rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if rank != 0:
+            time.sleep(0.3)  # the root's run is published before any receiver arrives
+        for k in range(8):
+            x = np.full(16, float(k if rank == 0 else -1), np.float32)
+            if kind == "other" and rank == 1 and k == 5:
+                dist.all_reduce(x)  # call 6 of the root's run is a broadcast
+            else:
+                dist.broadcast(x, src=0)
+                out["right"] = out["right"] and bool(np.all(x == k))
+        out["at"] = "destroy"
+    except Exception as e:  # noqa: BLE001 - the test reads the error
+        out.update(error=type(e).__name__, msg=str(e), at="calls")
+    try:
+        dist.destroy()
+    except Exception as e:  # noqa: BLE001
+        if out["error"] is None:
+            out.update(error=type(e).__name__, msg=str(e))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["other", "dead"])
+@pytest.mark.parametrize("path", PATHS)
+def test_a_failure_inside_a_roots_run_reaches_every_rank(path: str, kind: str) -> None:
+    res = run_ranks(3, deep_mismatch, kind, timeout=60, env=_env(path), expect_dead=(1,) if kind == "dead" else ())
+    # the root learns in a later call or at destroy; the rank that called something else raises in that call
+    assert res[0]["error"] in ("CollectiveMismatchError", "PeerLostError"), res
+    if kind == "other":
+        assert res[1]["error"] == "CollectiveMismatchError" and res[1]["at"] == "calls", res
+        assert any(o["error"] == "CollectiveMismatchError" and "but rank" in o["msg"] for o in res), res
+    # a receiver that got every call it made from the root may finish without an error (as after a mismatched
+    # last call); what it received is the root's data, never anything else
+    assert res[2]["right"], res
+    assert res[2]["error"] in (None, "CollectiveMismatchError", "PeerLostError"), res

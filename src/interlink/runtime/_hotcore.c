@@ -21,6 +21,7 @@
 #include <sys/syscall.h>
 
 #define MAXR 64
+#define HDR 16 /* call headers a rank keeps (transport/shm.py HEADERS): call f's is entry f % HDR */
 enum { AR = 0, BC = 1, AG = 2, RS = 3, A2A = 5 };
 enum { OP_SUM = 0, OP_PROD = 1, OP_MIN = 2, OP_MAX = 3, OP_COPY = 9 };
 enum { T_F32 = 0, T_F64 = 1, T_I32 = 2, T_I64 = 3, T_NONE = 9 };
@@ -47,23 +48,25 @@ typedef struct {
     int have_view;
     char *base;
     int n, me, npeers;
-    Py_ssize_t my_w[2];
-    Py_ssize_t peer_w[2][MAXR];
+    Py_ssize_t my_w[HDR];           /* this rank's call headers (u64 index of the published call number) */
+    Py_ssize_t peer_w[HDR][MAXR];   /* the peers' call headers, per entry */
     Py_ssize_t done_w;              /* this rank's done word (u64 index) */
     Py_ssize_t done_all[MAXR];      /* every rank's done word (u64 index) */
-    Py_ssize_t hoff[2];             /* byte offset of this rank's header (group seq word) per parity */
+    Py_ssize_t hoff[HDR];           /* byte offset of this rank's header (group seq word) per entry */
     Py_ssize_t sleep_w[MAXR];       /* peers' sleeping flags (u32 index) */
     Py_ssize_t bell_w[MAXR];        /* peers' doorbell counters (u32 index) */
     long spin, yield_after;
     unsigned long long f, safe;     /* FastPath.f and FastPath.safe live here when the core is on */
-    unsigned long long pend;        /* FastPath.pend: a broadcast root's call whose peers' headers are not yet
-                                     * checked (0: none); its done word is written once they are */
+    unsigned long long pend, pend_hi; /* FastPath.pend..pend_hi: a broadcast root's calls whose peers' headers
+                                     * are not yet checked (0: none); its done word passes each once they are */
+    unsigned long long last, run;   /* FastPath.last, .run: the last call's shape (Small.lid), calls in a row of it */
     unsigned long long calls;       /* calls the core completed (tests read it) */
 } Core;
 
 typedef struct {
     PyObject_HEAD
-    int kind, op, dtype, sends, avg, npos, nparts;
+    int kind, op, dtype, sends, avg, npos, nparts, depth;
+    unsigned long long lid; /* the Small's number (Core.last) */
     int rootk;           /* a broadcast: the root's index among the peers (-1: this rank is the root) */
     Py_ssize_t count, itemsize, nbytes, rowbytes;
     unsigned long long crc;
@@ -95,10 +98,16 @@ static void ring(Core *c) {
     }
 }
 
+/* 1 every rank has finished reading call need (safe moves on to what they all have), else 0 */
 static int done_ready(Core *c, uint64_t need) {
     volatile uint64_t *W = (volatile uint64_t *)c->base;
-    for (int i = 0; i < c->n; i++)
-        if (ld(&W[c->done_all[i]]) < need) return 0;
+    uint64_t m = UINT64_MAX;
+    for (int i = 0; i < c->n; i++) {
+        uint64_t d = ld(&W[c->done_all[i]]);
+        if (d < need) return 0;
+        if (d < m) m = d;
+    }
+    if (m > c->safe) c->safe = m;
     return 1;
 }
 
@@ -122,7 +131,7 @@ static int root_ready(Core *c, int q, int k, uint64_t f, uint64_t seq, uint64_t 
 }
 
 /* a broadcast's receiver, the root's header checked: every other peer that has published call f shows this
- * call (-1: one shows another); 1 all published (safe moves on), 0 not all yet */
+ * call (-1: one shows another); 1 all published, 0 not all yet */
 static int others_seen(Core *c, int q, uint64_t f, uint64_t seq, uint64_t crc) {
     volatile uint64_t *W = (volatile uint64_t *)c->base;
     int all = 1;
@@ -134,20 +143,32 @@ static int others_seen(Core *c, int q, uint64_t f, uint64_t seq, uint64_t crc) {
     return all;
 }
 
-/* the pending root call g (FastPath.pend): 1 every peer published it with this rank's header (checked, done
- * written, pend cleared); 0 not yet; -1 a peer published another call */
-static int settle(Core *c) {
-    uint64_t g = c->pend;
-    int q = (int)(g & 1);
-    const uint64_t *h = (const uint64_t *)(c->base + c->hoff[q]);
-    int r = peers_ready(c, q, g, h[0], h[1]);
-    if (r == 1) {
-        volatile uint64_t *W = (volatile uint64_t *)c->base;
-        c->pend = 0;
+/* the pending root calls pend..pend_hi (FastPath.pend), oldest first: each that every peer has published with
+ * this rank's header is checked, done written for it, and the range moves on. 1 all settled; 0 one not yet
+ * published by every peer; -1 a peer published another call (OneShot._settle raises naming it) */
+static int settle_some(Core *c) {
+    volatile uint64_t *W = (volatile uint64_t *)c->base;
+    int r = 1, moved = 0;
+    while (c->pend) {
+        uint64_t g = c->pend;
+        int q = (int)(g % HDR);
+        const uint64_t *h = (const uint64_t *)(c->base + c->hoff[q]);
+        r = peers_ready(c, q, g, h[0], h[1]);
+        if (r != 1) break;
+        if (g >= c->pend_hi) c->pend = c->pend_hi = 0;
+        else c->pend = g + 1;
         st(&W[c->done_w], g);
-        ring(c);
+        moved = 1;
     }
-    return r;
+    if (moved) ring(c);
+    return c->pend ? r : 1;
+}
+
+/* every rank finished reading call need, this rank's pending root calls settled meanwhile: 1, 0 not yet, -1 a
+ * pending call mismatched */
+static int done_after(Core *c, uint64_t need) {
+    if (c->pend && settle_some(c) < 0) return -1;
+    return done_ready(c, need);
 }
 
 /* dst = ((p0 op p1) op p2) ... in rank order, one pass per part, as the Python path's ufunc calls do (the same
@@ -240,21 +261,37 @@ static int get_buf(PyObject *o, Py_buffer *b, int writable, Py_ssize_t need) {
  * peers' headers not all there or not matching (*fo, *po: the call and its position) */
 static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo, int *po) {
     volatile uint64_t *W = (volatile uint64_t *)c->base;
-    if (c->pend) { /* the last call was a broadcast's root that did not wait for its receivers: their headers
-                    * now (they publish on entering that call), else Python waits and checks (OneShot._settle) */
-        int r;
-        SPIN_UNTIL(r, settle(c)); /* ranks sharing a core: the receiver runs meanwhile */
-        if (r != 1) return 1;
-    }
     uint64_t f = c->f + 1;
-    int q = (int)(f & 1);
-    int pos = (int)(f % (uint64_t)s->npos);
-    if (f > 2 && c->safe < f - 2 && !done_ready(c, f - 2)) { /* every peer must have finished reading call
-                                                                 * f-2 (this slot) */
-        int ok;
-        SPIN_UNTIL(ok, done_ready(c, f - 2));
-        if (!ok) return 1;
+    int same = c->last == s->lid;
+    if (c->pend) { /* the last calls were a broadcast's root that did not wait for its receivers: their headers
+                    * (they publish on entering those calls); a root whose run of this broadcast goes on takes
+                    * those there are and goes on; any other call settles them all, else Python waits and
+                    * checks (OneShot._settle) */
+        int r;
+        if (s->kind == BC && s->sends && same && s->depth > 2) {
+            r = settle_some(c);
+            if (r < 0) return 1;
+        } else {
+            SPIN_UNTIL(r, settle_some(c)); /* ranks sharing a core: the receiver runs meanwhile */
+            if (r != 1) return 1;
+        }
     }
+    int q = (int)(f % HDR);
+    int pos = (int)(f % (uint64_t)s->npos);
+    /* every rank must have finished reading the calls that used this call's places (OneShot._need): f-2 in
+     * general, f-depth in a run of this shape, f-HDR for a call that writes no payload */
+    uint64_t run = same ? c->run : 0, d = (uint64_t)s->depth;
+    if (s->sends && d > 2) {
+        if (run + 1 < d) d = run + 1;
+        if (d < 2) d = 2;
+    }
+    if (f > d && c->safe < f - d && !done_ready(c, f - d)) {
+        int ok;
+        SPIN_UNTIL(ok, done_after(c, f - d));
+        if (ok != 1) return 1;
+    }
+    c->last = s->lid;
+    c->run = run + 1;
     c->f = f;
     *fo = f;
     *po = pos;
@@ -282,7 +319,8 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
         if (r != 1) return 2; /* the root not published yet, or another call: Python waits or raises */
         int seen = others_seen(c, q, f, seq, s->crc);
         if (seen < 0) return 2;
-        if (seen == 1) c->safe = f - 1; /* a peer publishes call f only after finishing call f-1 */
+        /* (safe stays: a broadcast's root publishes call f before it has checked its receivers' headers of
+         * the calls before, so its publishing f does not say it has finished reading them) */
         memcpy(a->buf, c->base + s->parts[(Py_ssize_t)pos * s->nparts], (size_t)(s->count * s->itemsize));
         st(&W[c->done_w], f);
         ring(c);
@@ -295,7 +333,8 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
          * checked at its next call (settle), and its done word written then; each receiver checks the
          * root's header, and of ranks that all took themselves for the root the last to publish sees the
          * others' (the fence in ring) */
-        c->pend = f;
+        if (!c->pend) c->pend = f;
+        c->pend_hi = f;
         c->calls++;
         return 0;
     }
@@ -326,6 +365,10 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
             else memcpy(dst, c->base + P[k], (size_t)s->rowbytes);
         }
         break;
+    }
+    if (c->pend) { /* a root's earlier calls of this run: every peer has published them (it has published f) */
+        int r2 = settle_some(c);
+        if (r2 != 1) return 2; /* Python settles them (and raises) before it finishes call f */
     }
     st(&W[c->done_w], f);
     ring(c);
@@ -388,9 +431,9 @@ static int seq_of(PyObject *o, Py_ssize_t *dst, int maxn, int *got) {
 }
 
 static int Core_init(Core *c, PyObject *args, PyObject *kw) {
-    PyObject *page, *my_w, *peer_w0, *peer_w1, *done_all, *hoff, *sleep_w, *bell_w;
+    PyObject *page, *my_w, *peer_w, *done_all, *hoff, *sleep_w, *bell_w;
     Py_ssize_t done_w;
-    if (!PyArg_ParseTuple(args, "OiiOOOnOOOOll", &page, &c->n, &c->me, &my_w, &peer_w0, &peer_w1, &done_w,
+    if (!PyArg_ParseTuple(args, "OiiOOnOOOOll", &page, &c->n, &c->me, &my_w, &peer_w, &done_w,
                           &done_all, &hoff, &sleep_w, &bell_w, &c->spin, &c->yield_after))
         return -1;
     if (c->n < 1 || c->n > MAXR) { PyErr_SetString(PyExc_ValueError, "ranks"); return -1; }
@@ -398,13 +441,25 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     if (PyObject_GetBuffer(page, &c->view, PyBUF_WRITABLE) < 0) return -1;
     c->have_view = 1;
     c->base = (char *)c->view.buf;
-    int m0, m1, m2, m3;
-    if (seq_of(my_w, c->my_w, 2, NULL) || seq_of(peer_w0, c->peer_w[0], MAXR, &m0) ||
-        seq_of(peer_w1, c->peer_w[1], MAXR, &m1) || seq_of(done_all, c->done_all, MAXR, NULL) ||
-        seq_of(hoff, c->hoff, 2, NULL) || seq_of(sleep_w, c->sleep_w, MAXR, &m2) ||
+    int m0 = -1, m1, m2, m3, nm, nh;
+    if (seq_of(my_w, c->my_w, HDR, &nm) || seq_of(done_all, c->done_all, MAXR, NULL) ||
+        seq_of(hoff, c->hoff, HDR, &nh) || seq_of(sleep_w, c->sleep_w, MAXR, &m2) ||
         seq_of(bell_w, c->bell_w, MAXR, &m3))
         return -1;
-    if (m0 != c->n - 1 || m1 != m0 || m2 != m0 || m3 != m0) {
+    if (nm != HDR || nh != HDR || PySequence_Length(peer_w) != HDR) {
+        PyErr_SetString(PyExc_ValueError, "one entry a call header");
+        return -1;
+    }
+    for (int h = 0; h < HDR; h++) {
+        PyObject *row = PySequence_GetItem(peer_w, h);
+        if (!row) return -1;
+        int bad = seq_of(row, c->peer_w[h], MAXR, &m1);
+        Py_DECREF(row);
+        if (bad) return -1;
+        if (m0 >= 0 && m1 != m0) { PyErr_SetString(PyExc_ValueError, "one entry a peer"); return -1; }
+        m0 = m1;
+    }
+    if (m0 != c->n - 1 || m2 != m0 || m3 != m0) {
         PyErr_SetString(PyExc_ValueError, "one entry a peer");
         return -1;
     }
@@ -428,7 +483,10 @@ static PyMethodDef Core_methods[] = {
 static PyMemberDef Core_members[] = {
     {"f", T_ULONGLONG, offsetof(Core, f), 0, "the host page calls so far (FastPath.f)"},
     {"safe", T_ULONGLONG, offsetof(Core, safe), 0, "every peer finished reading calls <= safe (FastPath.safe)"},
-    {"pend", T_ULONGLONG, offsetof(Core, pend), 0, "a broadcast root's call whose peers are not yet checked (FastPath.pend)"},
+    {"pend", T_ULONGLONG, offsetof(Core, pend), 0, "a broadcast root's first call whose peers are not yet checked (FastPath.pend)"},
+    {"pend_hi", T_ULONGLONG, offsetof(Core, pend_hi), 0, "... and its last (FastPath.pend_hi)"},
+    {"last", T_ULONGLONG, offsetof(Core, last), 0, "the last call's shape (FastPath.last)"},
+    {"run", T_ULONGLONG, offsetof(Core, run), 0, "calls in a row of that shape (FastPath.run)"},
     {"calls", T_ULONGLONG, offsetof(Core, calls), READONLY, "calls the core completed"},
     {NULL}};
 
@@ -448,9 +506,13 @@ static int Shape_init(Shape *s, PyObject *args, PyObject *kw) {
     const char *head;
     Py_ssize_t headlen;
     s->rootk = -1;
-    if (!PyArg_ParseTuple(args, "iiinnniiKy#OO|i", &s->kind, &s->op, &s->dtype, &s->count, &s->itemsize,
-                          &s->nbytes, &s->sends, &s->avg, &s->crc, &head, &headlen, &mine, &parts, &s->rootk))
+    s->depth = 2;
+    s->lid = 0;
+    if (!PyArg_ParseTuple(args, "iiinnniiKy#OO|iiK", &s->kind, &s->op, &s->dtype, &s->count, &s->itemsize,
+                          &s->nbytes, &s->sends, &s->avg, &s->crc, &head, &headlen, &mine, &parts, &s->rootk,
+                          &s->depth, &s->lid))
         return -1;
+    if (s->depth < 2 || s->depth > HDR) { PyErr_SetString(PyExc_ValueError, "depth"); return -1; }
     if (s->rootk >= MAXR) { PyErr_SetString(PyExc_ValueError, "root"); return -1; }
     if (headlen > SIG_BYTES) headlen = SIG_BYTES;
     memset(s->head, 0, SIG_BYTES);

@@ -246,12 +246,15 @@ def destroy(group: Optional[Group] = None) -> None:
         ctx.runner.drain()
         ctx.runner.stop()
         if ctx.fast is not None and ctx.broken is None:
-            # a last broadcast whose root returned without waiting for its receivers: their headers checked
+            # the last broadcasts whose root returned without waiting for its receivers: their headers checked
             # now (a mismatch raises here, after everything is closed)
             try:
                 ctx.fast.settle_at_exit()
             except Exception as e:
                 late = world._fail(e, "broadcast", world.seq) if world is not None else None
+        elif ctx.fast is not None and ctx.fast.pend:
+            # ... in a job that failed meanwhile (a receiver raised in one of them): the failure, here
+            late = ctx.broken
         # no barrier: a rank that is done leaves (BYE); a peer still waiting for it in a call raises
         # PeerLostError ("left the job") at once, and a peer busy elsewhere (a checkpoint) is not held up
         ctx.engine.send_bye()

@@ -61,7 +61,7 @@ def make_core(fp: Any) -> Optional[Any]:
     page = fp.page
     bell_w = [b.i for b in fp.bells]  # each peer's doorbell counter (u32 word)
     sleep_w = [flag for flag, _ in fp.wake]
-    core = _hotcore.Core(page.mm, fp.n, fp.me, tuple(fp.my_w), tuple(fp.peer_w[0]), tuple(fp.peer_w[1]),
+    core = _hotcore.Core(page.mm, fp.n, fp.me, tuple(fp.my_w), tuple(tuple(w) for w in fp.peer_w),
                          fp.done_w, tuple(page.done_word(i) for i in range(fp.n)), tuple(fp.hoff),
                          tuple(sleep_w), tuple(bell_w), int(fp.spin), int(fp.yield_after))
     fp._page_addr = _addr(np.frombuffer(page.mm, dtype=np.uint8, count=1))
@@ -97,7 +97,7 @@ def make_shape(fp: Any, sc: Any, op: ReduceOp, dtype: np.dtype) -> Optional[Any]
     if kind == 1 and not sc.sends:
         rootk = sc.root - (sc.root > fp.me)
     return _hotcore.Shape(kind, opc, code, sc.count, dtype.itemsize, sc.nbytes, int(sc.sends), int(sc.avg),
-                          sc.crc, sc.head, mine, parts, rootk)
+                          sc.crc, sc.head, mine, parts, rootk, sc.depth, sc.lid)
 
 
 def bind(group: Any) -> Optional[Any]:

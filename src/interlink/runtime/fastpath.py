@@ -23,6 +23,7 @@ from ..algorithms import hostpath, registry
 from ..algorithms.hostpage import host_plan
 from ..ops import ReduceOp, ufunc
 from ..transport import shmalloc, stream
+from ..transport.shm import HEADERS
 from . import ccore, policy
 from .autotune import (PROBE_BLOCK, PROBE_BLOCKS, PROBE_CALLS, PROBE_SKIP, PROBE_WARM, Autotune,  # noqa: F401
                        Tune, TuneState, choose, probe_path)
@@ -32,6 +33,10 @@ from .pageexec import PageProgram, _push_form
 from .pageplan import compile_page
 from .pageproto import (A2A, AG, AR, BAR, BC, CRC, DESC, GSEQ, MAX_ROTATION, NAMES, NBYTES, RD,  # noqa: F401
                         ROTATION_BUDGET, RS, SEQ, SIG_BYTES, SIG_OFF, PageProtocol, Small)
+
+#: the largest one-shot broadcast whose root may run HEADERS - 1 calls ahead of its receivers (_ahead_places)
+AHEAD_MAX = 64 << 10
+
 
 class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
     def __init__(self, engine: Engine, world_ranks: int) -> None:
@@ -63,19 +68,28 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         # does no arithmetic to keep in L2, and each piece costs a cross-memory write per peer
         self.push_piece = 16 * self.chunk
         self.f = 0  # fast-path calls so far (the same on every rank)
-        self.headers = [[self.page.slot_header(i, q) for q in (0, 1)] for i in range(self.n)]
+        # every rank's call headers (call f: entry f % HEADERS, transport/shm.py): the call number published,
+        # group seq, crc, size and signature
+        H = range(HEADERS)
+        self.headers = [[self.page.header(i, h) for h in H] for i in range(self.n)]
         self.peers = [i for i in range(self.n) if i != self.me]
-        # byte offsets of every rank's (group seq, crc, nbytes) header words, per parity
+        # byte offsets of every rank's (group seq, crc, nbytes) header words, per header entry
         page = self.page
-        self.goff = [[page.slot_offset(i, q) + 8 * GSEQ for q in (0, 1)] for i in range(self.n)]
+        self.goff = [[page.header_offset(i, h) + 8 * GSEQ for h in H] for i in range(self.n)]
         self.hoff = self.goff[self.me]
         self.bells = [self.page.bell(i) for i in self.peers]
         self.members = bell.members
         self.spin = engine.spin
         self.yield_after = engine.yield_after  # spins before each further one yields the core
         self.safe = 0  # every peer is known to have finished reading calls <= safe
-        # a broadcast root's call whose receivers' headers are not yet checked (0: none): OneShot._settle
+        # a broadcast root's calls pend..pend_hi whose receivers' headers are not yet checked (0: none):
+        # OneShot._settle
         self.pend = 0
+        self.pend_hi = 0
+        # the last call's shape (Small.lid) and how many calls in a row ended with it: how far back a call
+        # must wait for its slot (Small.depth, OneShot._need)
+        self.last = 0
+        self.run = 0
         # INTERLINK_TRACE (runtime/recorder.py): the one-shot path notes when a call's peers were in (t1), and
         # its calls run in Python (the compiled core has no phases to show)
         self.traced = False
@@ -85,10 +99,15 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         # (20 ns a word, against 70 ns through numpy scalars)
         self.W = page.words64()
         self.B = page.words32()
-        slot_w = [[page.slot_word(i, q) for q in (0, 1)] for i in range(self.n)]
-        self.my_w = slot_w[self.me]
-        self.slot_w = slot_w
-        self.peer_w = [[slot_w[i][q] for i in self.peers] for q in (0, 1)]
+        # [rank][entry] -> the u64 word of its call header (the published call number; GSEQ, CRC follow)
+        head_w = [[page.header_word(i, h) for h in H] for i in range(self.n)]
+        self.head_w = head_w
+        self.my_w = head_w[self.me]
+        self.peer_w = [[head_w[i][h] for i in self.peers] for h in H]
+        # [rank][parity] -> its slot header's words: the descriptors of its buffers (DESC..) and the rounds of
+        # a page program it has finished (RD), which only calls that wait for the call before last write
+        self.slot_w = [[page.slot_word(i, q) for q in (0, 1)] for i in range(self.n)]
+        self.my_d = self.slot_w[self.me]
         self.done_w = page.done_word(self.me)
         self.wake = [(page.sleeping_word(i), b) for i, b in zip(self.peers, self.bells)]  # (sleeping flag, bell)
         self.shapes: dict = {}  # call shape -> Small, or False when the call is not for the hot path
@@ -132,7 +151,8 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         self.core = ccore.make_core(self)
         if self.core is not None:
             self.core.f, self.core.safe = self.__dict__.pop("f"), self.__dict__.pop("safe")
-            self.core.pend = self.__dict__.pop("pend")
+            for k in ("pend", "pend_hi", "last", "run"):
+                setattr(self.core, k, self.__dict__.pop(k))
             self.__class__ = _CoreFastPath
 
     def takes(self, kind: int, nbytes: int) -> bool:
@@ -223,6 +243,8 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         # where in its slot each call's payload lies (the Schedule's scratch, or the one-shot's count)
         rot, stride = self._rotation((schedule.buffers.get("scratch", 0) if not inline else count if kind != BAR
                                       else 0) * dt.itemsize)
+        if inline and kind == BC:  # a root may run ahead of its receivers by as many calls as it has places
+            rot, stride = self._ahead_places(count * dt.itemsize, rot, stride)
         # (the rotation is in the signature: ranks whose policy placed the payload differently mismatch)
         sigb = (f"{NAMES[kind]}:{path} {dt} n={count} {op.name.lower()} root={root} {group}"
                 + (f" rot={rot}" if rot > 1 else "")).encode()
@@ -258,9 +280,28 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         elif kind == A2A:  # row j: block `me` of rank j's slot (what rank j sends this rank)
             m = sc.block
             sc.stack = [r.reshape(self.n, self.n, m)[:, me, :] for r in rows]
+        # how many calls back this shape's calls wait for their readers (OneShot._need): a small broadcast's root
+        # its places (it reads nothing: it may run ahead of its receivers); a call that writes no payload
+        # (a broadcast's receiver, a barrier) its header entries; every other call the call before last
+        if not sends:
+            sc.depth = HEADERS
+        elif kind == BC and a.nbytes <= AHEAD_MAX:
+            sc.depth = min(HEADERS, sc.npos)
         if self.core is not None and not self.traced:
             sc.ccore = ccore.make_shape(self, sc, op, dt)
         return sc
+
+    def _ahead_places(self, nbytes: int, rot: int, stride: int) -> tuple[int, int]:
+        """(places per parity, bytes between them) of a one-shot broadcast's payload: HEADERS / 2 places a
+        parity where the slot holds them (cache lines apart, or _rotation's stride where larger), so that its
+        root can publish up to HEADERS calls before its receivers have read the first (OneShot._need); the
+        same on every rank (the size and the page only). Up to AHEAD_MAX bytes: a larger payload keeps
+        _rotation's places (each place a payload further through the reader's cache)."""
+        if 2 * rot >= HEADERS or nbytes > AHEAD_MAX:
+            return rot, stride
+        st = max(stride, 64, -(-nbytes // 64) * 64)
+        places = min(HEADERS // 2, self.page.fast_max // st)
+        return (places, st) if places > rot else (rot, stride)
 
 
 class _CoreFastPath(FastPath):
@@ -290,3 +331,27 @@ class _CoreFastPath(FastPath):
     @pend.setter
     def pend(self, v: int) -> None:
         self.core.pend = v
+
+    @property
+    def pend_hi(self) -> int:
+        return self.core.pend_hi
+
+    @pend_hi.setter
+    def pend_hi(self, v: int) -> None:
+        self.core.pend_hi = v
+
+    @property
+    def last(self) -> int:
+        return self.core.last
+
+    @last.setter
+    def last(self, v: int) -> None:
+        self.core.last = v
+
+    @property
+    def run(self) -> int:
+        return self.core.run
+
+    @run.setter
+    def run(self, v: int) -> None:
+        self.core.run = v

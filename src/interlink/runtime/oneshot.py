@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import CollectiveMismatchError
 from ..ops import finish_avg
+from ..transport.shm import HEADERS
 from .pageproto import A2A, AG, AR, BC, CRC, GSEQ, RS, SIG_BYTES, SIG_OFF, Small, _META
 
 class OneShot:
@@ -35,16 +36,18 @@ class OneShot:
                 return
             if r[0] == 2:
                 return self._resume(sc, a, out, r[1], r[2], seq, timeout)
-        if self.pend:  # the last call was a broadcast's root that did not wait: its receivers' headers first
-            self._settle(time.monotonic() + timeout)
+        if self.pend:  # the last calls were a broadcast's root that did not wait: its receivers' headers first
+            if sc.kind == BC and sc.sends and self.last == sc.lid and sc.depth > 2:
+                self._settle_some()  # the root's run goes on: those whose receivers have published
+            else:
+                self._settle(time.monotonic() + timeout)
         self.f = f = self.f + 1
-        q = f & 1
-        pos = f % sc.npos  # where this call's payload lies (its parity is q)
+        q = f % HEADERS  # this call's header entry
+        pos = f % sc.npos  # where this call's payload lies (its parity: f & 1)
         W, B = self.W, self.B
-        if f > 2 and self.safe < f - 2:  # every peer must have finished reading call f-2 (this slot)
-            done = self.page.done
-            self._wait(lambda: int(done.min()) >= f - 2, lambda: [i for i in self.peers if int(done[i]) < f - 2],
-                       time.monotonic() + timeout, seq, sc.sigb)
+        need = self._need(sc, f)
+        if need > 0 and self.safe < need:  # every peer must have finished reading the calls that used my places
+            self._await_done(need, seq, sc, timeout)
         if sc.program is not None:
             if sc.push is not None and out is not None and not np.may_share_memory(a, out):
                 return self._push(sc, a, out, f, pos, seq, timeout)
@@ -67,7 +70,7 @@ class OneShot:
         crc = sc.crc
         kind = sc.kind
         if kind == BC and not sc.sends:  # a broadcast's receiver reads the root's slot alone: waits for it alone
-            rw = self.slot_w[sc.root][q]
+            rw = self.head_w[sc.root][q]
             if W[rw] < f or W[rw + GSEQ] != seq or W[rw + CRC] != crc:
                 self._await_root(sc, f, q, seq, timeout)
             else:
@@ -84,8 +87,10 @@ class OneShot:
             if W[pw] < f or W[pw + GSEQ] != seq or W[pw + CRC] != crc:
                 if kind == BC and sc.sends and W[pw] < f and self._unwaited(f, q, seq, crc):
                     # a broadcast's root reads nothing: it returns without waiting for its receivers; their
-                    # headers are checked at its next call (_settle), its done word written then
-                    self.pend = f
+                    # headers are checked at a later call (_settle_some, _settle), its done word written then
+                    if not self.pend:
+                        self.pend = f
+                    self.pend_hi = f
                     if self.traced:
                         self.t1 = time.perf_counter()
                     return
@@ -118,6 +123,8 @@ class OneShot:
             for j in self.peers:
                 o2[j] = col[j]
             o2[self.me] = a2[self.me]  # (a2: this call's input by blocks, from the slot write above)
+        if self.pend:  # a root's earlier calls of this run: checked before its done word passes them
+            self._settle(time.monotonic() + timeout)
         W[self.done_w] = f
         for flag, bell in wake:
             if B[flag]:
@@ -137,7 +144,7 @@ class OneShot:
         """A broadcast's receiver (it reads the root's slot alone): wait until the root has published call f,
         check its header, then _peers_seen."""
         W, root = self.W, sc.root
-        rw = self.slot_w[root][q]
+        rw = self.head_w[root][q]
         if W[rw] < f:
             self._wait(lambda: W[rw] >= f, lambda: [root], time.monotonic() + timeout, seq, sc.sigb)
         self._check(root, q, seq, sc.crc, sc.sigb)
@@ -145,61 +152,114 @@ class OneShot:
 
     def _peers_seen(self, f: int, q: int, seq: int, crc: int, sig: bytes) -> None:
         """A broadcast's receiver, the root's header checked: every other peer that has published call f
-        checked too (a mismatch raises now; one not yet published is checked by the root at its next call,
-        OneShot._settle); all published: `safe` moves on."""
+        checked too (a mismatch raises now; one not yet published is checked by the root at a later call,
+        OneShot._settle). `safe` stays: the root publishes call f before it has checked its receivers'
+        headers of the calls before, so its publishing f does not say it has finished reading them."""
         W = self.W
-        seen = True
         for i, pw in zip(self.peers, self.peer_w[q]):
-            if W[pw] < f:
-                seen = False
-            elif W[pw + GSEQ] != seq or W[pw + CRC] != crc:
+            if W[pw] >= f and (W[pw + GSEQ] != seq or W[pw + CRC] != crc):
                 self._check(i, q, seq, crc, sig)
-        if seen:
-            self.safe = f - 1  # a peer publishes call f only after finishing call f-1
 
-    def _settle(self, deadline: float) -> None:
-        """The pending call of a broadcast's root (self.pend, which returned without waiting for its
-        receivers): wait until every peer has published it (each does on entering it), check their headers
-        against this rank's own, then write this rank's done word for it. A mismatch raises
-        CollectiveMismatchError naming that call; a peer that never publishes it, TimeoutError."""
-        g = self.pend
-        q = g & 1
+    def _need(self, sc: Small, f: int) -> int:
+        """The last call every rank must have finished reading before call f of shape sc writes its places:
+        f - 2 in general (the call before last used this parity's half of the slots); f - depth for a shape
+        whose payload rotates through depth places (Small.depth) where the calls since f - depth were all of
+        this shape (each in a place of its own; the call before them may have used any place); f - HEADERS for
+        a call that writes no payload (only its header entry). Notes this call as the last one."""
+        run = self.run if self.last == sc.lid else 0
+        d = sc.depth if not sc.sends else max(2, min(sc.depth, run + 1))
+        self.last, self.run = sc.lid, run + 1
+        return f - d
+
+    def _await_done(self, need: int, seq: int, sc: Small, timeout: float) -> None:
+        """Wait until every rank has finished reading call need (this rank's own pending root calls settled
+        meanwhile, as their receivers publish); `safe` moves on to what every rank has finished."""
+        done = self.page.done
+        m = int(done.min())
+        if m < need:
+            if self.pend:
+                def ready() -> bool:
+                    self._settle_some()
+                    return int(done.min()) >= need
+            else:
+                def ready() -> bool:
+                    return int(done.min()) >= need
+            self._wait(ready, lambda: [i for i in self.peers if int(done[i]) < need], time.monotonic() + timeout,
+                       seq, sc.sigb)
+            m = int(done.min())
+        if m > self.safe:
+            self.safe = m
+
+    def _check_root_call(self, g: int) -> None:
+        """Every peer's header of this rank's pending root call g against this rank's own (they have all
+        published it): CollectiveMismatchError naming both calls where one differs."""
+        q = g % HEADERS
         W, page = self.W, self.page
         mw = self.my_w[q]
         seq, crc = W[mw + GSEQ], W[mw + CRC]
-        off = page.slot_offset(self.me, q) + SIG_OFF
+        off = page.header_offset(self.me, q) + SIG_OFF
         sig = bytes(page.mm[off:off + SIG_BYTES]).rstrip(b"\0")
-        peer_w = self.peer_w[q]
-        if not self._all_published(g, q):
-            self._wait(lambda: self._all_published(g, q), lambda: [i for i, x in zip(self.peers, peer_w) if W[x] < g],
-                       deadline, seq, sig)
         for i in self.peers:
             self._check(i, q, seq, crc, sig)
-        self.pend = 0
+
+    def _settled(self, g: int) -> None:
+        """Root call g checked: this rank's done word passes it, and the pending range moves on."""
+        hi = self.pend_hi
+        if g >= hi:
+            self.pend = self.pend_hi = 0
+        else:
+            self.pend = g + 1
         self._set(self.done_w, g)
 
-    def settle_at_exit(self, wait: float = 2.0) -> None:
-        """At destroy: the pending root call's receivers checked (waiting at most `wait` seconds for them to
-        publish it; one that has not by then is not held up for)."""
-        if not self.pend:
-            return
-        g, q = self.pend, self.pend & 1
-        end = time.monotonic() + wait
-        while not self._all_published(g, q):
-            if time.monotonic() > end:
+    def _settle_some(self) -> None:
+        """The pending root calls (pend..pend_hi, oldest first) whose receivers have all published them:
+        checked (a mismatch raises CollectiveMismatchError naming that call), done written; stops at the first
+        one not yet published by every peer."""
+        while self.pend:
+            g = self.pend
+            if not self._all_published(g, g % HEADERS):
                 return
-            time.sleep(0.0005)
-        self._settle(end)
+            self._check_root_call(g)
+            self._settled(g)
+
+    def _settle(self, deadline: float) -> None:
+        """The pending calls of a broadcast's root (self.pend..self.pend_hi, which returned without waiting
+        for their receivers): for each in turn wait until every peer has published it (each does on entering
+        it), check their headers against this rank's own, then write this rank's done word for it. A mismatch
+        raises CollectiveMismatchError naming that call; a peer that never publishes it, TimeoutError."""
+        W = self.W
+        while self.pend:
+            g = self.pend
+            q = g % HEADERS
+            if not self._all_published(g, q):
+                mw = self.my_w[q]
+                off = self.page.header_offset(self.me, q) + SIG_OFF
+                sig = bytes(self.page.mm[off:off + SIG_BYTES]).rstrip(b"\0")
+                peer_w = self.peer_w[q]
+                self._wait(lambda: self._all_published(g, q),
+                           lambda: [i for i, x in zip(self.peers, peer_w) if W[x] < g], deadline, W[mw + GSEQ], sig)
+            self._check_root_call(g)
+            self._settled(g)
+
+    def settle_at_exit(self, wait: float = 2.0) -> None:
+        """At destroy: the pending root calls' receivers checked (waiting at most `wait` seconds for them to
+        publish; one that has not by then is not held up for, unless it is gone: PeerLostError)."""
+        try:
+            self._settle(time.monotonic() + wait)
+        except TimeoutError:
+            return
 
     def _resume(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, pos: int, seq: int,
                 timeout: float) -> None:
         """The rest of call f that the compiled core published (all_reduce, reduce_scatter, broadcast or
         all_gather, one-shot): wait for the peers' headers and check them as hot does, then read."""
         kind = sc.kind
+        if self.pend:  # a root's earlier calls of this run (the core left them pending): checked first
+            self._settle(time.monotonic() + timeout)
         if kind == BC and not sc.sends:
-            self._await_root(sc, f, f & 1, seq, timeout)
+            self._await_root(sc, f, f % HEADERS, seq, timeout)
         else:
-            self._gather_headers(sc, f, f & 1, seq, timeout)
+            self._gather_headers(sc, f, f % HEADERS, seq, timeout)
         if kind == AR or kind == RS:
             dst = a if kind == AR else out
             parts = sc.parts[pos]
@@ -230,8 +290,8 @@ class OneShot:
         finds every peer published reduces every slot, in rank order, and writes the result into the
         shared result slot; the others wait for it and copy it out. Two ranks publishing at once may
         both reduce: they write the same bits. The signature check runs on every rank."""
-        W, q = self.W, pos & 1
-        rw = self.ready_w[q]
+        W, q = self.W, f % HEADERS
+        rw = self.ready_w[pos & 1]
         if self._all_published(f, q):
             try:
                 self._gather_headers(sc, f, q, seq, timeout)

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..ops import finish_avg
 from ..transport import cma, stream
+from ..transport.shm import HEADERS
 from .pageplan import IN, LOCAL, OUT, ROUND_STRIDE, SCR, PutOp
 from .pageproto import AG, AR, BC, DESC, RD, RS, Small, _META, _NOMAP
 
@@ -49,7 +50,8 @@ class PageProgram:
         memory by cross-memory attach), each PutOp writes into a peer's output by cross-memory attach.
         Between rounds a rank waits only for the peers the next round touches; it returns when every peer
         that reads its buffers is done."""
-        q = pos & 1  # the call's parity: its slot header and progress words
+        q = pos & 1  # the call's parity: its slot header (descriptors, progress words)
+        h = f % HEADERS  # its call header
         prog = sc.program
         flat = a.reshape(-1)
         o = flat if out is None else out.reshape(-1)
@@ -67,7 +69,7 @@ class PageProgram:
         serial = reg[0] if reg is not None else 0
         rounds = prog.rounds
         base = ROUND_STRIDE * f
-        rd = self.my_w[q] + RD
+        rd = self.my_d[q] + RD
         # the ops bound for this position in the slots and these facts of the call (_bind): whether the
         # input is read in place, the call runs in place, and the input and output overlap at all
         key = (pos, serial != 0, inplace, overlap)
@@ -86,13 +88,13 @@ class PageProgram:
         if skip and rounds[0].publish:
             self.W[rd] = base + rounds[0].end
         if prog.readers or prog.out_addr or serial:  # peers read or write my buffers: their addresses
-            self._announce(sc, ia, f, q, seq, reg, op_)
+            self._announce(sc, ia, f, seq, reg, op_)
         else:  # the header alone (peers read my slot only: my input is not mapped)
             if desc:
-                self.W[self.my_w[q] + DESC + 2] = 0
-            _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
-            self._set(self.my_w[q], f)
-        self._gather_headers(sc, f, q, seq, timeout)
+                self.W[self.my_d[q] + DESC + 2] = 0
+            _META.pack_into(self.page.mm, self.hoff[h], seq, sc.crc, sc.nbytes, sc.head)
+            self._set(self.my_w[h], f)
+        self._gather_headers(sc, f, h, seq, timeout)
         # the peers whose input lives in an interlink.empty arena (a serial in their header) are mapped
         W, slot_w = self.W, self.slot_w
         shared = [i for i in prog.maps if W[slot_w[i][q] + DESC + 2]] if prog.maps else ()
@@ -130,15 +132,15 @@ class PageProgram:
         is in cache; publish the round; wait for the peers' pushes into this rank's output; done), without
         the general executor's per-call decisions (2 ranks, 1 MiB of output: 20-30 us a call less)."""
         off, count, pushes, waits, end = sc.push
-        q = pos & 1
+        q, h = pos & 1, f % HEADERS  # the slot header (descriptors, progress) and the call header
         flat, o = a.reshape(-1), out.reshape(-1)
         W = self.W
-        mw = self.my_w[q]
+        mw = self.my_d[q]
         W[mw + DESC] = self.pids[self.me]
         W[mw + DESC + 6] = cma.address(o)  # where the peers push
         W[mw + DESC + 2] = 0  # not read in place: nobody maps it (nor reads its address, DESC + 1)
-        _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
-        self._set(mw, f)  # publish
+        _META.pack_into(self.page.mm, self.hoff[h], seq, sc.crc, sc.nbytes, sc.head)
+        self._set(self.my_w[h], f)  # publish
         dst = o[off:off + count]
         step = max(1, self.push_piece // flat.dtype.itemsize)
         cross = self._cross
@@ -155,11 +157,11 @@ class PageProgram:
                 piece[...] = src
                 src = piece
             if lo == 0:  # the first piece was copied while the peers published
-                self._gather_headers(sc, f, q, seq, timeout)
+                self._gather_headers(sc, f, h, seq, timeout)
             for peer, at in pushes:
                 cross(peer, q, DESC + 6, at + lo, src, True)
         if not count:
-            self._gather_headers(sc, f, q, seq, timeout)
+            self._gather_headers(sc, f, h, seq, timeout)
         base = ROUND_STRIDE * f
         self._set(mw + RD, base + end)
         self._await_round(waits, q, base, seq, sc, timeout)

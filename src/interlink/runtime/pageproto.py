@@ -3,14 +3,17 @@ the hot path, a cached call shape (Small), and how ranks meet there: agreeing fl
 call, waiting for the peers (spin, then sleep on the doorbell), checking their signatures, announcing
 and mapping the ranks' own buffers, and the rounds of a page program.
 
-Two slots per rank alternate by call; a rank reuses a slot only after every peer has finished reading
-its previous use (the `done` words). Each slot carries the call's group sequence number, a CRC of its
-signature and its size, so mismatched calls raise CollectiveMismatchError; a peer that took the regular
-path instead (e.g. a larger count) is noticed in the channel rings.
+Two slots per rank alternate by call (their parity), and a call shape's payload rotates through places in
+them; a rank writes a place only after every peer has finished reading the calls that used it (the `done`
+words: OneShot._need). Each call publishes a header (entry f % HEADERS of the rank's headers) with the
+call's group sequence number, a CRC of its signature and its size, so mismatched calls raise
+CollectiveMismatchError; a peer that took the regular path instead (e.g. a larger count) is noticed in the
+channel rings.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 import time
@@ -22,9 +25,11 @@ import numpy as np
 from ..errors import CollectiveMismatchError
 from ..transport import shmalloc
 from ..transport.base import MsgHeader
+from ..transport.shm import HEADERS
 from .engine import BELL_TIMEOUT, Engine
-# slot header, u64 words: fast seq (published last), (one unused), group seq, crc, nbytes, (one reserved:
-# the header's pack writes it); the signature text from byte 48; words 16..21: pid, address, arena serial,
+# a call header (entry f % HEADERS of its rank, transport/shm.py), u64 words: the call number (published last),
+# (one unused), group seq, crc, nbytes, (one reserved: the header's pack writes it); the signature text from
+# byte 48. A slot header (one per parity, the same 192-byte layout): words 16..21: pid, address, arena serial,
 # fd, offset and size of the writer's own buffer (the paths that read it in place); word 22: the address
 # of the rank's output (the paths that push into it); word 23: the rounds of a page program this rank has
 # finished (runtime/pageplan.py: ROUND_STRIDE * call + rounds)
@@ -35,6 +40,7 @@ DESC = 16
 _META = struct.Struct(f"<QQQ8x{SIG_BYTES}s")  # from word 2 on: group seq, crc, nbytes, (reserved), signature
 _GC = struct.Struct("<QQ")  # group seq, crc
 _CRCS: dict[bytes, int] = {}
+_LIDS = itertools.count(1)
 _NOMAP: dict = {}
 
 
@@ -62,7 +68,7 @@ class Small:
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
                  "avg", "count", "block", "root", "res", "schedule", "program", "bound", "npos", "push", "tune",
-                 "stream", "ccore")
+                 "stream", "ccore", "lid", "depth")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -91,6 +97,12 @@ class Small:
         self.tune: Any = None  # a shape whose path is measured (FastPath.pick): its two Smalls
         self.stream: Optional[bool] = None  # copies stream by the rule (None), always (True), never (False)
         self.ccore: Any = None  # its form for the compiled core (runtime/ccore.py), None: the Python path
+        self.lid = next(_LIDS)  # this shape's number (FastPath.last: the shape of the last call)
+        # how many calls back a call of this shape may leave unfinished by its readers (OneShot._need): 2 in
+        # general; a small broadcast's root: its payload's places in the slots (npos), at most HEADERS (a
+        # call's header is entry f % HEADERS); a call that writes no payload (a broadcast's receiver, a
+        # barrier): HEADERS
+        self.depth = 2
 
 
 class PageProtocol:
@@ -196,7 +208,7 @@ class PageProtocol:
         h = self.headers[i][q]
         if int(h[GSEQ]) != seq or int(h[CRC]) != crc:
             g = self.members[i]
-            off = self.page.slot_offset(i, q) + SIG_OFF
+            off = self.page.header_offset(i, q) + SIG_OFF
             theirs = bytes(self.page.mm[off:off + SIG_BYTES]).rstrip(b"\0").decode(errors="replace")
             mine = sig.decode(errors="replace")
             raise CollectiveMismatchError(
@@ -244,14 +256,14 @@ class PageProtocol:
             return None
         return shmalloc.lookup(addr, flat.nbytes)
 
-    def _announce(self, sc: Small, addr: int, f: int, q: int, seq: int,
+    def _announce(self, sc: Small, addr: int, f: int, seq: int,
                   reg: Optional[tuple[int, int, int, int]] = None, dst: int = 0) -> int:
         """Publish this rank's header for call f, with (pid, address) of its input and, when the input
         lives in an interlink.empty arena (reg), where (serial, fd, offset, size): peers then read it in
-        place; addr: the input's address; dst: the address peers push into. Returns the arena serial (0: not
-        shared)."""
+        place; addr: the input's address; dst: the address peers push into (the descriptors: in the slot
+        header of the call's parity). Returns the arena serial (0: not shared)."""
         W = self.W
-        mw = self.my_w[q]
+        mw = self.my_d[f & 1]
         serial = 0
         W[mw + DESC] = self.pids[self.me]
         W[mw + DESC + 6] = dst
@@ -261,8 +273,9 @@ class PageProtocol:
                 serial = reg[0]
                 W[mw + DESC + 3], W[mw + DESC + 4], W[mw + DESC + 5] = reg[1], reg[2], reg[3]
         W[mw + DESC + 2] = serial  # 0 from a rank that sends nothing (a broadcast's receivers) too
-        _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
-        self._set(mw, f)  # publish
+        h = f % HEADERS
+        _META.pack_into(self.page.mm, self.hoff[h], seq, sc.crc, sc.nbytes, sc.head)
+        self._set(self.my_w[h], f)  # publish
         return serial
 
     def _shared_input(self, i: int, q: int, dtype: np.dtype, count: int) -> Optional[np.ndarray]:

@@ -323,6 +323,10 @@ SLEEP_OFF = 64  # byte offset of the sleeping flag in a rank's bell block
 #: first rank publishes which path a call shape measured faster (runtime.fastpath.FastPath.pick)
 TUNE_ENTRIES = 64
 FAST_SLOT_HDR = 192  # bytes at the start of each slot for its user's header (runtime.fastpath lays out its words)
+#: call headers a rank keeps on the host page, one per call in turn (call f uses entry f % HEADERS): a call's
+#: header (published call number, group seq, signature) stays readable until HEADERS calls later, so a rank may
+#: run up to HEADERS - 1 calls ahead of a reader of its header (a broadcast's root: runtime/oneshot.py)
+HEADERS = 16
 _PAGE_HELLO = struct.Struct("<QQ")  # nlocal, slot payload bytes: sent with the page's descriptor
 
 
@@ -347,6 +351,9 @@ class HostPage:
     ranks AND together once, at init). After the doorbells: the choice table (``tune_word``), where the
     host's first rank publishes which of two paths it measured faster for a call shape.
 
+    Call headers: HEADERS per rank after the choice table (``header_offset``/``header_word``): call f's
+    header is entry f % HEADERS of its rank, FAST_SLOT_HDR bytes whose words its user lays out.
+
     Slots (the small-message fast path): two per rank (parity 0 and 1), then one more pair, index nlocal:
     the result of an all_reduce that one rank reduces for everyone (oversubscribed hosts). Each slot is
     a FAST_SLOT_HDR-byte header whose words its user lays out (runtime.fastpath), then up to ``fast_max``
@@ -365,13 +372,19 @@ class HostPage:
         self.fast_max = fast_max
         self.slot_stride = self._slot_stride(fast_max)
         self.data_base = self._data_base(nlocal)
+        self.headers_base = self._headers_base(nlocal)
         # done[i]: the last fast-path call rank i has finished reading (bytes 8..16 of its bell block)
         self.done = np.ndarray((nlocal,), dtype=np.uint64, buffer=mm, offset=8, strides=(BELL,))
 
     @staticmethod
-    def _data_base(nlocal: int) -> int:
-        """Where the slots begin: after the doorbells and the choice table, page-aligned."""
-        return ((nlocal * BELL + 16 * TUNE_ENTRIES + 4095) // 4096) * 4096
+    def _headers_base(nlocal: int) -> int:
+        """Where the call headers begin: after the doorbells and the choice table, line-aligned."""
+        return ((nlocal * BELL + 16 * TUNE_ENTRIES + 63) // 64) * 64
+
+    @classmethod
+    def _data_base(cls, nlocal: int) -> int:
+        """Where the slots begin: after the call headers, page-aligned."""
+        return ((cls._headers_base(nlocal) + nlocal * HEADERS * FAST_SLOT_HDR + 4095) // 4096) * 4096
 
     @staticmethod
     def _slot_stride(fast_max: int) -> int:
@@ -443,6 +456,18 @@ class HostPage:
     def slot_word(self, index: int, parity: int) -> int:
         """u64 word index of slot (index, parity)'s header."""
         return self.slot_offset(index, parity) // 8
+
+    def header_offset(self, index: int, call: int) -> int:
+        """Byte offset of local rank index's header of call ``call`` (entry call % HEADERS)."""
+        return self.headers_base + (index * HEADERS + call % HEADERS) * FAST_SLOT_HDR
+
+    def header_word(self, index: int, call: int) -> int:
+        """u64 word index of local rank index's header of call ``call``."""
+        return self.header_offset(index, call) // 8
+
+    def header(self, index: int, call: int, words: int = 5) -> np.ndarray:
+        """The first ``words`` u64 words of local rank index's header of call ``call``."""
+        return np.frombuffer(self.mm, dtype=np.uint64, count=words, offset=self.header_offset(index, call))
 
     def tune_word(self, entry: int) -> int:
         """u64 word index of the choice table's entry ``entry`` (its key; the choice + 1 follows)."""
