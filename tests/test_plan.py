@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -89,13 +90,32 @@ def test_deepspeed_engine_runs_the_layers_at_its_rate(capsys) -> None:
 
 
 @pytest.mark.parametrize("name,billions", [("gpt3-175b", 175), ("llama3-8b", 8.03), ("llama3-70b", 70.6),
-                                           ("llama3-405b", 405.9), ("mixtral-8x7b", 46.7), ("megatron-1t", 1008)])
+                                           ("llama3-405b", 405.9), ("mixtral-8x7b", 46.7), ("megatron-1t", 1008),
+                                           ("qwen3-30b-a3b", 30.5), ("qwen3-235b-a22b", 235)])
 def test_preset_parameter_counts(name: str, billions: float) -> None:
     assert PRESETS[name].params() / 1e9 == pytest.approx(billions, rel=0.02)
 
 
 def test_mixtral_active_parameters() -> None:
     assert PRESETS["mixtral-8x7b"].active_params() / 1e9 == pytest.approx(12.9, rel=0.03)  # Mixtral paper: 13B
+
+
+def test_head_dim_sets_the_attentions_width() -> None:
+    # Qwen3's heads are 128 wide whatever the hidden width: 3.3B and 22B parameters a token visits (Qwen3
+    # Technical Report, arXiv:2505.09388); with heads spanning hidden the counts would be 2.9B and 19.8B
+    assert PRESETS["qwen3-30b-a3b"].active_params() / 1e9 == pytest.approx(3.3, rel=0.02)
+    assert PRESETS["qwen3-235b-a22b"].active_params() / 1e9 == pytest.approx(22, rel=0.02)
+    m = parse_model("layers=2,hidden=1024,heads=16,kv_heads=4,head_dim=128,seq=256,vocab=1000")
+    b, s, h, q, d = 3, 256, 1024, 16 * 128, 4 * 128
+    assert m.layer_gemm_flops(b) == 2 * b * s * h * (q + 2 * d + q + 4 * h * 2)
+    assert m.layer_attention_flops(b) == 4 * b * s * s * q
+    assert m.attention_params() == h * (q + 2 * d) + q * h + 4 * h
+    assert parse_model(m.spec()) == replace(m, name="")
+    # without head_dim nothing changes: the heads span hidden
+    g = parse_model("layers=2,hidden=1024,heads=16,kv_heads=4,seq=256,vocab=1000")
+    assert g.q_dim == 1024 and g.kv_dim == 256
+    with pytest.raises(PlanError, match="head_dim"):
+        parse_model("layers=2,hidden=1000,heads=16,seq=256,vocab=1000")
 
 
 def test_korthikanti_activation_equations() -> None:

@@ -114,6 +114,14 @@ def compute_path() -> str:
 # ---- the shapes a step computes --------------------------------------------------------------------
 
 
+def _host_shape(model: Model) -> None:
+    """The torch GPT this host measures (build_gpt) has heads that span the hidden width: a model whose
+    head_dim says otherwise is refused with the fix."""
+    if model.q_dim != model.hidden:
+        raise PlanError(f"--topology this trains a GPT whose heads span hidden ({model.hidden}); head_dim="
+                        f"{model.head_dim} x {model.heads} heads does not: drop head_dim, or plan on a GPU cluster")
+
+
 def gemm_shapes(model: Model, b: int) -> list[tuple[int, int, int, int]]:
     """(M, K, N, count) of every weight GEMM of a step's forward, M = b x seq tokens: per layer QKV,
     output projection, the MLP's matrices; the output layer (tied: x @ E^T)."""
@@ -772,6 +780,7 @@ def host_compute(model: Model | str, b: int, *, ranks: tuple[int, ...] = (2, 4),
     (:func:`concurrency`): the stored ones (:func:`compute_path`), what is not stored yet measured and added
     (``recalibrate``: all measured again)."""
     model = parse_model(model)
+    _host_shape(model)
     cores = int(cores or host_cores())
     hc = (None if recalibrate else load_compute(path)) or HostCompute()
     changed = False
@@ -942,6 +951,7 @@ def plan_host(model: Model | str, ranks: int, *, system: str = "ddp", backend: s
     from ..model.params import default_params, host_profile, with_profile
 
     model = parse_model(model)
+    _host_shape(model)
     if system not in SYSTEMS:
         raise PlanError(f"data parallelism on this host is ddp (--zero 0) or fsdp (--zero 3), not {system!r}")
     if backend not in BACKENDS:

@@ -4,13 +4,14 @@ A model is ``Model(layers, hidden, heads, seq, vocab, kv_heads, ffn, experts, to
 preset name (:data:`PRESETS`), a ``key=value,...`` string or a JSON file (:func:`parse_model`).
 
 FLOPs (two per multiply-add), forward pass of one micro-batch of ``b`` sequences of ``s`` tokens, per
-layer, with ``d = kv_heads * hidden / heads`` (Narayanan et al. 2021, "Efficient Large-Scale Language Model
+layer, with ``q = heads * head_dim`` (``head_dim`` defaults to ``hidden / heads``, so q = h) and
+``d = kv_heads * head_dim`` (Narayanan et al. 2021, "Efficient Large-Scale Language Model
 Training on GPU Clusters Using Megatron-LM", arXiv:2104.04473, section 5.1, generalised to grouped-query
 attention, any FFN width, gated MLPs and mixture of experts)::
 
-    QKV projection      2 b s h (h + 2 d)
-    attention           4 b s^2 h              (scores Q K^T and their product with V, causal mask not discounted)
-    output projection   2 b s h^2
+    QKV projection      2 b s h (q + 2 d)
+    attention           4 b s^2 q              (scores Q K^T and their product with V, causal mask not discounted)
+    output projection   2 b s q h
     MLP                 2 b s h f m k          (m = 2 matrices, 3 for SwiGLU; k = experts a token visits)
     router              2 b s h E              (mixture of experts)
     logits              2 b s h V              (once, on the last pipeline stage)
@@ -65,14 +66,18 @@ class Model:
     mlp: str = "gelu"
     tied: bool = True
     attention: str = "flash"
+    head_dim: int = 0
     name: str = ""
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq", "vocab"):
             if int(getattr(self, f)) < 1:
                 raise PlanError(f"model {f} must be >= 1, got {getattr(self, f)}")
-        if self.hidden % self.heads:
-            raise PlanError(f"hidden {self.hidden} is not a multiple of heads {self.heads}: pick heads dividing hidden")
+        if self.head_dim < 0:
+            raise PlanError(f"head_dim must be >= 0 (0: hidden / heads), got {self.head_dim}")
+        if not self.head_dim and self.hidden % self.heads:
+            raise PlanError(f"hidden {self.hidden} is not a multiple of heads {self.heads}: pick heads dividing hidden, "
+                            f"or give head_dim")
         if self.kv and self.heads % self.kv:
             raise PlanError(f"heads {self.heads} is not a multiple of kv_heads {self.kv}")
         if self.mlp not in ("gelu", "swiglu"):
@@ -93,8 +98,19 @@ class Model:
         return self.ffn or 4 * self.hidden
 
     @property
+    def hd(self) -> int:
+        """One attention head's width (``head_dim``; 0: hidden / heads)."""
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """The width of the queries and of the attention's output: heads x head width (= hidden unless
+        ``head_dim`` says otherwise, as in Qwen3's 32 heads of 128 on a hidden of 2048)."""
+        return self.heads * self.hd
+
+    @property
     def kv_dim(self) -> int:
-        return self.kv * (self.hidden // self.heads)
+        return self.kv * self.hd
 
     @property
     def mats(self) -> int:
@@ -107,8 +123,8 @@ class Model:
     # ---- parameters ----------------------------------------------------------------------------
 
     def attention_params(self) -> int:
-        h = self.hidden
-        return h * (h + 2 * self.kv_dim) + h * h + 4 * h  # QKV, output, biases and two layer norms (approx.)
+        h, q = self.hidden, self.q_dim
+        return h * (q + 2 * self.kv_dim) + q * h + 4 * h  # QKV, output, biases and two layer norms (approx.)
 
     def expert_params(self) -> int:
         """The parameters of one expert's MLP (of the MLP where there are no experts)."""
@@ -134,13 +150,13 @@ class Model:
 
     def layer_gemm_flops(self, b: int) -> float:
         """Forward FLOPs of one layer's weight matrices (QKV, output, MLP, router) for ``b`` sequences."""
-        h, s = self.hidden, self.seq
-        return 2.0 * b * s * h * ((h + 2 * self.kv_dim) + h + self.f * self.mats * self.top_k
+        h, s, q = self.hidden, self.seq, self.q_dim
+        return 2.0 * b * s * h * ((q + 2 * self.kv_dim) + q + self.f * self.mats * self.top_k
                                   + (self.experts if self.moe else 0))
 
     def layer_attention_flops(self, b: int) -> float:
         """Forward FLOPs of the attention core (Q K^T and scores x V)."""
-        return 4.0 * b * self.seq * self.seq * self.hidden
+        return 4.0 * b * self.seq * self.seq * self.q_dim
 
     def logits_flops(self, b: int) -> float:
         return 2.0 * b * self.seq * self.hidden * self.vocab
@@ -177,7 +193,7 @@ class Model:
 
         Replicated across tensor-parallel ranks unless ``sp``: the inputs of the attention and MLP blocks
         (2 s b h each), the two layer norms' inputs (4 s b h), the two dropout masks (2 s b h) = 10 s b h.
-        Sharded by ``tp``: Q and the attention output (4 s b h), K and V (4 s b d), the MLP's inner
+        Sharded by ``tp``: Q and the attention output (4 s b q), K and V (4 s b d), the MLP's inner
         activations (2 s b f per stored tensor: input and output of the activation, 4 s b f for GeLU,
         6 s b f for SwiGLU's gate, up and product, times ``top_k`` experts), and with standard attention
         the softmax output, its dropout mask and output (5 a s^2 b). A GPT layer: 34 s b h + 5 a s^2 b.
@@ -189,7 +205,7 @@ class Model:
             return 2.0 * sbh / (tp if sp else 1)
         replicated = 10.0 * sbh
         inner = 2.0 * s * b * self.f * (2 if self.mats == 2 else 3) * self.top_k
-        sharded = 4.0 * sbh + 4.0 * s * b * self.kv_dim + inner
+        sharded = 4.0 * s * b * self.q_dim + 4.0 * s * b * self.kv_dim + inner
         if self.attention == "standard" and recompute != "selective":
             sharded += 5.0 * self.heads * s * self.seq * b
         return replicated / (tp if sp else 1) + sharded / tp
@@ -212,8 +228,8 @@ def _m(name: str, **kw: Any) -> Model:
 
 
 #: Named models. GPT-3 (Brown et al. 2020, Table 2.1), Llama 3 (Llama 3 paper, arXiv:2407.21783, Table 3),
-#: Mixtral 8x7B (arXiv:2401.04088, Table 1), Megatron's 1T and 530B (Narayanan 2021, Table 1; MT-NLG)
-#: and the 22B of Korthikanti 2022 (Table 3).
+#: Mixtral 8x7B (arXiv:2401.04088, Table 1), Megatron's 1T and 530B (Narayanan 2021, Table 1; MT-NLG),
+#: the 22B of Korthikanti 2022 (Table 3) and two Qwen3 mixtures of experts.
 PRESETS: dict[str, Model] = {
     "gpt3-175b": _m("gpt3-175b", layers=96, hidden=12288, heads=96, seq=2048, vocab=51200),
     "llama3-8b": _m("llama3-8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, seq=8192,
@@ -227,6 +243,13 @@ PRESETS: dict[str, Model] = {
     "megatron-1t": _m("megatron-1t", layers=128, hidden=25600, heads=160, seq=2048, vocab=51200),
     "megatron-530b": _m("megatron-530b", layers=105, hidden=20480, heads=128, seq=2048, vocab=51200),
     "megatron-22b": _m("megatron-22b", layers=48, hidden=6144, heads=64, seq=2048, vocab=51200),
+    # Qwen3 (Yang et al. 2025, "Qwen3 Technical Report", arXiv:2505.09388, Tables 1-2; config.json of
+    # Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B): 128 experts of which a token visits 8, heads of 128
+    # whatever the hidden width (head_dim), 30.5B / 3.3B and 235B / 22B parameters in all / a token visits
+    "qwen3-30b-a3b": _m("qwen3-30b-a3b", layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128, ffn=768,
+                        experts=128, top_k=8, seq=4096, vocab=151936, mlp="swiglu", tied=False),
+    "qwen3-235b-a22b": _m("qwen3-235b-a22b", layers=94, hidden=4096, heads=64, kv_heads=4, head_dim=128,
+                          ffn=1536, experts=128, top_k=8, seq=4096, vocab=151936, mlp="swiglu", tied=False),
 }
 ALIASES = {"gpt3": "gpt3-175b", "gpt-3": "gpt3-175b", "gpt3-175B": "gpt3-175b", "llama3-405B": "llama3-405b",
            "mixtral": "mixtral-8x7b", "megatron-1T": "megatron-1t", "1t": "megatron-1t"}
@@ -271,7 +294,7 @@ def _build(base: str | None, kv: dict[str, Any], text: str) -> Model:
     for k in list(kv):
         if k not in _KEYS:
             raise PlanError(f"unknown model key {k!r} in {text!r}; keys: layers, hidden, heads, seq, vocab, kv_heads, "
-                            f"ffn, experts, top_k, mlp, tied, attention")
+                            f"ffn, experts, top_k, mlp, tied, attention, head_dim")
     for old, new in (("ffn_hidden", "ffn"), ("kv", "kv_heads"), ("seq_len", "seq"), ("num_layers", "layers")):
         if old in kv:
             kv[new] = kv.pop(old)

@@ -164,8 +164,8 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     t_gemm = gemm / gemm_rate
     t_attn = attn / attn_rate * model.attention_share  # flash attention skips what the causal mask hides
     # fp8 GEMMs: each GEMM's activation input is cast to fp8 first (read 2 B, write 1 B; Transformer Engine):
-    # the inputs of QKV, the output projection and the two MLP GEMMs
-    ew_cast = FP8_CAST * s * b * (3 * h + model.f * model.top_k) / tp / cp if L.dtype == "fp8" else 0.0
+    # the inputs of QKV (h), the output projection (heads x head width) and the two MLP GEMMs (h, f)
+    ew_cast = FP8_CAST * s * b * (2 * h + model.q_dim + model.f * model.top_k) / tp / cp if L.dtype == "fp8" else 0.0
     t_ew = (ew_h + ew_f + ew_sc + ew_cast) / hbm_layer
     t_layer_f = t_gemm + t_attn + t_ew
     # the backward: twice the forward's FLOPs; fused attention's at its own (lower) fraction of peak
