@@ -5,8 +5,10 @@
 For all_reduce (float32, sum, in place), broadcast (root 0), all_gather and all_to_all at 8 B .. 4 KiB of input
 (all_to_all: per rank, at least a float32 per peer), blocks
 of ``--block`` calls (each rank writes its input before every call, as benchmarks/compare.py does) run
-with the core (``c``) and without it (``py``: the cached shapes' core forms set aside, so the same calls take
-runtime/oneshot.py's Python path), alternating, every turn. Rank 0 prints the median microseconds per call
+with the core (``c``) and without it (``py``: the cached shapes' core forms set aside and the module-level
+Python functions called, not their compiled entries (``__wrapped__``), whose one-entry cache would still
+hold the core's form: the same calls take runtime/oneshot.py's Python path, as without the core),
+alternating, every turn. Rank 0 prints the median microseconds per call
 over the turns and the ratio. INTERLINK_NO_CCORE=1 (or an install without the core) leaves only ``py``.
 """
 
@@ -43,14 +45,18 @@ def main() -> None:
                 count = max(n, count - count % n)
             x = np.zeros(count, np.float32)
             out = np.empty(count * (1 if name == "all_to_all" else n), np.float32)
+            fns = {}
+            for m in ("c", "py"):  # py: the Python function behind the compiled entry (api._entries)
+                f = {"all_reduce": dist.all_reduce, "broadcast": dist.broadcast,
+                     "all_to_all": dist.all_to_all_single, "all_gather": dist.all_gather_into_tensor}[name]
+                fns[m] = getattr(f, "__wrapped__", f) if m == "py" else f
             if name == "all_reduce":
-                call = lambda: dist.all_reduce(x)
+                calls = {m: (lambda f=f: f(x)) for m, f in fns.items()}
             elif name == "broadcast":
-                call = lambda: dist.broadcast(x, 0)
-            elif name == "all_to_all":
-                call = lambda: dist.all_to_all_single(out, x)
+                calls = {m: (lambda f=f: f(x, 0)) for m, f in fns.items()}
             else:
-                call = lambda: dist.all_gather_into_tensor(out, x)
+                calls = {m: (lambda f=f: f(out, x)) for m, f in fns.items()}
+            call = calls["c"]
             for _ in range(200):
                 call()
             modes = ("c", "py") if has_core else ("py",)
@@ -63,6 +69,7 @@ def main() -> None:
                             if sc and sc.ccore is not None:
                                 saved[k] = sc.ccore
                                 sc.ccore = None
+                    call = calls[m]
                     dist.barrier()
                     t0 = perf_counter()
                     for i in range(args.block):
