@@ -102,7 +102,7 @@ def test_mixtral_active_parameters() -> None:
 
 def test_head_dim_sets_the_attentions_width() -> None:
     # Qwen3's heads are 128 wide whatever the hidden width: 3.3B and 22B parameters a token visits (Qwen3
-    # Technical Report, arXiv:2505.09388); with heads spanning hidden the counts would be 2.9B and 19.8B
+    # Technical Report, arXiv:2505.09388); with heads spanning hidden the counts would be 2.9B and 18.8B
     assert PRESETS["qwen3-30b-a3b"].active_params() / 1e9 == pytest.approx(3.3, rel=0.02)
     assert PRESETS["qwen3-235b-a22b"].active_params() / 1e9 == pytest.approx(22, rel=0.02)
     m = parse_model("layers=2,hidden=1024,heads=16,kv_heads=4,head_dim=128,seq=256,vocab=1000")
