@@ -34,6 +34,8 @@ from .pageplan import compile_page
 from .pageproto import (A2A, AG, AR, BAR, BC, CRC, DESC, GSEQ, MAX_ROTATION, NAMES, NBYTES, RD,  # noqa: F401
                         ROTATION_BUDGET, RS, SEQ, SIG_BYTES, SIG_OFF, PageProtocol, Small)
 
+#: the FastPath attributes the compiled core holds where it runs (_CoreFastPath)
+CORE_STATE = ("f", "safe", "pend", "pend_hi", "last", "run")
 #: the largest one-shot broadcast whose root may run HEADERS - 1 calls ahead of its receivers (_ahead_places)
 AHEAD_MAX = 64 << 10
 
@@ -150,8 +152,7 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         # the compiled core of the one-shot path (runtime/ccore.py): it keeps the call count and `safe`
         self.core = ccore.make_core(self)
         if self.core is not None:
-            self.core.f, self.core.safe = self.__dict__.pop("f"), self.__dict__.pop("safe")
-            for k in ("pend", "pend_hi", "last", "run"):
+            for k in CORE_STATE:
                 setattr(self.core, k, self.__dict__.pop(k))
             self.__class__ = _CoreFastPath
 
@@ -304,54 +305,14 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         return (places, st) if places > rot else (rot, stride)
 
 
+def _in_core(name: str) -> property:
+    """A FastPath attribute that lives in the compiled core (its member of the same name)."""
+    return property(lambda self: getattr(self.core, name), lambda self, v: setattr(self.core, name, v),
+                    doc=f"FastPath.{name}, held by the compiled core")
+
+
 class _CoreFastPath(FastPath):
-    """A FastPath whose one-shot calls run in the compiled core, which holds the call count, `safe` and `pend`
-    (the Python paths read and write them here)."""
+    """A FastPath whose one-shot calls run in the compiled core, which holds the call count, `safe`, the
+    pending root calls and the last call's shape (CORE_STATE; the Python paths read and write them here)."""
 
-    @property
-    def f(self) -> int:
-        return self.core.f
-
-    @f.setter
-    def f(self, v: int) -> None:
-        self.core.f = v
-
-    @property
-    def safe(self) -> int:
-        return self.core.safe
-
-    @safe.setter
-    def safe(self, v: int) -> None:
-        self.core.safe = v
-
-    @property
-    def pend(self) -> int:
-        return self.core.pend
-
-    @pend.setter
-    def pend(self, v: int) -> None:
-        self.core.pend = v
-
-    @property
-    def pend_hi(self) -> int:
-        return self.core.pend_hi
-
-    @pend_hi.setter
-    def pend_hi(self, v: int) -> None:
-        self.core.pend_hi = v
-
-    @property
-    def last(self) -> int:
-        return self.core.last
-
-    @last.setter
-    def last(self, v: int) -> None:
-        self.core.last = v
-
-    @property
-    def run(self) -> int:
-        return self.core.run
-
-    @run.setter
-    def run(self, v: int) -> None:
-        self.core.run = v
+    f, safe, pend, pend_hi, last, run = (_in_core(k) for k in CORE_STATE)

@@ -38,7 +38,7 @@ class OneShot:
                 return self._resume(sc, a, out, r[1], r[2], seq, timeout)
         if self.pend:  # the last calls were a broadcast's root that did not wait: its receivers' headers first
             if sc.kind == BC and sc.sends and self.last == sc.lid and sc.depth > 2:
-                self._settle_some()  # the root's run goes on: those whose receivers have published
+                self._settle(None)  # the root's run goes on: those whose receivers have published
             else:
                 self._settle(time.monotonic() + timeout)
         self.f = f = self.f + 1
@@ -87,7 +87,7 @@ class OneShot:
             if W[pw] < f or W[pw + GSEQ] != seq or W[pw + CRC] != crc:
                 if kind == BC and sc.sends and W[pw] < f and self._unwaited(f, q, seq, crc):
                     # a broadcast's root reads nothing: it returns without waiting for its receivers; their
-                    # headers are checked at a later call (_settle_some, _settle), its done word written then
+                    # headers are checked at a later call (_settle), its done word written then
                     if not self.pend:
                         self.pend = f
                     self.pend_hi = f
@@ -179,7 +179,7 @@ class OneShot:
         if m < need:
             if self.pend:
                 def ready() -> bool:
-                    self._settle_some()
+                    self._settle(None)
                     return int(done.min()) >= need
             else:
                 def ready() -> bool:
@@ -190,15 +190,18 @@ class OneShot:
         if m > self.safe:
             self.safe = m
 
+    def _own_call(self, q: int) -> tuple[int, int, bytes]:
+        """(group seq, crc, signature) of this rank's call in header entry q."""
+        W, page = self.W, self.page
+        mw = self.my_w[q]
+        off = page.header_offset(self.me, q) + SIG_OFF
+        return W[mw + GSEQ], W[mw + CRC], bytes(page.mm[off:off + SIG_BYTES]).rstrip(b"\0")
+
     def _check_root_call(self, g: int) -> None:
         """Every peer's header of this rank's pending root call g against this rank's own (they have all
         published it): CollectiveMismatchError naming both calls where one differs."""
         q = g % HEADERS
-        W, page = self.W, self.page
-        mw = self.my_w[q]
-        seq, crc = W[mw + GSEQ], W[mw + CRC]
-        off = page.header_offset(self.me, q) + SIG_OFF
-        sig = bytes(page.mm[off:off + SIG_BYTES]).rstrip(b"\0")
+        seq, crc, sig = self._own_call(q)
         for i in self.peers:
             self._check(i, q, seq, crc, sig)
 
@@ -211,33 +214,23 @@ class OneShot:
             self.pend = g + 1
         self._set(self.done_w, g)
 
-    def _settle_some(self) -> None:
-        """The pending root calls (pend..pend_hi, oldest first) whose receivers have all published them:
-        checked (a mismatch raises CollectiveMismatchError naming that call), done written; stops at the first
-        one not yet published by every peer."""
-        while self.pend:
-            g = self.pend
-            if not self._all_published(g, g % HEADERS):
-                return
-            self._check_root_call(g)
-            self._settled(g)
-
-    def _settle(self, deadline: float) -> None:
+    def _settle(self, deadline: Optional[float]) -> None:
         """The pending calls of a broadcast's root (self.pend..self.pend_hi, which returned without waiting
-        for their receivers): for each in turn wait until every peer has published it (each does on entering
-        it), check their headers against this rank's own, then write this rank's done word for it. A mismatch
-        raises CollectiveMismatchError naming that call; a peer that never publishes it, TimeoutError."""
+        for their receivers), oldest first: for each, wait until every peer has published it (each does on
+        entering it), check their headers against this rank's own, then write this rank's done word for it.
+        A mismatch raises CollectiveMismatchError naming that call; a peer that never publishes it,
+        TimeoutError. ``deadline`` None: no wait, stop at the first call a peer has not yet published."""
         W = self.W
         while self.pend:
             g = self.pend
             q = g % HEADERS
             if not self._all_published(g, q):
-                mw = self.my_w[q]
-                off = self.page.header_offset(self.me, q) + SIG_OFF
-                sig = bytes(self.page.mm[off:off + SIG_BYTES]).rstrip(b"\0")
+                if deadline is None:
+                    return
+                seq, _, sig = self._own_call(q)
                 peer_w = self.peer_w[q]
                 self._wait(lambda: self._all_published(g, q),
-                           lambda: [i for i, x in zip(self.peers, peer_w) if W[x] < g], deadline, W[mw + GSEQ], sig)
+                           lambda: [i for i, x in zip(self.peers, peer_w) if W[x] < g], deadline, seq, sig)
             self._check_root_call(g)
             self._settled(g)
 
