@@ -203,7 +203,9 @@ def dead_or_late(rank: int, world: int, what: str) -> dict:
     if rank == 1:
         if what == "dead":
             os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(6)  # past rank 0's timeout
+        # past rank 0's timeout and its probe of this rank (about 3 s more, unanswered while this rank sleeps):
+        # leaving at 6 s raced that probe, and rank 0 then read 'left the job' instead of its timeout
+        time.sleep(10)
         return {"type": "slept"}
     t = time.monotonic()
     try:
