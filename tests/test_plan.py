@@ -370,6 +370,92 @@ def test_mixture_of_experts_all_to_all_and_expert_sharding() -> None:
     assert lay.group("ep") == [2 * i for i in range(8)]
 
 
+def test_expert_parallelism_folds_over_the_tensor_parallel_ranks() -> None:
+    # Qwen3-235B-A22B on 256 H100s as Megatron-Bridge runs it: tp2 ep32 on a stage of 32 ranks (dp 16)
+    lay = Layout(tp=2, pp=8, dp=16, ep=32, virtual_stages=4, sp=True, global_batch=2048)
+    lay.check(parse_model("qwen3-235b-a22b"))
+    assert lay.expert_tp == 1 and lay.short().startswith("tp2 pp8 dp16 ep32 etp1")
+    assert lay.group("ep", 40) == list(range(32, 64))        # the whole stage, tp ranks included
+    assert lay.group("edp", 40) == [40]                      # every expert on one rank a stage
+    # where ep divides dp the experts keep the tensor split (Megatron-Core's default etp = tp)
+    lay2 = Layout(tp=2, dp=8, ep=4)
+    assert lay2.expert_tp == 2 and lay2.group("ep", 1) == [1, 3, 5, 7] and lay2.group("edp", 1) == [1, 9]
+    # etp 1 asked for: ep 4 over tp 2 x dp 2
+    lay3 = Layout(tp=2, dp=8, ep=4, etp=1)
+    assert lay3.group("ep", 1) == [0, 1, 2, 3] and lay3.group("etp", 1) == [1] and lay3.group("edp", 1) == [1, 5, 9, 13]
+    for L_ in (lay, lay2, lay3):  # each kind partitions the ranks
+        for kind in ("ep", "edp", "etp"):
+            seen = sorted(x for g in L_.all_groups(kind) for x in g)
+            assert seen == list(range(L_.gpus)), (L_.short(), kind)
+    with pytest.raises(PlanError, match="must divide the 16 ranks"):
+        Layout(tp=2, dp=8, ep=32).check(parse_model("qwen3-235b-a22b"))
+    with pytest.raises(PlanError, match="--dispatcher"):
+        Layout(tp=2, dp=8, ep=4, dispatcher="nccl").check(parse_model("qwen3-235b-a22b"))
+
+
+def test_visit_probability_is_sampled_routing() -> None:
+    import numpy as np
+
+    from interlink.plan.step import visit_probability
+
+    assert visit_probability(4, 2, 1) == pytest.approx(0.5)      # 1 - C(3,2)/C(4,2)
+    assert visit_probability(8, 2, 8) == 1.0
+    rng = np.random.default_rng(7)
+    E, k, held = 128, 8, 16
+    picks = np.argsort(rng.random((20000, E)), axis=1)[:, :k]   # top-k of uniform scores: k distinct experts
+    sampled = np.mean((picks < held).any(axis=1))
+    assert visit_probability(E, k, held) == pytest.approx(sampled, abs=0.01)
+
+
+def test_deepep_sends_a_token_once_a_host_and_once_a_gpu() -> None:
+    ctx = Context.of("2xdgx-h100")
+    base = dict(tp=1, dp=16, ep=16, global_batch=64)
+    a2a = plan_step("qwen3-30b-a3b", Layout(**base), ctx)
+    dee = plan_step("qwen3-30b-a3b", Layout(**base, dispatcher="deepep"), ctx)
+    (one,) = [c for c in a2a.collectives if c["kind"] == "ep"]
+    net, nvl = [c for c in dee.collectives if c["kind"] == "ep"]
+    m = parse_model("qwen3-30b-a3b")
+    tokens = m.seq * m.hidden * 2  # one sequence a rank, 16-bit
+    assert one["ranks"] == 16 and one["bytes"] == pytest.approx(tokens * m.top_k, rel=0.011)
+    # (the pricer rounds sizes to 1%, log scale) over the network: one GPU a host, a token to the other host
+    # once (it visits it almost surely)
+    p_host = 1 - math.comb(64, 8) / math.comb(128, 8)
+    assert net["ranks"] == 2 and net["bytes"] == pytest.approx(tokens * 2 * p_host, rel=0.011)
+    # over NVLink: the 8 GPUs of a host, a token to each GPU it visits once (6.5 of 8 copies)
+    p_gpu = 1 - math.comb(120, 8) / math.comb(128, 8)
+    assert nvl["ranks"] == 8 and nvl["bytes"] == pytest.approx(tokens * 2 * 8 * p_gpu, rel=0.011)
+    assert dee.breakdown["ep"] < a2a.breakdown["ep"] / 3
+    # the two run at once: the slower one is exposed, the other not
+    assert sorted(c["exposed_s"] > 0 for c in (net, nvl)) == [False, True]
+
+
+def test_ep_overlap_hides_the_all_to_alls_but_not_the_sms_they_hold() -> None:
+    from interlink.plan.hardware import comm_sm_share
+
+    ctx = Context.of("2xdgx-h100")
+    base = dict(tp=1, dp=16, ep=16, global_batch=64, dispatcher="deepep")
+    off = plan_step("qwen3-30b-a3b", Layout(**base), ctx)
+    on = plan_step("qwen3-30b-a3b", Layout(**base, ep_overlap=True), ctx)
+    phi = comm_sm_share("h100")
+    assert phi == pytest.approx(20 / 132)
+    # compute-rich: what stays exposed is the SMs' share of the all-to-alls
+    assert on.breakdown["ep"] == pytest.approx(phi * off.breakdown["ep"], rel=1e-6)
+    assert on.step_s < off.step_s
+    # one micro-batch a step: nothing to overlap with
+    one = dict(base, global_batch=16)
+    assert plan_step("qwen3-30b-a3b", Layout(**one, ep_overlap=True), ctx).step_s == pytest.approx(
+        plan_step("qwen3-30b-a3b", Layout(**one), ctx).step_s)
+
+
+def test_experts_without_the_tensor_split_skip_the_mlps_tensor_collectives() -> None:
+    ctx = Context.of("32xdgx-h100")
+    kw = dict(tp=2, pp=8, dp=16, sp=True, virtual_stages=4, global_batch=2048)
+    folded = plan_step("qwen3-235b-a22b", Layout(**kw, ep=32), ctx)        # etp 1
+    split = plan_step("qwen3-235b-a22b", Layout(**kw, ep=16), ctx)         # etp 2
+    calls = lambda p: sum(c["per_step"] for c in p.collectives if c["kind"] == "tp")  # noqa: E731
+    assert calls(folded) == pytest.approx(calls(split) / 2)
+
+
 def test_context_parallelism_gathers_keys_and_values() -> None:
     ctx = Context.of("2xdgx-h100")
     m = "llama3-8b,seq=32768"

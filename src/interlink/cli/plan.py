@@ -54,6 +54,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="GPUs (ranks) of the job (default: tp x pp x dp x cp, or all of the topology's)")
     for d, what in (("tp", "tensor"), ("pp", "pipeline"), ("dp", "data"), ("cp", "context"), ("ep", "expert")):
         p.add_argument(f"--{d}", type=int, default=None, metavar="N", help=f"{what}-parallel degree")
+    p.add_argument("--etp", type=int, default=None, metavar="N",
+                   help="expert tensor parallelism (default: --tp where --ep divides cp x dp, else 1: the experts' "
+                        "groups folded over the tensor-parallel ranks too)")
+    p.add_argument("--dispatcher", default="alltoall", choices=("alltoall", "deepep"),
+                   help="the experts' token dispatcher: alltoall (Megatron-Core's: a copy for each expert a token "
+                        "visits) or deepep (DeepEP/HybridEP, Megatron-Core's flex dispatcher: a token crosses the "
+                        "network once per host it visits and reaches each GPU once)")
+    p.add_argument("--ep-overlap", action="store_true",
+                   help="the experts' all-to-alls under another micro-batch's compute (Megatron-Core's "
+                        "overlap_moe_expert_parallel_comm)")
     p.add_argument("--sp", dest="sp", action="store_true", default=None,
                    help="sequence parallelism (default: on when --tp > 1)")
     p.add_argument("--no-sp", dest="sp", action="store_false", help="no sequence parallelism")
@@ -269,7 +279,8 @@ def run(args: argparse.Namespace) -> int:
                      micro_batch=args.micro_batch or 1, global_batch=gb or _default_batch(model, dp, args.micro_batch or 1),
                      virtual_stages=args.virtual_stages or 1, compress=args.compress, order=args.order,
                      overlap_grad_reduce=not args.no_overlap, overlap_param_gather=not args.no_overlap,
-                     tp_overlap=args.tp_overlap, dtype=args.dtype, cp_comm=args.cp_comm, engine=args.engine)
+                     tp_overlap=args.tp_overlap, dtype=args.dtype, cp_comm=args.cp_comm, engine=args.engine,
+                     etp=args.etp or 0, dispatcher=args.dispatcher, ep_overlap=args.ep_overlap)
         contention = lay.gpus <= CONTENTION_MAX_GPUS if args.contention is None else args.contention
         result = plan_step(model, lay, ctx, contention=contention)
         prog.close()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..model.params import default_params, gpu_family
 from .job import PlanError
 
-__all__ = ["GpuSpec", "GPUS", "gpu_spec", "COMPUTE_PARAMS"]
+__all__ = ["GpuSpec", "GPUS", "gpu_spec", "COMPUTE_PARAMS", "comm_sm_share"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,14 @@ COMPUTE_PARAMS: dict[str, tuple[float, str]] = {
     "engine.deepspeed": (0.884, "BLOOM 176B on Megatron-DeepSpeed, 384 A100: 150 TFLOPS a GPU (BigScience "
                                 "model card) against the plan's 169.7 at Megatron-LM's rates"),
     "engine.megatron": (1.0, "the rates above are Megatron-LM's"),
+    # a mixture of experts' all-to-alls overlapped with another micro-batch's compute (--ep-overlap) run on SMs the
+    # compute then lacks: Megatron-Core's DeepEP dispatcher takes 20 (moe_deepep_num_sms's default); an H100
+    # has 132, a B200 148, an A100 108. Checked on Qwen3-30B-A3B on 16 H100s (tests/test_plan_published.py)
+    "ep_overlap_sms": (20.0, "DeepEP's SMs in Megatron-Core: moe_deepep_num_sms, 'historical default 20' "
+                             "(NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py)"),
+    "sms.a100": (108.0, "NVIDIA A100 whitepaper: 108 SMs"),
+    "sms.h100": (132.0, "NVIDIA H100 SXM5 datasheet: 132 SMs"),
+    "sms.b200": (148.0, "NVIDIA Blackwell B200: 148 SMs"),
     # memory-bound kernels (layer norm, dropout, residual adds, activation functions, softmax, fp8 casts)
     "hbm": (0.80, "estimate: streaming kernels at 80% of the HBM datasheet bandwidth (STREAM-like copies reach "
                   "80-90% on A100 and H100)"),
@@ -112,6 +120,13 @@ def attn_bwd_fraction(family: str) -> float:
     published figure of the family's is held)."""
     got = COMPUTE_PARAMS.get(f"attn_bwd.{family}")
     return got[0] if got is not None else gemm_fraction(family)
+
+
+def comm_sm_share(family: str) -> float:
+    """The share of a GPU's SMs a mixture of experts' dispatcher holds while it runs beside compute."""
+    base = {"a800": "a100", "h800": "h100", "h200": "h100"}.get(family, family)
+    sms = COMPUTE_PARAMS.get(f"sms.{base}", COMPUTE_PARAMS["sms.h100"])[0]
+    return COMPUTE_PARAMS["ep_overlap_sms"][0] / sms
 
 
 def engine_fraction(engine: str) -> float:

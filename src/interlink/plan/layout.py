@@ -1,8 +1,14 @@
 """The parallel layout: degrees, sharding, recomputation, batch, and which ranks form each group.
 
 Ranks map onto the grid of degrees in ``order``, innermost first (Megatron-LM's default
-``tp-cp-ep-dp-pp``: tensor parallelism inside a host, pipeline stages outermost). Expert parallelism is
-carved out of the data-parallel ranks (the ``ep`` innermost of them), as Megatron-Core does.
+``tp-cp-ep-dp-pp``: tensor parallelism inside a host, pipeline stages outermost). The experts' layers
+have their own grid over the same ranks of a pipeline stage (Megatron-Core's parallel folding, Liu et al.
+2025, arXiv:2504.14960): the stage's ``tp x cp x dp`` ranks, in the order above, split innermost first into
+expert tensor parallelism (``etp``: by default ``tp`` where ``ep`` divides ``cp x dp``, as Megatron-Core's
+default ``expert_tensor_parallel_size``, else 1), expert parallelism (``ep``) and the experts' data
+parallelism (the rest). With ``etp`` = ``tp`` the experts' groups are the ``ep`` innermost of the
+context- and data-parallel ranks; with ``etp`` = 1 they may span the tensor-parallel ranks too
+(Qwen3-235B-A22B on 256 H100s: tp2 ep32).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ __all__ = ["Layout", "DIMS", "parse_order"]
 
 DIMS = ("tp", "cp", "dp", "pp")
 RECOMPUTE = ("none", "selective", "full")
+DISPATCHERS = ("alltoall", "deepep")  # Megatron-Core's alltoall dispatcher; its flex one over DeepEP/HybridEP
 ENGINES = ("megatron", "deepspeed")  # hardware.engine_fraction: the rate of each framework's layers
 
 
@@ -35,6 +42,7 @@ class Layout:
     dp: int = 1
     cp: int = 1
     ep: int = 1
+    etp: int = 0                     # expert tensor parallelism; 0: tp where ep divides cp x dp, else 1
     sp: bool = False
     zero: int = 1
     recompute: str = "none"
@@ -48,6 +56,11 @@ class Layout:
     tp_overlap: float = 0.0          # fraction of tensor-parallel communication hidden under GEMMs
     scatter_gather: bool = True      # pipeline sends split over the TP ranks (Narayanan 2021, section 4.1)
     cp_comm: str = "ring"            # ring: K/V passed around under the attention; allgather: gathered first
+    dispatcher: str = "alltoall"     # the experts' token dispatcher: alltoall (a copy a token-expert pair) or
+    #                                  deepep (DeepEP/HybridEP: a token crosses the network once per host it
+    #                                  visits and reaches each GPU it visits once)
+    ep_overlap: bool = False         # the experts' all-to-alls under another micro-batch's compute (Megatron-Core's
+    #                                  overlap_moe_expert_parallel_comm)
     engine: str = "megatron"         # the training framework's kernels and schedule: megatron, deepspeed
     dtype: str = "bf16"              # bf16, fp16, fp8 (fp8 GEMMs; 16-bit weights and activations)
     grad_dtype: str = ""             # "" : fp32 (Megatron's main grads; fp16 jobs reduce fp16)
@@ -55,6 +68,14 @@ class Layout:
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor parallelism: ``etp``, or by default ``tp`` where ``ep`` divides ``cp x dp``
+        (Megatron-Core's default), else 1 (the experts' groups folded over the tensor-parallel ranks)."""
+        if self.etp:
+            return self.etp
+        return self.tp if (self.cp * self.dp) % max(1, self.ep) == 0 else 1
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -105,17 +126,28 @@ class Layout:
                             f"interleaved schedule does: change --global-batch or --micro-batch")
         if self.cp_comm not in ("ring", "allgather"):
             raise PlanError(f"--cp-comm must be ring or allgather, got {self.cp_comm!r}")
+        if self.dispatcher not in DISPATCHERS:
+            raise PlanError(f"--dispatcher must be one of {', '.join(DISPATCHERS)}, got {self.dispatcher!r}")
         if self.engine not in ENGINES:
             raise PlanError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if model.seq % self.cp:
             raise PlanError(f"sequence {model.seq} does not divide by --cp {self.cp}")
+        if self.etp < 0:
+            raise PlanError(f"--etp must be >= 1, got {self.etp}")
         if self.ep > 1:
             if not model.moe:
                 raise PlanError("--ep needs a mixture-of-experts model (experts=E,top_k=K)")
             if model.experts % self.ep:
                 raise PlanError(f"{model.experts} experts do not divide by --ep {self.ep}")
-            if self.dp % self.ep:
-                raise PlanError(f"--ep {self.ep} must divide --dp {self.dp} (experts are spread over data-parallel ranks)")
+            block = self.tp * self.cp * self.dp
+            if block % (self.ep * self.expert_tp):
+                raise PlanError(f"--ep {self.ep} x --etp {self.expert_tp} must divide the {block} ranks of a pipeline "
+                                f"stage (tp {self.tp} x cp {self.cp} x dp {self.dp}): the experts' groups are folded "
+                                f"over them; change --ep or --etp")
+            if self.tp % self.expert_tp and self.expert_tp % self.tp:
+                raise PlanError(f"--etp {self.expert_tp} and --tp {self.tp}: one must divide the other")
+        elif self.etp > 1:
+            raise PlanError("--etp needs --ep > 1 and a mixture-of-experts model")
         seqs = self.sequences()
         if seqs % (self.dp * self.micro_batch):
             raise PlanError(f"--global-batch {seqs} is not a multiple of --dp {self.dp} x --micro-batch "
@@ -142,24 +174,43 @@ class Layout:
         return out
 
     def group(self, kind: str, rank: int = 0) -> list[int]:
-        """The ranks of ``rank``'s group of ``kind``: tp, cp, dp, pp, ep (the innermost ``ep`` of dp),
-        dpcp (the ranks that hold the same weights: data and context parallel), edp (an expert's
-        data-parallel ranks: dpcp with step ep)."""
+        """The ranks of ``rank``'s group of ``kind``: tp, cp, dp, pp; dpcp (the ranks that hold the same
+        dense weights: data and context parallel); and the experts' grid over the stage's tp x cp x dp
+        ranks: etp (expert tensor parallel), ep (expert parallel), edp (the ranks that hold the same
+        experts)."""
         st, sz = self.strides(), self.sizes()
         coord = {d: (rank // st[d]) % sz[d] for d in self.dims}
         base = rank - sum(coord[d] * st[d] for d in self.dims)
         if kind in DIMS:
             others = base + sum(coord[d] * st[d] for d in self.dims if d != kind)
             return [others + i * st[kind] for i in range(sz[kind])]
-        if kind == "ep":
-            d0 = coord["dp"] - coord["dp"] % self.ep
-            others = base + sum(coord[d] * st[d] for d in self.dims if d != "dp")
-            return [others + (d0 + i) * st["dp"] for i in range(self.ep)]
-        if kind in ("dpcp", "edp"):
+        if kind in ("ep", "edp", "etp"):
+            # the stage's tp x cp x dp ranks in order, split etp (innermost), ep, then the experts' dp
+            inner = [d for d in self.dims if d != "pp"]
+            idx, mul = 0, 1
+            for d in inner:
+                idx += coord[d] * mul
+                mul *= sz[d]
+            etp, ep = self.expert_tp, self.ep
+            e_t, e_p, e_d = idx % etp, (idx // etp) % ep, idx // (etp * ep)
+            if kind == "etp":
+                idxs = [i + etp * (e_p + ep * e_d) for i in range(etp)]
+            elif kind == "ep":
+                idxs = [e_t + etp * (j + ep * e_d) for j in range(ep)]
+            else:
+                idxs = [e_t + etp * (e_p + ep * j) for j in range(mul // (etp * ep))]
+            stage = base + coord["pp"] * st["pp"]
+            out = []
+            for i in idxs:
+                r = stage
+                for d in inner:
+                    r += (i % sz[d]) * st[d]
+                    i //= sz[d]
+                out.append(r)
+            return sorted(out) if kind == "edp" else out
+        if kind == "dpcp":
             others = base + sum(coord[d] * st[d] for d in self.dims if d not in ("dp", "cp"))
-            step = self.ep if kind == "edp" else 1
-            dps = [j for j in range(self.dp) if j % step == coord["dp"] % step]
-            return sorted(others + j * st["dp"] + c * st["cp"] for j in dps for c in range(self.cp))
+            return sorted(others + j * st["dp"] + c * st["cp"] for j in range(self.dp) for c in range(self.cp))
         raise ValueError(kind)
 
     def all_groups(self, kind: str) -> list[list[int]]:
@@ -177,6 +228,7 @@ class Layout:
         d = asdict(self)
         d["gpus"] = self.gpus
         d["micro_batches"] = self.micro_batches()
+        d["etp"] = self.expert_tp
         return d
 
     def short(self) -> str:
@@ -185,6 +237,12 @@ class Layout:
             s += f" cp{self.cp}"
         if self.ep > 1:
             s += f" ep{self.ep}"
+            if self.expert_tp != self.tp:
+                s += f" etp{self.expert_tp}"
+            if self.dispatcher != "alltoall":
+                s += f" {self.dispatcher}"
+            if self.ep_overlap:
+                s += " ep-overlap"
         if self.virtual_stages > 1:
             s += f" v{self.virtual_stages}"
         s += f" mb{self.micro_batch} zero{self.zero} {self.recompute}" + (" sp" if self.sp else "")

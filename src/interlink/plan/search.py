@@ -2,10 +2,11 @@
 
 Layouts: tensor parallelism up to the GPUs of a host (dividing the heads), pipeline stages (powers of
 two and divisors of the layers), context parallelism for sequences of 16K tokens and more, expert
-parallelism for mixtures of experts, the data parallelism that fills N, micro-batches 1-8, interleaving
-1-8 (where the micro-batches of a step are a multiple of the stages), ZeRO 1, 2 and 3, recomputation
-none/selective/full (selective only with standard attention: flash attention stores no scores, so
-selective recomputation saves nothing); sequence parallelism whenever tp > 1.
+parallelism for mixtures of experts (folded over the tensor-, context- and data-parallel ranks of a
+stage: layout.py; Megatron-Core's alltoall dispatcher), the data parallelism that fills N, micro-batches
+1-8, interleaving 1-8 (where the micro-batches of a step are a multiple of the stages), ZeRO 1, 2 and 3,
+recomputation none/selective/full (selective only with standard attention: flash attention stores no
+scores, so selective recomputation saves nothing); sequence parallelism whenever tp > 1.
 
 Pricing every layout's collectives is the slow part, so the search first prices each layout with its
 communication free (compute, bubble, optimizer: a lower bound of its step), drops those whose memory
@@ -67,7 +68,7 @@ def layouts(model: Model, gpus: int, *, gpus_per_host: int = 8, global_batch: in
                     continue
                 seqs = gb or dp
                 for ep in ([fixed["ep"]] if "ep" in fixed else eps):
-                    if dp % ep:
+                    if (tp * cp * dp) % ep:  # the experts' groups fold over the stage's tp x cp x dp ranks
                         continue
                     for mb in ([fixed["micro_batch"]] if "micro_batch" in fixed else micro_batches):
                         if seqs % (dp * mb):

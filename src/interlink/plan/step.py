@@ -33,7 +33,8 @@ from typing import Any, Callable
 from ..model.cost import resolve_topology
 from ..topology import Topology, TopologyError
 from .comm import Priced, Pricer
-from .hardware import GpuSpec, attn_bwd_fraction, engine_fraction, gemm_fraction, gpu_spec, hbm_fraction
+from .hardware import (GpuSpec, attn_bwd_fraction, comm_sm_share, engine_fraction, gemm_fraction, gpu_spec,
+                       hbm_fraction)
 from .job import Model, PlanError, bytes_per_param, parse_model
 from .layout import Layout
 
@@ -55,6 +56,11 @@ ELEMENTWISE_F = {"gelu": 4.0, "swiglu": 6.0}
 ELEMENTWISE_SCORES = 9.0
 #: ... per element an fp8 GEMM reads: the cast of its 16-bit input (read 2 B, write 1 B)
 FP8_CAST = 3.0
+#: ... per element of a mixture of experts' routed rows (s x b x top_k x h): permuting the tokens to their
+#: experts and back (gather, scatter-add weighted by the router's probabilities), the padding and the copies
+#: around them. Derived from one published run (hardware.py, ``moe``): Qwen3-30B-A3B on 16 H100s, BF16,
+#: tp1 ep16 over HybridEP with the experts' all-to-alls overlapped, 20.99 s a step
+ELEMENTWISE_MOE = 36.0
 #: ... per element of the logits (s x b x vocab): fp32 softmax cross-entropy, read and write (8)
 ELEMENTWISE_LOGITS = 8.0
 
@@ -115,6 +121,54 @@ class StepPlan:
         }
 
 
+def visit_probability(experts: int, top_k: int, held: int) -> float:
+    """The chance that a token routed to ``top_k`` of ``experts`` experts, uniformly (as Megatron-Core's
+    benchmarks force: ``moe_router_force_load_balancing``), visits at least one of ``held`` of them."""
+    held = min(held, experts)
+    return 1.0 - math.comb(experts - held, top_k) / math.comb(experts, top_k)
+
+
+def _expert_dispatch(model: Model, L: Layout, ctx: "Context", price: Callable[..., Priced],
+                     add: Callable[..., float], token_bytes: float, calls: float) -> float:
+    """One all-to-all of the experts' tokens (a dispatch or a combine) of one layer and micro-batch,
+    ``token_bytes`` the hidden states a rank routes; registers it with ``add`` and returns its time.
+
+    ``alltoall`` (Megatron-Core's alltoall dispatcher): a copy of a token for each expert it visits, one
+    all-to-all over the expert-parallel group. ``deepep`` (the flex dispatcher over DeepEP or HybridEP): a
+    token crosses the network once for each other host it visits, to the GPU of the same local index there,
+    which forwards it over NVLink to each GPU of its host the token visits, once a GPU however many of its
+    experts the token visits; the two run at once (DeepEP's normal kernels), so the step takes the slower:
+    an all-to-all over one GPU a host, and one over the group's GPUs of a host."""
+    g = L.group("ep")
+    k, E = model.top_k, model.experts
+    if L.dispatcher == "alltoall":
+        pr = price("all_to_all", token_bytes * k, g, kind="ep")
+        add("ep", pr, calls, pr.time_s * calls)
+        return pr.time_s
+    per_host = ctx.gpus_per_host
+    hosts: dict[int, list[int]] = {}
+    for r in g:
+        hosts.setdefault(r // per_host, []).append(r)
+    nh = len(hosts)
+    local = hosts[g[0] // per_host]
+    e_rank = E / L.ep
+    p_rank = visit_probability(E, k, round(e_rank))
+    p_host = visit_probability(E, k, round(e_rank * len(local)))
+    parts = []
+    if nh > 1:
+        pos = local.index(g[0])
+        peers = [hs[pos] for hs in hosts.values() if pos < len(hs)]
+        parts.append(price("all_to_all", token_bytes * p_host * len(peers), peers, kind=None))
+    if len(local) > 1:
+        # what reaches a host (from every host, its own included) goes on to the GPUs it visits there
+        parts.append(price("all_to_all", token_bytes * nh * len(local) * p_rank, local, kind=None))
+    t = max((pr.time_s for pr in parts), default=0.0)
+    slowest = max(parts, key=lambda pr: pr.time_s) if parts else None
+    for pr in parts:  # the faster one runs under the slower
+        add("ep", pr, calls, pr.time_s * calls if pr is slowest else 0.0)
+    return t
+
+
 def _dtype_name(nbytes: int) -> str:
     return {1: "int8", 2: "bfloat16", 4: "float32"}[nbytes]
 
@@ -165,8 +219,12 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     t_attn = attn / attn_rate * model.attention_share  # flash attention skips what the causal mask hides
     # fp8 GEMMs: each GEMM's activation input is cast to fp8 first (read 2 B, write 1 B; Transformer Engine):
     # the inputs of QKV (h), the output projection (heads x head width) and the two MLP GEMMs (h, f)
-    ew_cast = FP8_CAST * s * b * (2 * h + model.q_dim + model.f * model.top_k) / tp / cp if L.dtype == "fp8" else 0.0
-    t_ew = (ew_h + ew_f + ew_sc + ew_cast) / hbm_layer
+    # (a mixture of experts' first MLP GEMM reads the routed rows: top_k x h a token)
+    fc1_in = h * model.top_k if model.moe else h
+    ew_cast = FP8_CAST * s * b * (h + fc1_in + model.q_dim + model.f * model.top_k) / tp / cp if L.dtype == "fp8" else 0.0
+    # a mixture of experts' token permutation, unpermutation and the kernels around them, per routed element
+    ew_moe = ELEMENTWISE_MOE * s * b * h * model.top_k / tp / cp if model.moe else 0.0
+    t_ew = (ew_h + ew_f + ew_sc + ew_cast + ew_moe) / hbm_layer
     t_layer_f = t_gemm + t_attn + t_ew
     # the backward: twice the forward's FLOPs; fused attention's at its own (lower) fraction of peak
     bwd_x = gemm_fraction(gpu.family) / attn_bwd_fraction(gpu.family) if model.attention == "flash" else 1.0
@@ -196,17 +254,20 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     if tp > 1:
         g = L.group("tp")
         n_layers_step = model.layers / pp * m  # per pipeline rank
+        # the blocks of a layer with tensor-parallel collectives: attention and the MLP; a mixture of experts
+        # whose experts are not split over the tensor-parallel ranks (etp < tp) has the attention's only
+        blocks = 1 if (model.moe and ep > 1 and L.expert_tp < tp) else 2
         if sp:
             ag = price("all_gather", act, g, kind="tp")
             rs = price("reduce_scatter", act, g, kind="tp")
-            t_tp_f = 2 * (ag.time_s + rs.time_s)
-            calls = 2 * (3 if L.recompute == "full" else 2) * n_layers_step
+            t_tp_f = blocks * (ag.time_s + rs.time_s)
+            calls = blocks * (3 if L.recompute == "full" else 2) * n_layers_step
             add("tp", ag, calls, ag.time_s * calls * (1.0 - L.tp_overlap))
             add("tp", rs, calls, rs.time_s * calls * (1.0 - L.tp_overlap))
         else:
             ar = price("all_reduce", act, g, kind="tp")
-            t_tp_f = 2 * ar.time_s
-            calls = 2 * (3 if L.recompute == "full" else 2) * n_layers_step
+            t_tp_f = blocks * ar.time_s
+            calls = blocks * (3 if L.recompute == "full" else 2) * n_layers_step
             add("tp", ar, calls, ar.time_s * calls * (1.0 - L.tp_overlap))
         t_tp_f *= (1.0 - L.tp_overlap)
     t_cp_f = t_cp_b = 0.0
@@ -229,18 +290,25 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         add("cp", rs, n, max(0.0, t_cp_b - t_cp_f) * n)
     t_ep_f = 0.0
     if model.moe and ep > 1:
-        g = L.group("ep")
-        tokens = s * b * h * act_b * model.top_k / cp / (tp if sp else 1)
-        a2a = price("all_to_all", tokens, g, kind="ep")
-        t_ep_f = 2 * a2a.time_s
-        add("ep", a2a, 4 * model.layers / pp * m, None)
+        a2a = _expert_dispatch(model, L, ctx, price, add, s * b / cp / (tp if sp else 1) * h * act_b,
+                               4 * model.layers / pp * m)
+        t_ep_f = 2 * a2a  # dispatch and combine
+        if L.ep_overlap and m > 1:
+            # Megatron-Core's overlap_moe_expert_parallel_comm: one micro-batch's forward runs beside
+            # another's backward, layer by layer, each one's all-to-alls under the other's compute; while they
+            # run, the dispatcher's kernels hold some of the SMs (hardware.py, ``ep_overlap_sms``)
+            busy_c, comm = t_layer_f + t_layer_b, 4 * a2a
+            t_ep_f = (max(comm, busy_c + comm_sm_share(gpu.family) * comm) - busy_c) / 2
+        for c in colls:
+            if c["kind"] == "ep":
+                c["exposed_s"] = c["exposed_s"] * (t_ep_f / (2 * a2a) if a2a else 0.0)
     comm_layer_f = t_tp_f + t_cp_f + t_ep_f
     comm_layer_b = t_tp_f + t_cp_b + t_ep_f + (comm_layer_f if L.recompute == "full" else 0.0)
 
     # ---- ZeRO-3 (FSDP): gather each layer's weights, reduce-scatter its gradients, one layer ahead --
     lp = model.layer_params() / tp
     if model.moe and ep > 1:
-        lp = (model.attention_params() + model.experts / ep * model.expert_params()) / tp
+        lp = model.attention_params() / tp + model.experts / ep * model.expert_params() / L.expert_tp
     fsdp_f = fsdp_b = 0.0
     gbytes = L.grad_bytes()
     comp = L.compress.lower()
@@ -296,7 +364,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     stage_params = per_stage * lp + model.embedding_params() / tp  # the first stage: its layers, the embedding
     dense_params, expert_params = stage_params, 0.0
     if model.moe and ep > 1:
-        expert_params = per_stage * model.experts / ep * model.expert_params() / tp
+        expert_params = per_stage * model.experts / ep * model.expert_params() / L.expert_tp
         dense_params = stage_params - expert_params
     dp_time = 0.0
     gather_time = 0.0
@@ -353,7 +421,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     logits_mem = ELEMENTWISE_LOGITS / 2 * s * b * model.vocab / tp / cp  # fp32 logits, on the last stage
     state = wb + gb_ + ob  # bytes a parameter: weights + gradients + optimizer
     # experts' parameters are sharded by ZeRO over their own data-parallel ranks (dp x cp / ep)
-    exp_lp = model.experts / ep * model.expert_params() / tp if model.moe else 0.0
+    exp_lp = model.experts / ep * model.expert_params() / L.expert_tp if model.moe else 0.0
     ew, eg, eo = bytes_per_param(L.zero, len(L.group("edp"))) if exp_lp else (wb, gb_, ob)
     z3 = 2 * 2 * lp if L.zero == 3 else 0.0  # ZeRO-3: the gathered layer and the one prefetched
     best = None
