@@ -456,6 +456,27 @@ def test_experts_without_the_tensor_split_skip_the_mlps_tensor_collectives() -> 
     assert calls(folded) == pytest.approx(calls(split) / 2)
 
 
+def test_recompute_moe_repeats_the_experts_block_and_keeps_none_of_it() -> None:
+    m = parse_model("qwen3-235b-a22b,seq=16384")
+    ctx = Context.of("32xdgx-h100")
+    kw = dict(tp=4, pp=8, dp=8, ep=8, etp=1, virtual_stages=4, sp=True, global_batch=256, dispatcher="deepep")
+    none = plan_step(m, Layout(**kw), ctx)
+    moe = plan_step(m, Layout(**kw, recompute="moe"), ctx)
+    # the hardware FLOPs add one forward of every layer's experts and router, nothing else
+    extra = m.hardware_flops(256, "moe") - m.hardware_flops(256, "none")
+    assert extra == pytest.approx(m.layers * 2 * m.seq * m.hidden * (m.f * 3 * m.top_k + m.experts) * 256)
+    # the experts' inner activations are not kept: 2 s b f x 3 (SwiGLU) x top_k a layer, over tp
+    per_layer = m.activation_bytes(1, 4, True, "none") - m.activation_bytes(1, 4, True, "moe")
+    assert per_layer == pytest.approx(2 * m.seq * m.f * 3 * m.top_k / 4)
+    assert moe.memory_gib["activations"] < none.memory_gib["activations"] and moe.fits and not none.fits
+    # and the step pays the block's forward again, its dispatch and combine included (6 all-to-alls, not 4)
+    assert moe.step_s > none.step_s
+    ep_calls = lambda p: max(c["per_step"] for c in p.collectives if c["kind"] == "ep")  # noqa: E731
+    assert ep_calls(moe) == pytest.approx(ep_calls(none) * 1.5)
+    with pytest.raises(PlanError, match="--recompute moe needs a mixture"):
+        Layout(recompute="moe").check(parse_model(GPT))
+
+
 def test_context_parallelism_gathers_keys_and_values() -> None:
     ctx = Context.of("2xdgx-h100")
     m = "llama3-8b,seq=32768"

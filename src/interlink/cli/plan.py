@@ -69,8 +69,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-sp", dest="sp", action="store_false", help="no sequence parallelism")
     p.add_argument("--zero", type=int, default=None, choices=(0, 1, 2, 3),
                    help="ZeRO stage: 0 all-reduce, 1 optimizer sharded (default), 2 + gradients, 3 FSDP")
-    p.add_argument("--recompute", default=None, choices=("none", "selective", "full"),
-                   help="activation recomputation (default none)")
+    p.add_argument("--recompute", default=None, choices=("none", "selective", "full", "moe"),
+                   help="activation recomputation (default none; moe: the experts' block, Megatron-Core's "
+                        "--recompute-modules moe)")
     p.add_argument("--micro-batch", type=int, default=None, metavar="B", help="sequences per micro-batch (default 1)")
     p.add_argument("--global-batch", type=int, default=0, metavar="B", help="sequences per step "
                                                                              "(default: 4M tokens' worth)")

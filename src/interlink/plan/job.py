@@ -154,6 +154,10 @@ class Model:
         return 2.0 * b * s * h * ((q + 2 * self.kv_dim) + q + self.f * self.mats * self.top_k
                                   + (self.experts if self.moe else 0))
 
+    def moe_gemm_flops(self, b: int) -> float:
+        """Forward FLOPs of one layer's experts (the ``top_k`` a token visits) and router for ``b`` sequences."""
+        return 2.0 * b * self.seq * self.hidden * (self.f * self.mats * self.top_k + (self.experts if self.moe else 0))
+
     def layer_attention_flops(self, b: int) -> float:
         """Forward FLOPs of the attention core (Q K^T and scores x V)."""
         return 4.0 * b * self.seq * self.seq * self.q_dim
@@ -183,6 +187,8 @@ class Model:
             extra = self.layers * (self.layer_gemm_flops(1) + self.attention_share * self.layer_attention_flops(1))
         elif recompute == "selective":
             extra = self.layers * self.attention_share * self.layer_attention_flops(1)
+        elif recompute == "moe":
+            extra = self.layers * self.moe_gemm_flops(1)
         return self.model_flops(sequences) + extra * sequences
 
     # ---- activations (bytes of one layer, one micro-batch, 16-bit values) ----------------------
@@ -198,17 +204,23 @@ class Model:
         6 s b f for SwiGLU's gate, up and product, times ``top_k`` experts), and with standard attention
         the softmax output, its dropout mask and output (5 a s^2 b). A GPT layer: 34 s b h + 5 a s^2 b.
         ``recompute``: "full" keeps the layer's input only (2 s b h), "selective" drops the 5 a s^2 b
-        term (as flash attention does). ``cp`` shards the sequence."""
+        term (as flash attention does), "moe" the experts' inner activations (their block recomputed from
+        its input). ``cp`` shards the sequence."""
         h, s = self.hidden, self.seq / cp
         sbh = s * b * h
         if recompute == "full":
             return 2.0 * sbh / (tp if sp else 1)
         replicated = 10.0 * sbh
-        inner = 2.0 * s * b * self.f * (2 if self.mats == 2 else 3) * self.top_k
+        inner = 0.0 if recompute == "moe" else self.moe_activation_bytes(b, tp, cp) * tp
         sharded = 4.0 * s * b * self.q_dim + 4.0 * s * b * self.kv_dim + inner
         if self.attention == "standard" and recompute != "selective":
             sharded += 5.0 * self.heads * s * self.seq * b
         return replicated / (tp if sp else 1) + sharded / tp
+
+    def moe_activation_bytes(self, b: int, tp: int = 1, cp: int = 1) -> float:
+        """The MLP's (the experts') inner activations of one layer and micro-batch, per GPU: 2 s b f a stored
+        tensor (GeLU: its input and output; SwiGLU: gate, up and product), times ``top_k``."""
+        return 2.0 * self.seq / cp * b * self.f * (2 if self.mats == 2 else 3) * self.top_k / tp
 
     # ---- serialisation -------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from .job import Model, PlanError
 __all__ = ["Layout", "DIMS", "parse_order"]
 
 DIMS = ("tp", "cp", "dp", "pp")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "moe")
 DISPATCHERS = ("alltoall", "deepep")  # Megatron-Core's alltoall dispatcher; its flex one over DeepEP/HybridEP
 ENGINES = ("megatron", "deepspeed")  # hardware.engine_fraction: the rate of each framework's layers
 
@@ -134,6 +134,8 @@ class Layout:
             raise PlanError(f"sequence {model.seq} does not divide by --cp {self.cp}")
         if self.etp < 0:
             raise PlanError(f"--etp must be >= 1, got {self.etp}")
+        if self.recompute == "moe" and not model.moe:
+            raise PlanError("--recompute moe needs a mixture-of-experts model (experts=E,top_k=K)")
         if self.ep > 1:
             if not model.moe:
                 raise PlanError("--ep needs a mixture-of-experts model (experts=E,top_k=K)")

@@ -33,6 +33,9 @@ BRIDGE_2604 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 26.04.0
 BRIDGE_2509 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, 25.09 NeMo container, DGX-H100, FP8")
 MODELZOO = ("yanring/Megatron-MoE-ModelZoo best_practice/qwen3/readme.md, H100 table (256 H100, IB 8x50 GB/s, BF16, "
             "sequence 4,096, GBS 2048, ETP 1)")
+MODELZOO_LONG = ("yanring/Megatron-MoE-ModelZoo best_practice/qwen3/readme.md, H100 'Long Context' table (32 "
+                 "nodes of 8 H100, IB 8x50 GB/s, BF16, DeepEP, TP 4, PP 8, VPP 4, EP 8, GBS 256, recompute of "
+                 "layernorm and moe, forced balance)")
 LLAMA3 = ("Llama 3 paper, arXiv:2407.21783, Table 4 (H100 80GB, 400 Gb/s RoCE; 16M tokens a batch); "
           "glennklockwood.com/garden/llama-3.1 quotes the same table")
 
@@ -192,6 +195,13 @@ MOE_RUNS: tuple[Run, ...] = (
         MODELZOO + ", TP4 EP8 PP8 VPP4 DP8 (EDP 4), DeepEP: 29.0 s",
         miss="the plan's step 42% short (286 TFLOPS a GPU): 1,024 tokens a GPU a layer (sequence 4,096 over TP4) is too little work to "
              "keep an H100 busy; the host's kernel launches set the pace there, which the plan does not price"),
+    # the same page's long sequences: TP 4, PP 8, VPP 4, EP 8, CP 1-8, global batch 256, forced balance;
+    # `--recompute-granularity selective --recompute-modules layernorm moe` (the experts' block recomputed)
+    *(Run(f"Q235B-{seq // 1024}K", f"qwen3-235b-a22b,seq={seq}",
+          Layout(tp=4, pp=8, dp=8 // cp, cp=cp, ep=8, etp=1, virtual_stages=4, sp=True, global_batch=256,
+                 recompute="moe", dispatcher="deepep"), "32xdgx-h100", "tflops", tf,
+          MODELZOO_LONG + f": sequence {seq:,}, CP {cp}")
+      for seq, cp, tf in ((16384, 1, 295), (32768, 2, 335), (65536, 4, 368), (131072, 8, 389))),
 )
 
 #: every run the planner is checked against: the dense ones, then the mixtures of experts

@@ -234,6 +234,11 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         t_layer_b += t_layer_f
     elif L.recompute == "selective":
         t_layer_b += t_attn + ew_sc / hbm_layer
+    elif L.recompute == "moe":
+        # Megatron-Core's --recompute-modules moe: the experts' block forward again (router, GEMMs,
+        # activation, permutation; its all-to-alls below)
+        moe_cast = FP8_CAST * s * b * (fc1_in + model.f * model.top_k) / tp / cp if L.dtype == "fp8" else 0.0
+        t_layer_b += model.moe_gemm_flops(b) / tp / cp / gemm_rate + (ew_f + ew_moe + moe_cast) / hbm_layer
     # the output layer stays a 16-bit GEMM under fp8 recipes (NVIDIA/Megatron-LM megatron/core/models/gpt/
     # gpt_model.py: tensor_parallel.ColumnParallelLinear unless an MXFP8 output projection is asked for)
     logits = (model.logits_flops(b) / tp / cp / attn_rate
@@ -291,7 +296,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     t_ep_f = 0.0
     if model.moe and ep > 1:
         a2a = _expert_dispatch(model, L, ctx, price, add, s * b / cp / (tp if sp else 1) * h * act_b,
-                               4 * model.layers / pp * m)
+                               (6 if L.recompute in ("full", "moe") else 4) * model.layers / pp * m)
         t_ep_f = 2 * a2a  # dispatch and combine
         if L.ep_overlap and m > 1:
             # Megatron-Core's overlap_moe_expert_parallel_comm: one micro-batch's forward runs beside
@@ -303,7 +308,8 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
             if c["kind"] == "ep":
                 c["exposed_s"] = c["exposed_s"] * (t_ep_f / (2 * a2a) if a2a else 0.0)
     comm_layer_f = t_tp_f + t_cp_f + t_ep_f
-    comm_layer_b = t_tp_f + t_cp_b + t_ep_f + (comm_layer_f if L.recompute == "full" else 0.0)
+    comm_layer_b = t_tp_f + t_cp_b + t_ep_f + (comm_layer_f if L.recompute == "full" else
+                                                t_ep_f if L.recompute == "moe" else 0.0)
 
     # ---- ZeRO-3 (FSDP): gather each layer's weights, reduce-scatter its gradients, one layer ahead --
     lp = model.layer_params() / tp
@@ -417,7 +423,8 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     emb = model.embedding_params() / tp
     act_layer = model.activation_bytes(b, tp, sp, L.recompute, cp)
     inter = 1.0 + (pp - 1) / (pp * v) if v > 1 else 1.0
-    extra = model.activation_bytes(b, tp, sp, "none", cp) if L.recompute == "full" else 0.0  # the layer recomputed
+    extra = model.activation_bytes(b, tp, sp, "none", cp) if L.recompute == "full" else \
+        model.moe_activation_bytes(b, tp, cp) if L.recompute == "moe" else 0.0  # the block recomputed
     logits_mem = ELEMENTWISE_LOGITS / 2 * s * b * model.vocab / tp / cp  # fp32 logits, on the last stage
     state = wb + gb_ + ob  # bytes a parameter: weights + gradients + optimizer
     # experts' parameters are sharded by ZeRO over their own data-parallel ranks (dp x cp / ep)
@@ -457,7 +464,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         "compute": 0.0,
         "tp": m * per_stage * 2 * t_tp_f + (m * per_stage * t_tp_f if L.recompute == "full" else 0.0),
         "cp": m * per_stage * (t_cp_f + t_cp_b + (t_cp_f if L.recompute == "full" else 0.0)),
-        "ep": m * per_stage * 2 * t_ep_f * (1.5 if L.recompute == "full" else 1.0),
+        "ep": m * per_stage * 2 * t_ep_f * (1.5 if L.recompute in ("full", "moe") else 1.0),
         "fsdp": m * per_stage * (fsdp_f + fsdp_b),
         "pp_bubble": bubble, "pp_p2p": p2p_exposed, "dp": dp_exposed, "zero_gather": gather_exposed,
         "optimizer": opt,
