@@ -15,7 +15,7 @@ from typing import Any
 from .job import Model, PRESETS, parse_model
 from .layout import Layout
 
-__all__ = ["Run", "RUNS", "MOE_RUNS", "run_plan"]
+__all__ = ["Run", "RUNS", "NEMO_RUNS", "MOE_RUNS", "run_plan"]
 
 NARAYANAN = ("Narayanan et al. 2021, arXiv:2104.04473, Table 1 (DGX A100 80GB, Selene, 8 HDR NICs a node); "
              "configs: NVIDIA/Megatron-LM examples/academic_paper_scripts/sc21/run_table_1.sh")
@@ -33,6 +33,9 @@ BRIDGE_2604 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 26.04.0
 BRIDGE_2509 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, 25.09 NeMo container, DGX-H100, FP8")
 MODELZOO = ("yanring/Megatron-MoE-ModelZoo best_practice/qwen3/readme.md, H100 table (256 H100, IB 8x50 GB/s, BF16, "
             "sequence 4,096, GBS 2048, ETP 1)")
+NEMO2407 = ("NVIDIA/NeMo docs/source/performance/performance_summary.md, NeMo 24.07 container, DGX-H100, FP8, "
+            "pre-training")
+_LLAMA2 = "seq=4096,vocab=32000,mlp=swiglu,"
 MODELZOO_LONG = ("yanring/Megatron-MoE-ModelZoo best_practice/qwen3/readme.md, H100 'Long Context' table (32 "
                  "nodes of 8 H100, IB 8x50 GB/s, BF16, DeepEP, TP 4, PP 8, VPP 4, EP 8, GBS 256, recompute of "
                  "layernorm and moe, forced balance)")
@@ -154,10 +157,41 @@ RUNS: tuple[Run, ...] = (
                                                dtype="fp8"),
         "16xhgx-b200", "tflops", 1667, BRIDGE.replace("DGX-H100", "DGX-B200") + ", Llama 3.1 405B, 128 GPUs"),
     Run("B200-8B-fp8", "llama3-8b", Layout(tp=1, dp=8, micro_batch=2, global_batch=128, dtype="fp8"), "hgx-b200",
-        "tflops", 1576, BRIDGE.replace("DGX-H100", "DGX-B200") + ", Llama 3 8B, 8 GPUs",
-        miss="the plan's 1,908 (+21%): one GEMM fraction a GPU for every shape; fp8 GEMMs 4,096 wide reach less "
-             "of the peak than the 16,384-wide ones of the 405B row (within 4%); the same model on H100 comes "
-             "out 13% fast"),
+        "tflops", 1576, BRIDGE.replace("DGX-H100", "DGX-B200") + ", Llama 3 8B, 8 GPUs"),
+)
+
+
+def _nemo(id_: str, model: str, gpus: int, gbs: int, mbs: int, tp: int, pp: int, cp: int, vp: int, seq: int,
+          tokens: float, miss: str = "") -> Run:
+    """A NeMo 24.07 DGX-H100 FP8 row: its tokens a second a GPU as a step time (the page's model TFLOPS count
+    the attention differently by model; tokens are tokens)."""
+    lay = Layout(tp=tp, pp=pp, cp=cp, dp=gpus // (tp * pp * cp), sp=tp > 1, micro_batch=mbs, global_batch=gbs,
+                 virtual_stages=vp, dtype="fp8")
+    return Run(id_, model, lay, f"{gpus // 8}xdgx-h100" if gpus > 8 else "dgx-h100", "step_s",
+               round(gbs * seq / (tokens * gpus), 4), NEMO2407 + f": {tokens:,.0f} tokens/s a GPU", miss=miss)
+
+
+_OLD = ("NeMo 24.07 (mid-2024) on a model 4,096 wide: the plan's rates are those of 2025's stacks (the same "
+        "Llama 3 8B ran at 697 TFLOPS a GPU on NeMo 24.07 and 744 on NeMo 25.11) and it does not price the "
+        "host's kernel launches that pace layers this small")
+#: NeMo 24.07's pre-training table (DGX-H100, FP8): an independent set, none of it sets a parameter
+NEMO_RUNS: tuple[Run, ...] = (
+    _nemo("N24-GPT3-5B", "layers=24,hidden=4096,heads=32,seq=2048,vocab=50304", 64, 2048, 4, 1, 1, 1, 1, 2048,
+          22521, miss="the plan's step 16% short: " + _OLD),
+    _nemo("N24-GPT3-20B", "layers=44,hidden=6144,heads=48,seq=2048,vocab=50304", 64, 256, 2, 2, 1, 1, 1, 2048, 5851),
+    _nemo("N24-GPT3-175B", "gpt3-175b", 128, 256, 1, 4, 8, 1, 6, 2048, 726),
+    _nemo("N24-GPT3-175B-512", "gpt3-175b", 512, 2048, 2, 4, 8, 1, 6, 2048, 782),
+    _nemo("N24-LLAMA2-7B", _LLAMA2 + "layers=32,hidden=4096,heads=32,ffn=11008", 8, 128, 1, 1, 1, 1, 1, 4096,
+          16847, miss="the plan's step 16% short: " + _OLD),
+    _nemo("N24-LLAMA2-13B", _LLAMA2 + "layers=40,hidden=5120,heads=40,ffn=13824", 16, 128, 1, 1, 4, 1, 10, 4096,
+          8646),
+    _nemo("N24-LLAMA2-70B", _LLAMA2 + "layers=80,hidden=8192,heads=64,kv_heads=8,ffn=28672", 64, 128, 1, 4, 4, 1,
+          20, 4096, 1707),
+    _nemo("N24-Nemotron4-340B", "layers=96,hidden=18432,heads=96,kv_heads=8,ffn=73728,seq=4096,vocab=256000", 128,
+          32, 1, 8, 8, 1, 12, 4096, 322),
+    _nemo("N24-LLAMA3-8B", "llama3-8b", 8, 128, 1, 1, 1, 2, 1, 8192, 12036,
+          miss="the plan's step 22% short: " + _OLD),
+    _nemo("N24-LLAMA3-70B", "llama3-70b", 64, 128, 1, 4, 4, 2, 5, 8192, 1533),
 )
 
 #: Mixtures of experts on H100 (Megatron-Core, tokens forced to balance over the experts). The first row sets
@@ -204,8 +238,8 @@ MOE_RUNS: tuple[Run, ...] = (
       for seq, cp, tf in ((16384, 1, 295), (32768, 2, 335), (65536, 4, 368), (131072, 8, 389))),
 )
 
-#: every run the planner is checked against: the dense ones, then the mixtures of experts
-RUNS = RUNS + MOE_RUNS
+#: every run the planner is checked against: the dense ones, NeMo 24.07's, then the mixtures of experts
+RUNS = RUNS + NEMO_RUNS + MOE_RUNS
 
 #: Korthikanti 2022 Figure 1 (also calculon-ai/calculon calculon/llm/validation.py, seqsel_fig1): GiB per
 #: GPU of parameters + optimizer state and of activations, without and with sequence parallelism +

@@ -54,8 +54,10 @@ ELEMENTWISE_F = {"gelu": 4.0, "swiglu": 6.0}
 #: ... per element of the attention scores (heads x s x s x b) without fused attention: scale-mask-softmax
 #: reads and writes 2 B (4), dropout reads 2, writes 2 and a 1-byte mask (5)
 ELEMENTWISE_SCORES = 9.0
-#: ... per element an fp8 GEMM reads: the cast of its 16-bit input (read 2 B, write 1 B)
-FP8_CAST = 3.0
+#: ... per element an fp8 GEMM reads: Transformer Engine's current scaling (Megatron-Bridge's FP8-CS recipes)
+#: reads the 16-bit input once for its amax (2 B), then casts and transposes it in one pass (read 2 B, write
+#: 1 B row-wise and 1 B column-wise, the copy the backward's transposed GEMMs read): 6
+FP8_CAST = 6.0
 #: ... per element of a mixture of experts' routed rows (s x b x top_k x h): permuting the tokens to their
 #: experts and back (gather, scatter-add weighted by the router's probabilities), the padding and the copies
 #: around them. Derived from one published run (hardware.py, ``moe``): Qwen3-30B-A3B on 16 H100s, BF16,
@@ -217,7 +219,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     ew_sc = ELEMENTWISE_SCORES * model.heads * s * s * b / tp / cp if model.attention == "standard" else 0.0
     t_gemm = gemm / gemm_rate
     t_attn = attn / attn_rate * model.attention_share  # flash attention skips what the causal mask hides
-    # fp8 GEMMs: each GEMM's activation input is cast to fp8 first (read 2 B, write 1 B; Transformer Engine):
+    # fp8 GEMMs: each GEMM's activation input is cast to fp8 first (FP8_CAST bytes an element; Transformer Engine):
     # the inputs of QKV (h), the output projection (heads x head width) and the two MLP GEMMs (h, f)
     # (a mixture of experts' first MLP GEMM reads the routed rows: top_k x h a token)
     fc1_in = h * model.top_k if model.moe else h
