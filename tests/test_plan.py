@@ -477,6 +477,13 @@ def test_recompute_moe_repeats_the_experts_block_and_keeps_none_of_it() -> None:
         Layout(recompute="moe").check(parse_model(GPT))
 
 
+def test_search_keeps_the_layout_options_given(capsys) -> None:
+    main(["plan", "--model", "qwen3-30b-a3b", "--topology", "2xdgx-h100", "--gpus", "16", "--global-batch", "256",
+          "--dispatcher", "deepep", "--ep-overlap", "--order", "tp-cp-ep-dp-pp", "--top", "3", "--json"])
+    ranked = json.loads(capsys.readouterr().out)["ranked"]
+    assert ranked and all(r["layout"]["dispatcher"] == "deepep" and r["layout"]["ep_overlap"] for r in ranked)
+
+
 def test_context_parallelism_gathers_keys_and_values() -> None:
     ctx = Context.of("2xdgx-h100")
     m = "llama3-8b,seq=32768"

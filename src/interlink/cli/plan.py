@@ -450,7 +450,14 @@ def _fixed(args: argparse.Namespace) -> dict:
 
 
 def _space(args: argparse.Namespace) -> dict:
-    return {}
+    """The layout options given with a search or a sweep, kept in every layout it tries."""
+    opts = {"order": args.order, "compress": args.compress, "cp_comm": args.cp_comm, "tp_overlap": args.tp_overlap,
+            "overlap_grad_reduce": not args.no_overlap, "overlap_param_gather": not args.no_overlap,
+            "dispatcher": args.dispatcher, "ep_overlap": args.ep_overlap, "etp": args.etp or 0}
+    from ..plan import Layout
+
+    default = Layout()
+    return {"options": {k: v for k, v in opts.items() if v != getattr(default, k)}}
 
 
 def _print_plan(args: argparse.Namespace, r: Any) -> int:

@@ -47,9 +47,11 @@ def _divisors(n: int) -> list[int]:
 def layouts(model: Model, gpus: int, *, gpus_per_host: int = 8, global_batch: int = 0, dtype: str = "bf16",
             engine: str = "megatron", zero: Iterable[int] = (1, 2, 3), recompute: Iterable[str] = ("none", "selective", "full"),
             micro_batches: Iterable[int] = (1, 2, 4, 8), virtual: Iterable[int] = (1, 2, 3, 4, 5, 6, 7, 8),
-            fixed: dict | None = None) -> list[Layout]:
+            fixed: dict | None = None, options: dict | None = None) -> list[Layout]:
     """Every layout of ``model`` on exactly ``gpus`` GPUs that :meth:`Layout.check` accepts. ``fixed``:
-    degrees the user set (``{"tp": 8}``), kept."""
+    degrees the user set (``{"tp": 8}``), kept. ``options``: the other Layout fields the user set, the same
+    in every layout (``{"dispatcher": "deepep", "ep_overlap": True, "order": ...}``)."""
+    options = dict(options or {})
     fixed = dict(fixed or {})
     gb = global_batch
     tps = [t for t in (1, 2, 4, 8, 16) if t <= gpus_per_host and model.heads % t == 0 and model.f % t == 0]
@@ -83,7 +85,7 @@ def layouts(model: Model, gpus: int, *, gpus_per_host: int = 8, global_batch: in
                                         continue  # flash attention stores no scores: selective = none, slower
                                     lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=tp > 1, zero=z,
                                                  recompute=rc, micro_batch=mb, global_batch=seqs,
-                                                 virtual_stages=v, dtype=dtype, engine=engine)
+                                                 virtual_stages=v, dtype=dtype, engine=engine, **options)
                                     try:
                                         lay.check(model)
                                     except PlanError:
