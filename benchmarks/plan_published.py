@@ -14,7 +14,7 @@ import sys
 import time
 
 from interlink.plan import plan_step
-from interlink.plan.published import RUNS, memory_rows, predicted, run_plan
+from interlink.plan.published import MOE_MEMORY, RUNS, memory_rows, predicted, run_plan
 from interlink.plan.search import search
 from interlink.plan.step import Context
 
@@ -39,6 +39,12 @@ def table() -> None:
         st = p.state_gib.get("middle", p.state_gib.get("only"))
         print(f"| {name} | {po:.2f} / {st:.2f} ({st / po - 1:+.1%}) | {act:.2f} / {p.memory_gib['activations']:.2f} "
               f"({p.memory_gib['activations'] / act - 1:+.1%}) |")
+    print("\n| mixture of experts | GiB a GPU (published peak allocated / plan) |")
+    print("|---|---|")
+    for rid, gib, _src in MOE_MEMORY:
+        (run,) = [r for r in RUNS if r.id == rid]
+        tot = run_plan(run).memory_gib["total"]
+        print(f"| {rid} | {gib:.2f} / {tot:.2f} ({tot / gib - 1:+.1%}) |")
 
 
 def timing() -> None:

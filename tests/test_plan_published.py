@@ -9,7 +9,7 @@ import re
 import pytest
 
 from interlink.plan import plan_step
-from interlink.plan.published import RUNS, memory_rows, predicted, run_plan
+from interlink.plan.published import MOE_MEMORY, RUNS, memory_rows, predicted, run_plan
 
 _PLANS: dict[str, object] = {}
 
@@ -59,6 +59,13 @@ def test_memory_within_10_percent_of_korthikanti(row) -> None:  # noqa: ANN001
     state = p.state_gib.get("middle", p.state_gib.get("only"))
     assert state == pytest.approx(params_opt, rel=0.10), name
     assert p.memory_gib["activations"] == pytest.approx(acts, rel=0.10), name
+
+
+@pytest.mark.parametrize("row", MOE_MEMORY, ids=lambda r: r[0])
+def test_moe_memory_within_10_percent(row) -> None:  # noqa: ANN001
+    rid, gib, _source = row
+    (run,) = [r for r in RUNS if r.id == rid]
+    assert _plan(run).memory_gib["total"] == pytest.approx(gib, rel=0.10), rid
 
 
 @pytest.mark.parametrize("run", [r for r in RUNS if r.miss], ids=lambda r: r.id)

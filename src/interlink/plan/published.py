@@ -15,7 +15,7 @@ from typing import Any
 from .job import Model, PRESETS, parse_model
 from .layout import Layout
 
-__all__ = ["Run", "RUNS", "NEMO_RUNS", "MOE_RUNS", "run_plan"]
+__all__ = ["Run", "RUNS", "NEMO_RUNS", "MOE_RUNS", "MOE_MEMORY", "run_plan"]
 
 NARAYANAN = ("Narayanan et al. 2021, arXiv:2104.04473, Table 1 (DGX A100 80GB, Selene, 8 HDR NICs a node); "
              "configs: NVIDIA/Megatron-LM examples/academic_paper_scripts/sc21/run_table_1.sh")
@@ -240,6 +240,12 @@ MOE_RUNS: tuple[Run, ...] = (
 
 #: every run the planner is checked against: the dense ones, NeMo 24.07's, then the mixtures of experts
 RUNS = RUNS + NEMO_RUNS + MOE_RUNS
+
+#: Published memory a GPU of a mixture of experts' run: (run id, GiB, source). PyTorch's peak allocated memory,
+#: which holds the transient buffers (the dispatcher's, the logits' softmax) besides what the plan counts
+MOE_MEMORY: tuple[tuple[str, float, str], ...] = (
+    ("Q30B-bf16-ov", 62.166, BRIDGE_EPO + ": 'rank-0 peak allocated memory was 62.166 GiB' (EP overlap on)"),
+)
 
 #: Korthikanti 2022 Figure 1 (also calculon-ai/calculon calculon/llm/validation.py, seqsel_fig1): GiB per
 #: GPU of parameters + optimizer state and of activations, without and with sequence parallelism +
