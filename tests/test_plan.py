@@ -91,13 +91,33 @@ def test_deepspeed_engine_runs_the_layers_at_its_rate(capsys) -> None:
 
 @pytest.mark.parametrize("name,billions", [("gpt3-175b", 175), ("llama3-8b", 8.03), ("llama3-70b", 70.6),
                                            ("llama3-405b", 405.9), ("mixtral-8x7b", 46.7), ("megatron-1t", 1008),
-                                           ("qwen3-30b-a3b", 30.5), ("qwen3-235b-a22b", 235)])
+                                           ("qwen3-30b-a3b", 30.5), ("qwen3-235b-a22b", 235),
+                                           ("gpt-oss-120b", 116.8)])
 def test_preset_parameter_counts(name: str, billions: float) -> None:
     assert PRESETS[name].params() / 1e9 == pytest.approx(billions, rel=0.02)
 
 
 def test_mixtral_active_parameters() -> None:
     assert PRESETS["mixtral-8x7b"].active_params() / 1e9 == pytest.approx(12.9, rel=0.03)  # Mixtral paper: 13B
+
+
+def test_a_sliding_window_counts_the_pairs_it_attends() -> None:
+    import numpy as np
+
+    for s, w, every in ((64, 8, 0), (64, 8, 2), (50, 7, 3), (32, 64, 2)):
+        m = parse_model(f"layers=6,hidden=64,heads=4,seq={s},vocab=100,window={w},full_every={every}")
+        i = np.arange(s)
+        causal = (i[:, None] >= i[None, :])
+        banded = causal & (i[:, None] - i[None, :] < w)
+        full_layers = [k % every == every - 1 for k in range(6)] if every else [False] * 6
+        pairs = np.mean([causal.sum() if f else banded.sum() for f in full_layers])
+        # the flash share of a full causal layer is 1/2 (the diagonal counted half, as Megatron does)
+        expect = np.mean([0.5 if f else min(0.5, banded.sum() / s / s) for f in full_layers])
+        assert m.attention_share == pytest.approx(expect, rel=1e-9), (s, w, every, pairs)
+    oss = parse_model("gpt-oss-120b")
+    assert oss.attention_share == pytest.approx(0.5 * 0.5 + 0.5 * (4096 * 128 - 128 * 127 / 2) / 4096 ** 2)
+    with pytest.raises(PlanError, match="window"):
+        parse_model("llama3-8b,window=-1")
 
 
 def test_head_dim_sets_the_attentions_width() -> None:

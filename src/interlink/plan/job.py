@@ -67,6 +67,8 @@ class Model:
     tied: bool = True
     attention: str = "flash"
     head_dim: int = 0
+    window: int = 0          # sliding-window attention: a query attends to the last ``window`` tokens (0: all)
+    full_every: int = 0      # with a window: every ``full_every``-th layer attends to the whole sequence (0: none)
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -84,6 +86,8 @@ class Model:
             raise PlanError(f"mlp must be gelu or swiglu, got {self.mlp!r}")
         if self.attention not in ("flash", "standard"):
             raise PlanError(f"attention must be flash or standard, got {self.attention!r}")
+        if self.window < 0 or self.full_every < 0:
+            raise PlanError(f"window and full_every must be >= 0, got {self.window} and {self.full_every}")
         if not 1 <= self.top_k <= max(1, self.experts):
             raise PlanError(f"top_k {self.top_k} must be between 1 and experts {self.experts}")
 
@@ -170,8 +174,17 @@ class Model:
         """The share of the attention core's FLOPs that run: fused (flash) attention skips the blocks the
         causal mask hides (half), and MFU counts them so (NVIDIA/Megatron-LM megatron/training/training.py,
         ``num_floating_point_operations``: "causal mask (only half of the mask is non-zero)"); standard
-        attention computes every score, as Narayanan 2021's equation 3 counts them."""
-        return 0.5 if self.attention == "flash" else 1.0
+        attention computes every score, as Narayanan 2021's equation 3 counts them. With a sliding ``window``
+        a windowed layer's query i attends to min(i + 1, window) keys; ``full_every`` layers attend fully."""
+        if self.attention != "flash":
+            return 1.0
+        if not self.window or self.window >= self.seq:
+            return 0.5
+        # a window of W tokens: query i attends to min(i + 1, W) keys, s W - W (W - 1) / 2 pairs of the s^2
+        s, w = self.seq, self.window
+        windowed = min(0.5, (s * w - w * (w - 1) / 2) / (s * s))
+        full = 1.0 / self.full_every if self.full_every else 0.0  # the share of layers that attend to everything
+        return full * 0.5 + (1.0 - full) * windowed
 
     def model_flops(self, sequences: int) -> float:
         """Forward + backward FLOPs of ``sequences`` sequences (no recomputation): what MFU counts."""
@@ -262,6 +275,12 @@ PRESETS: dict[str, Model] = {
                         experts=128, top_k=8, seq=4096, vocab=151936, mlp="swiglu", tied=False),
     "qwen3-235b-a22b": _m("qwen3-235b-a22b", layers=94, hidden=4096, heads=64, kv_heads=4, head_dim=128,
                           ffn=1536, experts=128, top_k=8, seq=4096, vocab=151936, mlp="swiglu", tied=False),
+    # gpt-oss-120b (OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card", arXiv:2508.10925, section 2; its
+    # config.json): 36 layers 2,880 wide, 64 query heads of 64, 8 KV heads, 128 experts of which a token visits 4,
+    # every other layer's attention banded to 128 tokens; 116.8B parameters
+    "gpt-oss-120b": _m("gpt-oss-120b", layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880,
+                       experts=128, top_k=4, seq=4096, vocab=201088, mlp="swiglu", tied=False, window=128,
+                       full_every=2),
 }
 ALIASES = {"gpt3": "gpt3-175b", "gpt-3": "gpt3-175b", "gpt3-175B": "gpt3-175b", "llama3-405B": "llama3-405b",
            "mixtral": "mixtral-8x7b", "megatron-1T": "megatron-1t", "1t": "megatron-1t"}
@@ -306,7 +325,7 @@ def _build(base: str | None, kv: dict[str, Any], text: str) -> Model:
     for k in list(kv):
         if k not in _KEYS:
             raise PlanError(f"unknown model key {k!r} in {text!r}; keys: layers, hidden, heads, seq, vocab, kv_heads, "
-                            f"ffn, experts, top_k, mlp, tied, attention, head_dim")
+                            f"ffn, experts, top_k, mlp, tied, attention, head_dim, window, full_every")
     for old, new in (("ffn_hidden", "ffn"), ("kv", "kv_heads"), ("seq_len", "seq"), ("num_layers", "layers")):
         if old in kv:
             kv[new] = kv.pop(old)

@@ -229,6 +229,20 @@ MOE_RUNS: tuple[Run, ...] = (
         MODELZOO + ", TP4 EP8 PP8 VPP4 DP8 (EDP 4), DeepEP: 29.0 s",
         miss="the plan's step 42% short (286 TFLOPS a GPU): 1,024 tokens a GPU a layer (sequence 4,096 over TP4) is too little work to "
              "keep an H100 busy; the host's kernel launches set the pace there, which the plan does not price"),
+    # GPT-OSS 120B on 64 H100s, BF16, TP 1, PP 4, EP 8, alltoall dispatcher (compared by tokens a second)
+    Run("OSS120B", "gpt-oss-120b", Layout(tp=1, pp=4, dp=16, ep=8, global_batch=1280), "8xdgx-h100", "step_s",
+        round(1280 * 4096 / (5824 * 64), 4),
+        "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 26.04.01 NeMo container, DGX-H100, BF16, GPT OSS "
+        "120B, 64 GPUs, TP1 PP4 EP8, MBS1 GBS1280 (recipe src/megatron/bridge/perf_recipes/gpt_oss/h100/gpt_oss.py): "
+        "5,824 tokens/s a GPU",
+        miss="the plan's step 33% short: layers 2,880 wide with 4,096 tokens a GPU (small expert GEMMs, many "
+             "small kernels); the attention sinks and biases are not priced, and ELEMENTWISE_MOE is Qwen3's"),
+    Run("OSS120B-mb4", "gpt-oss-120b", Layout(tp=1, pp=4, dp=16, ep=8, micro_batch=4, global_batch=512),
+        "8xdgx-h100", "step_s", round(512 * 4096 / (5630 * 64), 4),
+        "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, 25.11 NeMo container, DGX-H100, GPT OSS "
+        "120B, 64 GPUs, BF16, TP1 PP4 EP8, MBS4 GBS512: 5,630 tokens/s a GPU",
+        miss="the plan's step 15.5% short: as OSS120B, with four sequences a micro-batch (and a bubble of 3 "
+             "stage times in 8)"),
     # the same page's long sequences: TP 4, PP 8, VPP 4, EP 8, CP 1-8, global batch 256, forced balance;
     # `--recompute-granularity selective --recompute-modules layernorm moe` (the experts' block recomputed)
     *(Run(f"Q235B-{seq // 1024}K", f"qwen3-235b-a22b,seq={seq}",
