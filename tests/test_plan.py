@@ -504,6 +504,55 @@ def test_search_keeps_the_layout_options_given(capsys) -> None:
     assert ranked and all(r["layout"]["dispatcher"] == "deepep" and r["layout"]["ep_overlap"] for r in ranked)
 
 
+def test_experts_state_gathers_and_optimizer_follow_their_own_ranks() -> None:
+    m = parse_model("qwen3-30b-a3b")
+    ctx = Context.of("2xdgx-h100")
+    # --etp without expert parallelism is refused (it would split the experts apart from the MLP's ranks)
+    with pytest.raises(PlanError, match="--etp needs --ep"):
+        Layout(tp=2, dp=8, sp=True, etp=1).check(m)
+    # with etp = tp the experts' tensor groups are the tensor-parallel groups, whatever the order
+    lay = Layout(tp=2, dp=2, ep=2, sp=True, order="dp-tp-cp-pp")
+    assert lay.group("etp") == lay.group("tp") == [0, 2]
+    # ep 16 over dp 16: every expert on one rank a stage (edp of 1): ZeRO-3 gathers only the dense part,
+    # over the 16 ranks, and the experts' optimizer state is not sharded, in memory and in the step's time
+    r = plan_step(m, Layout(tp=1, dp=16, ep=16, zero=3, global_batch=64), ctx)
+    fsdp = [c for c in r.collectives if c["kind"] == "fsdp"]
+    dense = (m.attention_params() + m.hidden * m.experts) * 2
+    assert {c["ranks"] for c in fsdp} == {16} and fsdp[0]["bytes"] == pytest.approx(dense, rel=0.011)
+    z1 = plan_step(m, Layout(tp=1, dp=16, ep=16, zero=1, global_batch=64), ctx)
+    experts = m.layers * m.experts / 16 * m.expert_params()
+    assert z1.memory_gib["optimizer"] * (1 << 30) >= 12 * experts
+    assert z1.breakdown["optimizer"] >= 30 * experts / (ctx.gpu.hbm_gbps * 1e9 * 0.8) * 0.99
+    assert sum(z1.state_gib.values()) == pytest.approx(
+        z1.memory_gib["weights"] + z1.memory_gib["gradients"] + z1.memory_gib["optimizer"], rel=0.02)
+
+
+def test_deepep_on_an_uneven_group_prices_the_host_with_fewest_gpus() -> None:
+    m = parse_model("qwen3-30b-a3b,experts=96")
+    r = plan_step(m, Layout(tp=1, dp=24, ep=12, global_batch=48, dispatcher="deepep"), Context.of("3xdgx-h100"))
+    net, nvl = [c for c in r.collectives if c["kind"] == "ep"]
+    tokens = m.seq * m.hidden * 2
+    # hosts of 8 and 4 of the group's GPUs: each of the 4 takes the tokens of the other host's 8 senders
+    p_host = 1 - math.comb(96 - 32, 8) / math.comb(96, 8)   # 8 experts a GPU, 4 GPUs
+    assert net["ranks"] == 2 and net["bytes"] == pytest.approx(tokens * p_host * 2 * (12 - 4) / 4, rel=0.011)
+    p_gpu = 1 - math.comb(96 - 8, 8) / math.comb(96, 8)
+    assert nvl["ranks"] == 4 and nvl["bytes"] == pytest.approx(tokens * 12 * p_gpu, rel=0.011)
+
+
+def test_ep_overlap_with_recomputation_counts_the_recomputed_all_to_alls() -> None:
+    m = parse_model("qwen3-30b-a3b,seq=1024")
+    ctx = Context.of("4xdgx-h100")
+    for rc in ("moe", "full"):
+        kw = dict(tp=1, dp=32, ep=32, global_batch=128, recompute=rc)
+        on = plan_step(m, Layout(**kw, ep_overlap=True), ctx)
+        a = max(c["time_us"] for c in on.collectives if c["kind"] == "ep") * 1e-6
+        C = on.stage["layer_forward_s"] + on.stage["layer_backward_s"]
+        from interlink.plan.hardware import comm_sm_share
+        per_layer = max(6 * a, C + comm_sm_share("h100") * 6 * a) - C
+        mb = on.stage["micro_batches"]
+        assert on.breakdown["ep"] == pytest.approx(mb * m.layers * per_layer, rel=1e-6), rc
+
+
 def test_context_parallelism_gathers_keys_and_values() -> None:
     ctx = Context.of("2xdgx-h100")
     m = "llama3-8b,seq=32768"

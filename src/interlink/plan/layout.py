@@ -73,6 +73,8 @@ class Layout:
     def expert_tp(self) -> int:
         """Expert tensor parallelism: ``etp``, or by default ``tp`` where ``ep`` divides ``cp x dp``
         (Megatron-Core's default), else 1 (the experts' groups folded over the tensor-parallel ranks)."""
+        if self.ep <= 1:
+            return self.tp  # no expert parallelism: the experts are split as the MLP is
         if self.etp:
             return self.etp
         return self.tp if (self.cp * self.dp) % max(1, self.ep) == 0 else 1
@@ -146,9 +148,12 @@ class Layout:
                 raise PlanError(f"--ep {self.ep} x --etp {self.expert_tp} must divide the {block} ranks of a pipeline "
                                 f"stage (tp {self.tp} x cp {self.cp} x dp {self.dp}): the experts' groups are folded "
                                 f"over them; change --ep or --etp")
-            if self.tp % self.expert_tp and self.expert_tp % self.tp:
-                raise PlanError(f"--etp {self.expert_tp} and --tp {self.tp}: one must divide the other")
-        elif self.etp > 1:
+            if self.expert_tp not in (1, self.tp):
+                raise PlanError(f"--etp {self.expert_tp}: use --etp 1 or --etp {self.tp} (= --tp); other splits of the "
+                                f"experts are not priced")
+            if self.tp > 1 and not self.sp:
+                raise PlanError("--ep with --tp > 1 needs sequence parallelism (--sp), as Megatron-Core requires")
+        elif self.etp and self.etp != self.tp:
             raise PlanError("--etp needs --ep > 1 and a mixture-of-experts model")
         seqs = self.sequences()
         if seqs % (self.dp * self.micro_batch):
@@ -187,8 +192,12 @@ class Layout:
             others = base + sum(coord[d] * st[d] for d in self.dims if d != kind)
             return [others + i * st[kind] for i in range(sz[kind])]
         if kind in ("ep", "edp", "etp"):
-            # the stage's tp x cp x dp ranks in order, split etp (innermost), ep, then the experts' dp
+            # the stage's tp x cp x dp ranks in order, split etp (innermost), ep, then the experts' dp; with
+            # etp = tp the tensor-parallel ranks come first whatever --order says, so the experts' tensor groups
+            # are the tensor-parallel groups
             inner = [d for d in self.dims if d != "pp"]
+            if self.expert_tp == self.tp:
+                inner = ["tp"] + [d for d in inner if d != "tp"]
             idx, mul = 0, 1
             for d in inner:
                 idx += coord[d] * mul

@@ -60,8 +60,9 @@ ELEMENTWISE_SCORES = 9.0
 FP8_CAST = 6.0
 #: ... per element of a mixture of experts' routed rows (s x b x top_k x h): permuting the tokens to their
 #: experts and back (gather, scatter-add weighted by the router's probabilities), the padding and the copies
-#: around them. Derived from one published run (hardware.py, ``moe``): Qwen3-30B-A3B on 16 H100s, BF16,
-#: tp1 ep16 over HybridEP with the experts' all-to-alls overlapped, 20.99 s a step
+#: around them, and what the experts' small grouped GEMMs lose against the GEMM fraction. Derived from one
+#: published run (plan/published.py, Q30B-bf16): Qwen3-30B-A3B on 16 H100s, BF16, tp1 ep16 over HybridEP,
+#: the experts' all-to-alls not overlapped, 24.71 s a step
 ELEMENTWISE_MOE = 36.0
 #: ... per element of the logits (s x b x vocab): fp32 softmax cross-entropy, read and write (8)
 ELEMENTWISE_LOGITS = 8.0
@@ -151,19 +152,25 @@ def _expert_dispatch(model: Model, L: Layout, ctx: "Context", price: Callable[..
     hosts: dict[int, list[int]] = {}
     for r in g:
         hosts.setdefault(r // per_host, []).append(r)
-    nh = len(hosts)
-    local = hosts[g[0] // per_host]
+    nh, G = len(hosts), len(g)
+    # the host with the fewest of the group's GPUs is the slowest to receive (each of its GPUs takes what the
+    # other hosts send there): price that one; an even group is every host alike
+    local = min(hosts.values(), key=len)
+    n_min = len(local)
     e_rank = E / L.ep
     p_rank = visit_probability(E, k, round(e_rank))
-    p_host = visit_probability(E, k, round(e_rank * len(local)))
+    p_host = visit_probability(E, k, round(e_rank * n_min))
     parts = []
     if nh > 1:
-        pos = local.index(g[0])
-        peers = [hs[pos] for hs in hosts.values() if pos < len(hs)]
-        parts.append(price("all_to_all", token_bytes * p_host * len(peers), peers, kind=None))
-    if len(local) > 1:
-        # what reaches a host (from every host, its own included) goes on to the GPUs it visits there
-        parts.append(price("all_to_all", token_bytes * nh * len(local) * p_rank, local, kind=None))
+        # one GPU a host (the first of each), a rank's buffer holding what goes to every host; an uneven group
+        # sends a host of n_min GPUs the tokens of (G - n_min) senders over n_min receivers
+        peers = [hs[0] for hs in hosts.values()]
+        scale = (G - n_min) / ((nh - 1) * n_min)
+        parts.append(price("all_to_all", token_bytes * p_host * nh * scale, peers, kind=None))
+    if n_min > 1:
+        # what reaches a host (from every host, its own included) goes on to the GPUs it visits there: a GPU
+        # receives the copies of every token of the group that visits it, G x p_rank of a rank's tokens
+        parts.append(price("all_to_all", token_bytes * G * p_rank, local, kind=None))
     t = max((pr.time_s for pr in parts), default=0.0)
     slowest = max(parts, key=lambda pr: pr.time_s) if parts else None
     for pr in parts:  # the faster one runs under the slower
@@ -257,26 +264,29 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         return pr.time_s
 
     act = s * b * h * act_b / cp  # one micro-batch's hidden states on a TP group
-    t_tp_f = 0.0
+    t_tp_f = t_tp_rc = 0.0
     if tp > 1:
         g = L.group("tp")
         n_layers_step = model.layers / pp * m  # per pipeline rank
         # the blocks of a layer with tensor-parallel collectives: attention and the MLP; a mixture of experts
         # whose experts are not split over the tensor-parallel ranks (etp < tp) has the attention's only
         blocks = 1 if (model.moe and ep > 1 and L.expert_tp < tp) else 2
+        # --recompute moe repeats the experts' block, its tensor-parallel collectives too where it has them
+        moe_rc = L.recompute == "moe" and blocks == 2
         if sp:
             ag = price("all_gather", act, g, kind="tp")
             rs = price("reduce_scatter", act, g, kind="tp")
             t_tp_f = blocks * (ag.time_s + rs.time_s)
-            calls = blocks * (3 if L.recompute == "full" else 2) * n_layers_step
+            calls = (blocks * (3 if L.recompute == "full" else 2) + (1 if moe_rc else 0)) * n_layers_step
             add("tp", ag, calls, ag.time_s * calls * (1.0 - L.tp_overlap))
             add("tp", rs, calls, rs.time_s * calls * (1.0 - L.tp_overlap))
         else:
             ar = price("all_reduce", act, g, kind="tp")
             t_tp_f = blocks * ar.time_s
-            calls = blocks * (3 if L.recompute == "full" else 2) * n_layers_step
+            calls = (blocks * (3 if L.recompute == "full" else 2) + (1 if moe_rc else 0)) * n_layers_step
             add("tp", ar, calls, ar.time_s * calls * (1.0 - L.tp_overlap))
         t_tp_f *= (1.0 - L.tp_overlap)
+        t_tp_rc = t_tp_f / 2 if moe_rc else 0.0  # one block's of the two
     t_cp_f = t_cp_b = 0.0
     if cp > 1:
         g = L.group("cp")
@@ -297,26 +307,31 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         add("cp", rs, n, max(0.0, t_cp_b - t_cp_f) * n)
     t_ep_f = 0.0
     if model.moe and ep > 1:
+        rep = 1.5 if L.recompute in ("full", "moe") else 1.0  # the recomputed forward's dispatch and combine
         a2a = _expert_dispatch(model, L, ctx, price, add, s * b / cp / (tp if sp else 1) * h * act_b,
-                               (6 if L.recompute in ("full", "moe") else 4) * model.layers / pp * m)
+                               4 * rep * model.layers / pp * m)
         t_ep_f = 2 * a2a  # dispatch and combine
         if L.ep_overlap and m > 1:
             # Megatron-Core's overlap_moe_expert_parallel_comm: one micro-batch's forward runs beside
             # another's backward, layer by layer, each one's all-to-alls under the other's compute; while they
             # run, the dispatcher's kernels hold some of the SMs (hardware.py, ``ep_overlap_sms``)
-            busy_c, comm = t_layer_f + t_layer_b, 4 * a2a
-            t_ep_f = (max(comm, busy_c + comm_sm_share(gpu.family) * comm) - busy_c) / 2
+            busy_c, comm = t_layer_f + t_layer_b, 4 * rep * a2a
+            t_ep_f = (max(comm, busy_c + comm_sm_share(gpu.family) * comm) - busy_c) / (2 * rep)
         for c in colls:
             if c["kind"] == "ep":
                 c["exposed_s"] = c["exposed_s"] * (t_ep_f / (2 * a2a) if a2a else 0.0)
     comm_layer_f = t_tp_f + t_cp_f + t_ep_f
     comm_layer_b = t_tp_f + t_cp_b + t_ep_f + (comm_layer_f if L.recompute == "full" else
-                                                t_ep_f if L.recompute == "moe" else 0.0)
+                                                t_ep_f + t_tp_rc if L.recompute == "moe" else 0.0)
 
     # ---- ZeRO-3 (FSDP): gather each layer's weights, reduce-scatter its gradients, one layer ahead --
-    lp = model.layer_params() / tp
-    if model.moe and ep > 1:
-        lp = model.attention_params() / tp + model.experts / ep * model.expert_params() / L.expert_tp
+    # a layer's parameters on a GPU: the dense ones (attention, norms, the router) split over tp, and the
+    # experts it holds (all of them split over tp without expert parallelism; E / ep of them split over etp)
+    lp_exp = (model.experts / ep * model.expert_params() / L.expert_tp) if model.moe else 0.0
+    lp_dense = (model.attention_params() + model.hidden * model.experts) / tp if model.moe else \
+        model.layer_params() / tp
+    lp = lp_dense + lp_exp
+    edp = L.group("edp") if model.moe else []
     fsdp_f = fsdp_b = 0.0
     gbytes = L.grad_bytes()
     comp = L.compress.lower()
@@ -330,16 +345,26 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         hh, ff = h, model.f
         gfactor = min(1.0, r * (hh + ff) / (hh * ff))
     dpcp = L.group("dpcp")
-    if L.zero == 3 and len(dpcp) > 1:
-        ag = price("all_gather", lp * 2, dpcp, kind="dpcp")
-        rs = price("reduce_scatter", lp * gbytes * gfactor, dpcp, _dtype_name(gbytes), kind="dpcp")
+    if L.zero == 3 and (len(dpcp) > 1 or len(edp) > 1):
+        # the dense parameters over the ranks that hold them (data x context), the experts over theirs (edp);
+        # one after the other on the same stream
+        parts = [(lp_dense if lp_exp else lp, dpcp, "dpcp")] + ([(lp_exp, edp, "edp")] if lp_exp else [])
+        gathers, scatters = [], []
+        for nparams, grp, kind in parts:
+            if len(grp) > 1 and nparams > 0:
+                gathers.append(price("all_gather", nparams * 2, grp, kind=kind))
+                scatters.append(price("reduce_scatter", nparams * gbytes * gfactor, grp, _dtype_name(gbytes), kind))
+        t_ag = sum(pr.time_s for pr in gathers)
+        t_rs = sum(pr.time_s for pr in scatters)
         comp_f = t_layer_f + comm_layer_f
         comp_b = t_layer_b + comm_layer_b
-        fsdp_f = max(0.0, ag.time_s - comp_f)
-        fsdp_b = max(0.0, ag.time_s * (2 if L.recompute == "full" else 1) + rs.time_s - comp_b)
+        fsdp_f = max(0.0, t_ag - comp_f)
+        fsdp_b = max(0.0, t_ag * (2 if L.recompute == "full" else 1) + t_rs - comp_b)
         n = model.layers / pp * m
-        add("fsdp", ag, n * (2 + (1 if L.recompute == "full" else 0)), (fsdp_f + 0.0) * n)
-        add("fsdp", rs, n, fsdp_b * n)
+        for pr in gathers:
+            add("fsdp", pr, n * (2 + (1 if L.recompute == "full" else 0)), fsdp_f * n * pr.time_s / t_ag if t_ag else 0.0)
+        for pr in scatters:
+            add("fsdp", pr, n, fsdp_b * n * pr.time_s / t_rs if t_rs else 0.0)
 
     # ---- a stage: its layers and (last stage) the logits ------------------------------------------
     # layers per stage: ceil(L / p) each; where p x ceil(L / p) > L the last stage (it holds the logits),
@@ -372,7 +397,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     stage_params = per_stage * lp + model.embedding_params() / tp  # the first stage: its layers, the embedding
     dense_params, expert_params = stage_params, 0.0
     if model.moe and ep > 1:
-        expert_params = per_stage * model.experts / ep * model.expert_params() / L.expert_tp
+        expert_params = per_stage * lp_exp
         dense_params = stage_params - expert_params
     dp_time = 0.0
     gather_time = 0.0
@@ -415,8 +440,10 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
             c["exposed_s"] = ex * own / tot if tot else 0.0
 
     # ---- optimizer --------------------------------------------------------------------------------
+    # (ZeRO shards the dense parameters' optimizer over dpcp, the experts' over edp)
     shard = len(dpcp) if L.zero >= 1 else 1
-    opt = ADAM_BYTES * stage_params / shard / hbm
+    eshard = len(edp) if (L.zero >= 1 and edp) else 1
+    opt = ADAM_BYTES * (dense_params / shard + expert_params / eshard) / hbm
 
     step = busy + bubble + p2p_exposed + dp_exposed + gather_exposed + opt
 
@@ -429,10 +456,11 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         model.moe_activation_bytes(b, tp, cp) if L.recompute == "moe" else 0.0  # the block recomputed
     logits_mem = ELEMENTWISE_LOGITS / 2 * s * b * model.vocab / tp / cp  # fp32 logits, on the last stage
     state = wb + gb_ + ob  # bytes a parameter: weights + gradients + optimizer
-    # experts' parameters are sharded by ZeRO over their own data-parallel ranks (dp x cp / ep)
-    exp_lp = model.experts / ep * model.expert_params() / L.expert_tp if model.moe else 0.0
-    ew, eg, eo = bytes_per_param(L.zero, len(L.group("edp"))) if exp_lp else (wb, gb_, ob)
-    z3 = 2 * 2 * lp if L.zero == 3 else 0.0  # ZeRO-3: the gathered layer and the one prefetched
+    # experts' parameters are sharded by ZeRO over their own data-parallel ranks (edp)
+    exp_lp = lp_exp
+    ew, eg, eo = bytes_per_param(L.zero, len(edp)) if exp_lp else (wb, gb_, ob)
+    # ZeRO-3: the gathered layer and the one prefetched (the experts only where edp shards them)
+    z3 = 2 * 2 * (lp_dense + (lp_exp if len(edp) > 1 else 0.0)) if L.zero == 3 else 0.0
     best = None
     for k in range(pp):
         # stage k holds the activations of min(m, p - k) micro-batches in flight (1F1B; Narayanan 2021, 2.2.1)
@@ -447,11 +475,15 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     _, (w_b, g_b, o_b), acts = best
     memory = {"weights": w_b / GIB, "gradients": g_b / GIB, "optimizer": o_b / GIB, "activations": acts / GIB}
     memory["total"] = sum(memory.values())
-    gib = state / GIB
-    stages = {"first": (layers_of[0] * lp + emb) * gib, "middle": layers_of[pp // 2] * lp * gib,
-              "last": (last_layers * lp + emb) * gib} if pp > 2 else \
-        {"only": (model.layers * lp + emb * (1 if model.tied else 2)) * gib} if pp == 1 else \
-        {"first": (layers_of[0] * lp + emb) * gib, "last": (last_layers * lp + emb) * gib}
+    estate = ew + eg + eo
+
+    def stage_gib(nlayers: int, embeddings: int) -> float:
+        return (nlayers * ((lp - exp_lp) * state + exp_lp * estate) + embeddings * emb * state) / GIB
+
+    stages = {"first": stage_gib(layers_of[0], 1), "middle": stage_gib(layers_of[pp // 2], 0),
+              "last": stage_gib(last_layers, 1)} if pp > 2 else \
+        {"only": stage_gib(model.layers, 1 if model.tied else 2)} if pp == 1 else \
+        {"first": stage_gib(layers_of[0], 1), "last": stage_gib(last_layers, 1)}
     fits = memory["total"] <= gpu.memory_gib
 
     # ---- results ------------------------------------------------------------------------------------
@@ -464,7 +496,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     bf16_peak = gpu.bf16_tflops * 1e12
     breakdown = {
         "compute": 0.0,
-        "tp": m * per_stage * 2 * t_tp_f + (m * per_stage * t_tp_f if L.recompute == "full" else 0.0),
+        "tp": m * per_stage * (2 * t_tp_f + (t_tp_f if L.recompute == "full" else t_tp_rc)),
         "cp": m * per_stage * (t_cp_f + t_cp_b + (t_cp_f if L.recompute == "full" else 0.0)),
         "ep": m * per_stage * 2 * t_ep_f * (1.5 if L.recompute in ("full", "moe") else 1.0),
         "fsdp": m * per_stage * (fsdp_f + fsdp_b),
