@@ -278,10 +278,8 @@ def run(args: argparse.Namespace) -> int:
         lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=(tp > 1) if args.sp is None else args.sp,
                      zero=1 if args.zero is None else args.zero, recompute=args.recompute or "none",
                      micro_batch=args.micro_batch or 1, global_batch=gb or _default_batch(model, dp, args.micro_batch or 1),
-                     virtual_stages=args.virtual_stages or 1, compress=args.compress, order=args.order,
-                     overlap_grad_reduce=not args.no_overlap, overlap_param_gather=not args.no_overlap,
-                     tp_overlap=args.tp_overlap, dtype=args.dtype, cp_comm=args.cp_comm, engine=args.engine,
-                     etp=args.etp or 0, dispatcher=args.dispatcher, ep_overlap=args.ep_overlap)
+                     virtual_stages=args.virtual_stages or 1, dtype=args.dtype, engine=args.engine,
+                     **_options(args))
         contention = lay.gpus <= CONTENTION_MAX_GPUS if args.contention is None else args.contention
         result = plan_step(model, lay, ctx, contention=contention)
         prog.close()
@@ -449,15 +447,20 @@ def _fixed(args: argparse.Namespace) -> dict:
     return out
 
 
-def _space(args: argparse.Namespace) -> dict:
-    """The layout options given with a search or a sweep, kept in every layout it tries."""
-    opts = {"order": args.order, "compress": args.compress, "cp_comm": args.cp_comm, "tp_overlap": args.tp_overlap,
+def _options(args: argparse.Namespace) -> dict:
+    """The Layout fields the flags set besides the degrees, batch and recomputation: one layout's, and the
+    ones a search or a sweep keeps in every layout it tries."""
+    return {"order": args.order, "compress": args.compress, "cp_comm": args.cp_comm, "tp_overlap": args.tp_overlap,
             "overlap_grad_reduce": not args.no_overlap, "overlap_param_gather": not args.no_overlap,
             "dispatcher": args.dispatcher, "ep_overlap": args.ep_overlap, "etp": args.etp or 0}
+
+
+def _space(args: argparse.Namespace) -> dict:
+    """The layout options given with a search or a sweep (those that differ from Layout's defaults)."""
     from ..plan import Layout
 
     default = Layout()
-    return {"options": {k: v for k, v in opts.items() if v != getattr(default, k)}}
+    return {"options": {k: v for k, v in _options(args).items() if v != getattr(default, k)}}
 
 
 def _print_plan(args: argparse.Namespace, r: Any) -> int:

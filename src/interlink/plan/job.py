@@ -155,11 +155,11 @@ class Model:
     def layer_gemm_flops(self, b: int) -> float:
         """Forward FLOPs of one layer's weight matrices (QKV, output, MLP, router) for ``b`` sequences."""
         h, s, q = self.hidden, self.seq, self.q_dim
-        return 2.0 * b * s * h * ((q + 2 * self.kv_dim) + q + self.f * self.mats * self.top_k
-                                  + (self.experts if self.moe else 0))
+        return 2.0 * b * s * h * ((q + 2 * self.kv_dim) + q) + self.moe_gemm_flops(b)
 
     def moe_gemm_flops(self, b: int) -> float:
-        """Forward FLOPs of one layer's experts (the ``top_k`` a token visits) and router for ``b`` sequences."""
+        """Forward FLOPs of one layer's MLP (a mixture of experts: the ``top_k`` experts a token visits and the
+        router) for ``b`` sequences."""
         return 2.0 * b * self.seq * self.hidden * (self.f * self.mats * self.top_k + (self.experts if self.moe else 0))
 
     def layer_attention_flops(self, b: int) -> float:
@@ -224,7 +224,7 @@ class Model:
         if recompute == "full":
             return 2.0 * sbh / (tp if sp else 1)
         replicated = 10.0 * sbh
-        inner = 0.0 if recompute == "moe" else self.moe_activation_bytes(b, tp, cp) * tp
+        inner = 0.0 if recompute == "moe" else self.moe_activation_bytes(b, 1, cp)
         sharded = 4.0 * s * b * self.q_dim + 4.0 * s * b * self.kv_dim + inner
         if self.attention == "standard" and recompute != "selective":
             sharded += 5.0 * self.heads * s * self.seq * b

@@ -171,11 +171,10 @@ def _expert_dispatch(model: Model, L: Layout, ctx: "Context", price: Callable[..
         # what reaches a host (from every host, its own included) goes on to the GPUs it visits there: a GPU
         # receives the copies of every token of the group that visits it, G x p_rank of a rank's tokens
         parts.append(price("all_to_all", token_bytes * G * p_rank, local, kind=None))
-    t = max((pr.time_s for pr in parts), default=0.0)
-    slowest = max(parts, key=lambda pr: pr.time_s) if parts else None
+    slowest = max(parts, key=lambda pr: pr.time_s, default=None)
     for pr in parts:  # the faster one runs under the slower
         add("ep", pr, calls, pr.time_s * calls if pr is slowest else 0.0)
-    return t
+    return slowest.time_s if slowest is not None else 0.0
 
 
 def _dtype_name(nbytes: int) -> str:
@@ -230,7 +229,8 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     # the inputs of QKV (h), the output projection (heads x head width) and the two MLP GEMMs (h, f)
     # (a mixture of experts' first MLP GEMM reads the routed rows: top_k x h a token)
     fc1_in = h * model.top_k if model.moe else h
-    ew_cast = FP8_CAST * s * b * (h + fc1_in + model.q_dim + model.f * model.top_k) / tp / cp if L.dtype == "fp8" else 0.0
+    cast_mlp = FP8_CAST * s * b * (fc1_in + model.f * model.top_k) / tp / cp if L.dtype == "fp8" else 0.0
+    ew_cast = (FP8_CAST * s * b * (h + model.q_dim) / tp / cp if L.dtype == "fp8" else 0.0) + cast_mlp
     # a mixture of experts' token permutation, unpermutation and the kernels around them, per routed element
     ew_moe = ELEMENTWISE_MOE * s * b * h * model.top_k / tp / cp if model.moe else 0.0
     t_ew = (ew_h + ew_f + ew_sc + ew_cast + ew_moe) / hbm_layer
@@ -246,8 +246,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     elif L.recompute == "moe":
         # Megatron-Core's --recompute-modules moe: the experts' block forward again (router, GEMMs,
         # activation, permutation; its all-to-alls below)
-        moe_cast = FP8_CAST * s * b * (fc1_in + model.f * model.top_k) / tp / cp if L.dtype == "fp8" else 0.0
-        t_layer_b += model.moe_gemm_flops(b) / tp / cp / gemm_rate + (ew_f + ew_moe + moe_cast) / hbm_layer
+        t_layer_b += model.moe_gemm_flops(b) / tp / cp / gemm_rate + (ew_f + ew_moe + cast_mlp) / hbm_layer
     # the output layer stays a 16-bit GEMM under fp8 recipes (NVIDIA/Megatron-LM megatron/core/models/gpt/
     # gpt_model.py: tensor_parallel.ColumnParallelLinear unless an MXFP8 output projection is asked for)
     logits = (model.logits_flops(b) / tp / cp / attn_rate
@@ -306,8 +305,8 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         add("cp", ag, n * (2 + (1 if L.recompute == "full" else 0)), t_cp_f * n * (2 + (L.recompute == "full")))
         add("cp", rs, n, max(0.0, t_cp_b - t_cp_f) * n)
     t_ep_f = 0.0
+    rep = 1.5 if L.recompute in ("full", "moe") else 1.0  # the experts' all-to-alls, the recomputed ones too
     if model.moe and ep > 1:
-        rep = 1.5 if L.recompute in ("full", "moe") else 1.0  # the recomputed forward's dispatch and combine
         a2a = _expert_dispatch(model, L, ctx, price, add, s * b / cp / (tp if sp else 1) * h * act_b,
                                4 * rep * model.layers / pp * m)
         t_ep_f = 2 * a2a  # dispatch and combine
@@ -348,7 +347,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     if L.zero == 3 and (len(dpcp) > 1 or len(edp) > 1):
         # the dense parameters over the ranks that hold them (data x context), the experts over theirs (edp);
         # one after the other on the same stream
-        parts = [(lp_dense if lp_exp else lp, dpcp, "dpcp")] + ([(lp_exp, edp, "edp")] if lp_exp else [])
+        parts = [(lp_dense, dpcp, "dpcp")] + ([(lp_exp, edp, "edp")] if lp_exp else [])
         gathers, scatters = [], []
         for nparams, grp, kind in parts:
             if len(grp) > 1 and nparams > 0:
@@ -457,16 +456,15 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     logits_mem = ELEMENTWISE_LOGITS / 2 * s * b * model.vocab / tp / cp  # fp32 logits, on the last stage
     state = wb + gb_ + ob  # bytes a parameter: weights + gradients + optimizer
     # experts' parameters are sharded by ZeRO over their own data-parallel ranks (edp)
-    exp_lp = lp_exp
-    ew, eg, eo = bytes_per_param(L.zero, len(edp)) if exp_lp else (wb, gb_, ob)
+    ew, eg, eo = bytes_per_param(L.zero, len(edp)) if lp_exp else (wb, gb_, ob)
     # ZeRO-3: the gathered layer and the one prefetched (the experts only where edp shards them)
     z3 = 2 * 2 * (lp_dense + (lp_exp if len(edp) > 1 else 0.0)) if L.zero == 3 else 0.0
     best = None
     for k in range(pp):
         # stage k holds the activations of min(m, p - k) micro-batches in flight (1F1B; Narayanan 2021, 2.2.1)
-        dense = layers_of[k] * (lp - exp_lp) + (emb if k == 0 else 0.0) + \
+        dense = layers_of[k] * lp_dense + (emb if k == 0 else 0.0) + \
             (emb if k == pp - 1 and (pp > 1 or not model.tied) else 0.0)
-        expert = layers_of[k] * exp_lp
+        expert = layers_of[k] * lp_exp
         wgo = (dense * wb + expert * ew + z3, dense * gb_ + expert * eg, dense * ob + expert * eo)
         acts = act_layer * layers_of[k] * min(m, pp - k) * inter + extra + (logits_mem if k == pp - 1 else 0.0)
         total = sum(wgo) + acts
@@ -478,7 +476,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     estate = ew + eg + eo
 
     def stage_gib(nlayers: int, embeddings: int) -> float:
-        return (nlayers * ((lp - exp_lp) * state + exp_lp * estate) + embeddings * emb * state) / GIB
+        return (nlayers * (lp_dense * state + lp_exp * estate) + embeddings * emb * state) / GIB
 
     stages = {"first": stage_gib(layers_of[0], 1), "middle": stage_gib(layers_of[pp // 2], 0),
               "last": stage_gib(last_layers, 1)} if pp > 2 else \
@@ -498,7 +496,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
         "compute": 0.0,
         "tp": m * per_stage * (2 * t_tp_f + (t_tp_f if L.recompute == "full" else t_tp_rc)),
         "cp": m * per_stage * (t_cp_f + t_cp_b + (t_cp_f if L.recompute == "full" else 0.0)),
-        "ep": m * per_stage * 2 * t_ep_f * (1.5 if L.recompute in ("full", "moe") else 1.0),
+        "ep": m * per_stage * 2 * t_ep_f * rep,
         "fsdp": m * per_stage * (fsdp_f + fsdp_b),
         "pp_bubble": bubble, "pp_p2p": p2p_exposed, "dp": dp_exposed, "zero_gather": gather_exposed,
         "optimizer": opt,
