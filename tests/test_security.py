@@ -647,3 +647,44 @@ def test_a_conflict_abort_read_by_any_loop_is_what_every_rank_reports():
             assert "claimed twice" in str(err) and list(err.ranks) == [2]
     finally:
         b.close()
+
+
+def test_a_rank_that_loses_a_peer_to_a_conflict_reports_the_conflict():
+    """A rank whose peer stopped on a second claimant (its listener closed, connects refused) reports the
+    RankConflictError the store holds, within about a second of refusals, not a CommTimeoutError at the
+    init deadline; a store that is gone too leaves the original error."""
+    from interlink.errors import CommTimeoutError
+    from interlink.runtime import mesh
+
+    class Store:
+        def __init__(self, how):
+            self.how = how
+
+        def missing(self, keys):
+            if self.how == "refuses":
+                raise RankConflictError("rank 2 of this job was claimed twice: refused", op="init", group="world")
+            if self.how == "gone":
+                raise ConnectionError("the store is gone")
+            return [] if self.how == "marked" else list(keys)
+
+        def get(self, key, timeout=None):
+            return b"rank 2 of this job was claimed twice: marked"
+
+    cause = CommTimeoutError("could not connect", op="init", group="world", seq=0, ranks=[1])
+    for how, text in (("refuses", "refused"), ("marked", "marked")):
+        with pytest.raises(RankConflictError, match=text):
+            mesh.raise_if_conflict(Store(how), cause)
+    for how in ("gone", "clean"):
+        mesh.raise_if_conflict(Store(how), cause)  # nothing to say: the caller raises its own error
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nobody listens: every connect is refused
+    t0 = time.monotonic()
+    with pytest.raises(RankConflictError, match="marked"):
+        mesh._connect({"tcp": ["127.0.0.1", port]}, False, time.monotonic() + 30, 1,
+                      check=lambda err: mesh.raise_if_conflict(Store("marked"), err))
+    assert time.monotonic() - t0 < 5
+    with pytest.raises(CommTimeoutError, match="could not connect to rank 1"):
+        mesh._connect({"tcp": ["127.0.0.1", port]}, False, time.monotonic() + 1.5, 1,
+                      check=lambda err: mesh.raise_if_conflict(Store("clean"), err))

@@ -108,7 +108,9 @@ def _start(r: int, w: int, store: Any, server: Any, secret: bytes, master_addr: 
         if server is not None:  # after a rank conflict, the other ranks still read why from the store
             if server.conflict is not None:
                 server.await_claims(w, 5.0)  # ranks still starting come to hear it, for a few seconds
-            server.close(linger=2.0 if server.conflict is not None else 0.0)
+            # linger until every rank has let go of the store (each does as soon as its init fails): a rank
+            # that lost a peer to the conflict asks the store why; 10 s bounds it on a loaded machine
+            server.close(linger=CONFLICT_LINGER_S if server.conflict is not None else 0.0)
         raise
     ctx = _Ctx(r, w, engine, store, server, float(timeout))
     ctx.mesh_args = (secret, master_addr, int(master_port))  # shrink connects the survivors with these
@@ -139,6 +141,7 @@ def _atexit() -> None:
 
 
 _CONFLICT_LOCK = threading.Lock()
+CONFLICT_LINGER_S = 10.0  # how long rank 0 keeps its store for the other ranks after a rank conflict in init
 _UNCAUGHT: Optional[str] = None  # why this process is going down, if an exception escaped the script
 
 

@@ -24,7 +24,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..errors import AuthenticationError, CommTimeoutError, RankConflictError
 from ..transport import registry
@@ -108,6 +108,21 @@ def wait_for_ranks(store: Any, prefix: str, rank: int, world: int, timeout: floa
                     op="init", group="world", seq=0, ranks=missing) from None
             log.warning("interlink rank %d: waiting for ranks %s to join (%d of %d joined after %.0fs; "
                         "giving up after %gs)", rank, missing, joined, world, waited, timeout)
+
+
+def raise_if_conflict(store: Any, cause: BaseException) -> None:
+    """Raise the job's :class:`RankConflictError` when the store says a rank was claimed twice: a rank that
+    failed to reach a peer during init because that peer stopped on the conflict reports the conflict, the
+    cause, not the refused connection. A store that cannot be asked leaves ``cause`` to be raised."""
+    try:
+        if store.missing([CONFLICT_KEY]):
+            return
+        msg = bytes(store.get(CONFLICT_KEY, timeout=1.0)).decode("utf-8", "replace")
+    except RankConflictError:
+        raise
+    except Exception:  # noqa: BLE001 - the store is gone too: the original failure stands
+        return
+    raise RankConflictError(msg, op="init", group="world", seq=0) from cause
 
 
 def _iface_addr(ifname: str) -> str:
@@ -363,7 +378,8 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
                 lane = (0 if purpose == lp else int(purpose.rpartition("#")[2])
                         if lp and purpose.startswith(f"{lp}#") else None)
                 sock = _connect(infos[j], endpoint == "unix", deadline, j,
-                                None if lane is None else _lane_route(infos[rank], infos[j], lane))
+                                None if lane is None else _lane_route(infos[rank], infos[j], lane),
+                                check=lambda err: raise_if_conflict(store, err))
                 try:
                     authenticate_client(sock, secret, timeout=max(1.0, deadline - time.monotonic()), hello=hello)
                 except BaseException:
@@ -377,8 +393,10 @@ def build_mesh(rank: int, world: int, store: Any, secret: bytes, master_addr: st
         if missing:
             raise CommTimeoutError(f"rank {rank}: ranks {missing} never connected during init",
                                    op="init", group="world", seq=0, ranks=missing)
-    except BaseException:
+    except BaseException as e:
         drop()
+        if isinstance(e, (CommTimeoutError, AuthenticationError, OSError)) and not isinstance(e, RankConflictError):
+            raise_if_conflict(store, e)  # a peer that stopped on a second claimant: say so on this rank too
         raise
     finally:
         for x in tcp_ls:
@@ -500,9 +518,16 @@ def _lane_route(me: dict, them: dict, lane: int) -> tuple[Optional[str], tuple[s
 
 
 def _connect(info: dict, unix: bool, deadline: float, peer: int,
-             route: Optional[tuple[Optional[str], tuple[str, int]]] = None) -> socket.socket:
+             route: Optional[tuple[Optional[str], tuple[str, int]]] = None,
+             check: Optional[Callable[[BaseException], None]] = None) -> socket.socket:
+    """A connection to ``peer``, retried until ``deadline``; ``check(error)`` runs every second of refusals
+    (it raises when the job has stopped for a reason the store knows, e.g. a rank claimed twice)."""
     last: Exception | None = None
+    checked = time.monotonic()
     while time.monotonic() < deadline:
+        if check is not None and last is not None and time.monotonic() - checked >= 1.0:
+            checked = time.monotonic()
+            check(last)
         s = None
         try:
             if unix:
