@@ -722,3 +722,39 @@ def test_search_reads_the_callers_clock(capsys) -> None:
     assert res.seconds == 123.0 and res.to_dict()["seconds"] == 123.0
     assert fmt_step(16.8614) == "16.861 s" and fmt_step(0.80843) == "808.43 ms"
     assert "s/step" not in " ".join(res.why) and "step " in res.why[0]
+
+
+def test_gemm_shape_slowdown_follows_the_published_per_shape_table() -> None:
+    """A GEMM over K runs at K / (K + k0) of its tile rate (plan/hardware.py gemm_k0.h100 = 534 for FP8):
+    DeepGEMM's H800 FP8 table (M 4096) has K 2048 at 1168 and K 16384 at 1426 TFLOPS (N 7168), K 1536 at
+    1125 and K 512 at 751; the form gives each ratio within 4 points. 16-bit K steps cost half the steps;
+    A100 has no per-shape cost."""
+    from interlink.plan.hardware import GEMM_K_REF, gemm_k0
+    from interlink.plan.layout import Layout
+    from interlink.plan.step import gemm_shape_slowdown, layer_gemms
+
+    k0 = gemm_k0("h100", "fp8")
+    assert k0 == 534 and gemm_k0("h200", "bf16") == k0 / 2 and gemm_k0("a100", "fp8") == 0
+    eff = lambda k: k / (k + k0)  # noqa: E731
+    for k, tflops in ((2048, 1168), (1536, 1125), (512, 751)):
+        assert abs(eff(k) / eff(16384) - tflops / 1426) < 0.04, k
+    # the layer's GEMMs: forward, data gradient, weight gradient of each, FLOPs as the model counts them
+    m = parse_model("llama3-8b")
+    L = Layout(tp=2, dp=4, sp=True, micro_batch=1, dtype="fp8")
+    gs = layer_gemms(m, L)
+    assert len(gs) == 12
+    router = 2.0 * m.seq * m.hidden * (m.experts if m.moe else 0)
+    assert abs(sum(g[0] for g in gs) - 3 * (m.layer_gemm_flops(1) - router) / 2) < 1e-6 * sum(g[0] for g in gs)
+    assert {g[4] for g in gs} >= {m.hidden, m.q_dim / 2, m.f / 2, m.seq}  # K: h, the split widths, the tokens
+    # smaller K costs more; fp8 more than bf16; A100 nothing; K at or above the reference under 16-bit nothing
+    fp8 = gemm_shape_slowdown(m, L, "h100")
+    bf16 = gemm_shape_slowdown(m, Layout(tp=2, dp=4, sp=True, micro_batch=1, dtype="bf16"), "h100")
+    assert fp8 > bf16 > 0.99 and gemm_shape_slowdown(m, L, "a100") == 1.0
+    big = parse_model(f"layers=2,hidden={int(GEMM_K_REF)},heads=64,ffn={int(GEMM_K_REF)},seq={int(GEMM_K_REF)},vocab=1000,mlp=gelu")
+    assert 0.99 < gemm_shape_slowdown(big, Layout(tp=1, dp=1, dtype="bf16"), "h100") <= 1.0  # K >= the reference
+    # a mixture of experts: an expert's GEMM sees the tokens routed to it (balanced), grouped by local expert
+    q = parse_model("qwen3-30b-a3b")
+    Lq = Layout(tp=1, dp=16, ep=16, micro_batch=1)
+    e = [g for g in layer_gemms(q, Lq) if g[1] > 1]
+    assert e and all(g[1] == q.experts // 16 for g in e)
+    assert any(g[2] == q.seq * q.top_k / (q.experts / 16) for g in e)

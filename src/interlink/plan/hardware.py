@@ -91,6 +91,15 @@ COMPUTE_PARAMS: dict[str, tuple[float, str]] = {
     "sms.a100": (108.0, "NVIDIA A100 whitepaper: 108 SMs"),
     "sms.h100": (132.0, "NVIDIA H100 SXM5 datasheet: 132 SMs"),
     "sms.b200": (148.0, "NVIDIA Blackwell B200: 148 SMs"),
+    # GEMM shape: an output tile's fixed cost (prologue, epilogue) in steps of its K loop. DeepGEMM's published
+    # H800 FP8 table (deepseek-ai/DeepGEMM README at 55ab91f, 'Normal GEMMs for dense models', M 4,096, N 7,168):
+    # K 16,384 at 1,426 TFLOPS, K 2,048 at 1,168; K / (K + k0) fits both at k0 = 534 (and gives 0.77 / 0.51 of
+    # the K 16,384 rate at K 1,536 / 512, published 0.79 / 0.53). A 16-bit K step takes twice an 8-bit one's
+    # time, the fixed cost the same: half the steps. Hopper's figure; Blackwell's an estimate (the same
+    # form); A100's GEMM fraction holds for every shape (no per-shape row held)
+    "gemm_k0.h100": (534.0, "DeepGEMM README (55ab91f): H800 FP8, M 4096, N 7168: K 16384 1426 TFLOPS, K 2048 "
+                            "1168 TFLOPS -> K / (K + 534)"),
+    "gemm_k0.b200": (534.0, "estimate: Hopper's per-tile cost (no published Blackwell per-shape table checked)"),
     # memory-bound kernels (layer norm, dropout, residual adds, activation functions, softmax, fp8 casts)
     "hbm": (0.80, "estimate: streaming kernels at 80% of the HBM datasheet bandwidth (STREAM-like copies reach "
                   "80-90% on A100 and H100)"),
@@ -113,6 +122,21 @@ def gpu_spec(device_name: str, memory_gib: float | None = None) -> GpuSpec:
 def gemm_fraction(family: str) -> float:
     key = f"gemm.{family}"
     return COMPUTE_PARAMS.get(key, COMPUTE_PARAMS["gemm.default"])[0]
+
+
+#: the K the GEMM fractions above stand for: the plan prices a GEMM over K at (K + k0) / K of the time a
+#: GEMM over GEMM_K_REF takes at the fraction's rate, relative to that (plan/step.py ``gemm_shape_slowdown``)
+GEMM_K_REF = 8192.0
+
+
+def gemm_k0(family: str, dtype: str) -> float:
+    """An output tile's fixed cost in steps of the K loop (``gemm_k0.<family>``, an 8-bit K loop's; a 16-bit
+    one's is half); 0 where the family has none."""
+    base = {"h800": "h100", "h200": "h100"}.get(family, family)
+    got = COMPUTE_PARAMS.get(f"gemm_k0.{base}")
+    if got is None:
+        return 0.0
+    return got[0] if dtype == "fp8" else got[0] / 2
 
 
 def attn_bwd_fraction(family: str) -> float:

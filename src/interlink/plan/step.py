@@ -33,8 +33,8 @@ from typing import Any, Callable
 from ..model.cost import resolve_topology
 from ..topology import Topology, TopologyError
 from .comm import Priced, Pricer
-from .hardware import (GpuSpec, attn_bwd_fraction, comm_sm_share, engine_fraction, gemm_fraction, gpu_spec,
-                       hbm_fraction)
+from .hardware import (GEMM_K_REF, GpuSpec, attn_bwd_fraction, comm_sm_share, engine_fraction, gemm_fraction,
+                       gemm_k0, gpu_spec, hbm_fraction)
 from .job import Model, PlanError, bytes_per_param, parse_model
 from .layout import Layout
 
@@ -60,10 +60,10 @@ ELEMENTWISE_SCORES = 9.0
 FP8_CAST = 6.0
 #: ... per element of a mixture of experts' routed rows (s x b x top_k x h): permuting the tokens to their
 #: experts and back (gather, scatter-add weighted by the router's probabilities), the padding and the copies
-#: around them, and what the experts' small grouped GEMMs lose against the GEMM fraction. Derived from one
-#: published run (plan/published.py, Q30B-bf16): Qwen3-30B-A3B on 16 H100s, BF16, tp1 ep16 over HybridEP,
-#: the experts' all-to-alls not overlapped, 24.71 s a step
-ELEMENTWISE_MOE = 36.0
+#: around them, and what the experts' grouped GEMMs lose beyond their shape (``gemm_shape_slowdown``). Derived
+#: from one published run (plan/published.py, Q30B-bf16): Qwen3-30B-A3B on 16 H100s, BF16, tp1 ep16 over
+#: HybridEP, the experts' all-to-alls not overlapped, 24.71 s a step
+ELEMENTWISE_MOE = 34.0
 #: ... per element of the logits (s x b x vocab): fp32 softmax cross-entropy, read and write (8)
 ELEMENTWISE_LOGITS = 8.0
 
@@ -181,6 +181,43 @@ def _dtype_name(nbytes: int) -> str:
     return {1: "int8", 2: "bfloat16", 4: "float32"}[nbytes]
 
 
+def layer_gemms(model: Model, L: Layout) -> list[tuple[float, int, float, float, float]]:
+    """One layer's weight GEMMs on one GPU for one micro-batch, forward and backward: (FLOPs, groups, M, N, K)
+    each, M x N outputs over K (a grouped GEMM: ``groups`` of M x N over K). The forward is Y[M,N] = X[M,K] W[K,N];
+    its backward the data gradient dX[M,K] = dY[M,N] W^T (over N) and the weight gradient dW[K,N] = X^T dY (over
+    the M tokens)."""
+    tp, cp, ep = L.tp, L.cp, L.ep
+    T = L.micro_batch * model.seq / cp  # tokens through a GPU's GEMMs (tensor parallelism splits N or K)
+    h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.f
+    fwd: list[tuple[int, float, float, float]] = [(1, T, (q + 2 * kv) / tp, h), (1, T, h, q / tp)]
+    if model.moe:
+        etp = L.expert_tp if ep > 1 else tp
+        t_in = T / tp * etp if (L.sp and tp > 1) else T  # tokens an expert-tensor group routes from
+        local = model.experts / ep if ep > 1 else model.experts
+        m_e = t_in * model.top_k / local  # tokens an expert receives, balanced
+        fwd += [(int(local), m_e, f * (model.mats - 1) / etp, h), (int(local), m_e, h, f / etp)]
+    else:
+        fwd += [(1, T, f * (model.mats - 1) / tp, h), (1, T, h, f / tp)]
+    out = []
+    for g, m, n, k in fwd:
+        fl = 2.0 * g * m * n * k
+        out += [(fl, g, m, n, k), (fl, g, m, k, n), (fl, g, k, n, m)]
+    return out
+
+
+def gemm_shape_slowdown(model: Model, L: Layout, family: str) -> float:
+    """How much longer this layer's weight GEMMs take than at the rate ``gemm.<family>`` states (which holds for
+    GEMMs over ``GEMM_K_REF`` = 8,192): each output tile pays a fixed cost worth ``k0`` steps of its K loop
+    (hardware.gemm_k0: fitted to DeepGEMM's published H800 FP8 table), so a GEMM over K runs at K / (K + k0)
+    of the tile rate. Shapes from ``layer_gemms``, FLOP-weighted; 1.0 where the family has no k0."""
+    k0 = gemm_k0(family, L.dtype)
+    if k0 <= 0:
+        return 1.0
+    ref = GEMM_K_REF / (GEMM_K_REF + gemm_k0(family, "bf16"))  # the fractions were set on 16-bit runs
+    gs = layer_gemms(model, L)
+    return sum(fl * (k + k0) / k for fl, _g, _m, _n, k in gs) / sum(fl for fl, *_ in gs) * ref
+
+
 def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Context | None = None, *,
               progress: Callable[[str], None] | None = None, memory_gib: float | None = None,
               contention: bool = False) -> StepPlan:
@@ -223,7 +260,8 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     ew_h = ELEMENTWISE_H * s * b * h / cp / (tp if sp else 1)
     ew_f = ELEMENTWISE_F[model.mlp] * s * b * model.f * model.top_k / tp / cp
     ew_sc = ELEMENTWISE_SCORES * model.heads * s * s * b / tp / cp if model.attention == "standard" else 0.0
-    t_gemm = gemm / gemm_rate
+    shape_x = gemm_shape_slowdown(model, L, gpu.family)  # this layer's GEMM shapes against the fraction's
+    t_gemm = gemm / gemm_rate * shape_x
     t_attn = attn / attn_rate * model.attention_share  # flash attention skips what the causal mask hides
     # fp8 GEMMs: each GEMM's activation input is cast to fp8 first (FP8_CAST bytes an element; Transformer Engine):
     # the inputs of QKV (h), the output projection (heads x head width) and the two MLP GEMMs (h, f)
@@ -246,7 +284,7 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     elif L.recompute == "moe":
         # Megatron-Core's --recompute-modules moe: the experts' block forward again (router, GEMMs,
         # activation, permutation; its all-to-alls below)
-        t_layer_b += model.moe_gemm_flops(b) / tp / cp / gemm_rate + (ew_f + ew_moe + cast_mlp) / hbm_layer
+        t_layer_b += model.moe_gemm_flops(b) / tp / cp / gemm_rate * shape_x + (ew_f + ew_moe + cast_mlp) / hbm_layer
     # the output layer stays a 16-bit GEMM under fp8 recipes (NVIDIA/Megatron-LM megatron/core/models/gpt/
     # gpt_model.py: tensor_parallel.ColumnParallelLinear unless an MXFP8 output projection is asked for)
     logits = (model.logits_flops(b) / tp / cp / attn_rate
