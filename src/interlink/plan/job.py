@@ -265,6 +265,10 @@ PRESETS: dict[str, Model] = {
                       vocab=128256, mlp="swiglu", tied=False),
     "mixtral-8x7b": _m("mixtral-8x7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, seq=4096,
                        vocab=32000, mlp="swiglu", tied=False, experts=8, top_k=2),
+    # Mixtral 8x22B (Mistral AI's config.json; yanring/Megatron-MoE-ModelZoo model_configs/benchmarking/
+    # Mixtral-8x22B.yaml): 56 layers 6,144 wide, 48 heads, 8 KV heads, 8 experts of 16,384, 2 a token
+    "mixtral-8x22b": _m("mixtral-8x22b", layers=56, hidden=6144, heads=48, kv_heads=8, ffn=16384, seq=4096,
+                        vocab=32000, mlp="swiglu", tied=False, experts=8, top_k=2),
     "megatron-1t": _m("megatron-1t", layers=128, hidden=25600, heads=160, seq=2048, vocab=51200),
     "megatron-530b": _m("megatron-530b", layers=105, hidden=20480, heads=128, seq=2048, vocab=51200),
     "megatron-22b": _m("megatron-22b", layers=48, hidden=6144, heads=64, seq=2048, vocab=51200),
