@@ -15,7 +15,7 @@ from typing import Any
 from .job import Model, PRESETS, parse_model
 from .layout import Layout
 
-__all__ = ["Run", "RUNS", "NEMO_RUNS", "MOE_RUNS", "MOE_MEMORY", "run_plan"]
+__all__ = ["Run", "RUNS", "NEMO_RUNS", "MOE_RUNS", "MLM_RUNS", "MOE_MEMORY", "run_plan"]
 
 NARAYANAN = ("Narayanan et al. 2021, arXiv:2104.04473, Table 1 (DGX A100 80GB, Selene, 8 HDR NICs a node); "
              "configs: NVIDIA/Megatron-LM examples/academic_paper_scripts/sc21/run_table_1.sh")
@@ -285,8 +285,48 @@ MOE_RUNS: tuple[Run, ...] = (
       for seq, cp, tf in ((16384, 1, 295), (32768, 2, 335), (65536, 4, 368), (131072, 8, 389))),
 )
 
-#: every run the planner is checked against: the dense ones, NeMo 24.07's, then the mixtures of experts
-RUNS = RUNS + NEMO_RUNS + MOE_RUNS
+MLM_H100 = ("NVIDIA/Megatron-LM README and images/model_table.png at f2e5db402c (2024-07-15, Megatron-Core r0.8.0): "
+            "GPT weak scaling on H100, vocabulary 131,072, sequence 4,096, --overlap-grad-reduce --overlap-param-gather "
+            "--tp-comm-overlap; per-GPU TFLOPS as core_r0.8.0's num_floating_point_operations counts them (every "
+            "attention score)")
+
+
+def _mlm(id_: str, heads: int, hidden: int, layers: int, tp: int, pp: int, dp: int, gbs: int, tflops: float,
+         miss: str = "") -> Run:
+    """A row of the Megatron-LM README's H100 weak-scaling table, compared as a step time: the table's TFLOPS a
+    GPU through core_r0.8.0's FLOP formula (GPT: 4h GeLU MLP, MHA, untied output layer). What the page states
+    is planned as stated (TP, PP, DP, global batch, the overlaps: TP's collectives hidden, --tp-overlap 1); what
+    it does not is the planner's default (micro-batch 1, no interleaving, no recomputation, BF16, sequence
+    parallelism with TP, the distributed optimizer)."""
+    s, v = 4096, 131072
+    flops = 12 * gbs * s * layers * hidden * hidden * ((2 + s / hidden) + 4 + v / (2 * layers * hidden))
+    gpus = tp * pp * dp
+    lay = Layout(tp=tp, pp=pp, dp=dp, sp=tp > 1, micro_batch=1, global_batch=gbs, dtype="bf16", zero=1,
+                 tp_overlap=1.0)
+    return Run(id_, f"layers={layers},hidden={hidden},heads={heads},seq={s},vocab={v},tied=False", lay,
+               f"{gpus // 8}xdgx-h100", "step_s", round(flops / (tflops * 1e12 * gpus), 4),
+               MLM_H100 + f": {tflops} TFLOPS a GPU on {gpus} GPUs", miss=miss)
+
+
+_SMALL = ("a model {w} wide with 4,096 tokens a GPU a micro-batch: the plan's step {e} short, as NeMo 24.07's "
+          "small models were; the host's kernel launches, which pace layers this small, are not priced")
+#: the Megatron-LM README's H100 weak-scaling table (the 462B row is the run behind ``gemm.h100``'s derivation;
+#: the other eight are predictions)
+MLM_RUNS: tuple[Run, ...] = (
+    _mlm("MLM-1.7B", 16, 2048, 24, 1, 1, 48, 192, 408.8, miss=_SMALL.format(w="2,048", e="26%")),
+    _mlm("MLM-7.1B", 32, 4096, 30, 2, 1, 48, 192, 465.9, miss=_SMALL.format(w="4,096", e="20%")),
+    _mlm("MLM-16B", 48, 6144, 32, 4, 1, 48, 192, 489.1),
+    _mlm("MLM-32B", 56, 7168, 48, 8, 1, 48, 192, 459.6),
+    _mlm("MLM-70B", 64, 8192, 84, 8, 2, 48, 384, 419.7),
+    _mlm("MLM-119B", 80, 10240, 92, 8, 4, 48, 768, 420.5),
+    _mlm("MLM-177B", 96, 12288, 96, 8, 6, 48, 1152, 432.8),
+    _mlm("MLM-314B", 128, 16384, 96, 8, 8, 48, 1536, 474.4),
+    _mlm("MLM-462B", 144, 18432, 112, 8, 16, 48, 3072, 459.9),
+)
+
+#: every run the planner is checked against: the dense ones, NeMo 24.07's, the mixtures of experts, then the
+#: Megatron-LM README's H100 weak scaling
+RUNS = RUNS + NEMO_RUNS + MOE_RUNS + MLM_RUNS
 
 #: Published memory a GPU of a mixture of experts' run: (run id, GiB, source). PyTorch's peak allocated memory,
 #: which holds the transient buffers (the dispatcher's, the logits' softmax) besides what the plan counts
