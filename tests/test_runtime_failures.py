@@ -453,7 +453,12 @@ mode = sys.argv[1]
 dist.init(timeout=120)
 r = dist.get_rank()
 x = np.ones(10, np.float32)
-dist.all_reduce(x)
+t = time.time()
+try:
+    dist.all_reduce(x)
+except Exception as e:  # the peer finished this call and died at once: this rank may fail this call instead
+    print(f"rank {r} {type(e).__name__} after {time.time() - t:.1f}s (first call): {e}", flush=True)
+    sys.exit(0)
 t = time.time()
 if r == 1 and mode == "raise":
     raise ValueError("boom in user code")
@@ -474,7 +479,9 @@ except Exception as e:
 def test_a_rank_that_exits_stops_its_peers_at_once(mode: str, tmp_path) -> None:
     """Without a launcher to kill the others: a rank that raises (or sys.exit()s) while its peer waits in
     a collective makes the peer raise PeerLostError naming it within seconds; a rank that is done leaves
-    without waiting for one that is still busy (no destroy barrier, no spurious warning)."""
+    without waiting for one that is still busy (no destroy barrier, no spurious warning). The dying rank
+    leaves right after its first call: on a loaded machine the peer may still be in that call and fail it
+    (PeerLostError, named, at once) rather than the next one; either is the peer's error to show."""
     import subprocess
     import sys
     import time
