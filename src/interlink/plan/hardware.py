@@ -62,7 +62,10 @@ COMPUTE_PARAMS: dict[str, tuple[float, str]] = {
                         "model): ~610 of 989 TFLOPS in the GEMMs"),
     "gemm.h800": (0.62, "as H100"),
     "gemm.h200": (0.62, "as H100 (the same SMs; faster HBM enters through the memory-bound kernels)"),
-    "gemm.b200": (0.60, "estimate: Blackwell training GEMMs at about H100's fraction (no published row checked)"),
+    # B200 / GB200: an estimate, not fitted; Megatron-Bridge's Llama 3 rows on them check it
+    # (benchmarks/plan_bridge.py: 2 B200 and 16 GB200 rows, -14.9% to +8.5%)
+    "gemm.b200": (0.60, "estimate: Blackwell training GEMMs at about H100's fraction; checked by Megatron-Bridge's "
+                        "Llama 3 rows on B200 and GB200 (-14.9% to +8.5%, benchmarks/plan_bridge.py)"),
     "gemm.default": (0.60, "estimate for an unknown GPU"),
     # fused attention's backward (dQ, dK, dV: twice the forward's FLOPs) runs at a lower fraction of peak than
     # its forward: on H100 at head dim 128, sequence 8k, cuDNN's backward reaches 518 TFLOPS and FlashAttention-3's
