@@ -96,8 +96,8 @@ def wait_for_ranks(store: Any, prefix: str, rank: int, world: int, timeout: floa
             missing = sorted(int(k.rsplit("/", 1)[1]) for k in store.missing(keys))
             if not missing:
                 return
-            if not store.missing([CONFLICT_KEY]):
-                msg = bytes(store.get(CONFLICT_KEY, timeout=1.0)).decode("utf-8", "replace")
+            msg = conflict_message(store)
+            if msg is not None:
                 raise RankConflictError(msg, op="init", group="world", seq=0) from None
             waited = time.monotonic() - start
             joined = world - len(missing)
@@ -110,19 +110,26 @@ def wait_for_ranks(store: Any, prefix: str, rank: int, world: int, timeout: floa
                         "giving up after %gs)", rank, missing, joined, world, waited, timeout)
 
 
+def conflict_message(store: Any) -> Optional[str]:
+    """Why the job stopped if a rank was claimed twice (the ``mesh/conflict`` mark), else None. interlink's
+    own store refuses every request after a conflict: that refusal (RankConflictError) raises here."""
+    if store.missing([CONFLICT_KEY]):
+        return None
+    return bytes(store.get(CONFLICT_KEY, timeout=1.0)).decode("utf-8", "replace")
+
+
 def raise_if_conflict(store: Any, cause: BaseException) -> None:
     """Raise the job's :class:`RankConflictError` when the store says a rank was claimed twice: a rank that
     failed to reach a peer during init because that peer stopped on the conflict reports the conflict, the
     cause, not the refused connection. A store that cannot be asked leaves ``cause`` to be raised."""
     try:
-        if store.missing([CONFLICT_KEY]):
-            return
-        msg = bytes(store.get(CONFLICT_KEY, timeout=1.0)).decode("utf-8", "replace")
+        msg = conflict_message(store)
     except RankConflictError:
         raise
     except Exception:  # noqa: BLE001 - the store is gone too: the original failure stands
         return
-    raise RankConflictError(msg, op="init", group="world", seq=0) from cause
+    if msg is not None:
+        raise RankConflictError(msg, op="init", group="world", seq=0) from cause
 
 
 def _iface_addr(ifname: str) -> str:
