@@ -36,12 +36,39 @@ def need_torch_entry_point() -> None:
         pytest.skip("interlink is not installed with its entry points (pip install -e .)")
 
 
+_PORT_FLOOR = 10000
+_port_next = 0
+
+
 def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback port for a job's MASTER_PORT that no other test takes before the job binds it: below the
+    kernel's ephemeral range (bind to port 0 and every outgoing connection draw from that range, so a port
+    found free there can be handed to another test's socket before rank 0 binds it: EADDRINUSE), in a slice
+    of its own for each pytest-xdist worker, and free when chosen."""
+    global _port_next
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            top = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
+        top = 32768
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    me = int((os.environ.get("PYTEST_XDIST_WORKER", "gw0") or "gw0").lstrip("gw") or 0) % workers
+    width = max(1, (top - _PORT_FLOOR) // workers)
+    base = _PORT_FLOOR + me * width
+    if not _port_next:
+        _port_next = os.getpid() % width
+    for _ in range(width):
+        port = base + _port_next % width
+        _port_next += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    with socket.socket() as s:  # pragma: no cover - every port of the slice taken
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _context() -> Any:

@@ -18,14 +18,11 @@ from interlink.launch.env import DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, detec
 from interlink.runtime.rendezvous import rendezvous, store_barrier
 from interlink.runtime.store import StoreClient, StoreServer
 from interlink.transport.wire import authenticate_client, send_frame
+from mp import free_port
 
 SECRET = b"test-job-secret"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

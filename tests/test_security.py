@@ -676,10 +676,7 @@ def test_a_rank_that_loses_a_peer_to_a_conflict_reports_the_conflict():
             mesh.raise_if_conflict(Store(how), cause)
     for how in ("gone", "clean"):
         mesh.raise_if_conflict(Store(how), cause)  # nothing to say: the caller raises its own error
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nobody listens: every connect is refused
+    port = free_port()  # nobody listens: every connect is refused
     t0 = time.monotonic()
     with pytest.raises(RankConflictError, match="marked"):
         mesh._connect({"tcp": ["127.0.0.1", port]}, False, time.monotonic() + 30, 1,
