@@ -210,6 +210,19 @@ class Engine:
             if p in self.departed:
                 raise PeerClosed(p, LEFT)
 
+    def check_lost(self, peers: Iterable[int]) -> None:
+        """The failure of the first of ``peers`` this rank already knows of: Aborted where it sent ABORT,
+        PeerClosed where its control connection closed without a BYE or it left the job (check_departed).
+        A call that completed although a peer failed right after its part of it (what it had sent had all
+        arrived) raises nothing; the next call that waits for that peer raises here."""
+        for p in peers:
+            if p in self.aborts:
+                raise Aborted(p, self.aborts[p])
+            if p in self.dead:
+                raise PeerClosed(p, "(process exited or crashed)")
+            if p in self.departed:
+                raise PeerClosed(p, LEFT)
+
     def probe(self, peers: Iterable[int], timeout: float = 0.5) -> dict[int, dict]:
         """Ask ``peers`` whether they are alive (a ping on the control plane, answered by a rank that is itself
         waiting in a call, or polling): their answers (what each waits for) within ``timeout`` seconds. A rank
@@ -360,8 +373,51 @@ class Engine:
                 return
 
     def _run(self, pending: list[Op], deadline: float, feed: Optional[Callable[[], list[Op]]]) -> None:
-        lanes = self.lanes
+        """Progress ``pending`` (and what ``feed`` adds) to completion. A peer's failure read on the control
+        plane (Aborted, PeerClosed, a BYE) raises only after one more progress pass leaves work undone: a peer
+        that sent its last bytes of this call and then failed or left does not fail a call that has them."""
         self._check_lanes(pending)
+        pending = list(pending)
+        try:
+            self._loop(pending, deadline, feed)
+        except (Aborted, PeerClosed):
+            if not self._drain_now(pending, feed):
+                raise
+
+    def _drain_now(self, pending: list[Op], feed: Optional[Callable[[], list[Op]]]) -> bool:
+        """Progress passes over ``pending`` without waiting until one moves nothing: True when all completed."""
+        lanes = self.lanes
+        while pending:
+            progressed = False
+            left = []
+            blocked: set = set()  # ops of one peer, lane and direction complete in order (as in _loop)
+            for op in pending:
+                key = (op.peer, op.lane, op.kind)
+                if key in blocked:
+                    left.append(op)
+                    continue
+                before = op.offset
+                ch = lanes[op.peer][op.lane]
+                try:
+                    done = ch.progress_send(op) if op.kind == "send" else ch.progress_recv(op)
+                except (PeerClosed, Aborted, OSError):
+                    return False
+                if done or op.offset != before:
+                    progressed = True
+                if not done:
+                    blocked.add(key)
+                    left.append(op)
+            pending[:] = left
+            if not progressed:
+                more = feed() if (feed is not None and pending) else None
+                if not more:
+                    return not pending
+                pending.extend(more)
+        return True
+
+    def _loop(self, pending: list[Op], deadline: float, feed: Optional[Callable[[], list[Op]]]) -> None:
+        """_run's loop; ``pending`` is updated in place (what is left when it raises)."""
+        lanes = self.lanes
         tops = self.trace_ops
         spins = 0
         sleep = 2e-5
@@ -387,7 +443,7 @@ class Engine:
                         progressed = True
                     blocked.add(key)
                     left.append(op)
-            pending = left
+            pending[:] = left
             if not pending:
                 return
             if progressed:
@@ -414,8 +470,8 @@ class Engine:
             now = time.monotonic()
             if now > deadline:
                 raise TimeoutError(sorted({op.peer for op in pending}))
-            if self.departed:
-                self.check_departed(op.peer for op in pending)
+            if self.departed or self.dead:
+                self.check_lost(op.peer for op in pending)
             rfds, wfds = [], []
             for op in pending:
                 for fd, _ev in lanes[op.peer][op.lane].wait_fds(op.kind == "send", op.kind == "recv"):

@@ -24,9 +24,9 @@ import numpy as np
 
 from ..errors import CollectiveMismatchError
 from ..transport import shmalloc
-from ..transport.base import MsgHeader
+from ..transport.base import MsgHeader, PeerClosed
 from ..transport.shm import HEADERS
-from .engine import BELL_TIMEOUT, Engine
+from .engine import BELL_TIMEOUT, Aborted, Engine
 # a call header (entry f % HEADERS of its rank, transport/shm.py), u64 words: the call number (published last),
 # (one unused), group seq, crc, nbytes, (one reserved: the header's pack writes it); the signature text from
 # byte 48. A slot header (one per parity, the same 192-byte layout): words 16..21: pid, address, arena serial,
@@ -179,9 +179,17 @@ class PageProtocol:
                 self.bell.set_sleeping(False)
             if time.monotonic() - last_ctrl > BELL_TIMEOUT:
                 last_ctrl = time.monotonic()
-                self.engine.poll_controls(0.0)
-                if self.engine.departed:
-                    self.engine.check_departed(self.members[i] for i in laggards())
+                eng = self.engine
+                try:
+                    eng.poll_controls(0.0)
+                    if eng.departed or eng.dead:
+                        eng.check_lost(self.members[i] for i in laggards())
+                except (Aborted, PeerClosed):
+                    # a peer that published its part of this call and then failed or left: the call has what
+                    # it waited for (the next call that waits for that peer raises)
+                    if ready():
+                        return
+                    raise
             spins = self.spin - 1
 
     def _peek_channels(self, seq: int, sig: bytes) -> None:
