@@ -1,8 +1,9 @@
 """A peer that did its part of a call and then left the job (destroy: BYE), aborted (ABORT) or exited (EOF)
 while this rank still slept inside that call: the call completes with the right result, because everything
-it waited for had arrived (runtime/engine.py Engine._run re-checks its ops before raising, runtime/pageproto.py
-PageProto._wait re-checks its condition); the next call that waits for that peer raises PeerLostError naming
-it within seconds.
+it waited for had arrived (runtime/engine.py Engine._run re-checks its ops before raising, Engine.wait_any its
+peers' next messages, runtime/pageproto.py PageProto._wait its condition); the next call that waits for that
+peer raises PeerLostError naming it within seconds. Collectives, and a message received from that rank or from
+any source.
 
 The race is forced, not waited for: rank 1 stops rank 0 (SIGSTOP) while rank 0 sleeps inside the call,
 does its own part, leaves, and only then lets rank 0 go on (SIGCONT), so rank 0 reads the peer's departure
@@ -53,15 +54,19 @@ def left_inside(rank: int, world: int, call: str, n: int, how: str) -> dict:
     if call == "all_reduce":
         x = np.arange(n, dtype=np.float32) * (rank + 1)
         ref = np.arange(n, dtype=np.float32) * 3
-    else:  # broadcast from the rank that leaves
+    else:  # broadcast from the rank that leaves, or a message from it
         x = np.arange(n, dtype=np.float32) + 7 if rank == 1 else np.zeros(n, np.float32)
         ref = np.arange(n, dtype=np.float32) + 7
 
     def run() -> None:
         if call == "all_reduce":
             dist.all_reduce(x)
-        else:
+        elif call == "broadcast":
             dist.broadcast(x, src=1)
+        elif rank == 1:
+            dist.send(x, 0)
+        else:  # recv: from rank 1; recv_any: from any source
+            dist.recv(x, src=1 if call == "recv" else None)
 
     if rank == 1:
         stopped = False
@@ -106,7 +111,7 @@ def left_inside(rank: int, world: int, call: str, n: int, how: str) -> dict:
     return out
 
 
-CASES = [("all_reduce", 1000), ("broadcast", 1000), ("all_reduce", 1)]
+CASES = [("all_reduce", 1000), ("broadcast", 1000), ("all_reduce", 1), ("recv", 1000), ("recv_any", 1000)]
 
 
 @pytest.mark.parametrize("how", ["destroy", "abort", "exit"])

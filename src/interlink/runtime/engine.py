@@ -347,7 +347,18 @@ class Engine:
                 raise TimeoutError(list(peers))
             if self.departed and all(g in self.departed for g in live):
                 self.check_departed(live)
-            self.poll_controls(min(sleep, max(0.0, deadline - now)))
+            try:
+                self.poll_controls(min(sleep, max(0.0, deadline - now)))
+            except (Aborted, PeerClosed):
+                # a peer that sent this message and then failed: the message is here (as in _run)
+                for g in live:
+                    try:
+                        h = self.channels[g].peek_header()
+                    except PeerClosed:
+                        continue
+                    if h is not None and match(h):
+                        return g
+                raise
             sleep = min(sleep * 2, 1e-3)
 
     def drain_control(self, peer: int, timeout: float) -> None:
