@@ -124,8 +124,8 @@ def rank_main(rank: int, world: int, port: int, args: dict, q) -> None:
         bufs = []
         for coll, nbytes, n in calls:
             count = nbytes // 4
-            if coll == "all_reduce":
-                bufs.append((coll, torch.ones(count), None, n))
+            if coll == "all_reduce":  # zeros: repeated in place, ones would grow to inf (numpy's overflow warning)
+                bufs.append((coll, torch.zeros(count), None, n))
             elif coll == "all_gather":
                 bufs.append((coll, torch.ones(count // world), torch.empty(count // world * world), n))
             else:
