@@ -56,6 +56,8 @@ typedef struct {
     Py_ssize_t sleep_w[MAXR];       /* peers' sleeping flags (u32 index) */
     Py_ssize_t bell_w[MAXR];        /* peers' doorbell counters (u32 index) */
     long spin, yield_after;
+    long long spin_wall_ns;         /* the longest a wait spins (runtime/engine.py SPIN_WALL_S): a loaded core's
+                                     * yields can each cost a timeslice */
     unsigned long long f, safe;     /* FastPath.f and FastPath.safe live here when the core is on */
     unsigned long long pend, pend_hi; /* FastPath.pend..pend_hi: a broadcast root's calls whose peers' headers
                                      * are not yet checked (0: none); its done word passes each once they are */
@@ -244,12 +246,20 @@ static int get_buf(PyObject *o, Py_buffer *b, int writable, Py_ssize_t need) {
 #define SPIN_UNTIL(r, EXPR)                                                                            \
     do {                                                                                               \
         long spins_ = 0;                                                                               \
+        long long t0_ = 0;                                                                             \
         PyThreadState *ts_ = NULL;                                                                     \
         while (((r) = (EXPR)) == 0) {                                                                  \
             if (++spins_ >= c->spin) break;                                                            \
             if (spins_ > c->yield_after) {                                                             \
                 if (!ts_) ts_ = PyEval_SaveThread();                                                   \
                 sched_yield();                                                                         \
+                if (!(spins_ & 31)) {                                                                  \
+                    struct timespec t_;                                                                \
+                    clock_gettime(CLOCK_MONOTONIC, &t_);                                               \
+                    long long now_ = (long long)t_.tv_sec * 1000000000LL + t_.tv_nsec;                 \
+                    if (!t0_) t0_ = now_;                                                              \
+                    else if (now_ - t0_ > c->spin_wall_ns) break;                                      \
+                }                                                                                      \
             } else {                                                                                   \
                 cpu_relax();                                                                           \
             }                                                                                          \
@@ -433,8 +443,9 @@ static int seq_of(PyObject *o, Py_ssize_t *dst, int maxn, int *got) {
 static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     PyObject *page, *my_w, *peer_w, *done_all, *hoff, *sleep_w, *bell_w;
     Py_ssize_t done_w;
-    if (!PyArg_ParseTuple(args, "OiiOOnOOOOll", &page, &c->n, &c->me, &my_w, &peer_w, &done_w,
-                          &done_all, &hoff, &sleep_w, &bell_w, &c->spin, &c->yield_after))
+    c->spin_wall_ns = 2000000;
+    if (!PyArg_ParseTuple(args, "OiiOOnOOOOll|L", &page, &c->n, &c->me, &my_w, &peer_w, &done_w,
+                          &done_all, &hoff, &sleep_w, &bell_w, &c->spin, &c->yield_after, &c->spin_wall_ns))
         return -1;
     if (c->n < 1 || c->n > MAXR) { PyErr_SetString(PyExc_ValueError, "ranks"); return -1; }
     if (c->have_view) { PyBuffer_Release(&c->view); c->have_view = 0; }

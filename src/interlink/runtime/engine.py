@@ -38,6 +38,10 @@ SPIN = int(os.environ.get("INTERLINK_SPIN", "2000"))
 OVERSUB_SPIN = 64
 YIELD_AFTER = 16
 BELL_TIMEOUT = 0.005  # a sleeping rank still polls the control plane this often
+# the longest a wait spins before it sleeps (and reads the control plane): on a loaded core each yield can
+# cost the rest of a timeslice, and 2,000 of them took 6-7 s before a rank noticed a peer that had aborted
+# (tests/test_runtime_peer_left.py beside three CPU hogs); idle, the spin ends on its count long before this
+SPIN_WALL_S = float(os.environ.get("INTERLINK_SPIN_WALL_US", "2000")) * 1e-6
 LEFT = "(it left the job: called destroy() or exited, while this rank still waits for it)"
 _CTRL_HDR = struct.Struct("<I")
 
@@ -432,7 +436,7 @@ class Engine:
         tops = self.trace_ops
         spins = 0
         sleep = 2e-5
-        last_ctrl = time.monotonic()
+        last_ctrl = t_spin = time.monotonic()
         while pending:
             progressed = False
             blocked: set = set()
@@ -460,7 +464,7 @@ class Engine:
             if progressed:
                 spins = 0
                 sleep = 2e-5
-                now = time.monotonic()
+                now = t_spin = time.monotonic()
                 if now - last_ctrl > 0.05:  # a long transfer still notices aborts
                     last_ctrl = now
                     self.poll_controls(0.0)
@@ -469,6 +473,8 @@ class Engine:
             if spins < self.spin:
                 if spins > self.yield_after:
                     os.sched_yield()
+                    if not spins & 31 and time.monotonic() - t_spin > SPIN_WALL_S:
+                        spins = self.spin  # a loaded core: sleep now (SPIN_WALL_S)
                 continue
             # sleep
             if feed is not None:

@@ -26,7 +26,7 @@ from ..errors import CollectiveMismatchError
 from ..transport import shmalloc
 from ..transport.base import MsgHeader, PeerClosed
 from ..transport.shm import HEADERS
-from .engine import BELL_TIMEOUT, Aborted, Engine
+from .engine import BELL_TIMEOUT, SPIN_WALL_S, Aborted, Engine
 # a call header (entry f % HEADERS of its rank, transport/shm.py), u64 words: the call number (published last),
 # (one unused), group seq, crc, nbytes, (one reserved: the header's pack writes it); the signature text from
 # byte 48. A slot header (one per parity, the same 192-byte layout): words 16..21: pid, address, arena serial,
@@ -157,12 +157,14 @@ class PageProtocol:
         """Spin, then sleep on this rank's doorbell, until ready(); TimeoutError(laggards()) after
         the deadline. Peers ring the doorbell when they publish or finish reading."""
         spins = 0
-        last_ctrl = time.monotonic()
+        last_ctrl = t_spin = time.monotonic()
         while not ready():
             spins += 1
             if spins < self.spin:
                 if spins > self.yield_after:
                     os.sched_yield()
+                    if not spins & 31 and time.monotonic() - t_spin > SPIN_WALL_S:
+                        spins = self.spin  # a loaded core: sleep now (engine.SPIN_WALL_S)
                 continue
             self._peek_channels(seq, sig)
             # the flight recorder's view of a sleeping call: the ranks that have not done their part
