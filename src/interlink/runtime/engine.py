@@ -427,6 +427,7 @@ class Engine:
                 more = feed() if (feed is not None and pending) else None
                 if not more:
                     return not pending
+                self._check_lanes(more)
                 pending.extend(more)
         return True
 
