@@ -329,6 +329,7 @@ class Engine:
         deadline."""
         sleep = 2e-5
         live = list(peers)
+        failed: Optional[Exception] = None  # a peer's failure read on the control plane: one more look first
         while True:
             for g in list(live):
                 peek = getattr(self.channels[g], "peek_header", None)
@@ -342,10 +343,14 @@ class Engine:
                     # others may still send; only when none is left is this receive lost
                     live.remove(g)
                     if not live:
+                        if failed is not None:
+                            raise failed from None
                         raise
                     continue
                 if h is not None and match(h):
                     return g
+            if failed is not None:
+                raise failed
             now = time.monotonic()
             if now > deadline:
                 raise TimeoutError(list(peers))
@@ -353,16 +358,8 @@ class Engine:
                 self.check_departed(live)
             try:
                 self.poll_controls(min(sleep, max(0.0, deadline - now)))
-            except (Aborted, PeerClosed):
-                # a peer that sent this message and then failed: the message is here (as in _run)
-                for g in live:
-                    try:
-                        h = self.channels[g].peek_header()
-                    except PeerClosed:
-                        continue
-                    if h is not None and match(h):
-                        return g
-                raise
+            except (Aborted, PeerClosed) as e:
+                failed = e  # a peer that sent this message and then failed: the message is here (as in _run)
             sleep = min(sleep * 2, 1e-3)
 
     def drain_control(self, peer: int, timeout: float) -> None:
@@ -400,39 +397,18 @@ class Engine:
                 raise
 
     def _drain_now(self, pending: list[Op], feed: Optional[Callable[[], list[Op]]]) -> bool:
-        """Progress passes over ``pending`` without waiting until one moves nothing: True when all completed."""
-        lanes = self.lanes
-        while pending:
-            progressed = False
-            left = []
-            blocked: set = set()  # ops of one peer, lane and direction complete in order (as in _loop)
-            for op in pending:
-                key = (op.peer, op.lane, op.kind)
-                if key in blocked:
-                    left.append(op)
-                    continue
-                before = op.offset
-                ch = lanes[op.peer][op.lane]
-                try:
-                    done = ch.progress_send(op) if op.kind == "send" else ch.progress_recv(op)
-                except (PeerClosed, Aborted, OSError):
-                    return False
-                if done or op.offset != before:
-                    progressed = True
-                if not done:
-                    blocked.add(key)
-                    left.append(op)
-            pending[:] = left
-            if not progressed:
-                more = feed() if (feed is not None and pending) else None
-                if not more:
-                    return not pending
-                self._check_lanes(more)
-                pending.extend(more)
-        return True
+        """Progress passes over ``pending`` (and what ``feed`` adds) without waiting, until one moves nothing:
+        True when all completed."""
+        try:
+            self._loop(pending, 0.0, feed, drain=True)
+        except (PeerClosed, Aborted, OSError):
+            return False
+        return not pending
 
-    def _loop(self, pending: list[Op], deadline: float, feed: Optional[Callable[[], list[Op]]]) -> None:
-        """_run's loop; ``pending`` is updated in place (what is left when it raises)."""
+    def _loop(self, pending: list[Op], deadline: float, feed: Optional[Callable[[], list[Op]]],
+              drain: bool = False) -> None:
+        """_run's loop; ``pending`` is updated in place (what is left when it raises or returns). ``drain``
+        (_drain_now): a pass that moves nothing ends it (after what ``feed`` adds), no waiting, no polling."""
         lanes = self.lanes
         tops = self.trace_ops
         spins = 0
@@ -466,9 +442,16 @@ class Engine:
                 spins = 0
                 sleep = 2e-5
                 now = t_spin = time.monotonic()
-                if now - last_ctrl > 0.05:  # a long transfer still notices aborts
+                if now - last_ctrl > 0.05 and not drain:  # a long transfer still notices aborts
                     last_ctrl = now
                     self.poll_controls(0.0)
+                continue
+            if drain:
+                more = feed() if feed is not None else None
+                if not more:
+                    return
+                self._check_lanes(more)
+                pending.extend(more)
                 continue
             spins += 1
             if spins < self.spin:
