@@ -6,6 +6,10 @@
                                   per TCP peer, each lane's local/remote address and bytes; tx bytes per NIC
     netns_job.py kill RANK        RANK SIGKILLs itself after init; the others wait in a collective
     netns_job.py sleep            print "ready" and sleep (for signal tests)
+    netns_job.py leave NBYTES R   rank R sends NBYTES to a rank on the other host (rank 0, or the last rank where
+                                  R is 0), broadcasts NBYTES as root, sends once more and leaves at once
+                                  (destroy); that rank receives the three over the shaped link (the last from
+                                  any source), then waits for one more message from R and must be told R left
 
 Each rank prints one line ``RESULT {json}`` on stdout.
 """
@@ -101,6 +105,51 @@ def main(argv: list[str]) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         dist.all_reduce(np.ones(4))  # never completes: the peer is gone
         time.sleep(60)
+    elif mode == "leave":
+        import numpy as np
+
+        import interlink as dist
+
+        nbytes, leaver = int(argv[1]), int(argv[2])
+        hearer = world - 1 if leaver == 0 else 0
+        dist.init(timeout=60)
+        dist.barrier()
+        want = (np.arange(nbytes) % 251).astype(np.uint8)
+        if rank == leaver:
+            dist.send(want, dst=hearer)
+            dist.broadcast(want[::-1].copy(), src=leaver)
+            dist.send(want[1:], dst=hearer)  # received from any source
+            t0 = time.perf_counter()
+            dist.destroy()  # BYE at once: the bytes are still crossing the link
+            out["destroy_s"] = time.perf_counter() - t0
+        elif rank != hearer:  # the other ranks take part in the broadcast only
+            got = np.zeros(nbytes, np.uint8)
+            dist.broadcast(got, src=leaver)
+            out["bcast_ok"] = bool((got == want[::-1]).all())
+            dist.destroy()
+        else:
+            got = np.zeros(nbytes, np.uint8)
+            t0 = time.perf_counter()
+            try:
+                dist.recv(got, src=leaver)
+                out["recv_ok"] = bool((got == want).all())
+                out["recv_s"] = time.perf_counter() - t0
+                got[:] = 0
+                dist.broadcast(got, src=leaver)
+                out["bcast_ok"] = bool((got == want[::-1]).all())
+                got[:] = 0
+                out["any_from"] = dist.recv(got[1:], src=None)
+                out["any_ok"] = bool((got[1:] == want[1:]).all())
+            except dist.InterlinkError as e:
+                out["recv_error"] = str(e)
+            t0 = time.perf_counter()
+            try:
+                dist.recv(got[:1], src=leaver)  # never sent: the rank left
+                out["left_error"] = None
+            except dist.InterlinkError as e:
+                out["left_error"] = f"{type(e).__name__}: {e}"
+            out["left_s"] = time.perf_counter() - t0
+            dist.destroy()
     elif mode == "sleep":
         print(f"RESULT {json.dumps(out)}", flush=True)
         print("ready", flush=True)

@@ -398,3 +398,33 @@ def test_link_delay_is_never_silently_ignored() -> None:
         assert "--link-delay needs the netem qdisc" in err and "never silently ignored" in err
         assert "RESULT" not in out  # refused before any rank started
     _assert_clean(proc.pid)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+@pytest.mark.parametrize("per_host,leaver", [(1, 1), (2, 3), (2, 0)])
+def test_a_rank_that_leaves_right_after_sending_is_still_heard(per_host: int, leaver: int) -> None:
+    """Across hosts a rank's BYE travels on its control connection and its last bytes on a data connection:
+    on a slow link (20 Mbit/s, 1 MiB takes ~0.4 s) the BYE arrives first. The receiver must take every byte
+    the rank sent (a send, a broadcast it was root of, a send received from any source), and only then be
+    told it left the job, at once, by the next receive from it (also when the rank that left is rank 0,
+    which hosts the store and stays up to 5 s for the other ranks' goodbyes: it ends its data connections
+    right after its BYE)."""
+    nbytes = 1 * MiB
+    proc = _start(["--emulate-hosts", "2", "--nproc-per-host", str(per_host), "--link-rate", "20mbit", JOB,
+                   "leave", str(nbytes), str(leaver)])
+    rc, out, err = _finish(proc)
+    res = _results(out)
+    last = 2 * per_host - 1
+    hearer = last if leaver == 0 else 0
+    assert hearer in res, f"{out[-3000:]}\n{err[-3000:]}"
+    got = res[hearer]
+    assert "recv_error" not in got, got["recv_error"]
+    assert got["recv_ok"] and got["bcast_ok"] and got["any_ok"] and got["any_from"] == leaver, got
+    assert got["recv_s"] >= 0.2, f"1 MiB crossed the 20 Mbit/s link in {got['recv_s']:.3f} s: not shaped"
+    assert got["left_error"] and "PeerLostError" in got["left_error"], got
+    assert f"rank {leaver} left the job" in got["left_error"], got["left_error"]
+    assert got["left_s"] < 2.0, got
+    assert all(res[r]["bcast_ok"] for r in range(2 * per_host) if r not in (leaver, hearer)), res
+    assert rc == 0, f"{out[-3000:]}\n{err[-3000:]}"
+    _assert_clean(proc.pid)

@@ -198,3 +198,110 @@ def test_a_loaded_host_still_notices_a_lost_peer_at_once(path: str) -> None:
     r0 = res[0]
     assert r0["error"] is not None and r0["error"].startswith("PeerLostError") and "rank 1" in r0["error"], r0
     assert r0["took"] < 1.5, r0
+
+
+# ---- a BYE that overtakes the peer's last bytes (across hosts) ----------------------------------------
+#
+# On one host the order above holds by construction. Across hosts the BYE travels on the control connection
+# and the peer's last bytes on a data connection, and the BYE can arrive first (tests/test_netns.py shows it
+# on a shaped link). These tests give an Engine a TCP channel (a socket pair) and play the peer by hand: BYE
+# first, the bytes later, then the data connection's end.
+
+
+def _engine_with_tcp_peer():
+    import socket
+
+    from interlink.runtime.engine import Engine
+    from interlink.transport.tcp import TcpChannel
+
+    ctl_peer, ctl_me = socket.socketpair()
+    data_peer, data_me = socket.socketpair()
+    eng = Engine(1, {0: TcpChannel(0, data_me)}, {0: ctl_me})
+    return eng, ctl_peer, data_peer
+
+
+def _later(seconds: float, *steps) -> "threading.Thread":
+    import threading
+
+    def run() -> None:
+        time.sleep(seconds)
+        for step in steps:
+            step()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("any_source", [False, True])
+def test_bytes_that_arrive_after_the_bye_are_still_taken(any_source: bool) -> None:
+    import socket
+
+    from interlink.runtime.engine import _frame
+    from interlink.transport.base import Op, pack_header
+
+    eng, ctl, data = _engine_with_tcp_peer()
+    payload = (np.arange(100_000) % 251).astype(np.uint8)
+    sig = b"p2p uint8"
+    ctl.sendall(_frame({"type": "bye", "rank": 0}))  # the BYE first ...
+    t = _later(0.3, lambda: data.sendall(pack_header(payload.size, 5, 0, sig) + payload.tobytes()),
+               lambda: data.shutdown(socket.SHUT_WR))  # ... its bytes 0.3 s later, then the end
+    try:
+        deadline = time.monotonic() + 10
+        if any_source:
+            assert eng.wait_any([0], lambda h: h.nbytes == payload.size, deadline) == 0
+        got = np.zeros(payload.size, np.uint8)
+        eng.run([Op("recv", 0, got, 5, 0, sig)], deadline)
+        assert (got == payload).all()
+        assert 0 in eng.departed
+    finally:
+        t.join()
+        for s in (ctl, data):
+            s.close()
+        eng.close()
+
+
+def test_a_peer_that_left_without_sending_fails_the_receive_at_its_end() -> None:
+    """BYE, then the data connection's end with nothing sent: the receive fails at the end (not at the
+    deadline), naming the peer as one that left."""
+    import socket
+
+    from interlink.runtime.engine import _frame, translate
+    from interlink.transport.base import Op, PeerClosed
+
+    eng, ctl, data = _engine_with_tcp_peer()
+    ctl.sendall(_frame({"type": "bye", "rank": 0}))
+    t = _later(0.3, lambda: data.shutdown(socket.SHUT_WR))
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(PeerClosed) as e:
+            eng.run([Op("recv", 0, np.zeros(8, np.uint8), 1, 0, b"x")], t0 + 30)
+        took = time.monotonic() - t0
+        assert 0.25 <= took < 3.0, took
+        err = translate(e.value, op="recv", group="world", seq=1, rank=1, engine=eng)
+        assert "left the job" in str(err), err  # the BYE read: a departure, not a crash
+    finally:
+        t.join()
+        for s in (ctl, data):
+            s.close()
+        eng.close()
+
+
+def test_a_send_to_a_peer_that_left_fails_at_once() -> None:
+    """A send the departed peer will never read is not waited for: it fails as soon as the BYE is read."""
+    from interlink.runtime.engine import LEFT, _frame
+    from interlink.transport.base import Op, PeerClosed
+
+    eng, ctl, data = _engine_with_tcp_peer()
+    ctl.sendall(_frame({"type": "bye", "rank": 0}))
+    try:
+        t0 = time.monotonic()
+        big = np.zeros(64 << 20, np.uint8)  # more than the socket buffers hold: the send must wait
+        with pytest.raises(PeerClosed) as e:
+            eng.run([Op("send", 0, big, 1, 0, b"x")], t0 + 30)
+        assert e.value.detail == LEFT
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        for s in (ctl, data):
+            s.close()
+        eng.close()

@@ -261,6 +261,8 @@ def destroy(group: Optional[Group] = None) -> None:
         # no barrier: a rank that is done leaves (BYE); a peer still waiting for it in a call raises
         # PeerLostError ("left the job") at once, and a peer busy elsewhere (a checkpoint) is not held up
         ctx.engine.send_bye()
+        # and ends its data connections: a peer still taking this rank's last bytes reads them, then EOF
+        ctx.engine.end_data()
         # rank 0 hosts the store: it waits (briefly) until every rank is done with it
         if ctx.broken is None and ctx.world_size > 1:
             try:

@@ -227,6 +227,29 @@ class Engine:
             if p in self.departed:
                 raise PeerClosed(p, LEFT)
 
+    def heard_to_the_end(self, peer: int, lane: Optional[int] = None) -> bool:
+        """Whether a receive from ``peer`` that left the job (BYE) waits for the end of its data connection
+        instead of failing at once: where the peer's data travels apart from its control plane and comes
+        before that connection's end (TCP: its EOF follows every byte the peer sent, and ``destroy`` ends
+        it right after the BYE). Across hosts the BYE can arrive before the peer's last bytes; they are
+        then still taken, and the EOF (or ABORT, death, the deadline) ends the wait. Not for a peer that
+        died or aborted, nor on shared memory, where a peer's bytes are in place before it says BYE."""
+        if peer not in self.departed or peer in self.dead or peer in self.aborts:
+            return False
+        chs = self.lanes.get(peer) or ()
+        picked = chs if lane is None else chs[lane:lane + 1]
+        return bool(picked) and all(getattr(ch, "ends_after_data", False) for ch in picked)
+
+    def end_data(self) -> None:
+        """After the BYE: end this rank's side of its data connections that have an end (shutdown for
+        writing: the peers read every byte sent, then EOF), so a peer still receiving from this rank
+        (:meth:`heard_to_the_end`) learns at once that nothing more comes."""
+        for chs in self.lanes.values():
+            for ch in chs:
+                end = getattr(ch, "end_writes", None)
+                if end is not None:
+                    end()
+
     def probe(self, peers: Iterable[int], timeout: float = 0.5) -> dict[int, dict]:
         """Ask ``peers`` whether they are alive (a ping on the control plane, answered by a rank that is itself
         waiting in a call, or polling): their answers (what each waits for) within ``timeout`` seconds. A rank
@@ -354,7 +377,7 @@ class Engine:
             now = time.monotonic()
             if now > deadline:
                 raise TimeoutError(list(peers))
-            if self.departed and all(g in self.departed for g in live):
+            if self.departed and all(g in self.departed and not self.heard_to_the_end(g) for g in live):
                 self.check_departed(live)
             try:
                 self.poll_controls(min(sleep, max(0.0, deadline - now)))
@@ -472,7 +495,8 @@ class Engine:
             if now > deadline:
                 raise TimeoutError(sorted({op.peer for op in pending}))
             if self.departed or self.dead:
-                self.check_lost(op.peer for op in pending)
+                self.check_lost(op.peer for op in pending
+                                if not (op.kind == "recv" and self.heard_to_the_end(op.peer, op.lane)))
             rfds, wfds = [], []
             for op in pending:
                 for fd, _ev in lanes[op.peer][op.lane].wait_fds(op.kind == "send", op.kind == "recv"):

@@ -33,6 +33,8 @@ def tune_socket(sock: socket.socket) -> None:
 
 class TcpChannel:
     name = "tcp"
+    #: the peer's end of the connection (EOF) comes after every byte it sent on it (Engine.heard_to_the_end)
+    ends_after_data = True
 
     def __init__(self, peer: int, sock: socket.socket, local: bool = False, lane: int = 0) -> None:
         self.peer = peer
@@ -130,6 +132,13 @@ class TcpChannel:
     def wait_fds(self, send: bool, recv: bool) -> list[tuple[int, int]]:
         ev = (select.POLLOUT if send else 0) | (select.POLLIN if recv else 0)
         return [(self.sock.fileno(), ev)] if ev else []
+
+    def end_writes(self) -> None:
+        """No more sends: the peer reads what was sent, then EOF (the socket stays open for reading)."""
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
 
     def close(self) -> None:
         try:
