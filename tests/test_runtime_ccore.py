@@ -17,15 +17,25 @@ import pytest
 from interlink.runtime import ccore
 from mp import run_ranks
 
-PATHS = ["core", "python"]
+PATHS = ["core", "python", "core-streamed"]
 _DTYPES = ("float32", "float64", "int32", "int64", "float16", "uint8")  # the last two: the Python path's
 _OPS = ("SUM", "PRODUCT", "MIN", "MAX", "AVG")
 
 
 def _env(path: str) -> dict:
-    if path == "core" and not ccore.built():
+    """core: the compiled core (its copies into the slots as measured); core-streamed: every copy into a slot
+    of a byte or more with streaming stores (INTERLINK_SLOT_STREAM=1: odd heads and tails of every size);
+    python: the pure-Python path."""
+    if path.startswith("core") and not ccore.built():
         pytest.skip("the compiled core is not built in this install (no C compiler at install time)")
-    return {"INTERLINK_NO_CCORE": "0" if path == "core" else "1", "INTERLINK_TRANSPORT": "shm"}
+    env = {"INTERLINK_NO_CCORE": "1" if path == "python" else "0", "INTERLINK_TRANSPORT": "shm"}
+    if path == "core-streamed":
+        from interlink.transport import stream
+
+        if not stream.available:
+            pytest.skip("no streaming copy on this machine (transport/stream.py)")
+        env.update(INTERLINK_SLOT_STREAM="1", INTERLINK_SLOT_STREAM_MIN_BYTES="1")
+    return env
 
 
 def _data(rank: int, dt: str, n: int, op: str) -> np.ndarray:
@@ -127,9 +137,11 @@ def matrix(rank: int, world: int) -> dict:
             if not _same(x, sum(a + r + i for r in range(world)).astype(np.float32)) or \
                     not _same(y, b * world + i):
                 fails.append(f"alternating shapes, call {i}")
-    calls = fast.core.calls if fast is not None and getattr(fast, "core", None) is not None else None
+    core = getattr(fast, "core", None) if fast is not None else None
+    calls = core.calls if core is not None else None
+    streamed = core.stream_calls if core is not None else None
     dist.destroy()
-    return {"fails": fails, "checks": checks, "core_calls": calls, "fast": fast is not None}
+    return {"fails": fails, "checks": checks, "core_calls": calls, "fast": fast is not None, "streamed": streamed}
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -142,10 +154,12 @@ def test_small_call_matrix_against_numpy(path: str, world: int) -> None:
         if world == 1:
             continue
         assert r["fast"]
-        if path == "core":
+        if path.startswith("core"):
             # the calls ran in C (not all: a call whose spin ran out on a loaded machine goes on in Python, and
             # 5 ranks on 2 cores reduce the all_reduce once, in Python)
             assert r["core_calls"] and r["core_calls"] > 50, r
+            if path == "core-streamed":  # and their copies into the slots streamed
+                assert r["streamed"] and r["streamed"] > 50, r
         else:
             assert r["core_calls"] is None, r
 
@@ -257,3 +271,86 @@ def test_read_only_inputs_behave_alike_on_both_paths() -> None:
     assert got["python"][0]["all_gather"] == [0, 1, 2, 3, 1, 2, 3, 4]
     if "core" in got:
         assert got["core"] == got["python"]
+
+
+# ---- the copy into the slots, measured (runtime/_hotcore.c slot_lead, runtime/policy.py slot_stream) ---------
+
+
+def measured_copies(rank: int, world: int) -> dict:
+    """Shapes whose copy into the slot is 16 KiB or more, 120 calls each with new data every call: the host's
+    first rank measures plain against streaming copies (its first blocks run both) and the others follow it;
+    every result checked against numpy."""
+    import interlink as dist
+    from interlink.runtime import api
+
+    dist.init(timeout=60)
+    fast = api._world()._fast
+    fails, checks = [], 0
+    n = 8192 * world  # float32: 32 KiB a rank's block times world
+    for i in range(120):
+        xs = [np.arange(n, dtype=np.float32) * (r + 1) + i for r in range(world)]
+        x = xs[rank].copy()
+        dist.all_reduce(x)
+        checks += 1
+        if not _same(x, _ref("SUM", xs)):
+            fails.append(f"all_reduce call {i}")
+        out = np.empty(n, np.float32)
+        dist.all_to_all_single(out, xs[rank])
+        b = n // world
+        checks += 1
+        if not _same(out, np.concatenate([xs[r][rank * b:(rank + 1) * b] for r in range(world)])):
+            fails.append(f"all_to_all call {i}")
+        g = np.empty(b * world, np.float32)
+        dist.all_gather_into_tensor(g, xs[rank][:b] + 1)
+        checks += 1
+        if not _same(g, np.concatenate([v[:b] + 1 for v in xs])):
+            fails.append(f"all_gather call {i}")
+    core = fast.core
+    out = {"fails": fails, "checks": checks, "calls": core.calls, "streamed": core.stream_calls,
+           "mode": core.slot_stream_mode}
+    dist.destroy()
+    return out
+
+
+@pytest.mark.skipif(not ccore.built(), reason="the compiled core is not built here")
+@pytest.mark.parametrize("world,mode", [(2, "auto"), (2, "0"), (3, "auto")])
+def test_the_copy_into_the_slots_is_measured_and_every_rank_follows_the_first(world: int, mode: str) -> None:
+    from interlink.transport import stream
+
+    res = run_ranks(world, measured_copies, env={"INTERLINK_TRANSPORT": "shm", "INTERLINK_NO_CCORE": "0",
+                                                 "INTERLINK_SLOT_STREAM": mode}, timeout=240)
+    for r in res:
+        assert not r["fails"], r["fails"][:10]
+        assert r["checks"] == 360, r
+    if mode == "0" or not stream.available:
+        assert all(r["streamed"] == 0 for r in res), res
+        return
+    assert all(r["mode"] == 2 for r in res), res
+    if world > 2:  # 3 ranks on 2 cores: calls whose spin runs out go on in Python; the results are the check
+        return
+    # rank 0's first blocks ran both copies (two blocks of 6 streaming calls for each of the 3 shapes), and
+    # rank 1 made the copy rank 0 made in the last call of the same shape: the same count, give or take a
+    # call at each switch
+    assert all(r["calls"] > 300 for r in res), res
+    lead = res[0]["streamed"]
+    assert 36 <= lead <= res[0]["calls"] - 36, res
+    assert abs(res[1]["streamed"] - lead) <= 12, res
+
+
+def test_slot_stream_setting() -> None:
+    from interlink.runtime import policy
+    from interlink.transport import stream
+
+    env = dict(os.environ)
+    try:
+        for raw, mode in (("", 2), ("auto", 2), ("0", 0), ("never", 0), ("1", 1), ("always", 1)):
+            os.environ["INTERLINK_SLOT_STREAM"] = raw
+            assert policy.slot_stream() == (policy.SLOT_STREAM_MIN_BYTES, mode if stream.available else 0)
+        os.environ["INTERLINK_SLOT_STREAM_MIN_BYTES"] = "0"
+        assert policy.slot_stream()[1] == 0
+        os.environ["INTERLINK_SLOT_STREAM"] = "sometimes"
+        with pytest.raises(ValueError, match="INTERLINK_SLOT_STREAM must be auto, 0 or 1"):
+            policy.slot_stream()
+    finally:
+        os.environ.clear()
+        os.environ.update(env)

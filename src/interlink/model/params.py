@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
@@ -160,6 +161,7 @@ def _defaults() -> list[Param]:
         _p("nvls.latency_us", 25.0, "us", f"{_TUNING}: NVLS latency on NVLink (a check: the NVLS Schedule's "
            f"call latency + steps give it; tests/test_model_cost.py)"),
         _p("gpu.hbm_gbps.a100", 2039.0, "GB/s", "A100-SXM4-80GB datasheet: HBM2e 2,039 GB/s"),
+        _p("gpu.hbm_gbps.a100-40gb", 1555.0, "GB/s", "A100-SXM4-40GB datasheet: HBM2 1,555 GB/s"),
         _p("gpu.hbm_gbps.a800", 2039.0, "GB/s", "A800 80GB: as A100-SXM4-80GB"),
         _p("gpu.hbm_gbps.h100", 3350.0, "GB/s", "H100-SXM5 datasheet: HBM3 3.35 TB/s"),
         _p("gpu.hbm_gbps.h800", 3350.0, "GB/s", "H800-SXM5: as H100-SXM5"),
@@ -401,7 +403,9 @@ class Params:
 
     def hbm_gbps(self, gpu_name: str) -> float:
         key = gpu_family(gpu_name)
-        name = f"gpu.hbm_gbps.{key}"
+        mem = re.search(r"(\d+)\s*GB", gpu_name or "")
+        variant = f"gpu.hbm_gbps.{key}-{mem.group(1)}gb" if mem else ""  # a memory size of its own HBM
+        name = variant if variant in self else f"gpu.hbm_gbps.{key}"
         return self.value(name if name in self else "gpu.hbm_gbps.default")
 
     def nvls_efficiency(self, gpu_name: str) -> float:

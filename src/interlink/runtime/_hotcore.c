@@ -19,8 +19,18 @@
 #include <unistd.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #define MAXR 64
+/* streaming stores into the slot, measured: see slot_lead */
+#define SLOT_WARM 8
+#define SLOT_BLOCK 6
+#define SLOT_SKIP 3
+#define SLOT_BLOCKS 4
+#define SLOT_MARGIN 0.9
+#define SLOT_PROBE_EVERY 100
 #define HDR 16 /* call headers a rank keeps (transport/shm.py HEADERS): call f's is entry f % HDR */
 enum { AR = 0, BC = 1, AG = 2, RS = 3, A2A = 5 };
 enum { OP_SUM = 0, OP_PROD = 1, OP_MIN = 2, OP_MAX = 3, OP_COPY = 9 };
@@ -58,6 +68,10 @@ typedef struct {
     long spin, yield_after;
     long long spin_wall_ns;         /* the longest a wait spins (runtime/engine.py SPIN_WALL_S): a loaded core's
                                      * yields can each cost a timeslice */
+    long long slot_stream_min;      /* a shape whose copy into this rank's slot is at least this many bytes may
+                                     * use streaming stores (runtime/policy.py slot_stream) */
+    int slot_stream_mode;           /* 0 never, 1 always (from slot_stream_min), 2 measured (slot_arm) */
+    unsigned long long stream_calls; /* calls whose copy into the slot streamed (tests read it) */
     unsigned long long f, safe;     /* FastPath.f and FastPath.safe live here when the core is on */
     unsigned long long pend, pend_hi; /* FastPath.pend..pend_hi: a broadcast root's calls whose peers' headers
                                      * are not yet checked (0: none); its done word passes each once they are */
@@ -75,6 +89,14 @@ typedef struct {
     unsigned char head[SIG_BYTES];
     Py_ssize_t *mine;    /* [npos] byte offset of this rank's payload */
     Py_ssize_t *parts;   /* [npos * nparts] byte offsets of the parts read, rank order */
+    /* streaming stores into the slot, measured (slot_arm): this shape's call time (ns) with plain (0) and
+     * streaming (1) copies into the slot, the current block's timed calls; calls timed with each
+     * copy, calls of the shape, calls left in the current block, calls since the last block, the block's
+     * timed calls */
+    double cost[2], bt[SLOT_BLOCK];
+    unsigned int timed[2], ncalls, left, since, bn;
+    int block;           /* the copy of the block being timed (-1: none) */
+    int follow;          /* another rank's: the copy rank 0 made in the last call of this shape */
 } Shape;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -269,7 +291,133 @@ static int get_buf(PyObject *o, Py_buffer *b, int writable, Py_ssize_t need) {
 
 /* One call of shape s with its buffers: 0 done; 1 nothing done (the slot is not free yet); 2 published, the
  * peers' headers not all there or not matching (*fo, *po: the call and its position) */
+/* A copy into this rank's slot. The slot's lines were last read by the peers (the previous calls through it),
+ * so they sit in the peers' caches: a plain store first takes each line back from them (a read for
+ * ownership across cores, slow where the cores share no cache: 2 ranks, 256 KiB, 118 us against 12 us with
+ * streaming stores). From slot_stream_min bytes the copy uses streaming stores instead (whole lines straight
+ * to memory, the peers' copies invalidated), fenced before the call publishes. */
+static void slot_copy(int streamed, char *dst, const char *src, size_t n) {
+#if defined(__x86_64__)
+    size_t head = (size_t)((16 - ((uintptr_t)dst & 15)) & 15);
+    if (streamed && n >= head + 64) { /* the head to a 16-byte boundary, whole lines streamed, the tail */
+        if (head) { memcpy(dst, src, head); dst += head; src += head; n -= head; }
+        size_t body = n & ~(size_t)63;
+        for (size_t i = 0; i < body; i += 64) {
+            __m128i x0 = _mm_loadu_si128((const __m128i *)(src + i));
+            __m128i x1 = _mm_loadu_si128((const __m128i *)(src + i + 16));
+            __m128i x2 = _mm_loadu_si128((const __m128i *)(src + i + 32));
+            __m128i x3 = _mm_loadu_si128((const __m128i *)(src + i + 48));
+            _mm_stream_si128((__m128i *)(dst + i), x0);
+            _mm_stream_si128((__m128i *)(dst + i + 16), x1);
+            _mm_stream_si128((__m128i *)(dst + i + 32), x2);
+            _mm_stream_si128((__m128i *)(dst + i + 48), x3);
+        }
+        if (n > body) memcpy(dst + body, src + body, n - body);
+        _mm_sfence();
+        return;
+    }
+#endif
+    (void)streamed;
+    memcpy(dst, src, n);
+}
+
+/* Which copy into the slot a call of shape s makes (1: streaming stores). Where the cores share a cache the
+ * plain copy is faster (the peers then read the payload from that cache: 2 ranks, all_to_all of 1 MiB,
+ * 38 us against 56-75 with streaming stores); where they do not (two dies, two sockets, or a VM's cores
+ * placed so, which on a shared VM changes by the minute) the plain copy is 4-7x slower (250-285 us against
+ * 56). A call waits for every rank's copy, so one rank switching alone shows nothing: the host's first rank
+ * (local rank 0) measures and decides for all, and puts the copy it made into its call header (the word
+ * after the byte count); every other rank makes the copy rank 0 made in the last call of the same shape (it
+ * reads it with rank 0's header in that call; a plain copy before the first, or where rank 0 ran that call
+ * in Python). Rank 0, per shape (mode 2): its first SLOT_WARM calls plain
+ * and not timed (first touches, cold caches); then SLOT_BLOCKS blocks of SLOT_BLOCK calls, plain and
+ * streaming in turn, each block's median the copy's cost; from then on the cheaper copy (streaming where it
+ * costs less than SLOT_MARGIN of the plain one), its cost a moving average of its calls, and after every
+ * SLOT_PROBE_EVERY x (cost ratio, at most 4)^2 of them a block of the other copy, whose median replaces
+ * that one's cost (the host may have changed since). A block's first SLOT_SKIP calls
+ * and the call after it are not timed (the other ranks follow one call late; the lines are where the other
+ * copy left them). Only shapes where every rank copies into its slot and waits for every other
+ * (all_reduce, reduce_scatter, all_gather, all_to_all; a broadcast's root does not wait for its readers,
+ * so it cannot see what its copy costs them: plain). The choice changes no byte of any result, only where
+ * the payload's lines are when the peers read them. */
+static int slot_eligible(Core *c, Shape *s) {
+    if (c->slot_stream_mode == 0 || c->slot_stream_min <= 0 || s->kind == BC || c->n < 2) return 0;
+    Py_ssize_t bytes = s->kind == A2A ? s->rowbytes * (c->n - 1) : s->nbytes;
+    return bytes >= c->slot_stream_min;
+}
+
+/* rank 0's choice for this call of shape s (timed: whether to time it) */
+static int slot_lead(Shape *s, int *timed) {
+    *timed = 0;
+    unsigned k = s->ncalls++;
+    if (k < SLOT_WARM) return 0;
+    k -= SLOT_WARM;
+    if (k < SLOT_BLOCK * SLOT_BLOCKS) { /* the first blocks: plain, streaming, plain, streaming */
+        s->block = (int)((k / SLOT_BLOCK) & 1);
+        s->left = SLOT_BLOCK - 1 - k % SLOT_BLOCK;
+        *timed = k % SLOT_BLOCK >= SLOT_SKIP;
+        return s->block;
+    }
+    int best = s->cost[1] < SLOT_MARGIN * s->cost[0]; /* streaming where clearly cheaper */
+    if (s->left) { /* in a block of the other copy */
+        s->left--;
+        *timed = SLOT_BLOCK - 1 - s->left >= SLOT_SKIP;
+        return s->block;
+    }
+    if (s->block >= 0) { /* the call after a block: not timed */
+        s->block = -1;
+        return best;
+    }
+    double ratio = s->cost[!best] / (s->cost[best] > 0 ? s->cost[best] : 1.0);
+    if (ratio < 1) ratio = 1;
+    if (ratio > 4) ratio = 4;
+    if (++s->since >= (unsigned)(SLOT_PROBE_EVERY * ratio * ratio)) {
+        s->since = 0;
+        s->block = !best;
+        s->left = SLOT_BLOCK - 1;
+        return s->block;
+    }
+    *timed = 1;
+    return best;
+}
+
+static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo,
+                        int *po);
+
 static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo, int *po) {
+    if (!slot_eligible(c, s)) return run_call_arm(c, s, 0, seq, a, o, fo, po);
+    int timed = 0, arm;
+    if (c->slot_stream_mode == 1) arm = 1;
+    else if (c->me == 0) arm = slot_lead(s, &timed);
+    else arm = s->follow; /* the copy rank 0 made in the last call of this shape (run_call_arm) */
+    struct timespec t0, t1;
+    if (timed) clock_gettime(CLOCK_MONOTONIC, &t0);
+    int r = run_call_arm(c, s, arm, seq, a, o, fo, po);
+    if (r != 0) return r;
+    if (arm) c->stream_calls++;
+    if (timed) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double dt = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+        if (s->block >= 0) { /* a block: its median replaces the copy's cost when it ends */
+            if (s->bn < SLOT_BLOCK) s->bt[s->bn++] = dt;
+            if (s->left == 0) {
+                double *t = s->bt;
+                for (unsigned i = 1; i < s->bn; i++) /* insertion sort of a few */
+                    for (unsigned j = i; j > 0 && t[j - 1] > t[j]; j--) { double x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
+                s->cost[arm] = s->bn % 2 ? t[s->bn / 2] : 0.5 * (t[s->bn / 2 - 1] + t[s->bn / 2]);
+                s->timed[arm] += s->bn;
+                s->bn = 0;
+            }
+        } else {
+            s->cost[arm] = 0.8 * s->cost[arm] + 0.2 * dt;
+            s->timed[arm]++;
+        }
+    }
+    return 0;
+}
+
+static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo,
+                        int *po) {
     volatile uint64_t *W = (volatile uint64_t *)c->base;
     uint64_t f = c->f + 1;
     int same = c->last == s->lid;
@@ -308,15 +456,15 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     if (s->kind == A2A) { /* the peers' blocks into this rank's slot (its own block it copies out directly) */
         for (int j = 0; j < c->n; j++)
             if (j != c->me)
-                memcpy(c->base + s->mine[pos] + (Py_ssize_t)j * s->rowbytes, (char *)a->buf + (Py_ssize_t)j * s->rowbytes,
-                       (size_t)s->rowbytes);
+                slot_copy(streamed, c->base + s->mine[pos] + (Py_ssize_t)j * s->rowbytes,
+                          (char *)a->buf + (Py_ssize_t)j * s->rowbytes, (size_t)s->rowbytes);
     } else if (s->sends) {
-        memcpy(c->base + s->mine[pos], a->buf, (size_t)s->nbytes);
+        slot_copy(streamed, c->base + s->mine[pos], a->buf, (size_t)s->nbytes);
     }
     /* the header from word 2: group seq, crc, nbytes, (reserved), signature (pageproto._META) */
     {
         uint64_t *h = (uint64_t *)(c->base + c->hoff[q]);
-        h[0] = seq; h[1] = s->crc; h[2] = (uint64_t)s->nbytes; h[3] = 0;
+        h[0] = seq; h[1] = s->crc; h[2] = (uint64_t)s->nbytes; h[3] = (uint64_t)(streamed + 1); /* the copy made */
         memcpy(h + 4, s->head, SIG_BYTES);
     }
     st(&W[c->my_w[q]], f); /* publish last */
@@ -353,6 +501,7 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     }
     if (r != 1) return 2;
     c->safe = f - 1; /* a peer publishes call f only after finishing call f-1 */
+    if (c->me != 0) s->follow = W[c->peer_w[q][0] + 5] == 2; /* rank 0's copy (its header, just checked) */
     const Py_ssize_t *P = s->parts + (Py_ssize_t)pos * s->nparts;
     switch (s->kind) {
     case AR:
@@ -444,10 +593,17 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     PyObject *page, *my_w, *peer_w, *done_all, *hoff, *sleep_w, *bell_w;
     Py_ssize_t done_w;
     c->spin_wall_ns = 2000000;
-    if (!PyArg_ParseTuple(args, "OiiOOnOOOOll|L", &page, &c->n, &c->me, &my_w, &peer_w, &done_w,
-                          &done_all, &hoff, &sleep_w, &bell_w, &c->spin, &c->yield_after, &c->spin_wall_ns))
+    c->slot_stream_min = 0;
+    c->slot_stream_mode = 0;
+    if (!PyArg_ParseTuple(args, "OiiOOnOOOOll|LLi", &page, &c->n, &c->me, &my_w, &peer_w, &done_w,
+                          &done_all, &hoff, &sleep_w, &bell_w, &c->spin, &c->yield_after, &c->spin_wall_ns,
+                          &c->slot_stream_min, &c->slot_stream_mode))
         return -1;
     if (c->n < 1 || c->n > MAXR) { PyErr_SetString(PyExc_ValueError, "ranks"); return -1; }
+    if (c->slot_stream_mode < 0 || c->slot_stream_mode > 2) { PyErr_SetString(PyExc_ValueError, "stream mode"); return -1; }
+#if !defined(__x86_64__)
+    c->slot_stream_mode = 0; /* streaming stores are x86-64's here */
+#endif
     if (c->have_view) { PyBuffer_Release(&c->view); c->have_view = 0; }
     if (PyObject_GetBuffer(page, &c->view, PyBUF_WRITABLE) < 0) return -1;
     c->have_view = 1;
@@ -499,6 +655,10 @@ static PyMemberDef Core_members[] = {
     {"last", T_ULONGLONG, offsetof(Core, last), 0, "the last call's shape (FastPath.last)"},
     {"run", T_ULONGLONG, offsetof(Core, run), 0, "calls in a row of that shape (FastPath.run)"},
     {"calls", T_ULONGLONG, offsetof(Core, calls), READONLY, "calls the core completed"},
+    {"stream_calls", T_ULONGLONG, offsetof(Core, stream_calls), READONLY,
+     "calls whose copy into the slot used streaming stores"},
+    {"slot_stream_mode", T_INT, offsetof(Core, slot_stream_mode), READONLY,
+     "0 never, 1 always, 2 measured (streaming stores into the slot)"},
     {NULL}};
 
 static PyTypeObject CoreType = {
@@ -560,10 +720,20 @@ static void Shape_dealloc(Shape *s) {
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
+static PyMemberDef Shape_members[] = {
+    {"cost_plain", T_DOUBLE, offsetof(Shape, cost), READONLY,
+     "rank 0's cost of a call of this shape with plain copies into the slot (ns; 0: not measured)"},
+    {"cost_streamed", T_DOUBLE, offsetof(Shape, cost) + sizeof(double), READONLY,
+     "the same with streaming stores"},
+    {"ncalls", T_UINT, offsetof(Shape, ncalls), READONLY, "calls of this shape rank 0 has measured or counted"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject ShapeType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "interlink.runtime._hotcore.Shape",
     .tp_basicsize = sizeof(Shape),
     .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_members = Shape_members,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Shape_init,
     .tp_dealloc = (destructor)Shape_dealloc,

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..ops import ReduceOp
+from . import policy
 from .engine import SPIN_WALL_S
 
 try:
@@ -64,7 +65,8 @@ def make_core(fp: Any) -> Optional[Any]:
     sleep_w = [flag for flag, _ in fp.wake]
     core = _hotcore.Core(page.mm, fp.n, fp.me, tuple(fp.my_w), tuple(tuple(w) for w in fp.peer_w),
                          fp.done_w, tuple(page.done_word(i) for i in range(fp.n)), tuple(fp.hoff),
-                         tuple(sleep_w), tuple(bell_w), int(fp.spin), int(fp.yield_after), int(SPIN_WALL_S * 1e9))
+                         tuple(sleep_w), tuple(bell_w), int(fp.spin), int(fp.yield_after), int(SPIN_WALL_S * 1e9),
+                         *policy.slot_stream())
     fp._page_addr = _addr(np.frombuffer(page.mm, dtype=np.uint8, count=1))
     return core
 

@@ -241,6 +241,30 @@ def stream_min_bytes() -> int:
     return HostLimits.from_env(os.environ, stream_min=last_level_cache_bytes() // 2).stream_min or 1 << 62
 
 
+#: the copy into a rank's slot from which the compiled core may use streaming stores (slot_stream)
+SLOT_STREAM_MIN_BYTES = 16 << 10
+_SLOT_STREAM_MODES = {"0": 0, "never": 0, "1": 1, "always": 1, "auto": 2, "": 2}
+
+
+def slot_stream() -> tuple[int, int]:
+    """(bytes, mode) for the compiled core's copies into a rank's own slot (runtime/_hotcore.c ``slot_arm``):
+    a call shape whose copy is at least ``bytes`` (INTERLINK_SLOT_STREAM_MIN_BYTES, default 16 KiB) makes it
+    with streaming stores never (mode 0, INTERLINK_SLOT_STREAM=0), always (1, INTERLINK_SLOT_STREAM=1) or as
+    measured (2, the default, ``auto``): each shape's call time with each copy, the faster used and the other
+    tried again every 200 calls. Why measured: the slot's lines sit in the caches of the peers that read
+    them last, and a plain store takes each back first. Where the cores share a cache that is cheap and the
+    peers then read from it (2 ranks, all_to_all of 1 MiB: 38 us plain, 56-75 us streaming); where they do
+    not (two dies or sockets, or the cores of a shared VM placed so, which changed by the minute on the 2-core
+    AMD EPYC VM) the plain copy is 4-7x slower (250-285 us against 56) and streaming stores win. Only where
+    transport/stream.py's streaming copy exists (x86-64); the choice changes no byte of a result."""
+    mode = os.environ.get("INTERLINK_SLOT_STREAM", "auto").strip().lower()
+    if mode not in _SLOT_STREAM_MODES:
+        raise ValueError(f"INTERLINK_SLOT_STREAM must be auto, 0 or 1, got {mode!r}")
+    raw = os.environ.get("INTERLINK_SLOT_STREAM_MIN_BYTES", "")
+    at = int(raw) if raw.strip() else SLOT_STREAM_MIN_BYTES
+    return (at, _SLOT_STREAM_MODES[mode] if stream.available and at > 0 else 0)
+
+
 def stream_band(stream_min: int) -> tuple[int, int]:
     """The outputs of the host's ranks in one call, (lo, hi] bytes, for which the host page measures its
     copies into the outputs with streaming stores against plain ones (the first calls of each shape, as

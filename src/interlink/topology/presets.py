@@ -4,6 +4,7 @@ Single machines (``parse_topology("dgx-h100")``)::
 
     dgx-a100     8x A100-SXM4, NVSwitch gen 2 (6 chips), 12 NVLink3 per GPU, 8 HDR NICs + 2 storage NICs,
                  4 PCIe Gen4 switches (2 GPUs + 2 NICs each), 2 AMD EPYC 7742 sockets (xGMI)
+    dgx-a100-40gb  dgx-a100 with A100-SXM4-40GB GPUs (the first DGX A100, 320 GB; HBM2 1,555 GB/s)
     a800         dgx-a100 with 8 NVLinks per GPU (400 GB/s)
     dgx-h100     8x H100-SXM5, NVSwitch gen 3 (4 chips, NVLink SHARP), 18 NVLink4 per GPU, 8 NDR NICs,
                  4 PCIe Gen5 switches (2 GPUs + 2 NICs each), 2 Xeon 8480C sockets (UPI)
@@ -194,6 +195,8 @@ PRESETS: Mapping[str, Preset] = {
     p.name: p for p in [
         Preset("dgx-a100", "8x A100 SXM4, NVSwitch gen2, 12 NVLink3/GPU, 8 HDR NICs + storage, PCIe Gen4, 2 AMD CPUs",
                _dgx_a100, "ib-hdr"),
+        Preset("dgx-a100-40gb", "dgx-a100 with A100-SXM4-40GB GPUs (the first DGX A100, 320 GB)",
+               lambda b, h, c: _dgx_a100(b, h, c, gpu="A100-SXM4-40GB"), "ib-hdr"),
         Preset("a800", "dgx-a100 with 8 NVLink3 per GPU (400 GB/s)",
                lambda b, h, c: _dgx_a100(b, h, c, nlinks=8, gpu="A800-SXM4-80GB"), "ib-hdr"),
         Preset("dgx-h100", "8x H100 SXM5, NVSwitch gen3 (NVLS), 18 NVLink4/GPU, 8 NDR NICs, PCIe Gen5, 2 Intel CPUs",
