@@ -96,7 +96,7 @@ typedef struct {
     double cost[2], bt[SLOT_BLOCK];
     unsigned int timed[2], ncalls, left, since, bn;
     int block;           /* the copy of the block being timed (-1: none) */
-    int follow;          /* another rank's: the copy rank 0 made in the last call of this shape */
+    int follow;          /* another rank's: the copy the leader made in the last call of this shape */
 } Shape;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -336,14 +336,25 @@ static void slot_copy(int streamed, char *dst, const char *src, size_t n) {
  * SLOT_PROBE_EVERY x (cost ratio, at most 4)^2 of them a block of the other copy, whose median replaces
  * that one's cost (the host may have changed since). A block's first SLOT_SKIP calls
  * and the call after it are not timed (the other ranks follow one call late; the lines are where the other
- * copy left them). Only shapes where every rank copies into its slot and waits for every other
- * (all_reduce, reduce_scatter, all_gather, all_to_all; a broadcast's root does not wait for its readers,
- * so it cannot see what its copy costs them: plain). The choice changes no byte of any result, only where
- * the payload's lines are when the peers read them. */
+ * copy left them). A broadcast's root does not wait for its readers, so its calls do not show what its copy
+ * costs them: there the first rank that is not the root decides (it times its calls, which wait for the
+ * root's copy and read it), and the root makes the copy that rank chose in their last call of the shape
+ * (read from its header then). The choice changes no byte of any result, only where the payload's lines
+ * are when the peers read them. */
 static int slot_eligible(Core *c, Shape *s) {
-    if (c->slot_stream_mode == 0 || c->slot_stream_min <= 0 || s->kind == BC || c->n < 2) return 0;
-    Py_ssize_t bytes = s->kind == A2A ? s->rowbytes * (c->n - 1) : s->nbytes;
+    if (c->slot_stream_mode == 0 || c->slot_stream_min <= 0 || c->n < 2) return 0;
+    /* the bytes a rank copies into its slot (a broadcast: its root's payload, the same on every rank) */
+    Py_ssize_t bytes = s->kind == A2A ? s->rowbytes * (c->n - 1) : s->kind == BC ? s->count * s->itemsize : s->nbytes;
     return bytes >= c->slot_stream_min;
+}
+
+/* who decides a shape's copy: rank 0, but for a broadcast the first rank that is not its root (the root
+ * does not wait for its readers, so its calls do not show what its copy costs them) */
+static int slot_leader(Core *c, Shape *s) {
+    if (s->kind != BC) return c->me == 0;
+    if (s->sends) return 0;
+    int root = s->rootk < c->me ? s->rootk : s->rootk + 1;
+    return c->me == (root == 0 ? 1 : 0);
 }
 
 /* rank 0's choice for this call of shape s (timed: whether to time it) */
@@ -388,13 +399,27 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     if (!slot_eligible(c, s)) return run_call_arm(c, s, 0, seq, a, o, fo, po);
     int timed = 0, arm;
     if (c->slot_stream_mode == 1) arm = 1;
-    else if (c->me == 0) arm = slot_lead(s, &timed);
-    else arm = s->follow; /* the copy rank 0 made in the last call of this shape (run_call_arm) */
+    else if (slot_leader(c, s)) arm = slot_lead(s, &timed);
+    else if (s->kind == BC && s->sends) {
+        /* a root: the copy its leader chose in the latest call of this shape the leader has published (the
+         * root runs ahead of its readers: up to HDR calls); the leader is peer 0 of the root (rank 1 where
+         * the root is rank 0) */
+        volatile uint64_t *W = (volatile uint64_t *)c->base;
+        for (uint64_t k = 1; k <= HDR && k <= c->f; k++) {
+            uint64_t g = c->f + 1 - k;
+            Py_ssize_t pw = c->peer_w[g % HDR][0];
+            if (ld(&W[pw]) == g) {
+                if (W[pw + SEQ_CRC] == s->crc) s->follow = W[pw + 5] == 2;
+                break;
+            }
+        }
+        arm = s->follow;
+    } else arm = s->follow; /* the copy the leader made in the last call of this shape (run_call_arm) */
     struct timespec t0, t1;
     if (timed) clock_gettime(CLOCK_MONOTONIC, &t0);
     int r = run_call_arm(c, s, arm, seq, a, o, fo, po);
     if (r != 0) return r;
-    if (arm) c->stream_calls++;
+    if (arm && (s->kind != BC || s->sends)) c->stream_calls++; /* a broadcast's readers copy nothing in */
     if (timed) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double dt = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
