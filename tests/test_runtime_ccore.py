@@ -312,8 +312,11 @@ def measured_copies(rank: int, world: int) -> dict:
             if not _same(y, xs[root]):
                 fails.append(f"broadcast root {root} call {i}")
     core = fast.core
+    # per call shape (kind, root): calls that streamed their copy into the slot, calls rank 0 counted
+    shapes = {(sc.kind, sc.root): (sc.ccore.streamed, sc.ccore.ncalls)
+              for sc in fast.shapes.values() if sc and getattr(sc, "ccore", None) is not None}
     out = {"fails": fails, "checks": checks, "calls": core.calls, "streamed": core.stream_calls,
-           "mode": core.slot_stream_mode}
+           "mode": core.slot_stream_mode, "shapes": shapes}
     dist.destroy()
     return out
 
@@ -334,14 +337,22 @@ def test_the_copy_into_the_slots_is_measured_and_every_rank_follows_the_first(wo
     assert all(r["mode"] == 2 for r in res), res
     if world > 2:  # 3 ranks on 2 cores: calls whose spin runs out go on in Python; the results are the check
         return
-    # rank 0's first blocks ran both copies (two blocks of 6 streaming calls for each of the 3 shapes it
-    # decides), and rank 1 made the copy rank 0 made in the last call of the same shape: the same count,
-    # give or take a call at each switch, and each root its broadcast's streaming copies as its reader chose
+    # every shape but the broadcasts: rank 0 ran both copies (its first blocks: 12 streaming calls of 120),
+    # and rank 1 made the copy rank 0 made in their last call of that shape: the same count, a call late at
+    # each switch. A broadcast: its reader decides (counted there), its root streams as that reader chose, a
+    # few calls late (it runs ahead of its reader)
     assert all(r["calls"] > 500 for r in res), res
-    lead = res[0]["streamed"]
-    assert 36 <= lead <= res[0]["calls"] - 36, res
-    assert all(r["streamed"] >= 36 + 10 for r in res), res  # + a root's: its reader's 2 blocks, a call late
-    assert abs(res[1]["streamed"] - lead) <= 24, res
+    s0, s1 = res[0]["shapes"], res[1]["shapes"]
+    from interlink.runtime.pageproto import BC
+
+    for key, (streamed, ncalls) in s0.items():
+        if key[0] == BC:
+            root, reader = key[1], 1 - key[1]
+            assert res[reader]["shapes"][key][1] == 120, (key, res)  # the reader measured
+            assert res[root]["shapes"][key][0] >= 6, (key, res)  # the root followed its streaming blocks
+            continue
+        assert ncalls == 120 and 12 <= streamed <= 120 - 12, (key, s0)
+        assert abs(s1[key][0] - streamed) <= 6, (key, s0, s1)
 
 
 def test_slot_stream_setting() -> None:

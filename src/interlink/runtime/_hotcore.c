@@ -94,7 +94,7 @@ typedef struct {
      * copy, calls of the shape, calls left in the current block, calls since the last block, the block's
      * timed calls */
     double cost[2], bt[SLOT_BLOCK];
-    unsigned int timed[2], ncalls, left, since, bn;
+    unsigned int timed[2], ncalls, left, since, bn, streamed;
     int block;           /* the copy of the block being timed (-1: none) */
     int follow;          /* another rank's: the copy the leader made in the last call of this shape */
 } Shape;
@@ -405,11 +405,11 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
          * root runs ahead of its readers: up to HDR calls); the leader is peer 0 of the root (rank 1 where
          * the root is rank 0) */
         volatile uint64_t *W = (volatile uint64_t *)c->base;
-        for (uint64_t k = 1; k <= HDR && k <= c->f; k++) {
+        for (uint64_t k = 1; k <= HDR && k <= c->f; k++) { /* the newest entry of the leader's with this shape */
             uint64_t g = c->f + 1 - k;
             Py_ssize_t pw = c->peer_w[g % HDR][0];
-            if (ld(&W[pw]) == g) {
-                if (W[pw + SEQ_CRC] == s->crc) s->follow = W[pw + 5] == 2;
+            if (ld(&W[pw]) == g && W[pw + SEQ_CRC] == s->crc) {
+                s->follow = W[pw + 5] == 2;
                 break;
             }
         }
@@ -419,7 +419,10 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     if (timed) clock_gettime(CLOCK_MONOTONIC, &t0);
     int r = run_call_arm(c, s, arm, seq, a, o, fo, po);
     if (r != 0) return r;
-    if (arm && (s->kind != BC || s->sends)) c->stream_calls++; /* a broadcast's readers copy nothing in */
+    if (arm && (s->kind != BC || s->sends)) { /* a broadcast's readers copy nothing in */
+        c->stream_calls++;
+        s->streamed++;
+    }
     if (timed) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double dt = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
@@ -751,6 +754,7 @@ static PyMemberDef Shape_members[] = {
     {"cost_streamed", T_DOUBLE, offsetof(Shape, cost) + sizeof(double), READONLY,
      "the same with streaming stores"},
     {"ncalls", T_UINT, offsetof(Shape, ncalls), READONLY, "calls of this shape rank 0 has measured or counted"},
+    {"streamed", T_UINT, offsetof(Shape, streamed), READONLY, "calls of this shape whose copy into the slot streamed"},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -75,11 +75,14 @@ class Autotune:
 
     def stream_tuned(self, kind: int, nbytes: int) -> bool:
         """Whether a call of this kind and input size measures streaming against plain copies into its
-        outputs (policy.stream_band around stream_min; only a Schedule run step by step streams)."""
+        outputs and its slot (policy.stream_band around stream_min, down to policy.PAGE_STREAM_MEASURE_MIN:
+        where the ranks' cores share no cache a plain copy into the slot takes every line back from the
+        peers that read it, at any size; only a Schedule run step by step streams, the inlined calls are
+        the compiled core's, runtime/_hotcore.c slot_lead)."""
         if not self.autotune_stream or kind == BAR:
             return False
         lo, hi = policy.stream_band(self.stream_min)
-        return lo < self.host_outputs(kind, nbytes) <= hi
+        return min(lo, policy.PAGE_STREAM_MEASURE_MIN) < self.host_outputs(kind, nbytes) <= hi
 
     # ---- the measured band: the slots or peer_buffers, chosen by the host's first rank's timings ---------------
     def _tuned(self, kind: int, a: np.ndarray, out: Optional[np.ndarray], op: ReduceOp, root: int, group: str,

@@ -265,6 +265,13 @@ def slot_stream() -> tuple[int, int]:
     return (at, _SLOT_STREAM_MODES[mode] if stream.available and at > 0 else 0)
 
 
+#: the host's outputs of a call run step by step (a page program) from which its first calls measure streaming
+#: against plain copies (FastPath.stream_tuned) even far below stream_min_bytes: the copies into the slots are
+#: the reason. 2 ranks, two_phase all_reduce of 1 MiB on the 2-core AMD EPYC VM: plain 73 us and streaming
+#: 166 us where the cores share a cache, 482-507 and 111-120 where they do not
+PAGE_STREAM_MEASURE_MIN = 256 << 10
+
+
 def stream_band(stream_min: int) -> tuple[int, int]:
     """The outputs of the host's ranks in one call, (lo, hi] bytes, for which the host page measures its
     copies into the outputs with streaming stores against plain ones (the first calls of each shape, as
