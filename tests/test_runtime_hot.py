@@ -572,6 +572,8 @@ def _inline_limit_suite(rank: int, world: int) -> tuple[list[str], dict]:
             fails.append(f"rank {rank}: reduce_scatter in place n={n}")
     took = {}
     for sc in fp.shapes.values():
+        if sc and getattr(sc, "tune", None) is not None:  # a measured shape (its copies): the rule's plan
+            sc = sc.tune.alts[0]
         if sc and sc.schedule is not None and sc.kind != 0:
             took[(sc.sigb.decode().split()[0], sc.count)] = "program" if sc.program is not None else "inline"
     dist.destroy()
