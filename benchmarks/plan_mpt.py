@@ -66,7 +66,7 @@ def plan_row(r: dict) -> dict:
                  dtype="fp8" if "fp8" in r["precision"] else "bf16")
     published = int(r["global_batch"]) * seq / (float(r["tokens_per_s_per_gpu"]) * gpus)
     out = {"table": r["table"], "model": f"mpt-{r['model']}", "seq": seq, "gpus": gpus, "gpu": r["gpu"],
-           "layout": str(lay), "published_step_s": published}
+           "layout": lay.short(), "published_step_s": published}
     try:
         p = plan_step(parse_model(spec), lay, topology(r["gpu"], gpus))
     except PlanError as e:
