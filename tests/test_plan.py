@@ -758,3 +758,21 @@ def test_gemm_shape_slowdown_follows_the_published_per_shape_table() -> None:
     e = [g for g in layer_gemms(q, Lq) if g[1] > 1]
     assert e and all(g[1] == q.experts // 16 for g in e)
     assert any(g[2] == q.seq * q.top_k / (q.experts / 16) for g in e)
+
+
+def test_a100_40gb_has_its_own_hbm_bandwidth() -> None:
+    """The first DGX A100's 40 GB GPUs (HBM2, 1,555 GB/s) against the 80 GB ones (HBM2e, 2,039 GB/s): the
+    memory size in the device name picks the variant's parameter where one exists, else the family's."""
+    from interlink.model.params import default_params
+    from interlink.plan.hardware import gpu_spec
+    from interlink.topology import parse_topology
+
+    p = default_params()
+    assert p.hbm_gbps("A100-SXM4-40GB") == 1555.0
+    assert p.hbm_gbps("A100-SXM4-80GB") == 2039.0
+    assert p.hbm_gbps("H100-SXM5-80GB") == 3350.0  # no 80 GB variant key: the family's
+    topo = parse_topology("dgx-a100-40gb")
+    names = {d.name for d in topo.devices if d.kind == "gpu"}
+    assert names == {"A100-SXM4-40GB"}
+    spec = gpu_spec("A100-SXM4-40GB")
+    assert spec.memory_gib == 40.0 and spec.hbm_gbps == 1555.0
