@@ -70,7 +70,7 @@ typedef struct {
                                      * yields can each cost a timeslice */
     long long slot_stream_min;      /* a shape whose copy into this rank's slot is at least this many bytes may
                                      * use streaming stores (runtime/policy.py slot_stream) */
-    int slot_stream_mode;           /* 0 never, 1 always (from slot_stream_min), 2 measured (slot_arm) */
+    int slot_stream_mode;           /* 0 never, 1 always (from slot_stream_min), 2 measured (slot_lead) */
     unsigned long long stream_calls; /* calls whose copy into the slot streamed (tests read it) */
     unsigned long long f, safe;     /* FastPath.f and FastPath.safe live here when the core is on */
     unsigned long long pend, pend_hi; /* FastPath.pend..pend_hi: a broadcast root's calls whose peers' headers
@@ -89,7 +89,7 @@ typedef struct {
     unsigned char head[SIG_BYTES];
     Py_ssize_t *mine;    /* [npos] byte offset of this rank's payload */
     Py_ssize_t *parts;   /* [npos * nparts] byte offsets of the parts read, rank order */
-    /* streaming stores into the slot, measured (slot_arm): this shape's call time (ns) with plain (0) and
+    /* streaming stores into the slot, measured (slot_lead): this shape's call time (ns) with plain (0) and
      * streaming (1) copies into the slot, the current block's timed calls; calls timed with each
      * copy, calls of the shape, calls left in the current block, calls since the last block, the block's
      * timed calls */
@@ -289,8 +289,6 @@ static int get_buf(PyObject *o, Py_buffer *b, int writable, Py_ssize_t need) {
         if (ts_) PyEval_RestoreThread(ts_);                                                            \
     } while (0)
 
-/* One call of shape s with its buffers: 0 done; 1 nothing done (the slot is not free yet); 2 published, the
- * peers' headers not all there or not matching (*fo, *po: the call and its position) */
 /* A copy into this rank's slot. The slot's lines were last read by the peers (the previous calls through it),
  * so they sit in the peers' caches: a plain store first takes each line back from them (a read for
  * ownership across cores, slow where the cores share no cache: 2 ranks, 256 KiB, 118 us against 12 us with
@@ -338,8 +336,8 @@ static void slot_copy(int streamed, char *dst, const char *src, size_t n) {
  * and the call after it are not timed (the other ranks follow one call late; the lines are where the other
  * copy left them). A broadcast's root does not wait for its readers, so its calls do not show what its copy
  * costs them: there the first rank that is not the root decides (it times its calls, which wait for the
- * root's copy and read it), and the root makes the copy that rank chose in their last call of the shape
- * (read from its header then). The choice changes no byte of any result, only where the payload's lines
+ * root's copy and read it), and the root makes the copy that rank made in its newest call of the shape
+ * the root can see (its header). The choice changes no byte of any result, only where the payload's lines
  * are when the peers read them. */
 static int slot_eligible(Core *c, Shape *s) {
     if (c->slot_stream_mode == 0 || c->slot_stream_min <= 0 || c->n < 2) return 0;
@@ -357,7 +355,7 @@ static int slot_leader(Core *c, Shape *s) {
     return c->me == (root == 0 ? 1 : 0);
 }
 
-/* rank 0's choice for this call of shape s (timed: whether to time it) */
+/* the leader's choice for this call of shape s (timed: whether to time it) */
 static int slot_lead(Shape *s, int *timed) {
     *timed = 0;
     unsigned k = s->ncalls++;
@@ -395,6 +393,9 @@ static int slot_lead(Shape *s, int *timed) {
 static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo,
                         int *po);
 
+/* One call of shape s with its buffers: 0 done; 1 nothing done (the slot is not free yet); 2 published, the
+ * peers' headers not all there or not matching (*fo, *po: the call and its position). The copy into the slot
+ * as slot_lead has it (its leader timing the call), then run_call_arm. */
 static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo, int *po) {
     if (!slot_eligible(c, s)) return run_call_arm(c, s, 0, seq, a, o, fo, po);
     int timed = 0, arm;

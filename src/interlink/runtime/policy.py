@@ -247,11 +247,12 @@ _SLOT_STREAM_MODES = {"0": 0, "never": 0, "1": 1, "always": 1, "auto": 2, "": 2}
 
 
 def slot_stream() -> tuple[int, int]:
-    """(bytes, mode) for the compiled core's copies into a rank's own slot (runtime/_hotcore.c ``slot_arm``):
+    """(bytes, mode) for the compiled core's copies into a rank's own slot (runtime/_hotcore.c ``slot_lead``):
     a call shape whose copy is at least ``bytes`` (INTERLINK_SLOT_STREAM_MIN_BYTES, default 16 KiB) makes it
     with streaming stores never (mode 0, INTERLINK_SLOT_STREAM=0), always (1, INTERLINK_SLOT_STREAM=1) or as
-    measured (2, the default, ``auto``): each shape's call time with each copy, the faster used and the other
-    tried again every 200 calls. Why measured: the slot's lines sit in the caches of the peers that read
+    measured (2, the default, ``auto``): the host's first rank times each shape's calls with each copy, the
+    others follow its choice, and the other copy is tried again every 100 x (cost ratio, at most 4)^2 calls
+    (docs/collectives.md, "Copies into the slots"). Why measured: the slot's lines sit in the caches of the peers that read
     them last, and a plain store takes each back first. Where the cores share a cache that is cheap and the
     peers then read from it (2 ranks, all_to_all of 1 MiB: 38 us plain, 56-75 us streaming); where they do
     not (two dies or sockets, or the cores of a shared VM placed so, which changed by the minute on the 2-core
