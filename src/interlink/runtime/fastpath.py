@@ -132,7 +132,8 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         self.cma, self.once = bool(agreed & 1), bool(agreed & 2)
         # all_gather and all_to_all between the slots and peer_buffers: measured per call shape (pick)
         self.autotune = bool(agreed & 8) and self.cma
-        # copies into large outputs: streaming stores or plain, measured near stream_min (stream_tuned)
+        # copies into the outputs and the slots of a page program: streaming stores or plain, measured from 256 KiB of
+        # the host's outputs to 4x stream_min (stream_tuned)
         self.autotune_stream = bool(agreed & 8) and stream.available
         self.tuning: dict[int, TuneState] = {}
         self.pending: dict[int, int] = {}  # the first rank: key -> table entry of a choice not yet read
