@@ -149,6 +149,17 @@ RUNS: tuple[Run, ...] = (
           "examples/megatron-turing-nlg quotes it; DeepSpeed's pipeline engine: --engine deepspeed, whose rate "
           "the BLOOM row sets (without it the plan is 19-22% fast)")
       for n, t, tf in ((280, 60.1, 126), (350, 50.2, 121), (420, 44.4, 113))],
+    # GPT-NeoX-20B on 12 servers of 8 A100-SXM4-40GB (4 HDR HCAs a server, here the first DGX A100's 8), TP 2, PP 4,
+    # DP 12, micro-batch 4 x 32 accumulated, ZeRO 1, fp16, activation checkpointing, DeepSpeed's pipeline engine.
+    # 117 TFLOPS a GPU by gpt-neox's get_flops (Narayanan's hardware count with recomputation; its vocabulary term
+    # is added to the total instead of multiplied, so it counts no output layer): 96 x 1536 x 2048 x 44 x 6144^2 x
+    # (1 + 2048 / 36864) / (117e12 x 96) = 47.14 s an iteration
+    Run("NEOX20B", _gpt(44, 6144, 64, vocab=50432) + ",tied=False",
+        Layout(tp=2, pp=4, dp=12, micro_batch=4, global_batch=1536, zero=1, recompute="full", dtype="fp16",
+               engine="deepspeed"),
+        "12xdgx-a100-40gb", "step_s", 47.14,
+        "Black et al., 'GPT-NeoX-20B', arXiv:2204.06745, section 3 (96 A100-SXM4-40GB, 117 TFLOPS a GPU); layout and "
+        "batch: EleutherAI/gpt-neox configs/20B.yml; the TFLOPS formula: megatron/logging.py get_flops"),
     # Megatron-Bridge (NeMo 25.11) on DGX-H100 in FP8: model TFLOPS a GPU
     Run("B8B-fp8", "llama3-8b", Layout(tp=1, dp=8, zero=3, global_batch=128, dtype="fp8"), "dgx-h100", "tflops", 744,
         BRIDGE + ", Llama 3 8B, 8 GPUs, FSDP"),
