@@ -12,6 +12,7 @@ before it looks at the call's data again. Before the re-checks, rank 0 failed th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -208,45 +209,50 @@ def test_a_loaded_host_still_notices_a_lost_peer_at_once(path: str) -> None:
 # first, the bytes later, then the data connection's end.
 
 
-def _engine_with_tcp_peer():
+@contextlib.contextmanager
+def _tcp_peer_that_left(*later):
+    """An Engine (rank 1) with one TCP peer (rank 0, played by hand over socket pairs) that has said BYE; 0.3 s
+    later each of ``later`` runs with the peer's end of the data connection (its last bytes, its end). Joins
+    that and closes everything on the way out."""
     import socket
+    import threading
 
-    from interlink.runtime.engine import Engine
+    from interlink.runtime.engine import Engine, _frame
     from interlink.transport.tcp import TcpChannel
 
     ctl_peer, ctl_me = socket.socketpair()
     data_peer, data_me = socket.socketpair()
     eng = Engine(1, {0: TcpChannel(0, data_me)}, {0: ctl_me})
-    return eng, ctl_peer, data_peer
-
-
-def _later(seconds: float, *steps) -> "threading.Thread":
-    import threading
+    ctl_peer.sendall(_frame({"type": "bye", "rank": 0}))  # the BYE first
 
     def run() -> None:
-        time.sleep(seconds)
-        for step in steps:
-            step()
+        time.sleep(0.3)
+        for step in later:
+            step(data_peer)
 
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
+    t = threading.Thread(target=run, daemon=True) if later else None
+    if t is not None:
+        t.start()
+    try:
+        yield eng
+    finally:
+        if t is not None:
+            t.join()
+        for sk in (ctl_peer, data_peer):
+            sk.close()
+        eng.close()
 
 
 @pytest.mark.parametrize("any_source", [False, True])
 def test_bytes_that_arrive_after_the_bye_are_still_taken(any_source: bool) -> None:
     import socket
 
-    from interlink.runtime.engine import _frame
     from interlink.transport.base import Op, pack_header
 
-    eng, ctl, data = _engine_with_tcp_peer()
     payload = (np.arange(100_000) % 251).astype(np.uint8)
     sig = b"p2p uint8"
-    ctl.sendall(_frame({"type": "bye", "rank": 0}))  # the BYE first ...
-    t = _later(0.3, lambda: data.sendall(pack_header(payload.size, 5, 0, sig) + payload.tobytes()),
-               lambda: data.shutdown(socket.SHUT_WR))  # ... its bytes 0.3 s later, then the end
-    try:
+    with _tcp_peer_that_left(lambda d: d.sendall(pack_header(payload.size, 5, 0, sig) + payload.tobytes()),
+                             lambda d: d.shutdown(socket.SHUT_WR)) as eng:  # its bytes after the BYE, then the end
         deadline = time.monotonic() + 10
         if any_source:
             assert eng.wait_any([0], lambda h: h.nbytes == payload.size, deadline) == 0
@@ -254,11 +260,6 @@ def test_bytes_that_arrive_after_the_bye_are_still_taken(any_source: bool) -> No
         eng.run([Op("recv", 0, got, 5, 0, sig)], deadline)
         assert (got == payload).all()
         assert 0 in eng.departed
-    finally:
-        t.join()
-        for s in (ctl, data):
-            s.close()
-        eng.close()
 
 
 def test_a_peer_that_left_without_sending_fails_the_receive_at_its_end() -> None:
@@ -266,13 +267,10 @@ def test_a_peer_that_left_without_sending_fails_the_receive_at_its_end() -> None
     deadline), naming the peer as one that left."""
     import socket
 
-    from interlink.runtime.engine import _frame, translate
+    from interlink.runtime.engine import translate
     from interlink.transport.base import Op, PeerClosed
 
-    eng, ctl, data = _engine_with_tcp_peer()
-    ctl.sendall(_frame({"type": "bye", "rank": 0}))
-    t = _later(0.3, lambda: data.shutdown(socket.SHUT_WR))
-    try:
+    with _tcp_peer_that_left(lambda d: d.shutdown(socket.SHUT_WR)) as eng:
         t0 = time.monotonic()
         with pytest.raises(PeerClosed) as e:
             eng.run([Op("recv", 0, np.zeros(8, np.uint8), 1, 0, b"x")], t0 + 30)
@@ -280,28 +278,17 @@ def test_a_peer_that_left_without_sending_fails_the_receive_at_its_end() -> None
         assert 0.25 <= took < 3.0, took
         err = translate(e.value, op="recv", group="world", seq=1, rank=1, engine=eng)
         assert "left the job" in str(err), err  # the BYE read: a departure, not a crash
-    finally:
-        t.join()
-        for s in (ctl, data):
-            s.close()
-        eng.close()
 
 
 def test_a_send_to_a_peer_that_left_fails_at_once() -> None:
     """A send the departed peer will never read is not waited for: it fails as soon as the BYE is read."""
-    from interlink.runtime.engine import LEFT, _frame
+    from interlink.runtime.engine import LEFT
     from interlink.transport.base import Op, PeerClosed
 
-    eng, ctl, data = _engine_with_tcp_peer()
-    ctl.sendall(_frame({"type": "bye", "rank": 0}))
-    try:
+    with _tcp_peer_that_left() as eng:
         t0 = time.monotonic()
         big = np.zeros(64 << 20, np.uint8)  # more than the socket buffers hold: the send must wait
         with pytest.raises(PeerClosed) as e:
             eng.run([Op("send", 0, big, 1, 0, b"x")], t0 + 30)
         assert e.value.detail == LEFT
         assert time.monotonic() - t0 < 3.0
-    finally:
-        for s in (ctl, data):
-            s.close()
-        eng.close()

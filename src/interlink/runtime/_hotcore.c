@@ -90,11 +90,10 @@ typedef struct {
     Py_ssize_t *mine;    /* [npos] byte offset of this rank's payload */
     Py_ssize_t *parts;   /* [npos * nparts] byte offsets of the parts read, rank order */
     /* streaming stores into the slot, measured (slot_lead): this shape's call time (ns) with plain (0) and
-     * streaming (1) copies into the slot, the current block's timed calls; calls timed with each
-     * copy, calls of the shape, calls left in the current block, calls since the last block, the block's
-     * timed calls */
+     * streaming (1) copies into the slot, the current block's timed calls; calls of the shape, calls left in
+     * the current block, calls since the last block, the block's timed calls, calls that streamed */
     double cost[2], bt[SLOT_BLOCK];
-    unsigned int timed[2], ncalls, left, since, bn, streamed;
+    unsigned int ncalls, left, since, bn, streamed;
     int block;           /* the copy of the block being timed (-1: none) */
     int follow;          /* another rank's: the copy the leader made in the last call of this shape */
 } Shape;
@@ -434,12 +433,10 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
                 for (unsigned i = 1; i < s->bn; i++) /* insertion sort of a few */
                     for (unsigned j = i; j > 0 && t[j - 1] > t[j]; j--) { double x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
                 s->cost[arm] = s->bn % 2 ? t[s->bn / 2] : 0.5 * (t[s->bn / 2 - 1] + t[s->bn / 2]);
-                s->timed[arm] += s->bn;
                 s->bn = 0;
             }
         } else {
             s->cost[arm] = 0.8 * s->cost[arm] + 0.2 * dt;
-            s->timed[arm]++;
         }
     }
     return 0;
