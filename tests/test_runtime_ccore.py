@@ -341,18 +341,21 @@ def test_the_copy_into_the_slots_is_measured_and_every_rank_follows_the_first(wo
     # and rank 1 made the copy rank 0 made in their last call of that shape: the same count, a call late at
     # each switch. A broadcast: its reader decides (counted there), its root streams as that reader chose, a
     # few calls late (it runs ahead of its reader)
+    # On a loaded machine a call whose spin runs out goes on in Python (a plain copy), and the core is asked
+    # again for a call it handed back: a rank's counts may move by as many calls as the core did not finish.
     assert all(r["calls"] > 500 for r in res), res
     s0, s1 = res[0]["shapes"], res[1]["shapes"]
+    slack = sum(600 - r["calls"] for r in res)
     from interlink.runtime.pageproto import BC
 
     for key, (streamed, ncalls) in s0.items():
         if key[0] == BC:
             root, reader = key[1], 1 - key[1]
-            assert res[reader]["shapes"][key][1] == 120, (key, res)  # the reader measured
-            assert res[root]["shapes"][key][0] >= 6, (key, res)  # the root followed its streaming blocks
+            assert res[reader]["shapes"][key][1] >= 120, (key, res)  # the reader measured
+            assert res[root]["shapes"][key][0] >= 6 - slack, (key, res)  # the root followed its streaming blocks
             continue
-        assert ncalls == 120 and 12 <= streamed <= 120 - 12, (key, s0)
-        assert abs(s1[key][0] - streamed) <= 6, (key, s0, s1)
+        assert ncalls >= 120 and 12 - slack <= streamed <= ncalls - 12, (key, s0)
+        assert abs(s1[key][0] - streamed) <= 6 + slack, (key, s0, s1)
 
 
 def test_slot_stream_setting() -> None:

@@ -751,7 +751,8 @@ static PyMemberDef Shape_members[] = {
      "rank 0's cost of a call of this shape with plain copies into the slot (ns; 0: not measured)"},
     {"cost_streamed", T_DOUBLE, offsetof(Shape, cost) + sizeof(double), READONLY,
      "the same with streaming stores"},
-    {"ncalls", T_UINT, offsetof(Shape, ncalls), READONLY, "calls of this shape rank 0 has measured or counted"},
+    {"ncalls", T_UINT, offsetof(Shape, ncalls), READONLY,
+     "calls of this shape its leader has decided (a call the core handed back and was asked again counts twice)"},
     {"streamed", T_UINT, offsetof(Shape, streamed), READONLY, "calls of this shape whose copy into the slot streamed"},
     {NULL, 0, 0, 0, NULL},
 };
