@@ -375,3 +375,129 @@ def test_slot_stream_setting() -> None:
     finally:
         os.environ.clear()
         os.environ.update(env)
+
+
+# ---- page programs through the slots in the compiled core (ccore.make_prog) ----------------------------------
+
+#: small limits so that page programs run from 4 KiB: the two-phase all_reduce from 4 KiB to the slot (64 KiB;
+#: on 2 ranks to peer_buffers's 32 KiB), `slots` step by step for broadcast, all_gather, reduce_scatter and
+#: all_to_all from 4 KiB to the slots' limit; above, peer_buffers (Python)
+_PROG_ENV = {"INTERLINK_FAST_MAX_BYTES": "4096", "INTERLINK_FAST_INLINE_MAX_BYTES": "4096",
+             "INTERLINK_SHM_DIRECT_MAX_BYTES": "65536", "INTERLINK_SHM_AR_DIRECT_MIN_BYTES": "32768",
+             "INTERLINK_SHM_SLOTS_MAX_BYTES_2": "65536", "INTERLINK_SHM_SLOTS_MAX_BYTES_2_AG": "65536",
+             "INTERLINK_SHM_SLOTS_MAX_BYTES_AG": "65536", "INTERLINK_SHM_SLOTS_MAX_BYTES_A2A": "65536",
+             "INTERLINK_AUTOTUNE": "0"}
+
+
+def program_matrix(rank: int, world: int, delays: bool) -> dict:
+    """Every dtype and op of all_reduce and reduce_scatter, broadcast from every root, all_gather and all_to_all,
+    sizes on both sides of the one-shot limit and of the slots' limit, against numpy; each rank's results
+    returned for the test to compare across ranks. delays: rank 1 sleeps now and then before a call (its peers'
+    waits run past the core's spin: the call goes on in Python)."""
+    import time as _t
+
+    import interlink as dist
+    from interlink.ops import ReduceOp
+    from interlink.runtime import api
+
+    dist.init(timeout=60)
+    fast = api._world()._fast
+    fails, checks, results = [], 0, []
+    rng = np.random.default_rng(7)
+
+    def nap() -> None:
+        if delays and rank == 1 and rng.random() < 0.3:
+            _t.sleep(0.004)
+
+    def close(got: np.ndarray, exp: np.ndarray) -> bool:
+        if got.dtype.kind == "f":  # blocks are reduced by their owner in its order: rounding may differ
+            tol = 2e-2 if got.dtype == np.float16 else 1e-4
+            return got.shape == exp.shape and bool(np.allclose(got, exp, rtol=tol, atol=tol, equal_nan=True))
+        return _same(got, exp)
+
+    with np.errstate(all="ignore"):
+        for dt in ("float32", "float64", "int32", "int64", "float16"):
+            item = np.dtype(dt).itemsize
+            sizes = sorted({4096 // item + 1, 4096 // item + world, 6007, 32768 // item - 1, 32768 // item + 3,
+                            65536 // item - world})
+            for op in _OPS if dt != "float16" else ("SUM",):
+                for n in sizes:
+                    xs = [_data(r, dt, n, op) for r in range(world)]
+                    x = xs[rank].copy()
+                    nap()
+                    dist.all_reduce(x, ReduceOp[op])
+                    checks += 1
+                    results.append(x)
+                    if not close(x, _ref(op, xs)):
+                        fails.append(f"all_reduce {dt} {op} n={n}")
+                    m = n - n % world
+                    out = np.empty(m // world, dt)
+                    nap()
+                    dist.reduce_scatter_tensor(out, xs[rank][:m].copy(), ReduceOp[op])
+                    checks += 1
+                    results.append(out)
+                    exp = _ref(op, [v[:m] for v in xs])[rank * (m // world):(rank + 1) * (m // world)]
+                    if not close(out, exp):
+                        fails.append(f"reduce_scatter {dt} {op} n={m}")
+            for n in sizes:
+                xs = [_data(r, dt, n, "SUM") for r in range(world)]
+                for root in range(world):
+                    x = xs[rank].copy()
+                    nap()
+                    dist.broadcast(x, root)
+                    checks += 1
+                    if not _same(x, xs[root]):
+                        fails.append(f"broadcast {dt} n={n} root={root}")
+                m = max(world, (n // world) // world * world)
+                out = np.empty(m * world, dt)
+                nap()
+                dist.all_gather_into_tensor(out, xs[rank][:m])
+                checks += 1
+                if not _same(out, np.concatenate([v[:m] for v in xs])):
+                    fails.append(f"all_gather {dt} n={m}")
+                m = n - n % world
+                out = np.empty(m, dt)
+                nap()
+                dist.all_to_all_single(out, xs[rank][:m].copy())
+                checks += 1
+                b = m // world
+                if not _same(out, np.concatenate([xs[r][rank * b:(rank + 1) * b] for r in range(world)])):
+                    fails.append(f"all_to_all {dt} n={m}")
+    core = getattr(fast, "core", None)
+    res = {"fails": fails, "checks": checks, "results": results,
+           "prog_calls": core.prog_calls if core is not None else None, "resumes": list(fast.resumes)}
+    dist.destroy()
+    return res
+
+
+@pytest.mark.parametrize("path", ["core", "python"])
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_page_programs_through_the_slots_against_numpy(path: str, world: int) -> None:
+    """The page programs the core runs (ccore.make_prog: two_phase, `slots` step by step) give numpy's results,
+    the same bits on every rank, on the core and on the Python path; with the core, it ran them."""
+    res = run_ranks(world, program_matrix, False, env={**_env(path), **_PROG_ENV}, timeout=300)
+    for r in res:
+        assert not r["fails"], r["fails"][:10]
+        assert r["checks"] > 150
+        if path == "core":
+            assert r["prog_calls"] and r["prog_calls"] > 100, r["prog_calls"]
+        else:
+            assert r["prog_calls"] is None
+    for k in range(len(res[0]["results"])):  # every rank the same bits (all_reduce; reduce_scatter: its block)
+        if k % 2:
+            continue
+        assert all(_same(r["results"][k], res[0]["results"][k]) for r in res[1:]), k
+
+
+@pytest.mark.skipif(not ccore.built(), reason="the compiled core is not built here")
+def test_page_programs_the_core_hands_back_finish_in_python() -> None:
+    """With the core's spin cut to one pass (INTERLINK_SPIN=1) and a rank that is late now and then, the core
+    hands calls back at the peers' headers (stage 0) and between rounds (stage 1); Python finishes them, with
+    the same results."""
+    env = {**_env("core"), **_PROG_ENV, "INTERLINK_SPIN": "1"}
+    res = run_ranks(3, program_matrix, True, env=env, timeout=300)
+    for r in res:
+        assert not r["fails"], r["fails"][:10]
+    assert sum(r["resumes"][0] for r in res) > 10, [r["resumes"] for r in res]
+    assert sum(r["resumes"][1] for r in res) >= 1, [r["resumes"] for r in res]  # 10 in a run on 2 cores
+    assert sum(r["prog_calls"] for r in res) > 10

@@ -77,6 +77,8 @@ typedef struct {
                                      * are not yet checked (0: none); its done word passes each once they are */
     unsigned long long last, run;   /* FastPath.last, .run: the last call's shape (Small.lid), calls in a row of it */
     unsigned long long calls;       /* calls the core completed (tests read it) */
+    unsigned long long prog_calls;  /* page-program calls the core completed (core_prog) */
+    unsigned long long prog_streamed; /* copies of those programs made with streaming stores (tests read it) */
 } Core;
 
 typedef struct {
@@ -600,6 +602,202 @@ static PyObject *core_hot(Core *c, PyObject *const *args, Py_ssize_t nargs) {
     return Py_BuildValue("(iKi)", r, (unsigned long long)f, pos);
 }
 
+/* ---------------------------------------------------------------------------------------------------
+ * Page programs through the slots (runtime/pageexec.py's PageProgram._program, in C): a call too large for the
+ * one-shot path whose Schedule's program for this rank (runtime/pageplan.py) reads and writes only this rank's
+ * buffers and the ranks' slots: the two-phase all_reduce (`two_phase`), and `slots` above the inline limit. The
+ * program comes encoded from runtime/ccore.py (make_prog): its moves (a destination chunk, its chain of sources)
+ * and its rounds (the peers' progress each waits for, whether it publishes its end). The words are the Python
+ * executor's: the call header, the descriptor word that says the input is not mapped, the progress word
+ * (ROUND_STRIDE * call + rounds finished), the done word. Where a wait runs longer than a spin, or a peer's
+ * header is not there or does not match, or a peer's input is mapped in place of its slot, the call goes on in
+ * Python from that point (OneShot.hot: _program's resume). */
+enum { B_IN = 0, B_OUT = 1, B_SCR = 2 };
+#define ROUND_STRIDE 16
+#define DESC_W 16 /* pageproto.DESC */
+#define RD_W 23   /* pageproto.RD */
+
+typedef struct {
+    PyObject_HEAD
+    int dtype, op, avg, npos, desc, nmaps, skip, pub0, same_out;
+    Py_ssize_t itemsize, count, outcount, nbytes, piece, stream_min, end0;
+    int stream_out, stream_slot;
+    unsigned long long crc;
+    unsigned char head[SIG_BYTES];
+    Py_ssize_t *stack;             /* [npos][n] byte offset of every rank's slot at each place */
+    Py_ssize_t slot_w[2][MAXR];    /* every rank's slot header (u64 word) per parity */
+    Py_ssize_t maps[MAXR];         /* peers whose input may be mapped in place of their slot */
+    Py_ssize_t *code;              /* early moves, then the rounds from `skip` (ccore.make_prog) */
+    Py_ssize_t ncode;
+    unsigned long long calls;      /* calls of this program the core completed */
+} Prog;
+
+/* d = x op y, element by element (d may be x): numpy's ufunc on the same operands gives the same bits */
+#define COMB_LOOP(T, OPX)                                                                              \
+    do {                                                                                               \
+        T *D_ = (T *)d;                                                                                \
+        const T *X_ = (const T *)xs, *Y_ = (const T *)ys;                                              \
+        for (Py_ssize_t j = 0; j < cnt; j++) { T x = X_[j], y = Y_[j]; D_[j] = OPX; }                  \
+    } while (0)
+#define COMB(T, EXPR_SUM, EXPR_PROD, MINX, MAXX)                                                       \
+    do {                                                                                               \
+        switch (op) {                                                                                  \
+        case OP_SUM: COMB_LOOP(T, EXPR_SUM); break;                                                    \
+        case OP_PROD: COMB_LOOP(T, EXPR_PROD); break;                                                  \
+        case OP_MIN: COMB_LOOP(T, MINX); break;                                                        \
+        default: COMB_LOOP(T, MAXX); break;                                                            \
+        }                                                                                              \
+    } while (0)
+
+static void combine(int dtype, int op, char *d, const char *xs, const char *ys, Py_ssize_t cnt) {
+    switch (dtype) {
+    case T_F32: COMB(float, x + y, x * y, FMIN_, FMAX_); break;
+    case T_F64: COMB(double, x + y, x * y, FMIN_, FMAX_); break;
+    case T_I32:
+        COMB(int32_t, (int32_t)((uint32_t)x + (uint32_t)y), (int32_t)((uint32_t)x * (uint32_t)y), IMIN_, IMAX_);
+        break;
+    case T_I64:
+        COMB(int64_t, (int64_t)((uint64_t)x + (uint64_t)y), (int64_t)((uint64_t)x * (uint64_t)y), IMIN_, IMAX_);
+        break;
+    }
+}
+
+static char *prog_buf(Core *c, Prog *p, Py_ssize_t buf, Py_ssize_t peer, int pos, char *in, char *out) {
+    if (peer >= 0) return c->base + p->stack[(Py_ssize_t)pos * c->n + peer]; /* a peer's slot */
+    if (buf == B_IN) return in;
+    if (buf == B_OUT) return out;
+    return c->base + p->stack[(Py_ssize_t)pos * c->n + c->me];
+}
+
+/* one move: [dst, off, count, nsrcs, skip, (peer, buf, off, reduce) x nsrcs] (skip: a copy that is a no-op
+ * in place); returns the next move's code */
+static const Py_ssize_t *prog_move(Core *c, Prog *p, const Py_ssize_t *m, int pos, char *in, char *out) {
+    Py_ssize_t dst = m[0], off = m[1], cnt = m[2], ns = m[3], isz = p->itemsize;
+    const Py_ssize_t *S = m + 5;
+    const Py_ssize_t *next = S + 4 * ns;
+    if (cnt == 0 || ns == 0 || m[4]) return next;
+    char *D = prog_buf(c, p, dst, -1, pos, in, out) + off * isz;
+    if (ns == 1 && !S[3]) { /* one copy: streamed into an output too large for the cache, or into this rank's
+                             * slot from its own buffers, as PageProgram._bind decides */
+        const char *src = prog_buf(c, p, S[1], S[0], pos, in, out) + S[2] * isz;
+        size_t nb = (size_t)(cnt * isz);
+        int streamed = (Py_ssize_t)nb >= p->stream_min &&
+                       ((dst == B_OUT && p->stream_out) || (dst == B_SCR && S[0] < 0 && S[1] != B_SCR && p->stream_slot));
+        if (src == D) return next;
+        if (streamed) { slot_copy(1, D, src, nb); c->prog_streamed++; }
+        else memmove(D, src, nb);
+        return next;
+    }
+    /* a chain, walked a piece at a time (the destination stays in cache across its sources) */
+    for (Py_ssize_t lo = 0; lo < cnt; lo += p->piece) {
+        Py_ssize_t k = 0, mcnt = cnt - lo < p->piece ? cnt - lo : p->piece;
+        char *acc = D + lo * isz;
+        if (!S[3]) { /* the first a copy: with a reduction after it, one pass (acc = s0 op s1) */
+            const char *s0 = prog_buf(c, p, S[1], S[0], pos, in, out) + (S[2] + lo) * isz;
+            if (ns > 1 && S[7]) {
+                const char *s1 = prog_buf(c, p, S[5], S[4], pos, in, out) + (S[6] + lo) * isz;
+                combine(p->dtype, p->op, acc, s0, s1, mcnt);
+                k = 2;
+            } else {
+                if (s0 != acc) memmove(acc, s0, (size_t)(mcnt * isz));
+                k = 1;
+            }
+        }
+        for (; k < ns; k++) {
+            const Py_ssize_t *s = S + 4 * k;
+            const char *src = prog_buf(c, p, s[1], s[0], pos, in, out) + (s[2] + lo) * isz;
+            if (s[3]) combine(p->dtype, p->op, acc, acc, src, mcnt);
+            else if (src != acc) memmove(acc, src, (size_t)(mcnt * isz));
+        }
+    }
+    return next;
+}
+
+/* 1 every (peer, rounds) of a round's waits has finished that many rounds of call f, else 0 */
+static int prog_before(Core *c, Prog *p, const Py_ssize_t *b, Py_ssize_t nb, int q, uint64_t base) {
+    volatile uint64_t *W = (volatile uint64_t *)c->base;
+    for (Py_ssize_t k = 0; k < nb; k++)
+        if (ld(&W[p->slot_w[q][b[2 * k]] + RD_W]) < base + (uint64_t)b[2 * k + 1]) return 0;
+    return 1;
+}
+
+/* Core.prog(prog, a, out, f, pos, seq): call f (its place pos) of a page program, this rank's f, `last` and
+ * `safe` set by OneShot.hot. None when done; else (stage, round): -1 nothing done; 0 the header is published (Python gathers
+ * the peers' headers and runs every round); 1 the headers are checked, no peer's input is mapped, rounds before
+ * `round` are done (Python runs from it). */
+static PyObject *core_prog(Core *c, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) { PyErr_SetString(PyExc_TypeError, "prog(prog, a, out, f, pos, seq)"); return NULL; }
+    Prog *p = (Prog *)args[0];
+    unsigned long long f = PyLong_AsUnsignedLongLong(args[3]);
+    long pos = PyLong_AsLong(args[4]);
+    unsigned long long seq = PyLong_AsUnsignedLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    if (pos < 0 || pos >= p->npos) { PyErr_SetString(PyExc_ValueError, "position"); return NULL; }
+    Py_buffer a, o;
+    int has_out = args[2] != Py_None && !p->same_out;
+    /* buffers the core cannot take as they are: nothing done, the whole call in Python (which raises where the
+     * call is wrong) */
+    if (get_buf(args[1], &a, !has_out, p->count * p->itemsize) < 0) { PyErr_Clear(); return Py_BuildValue("(ii)", -1, 0); }
+    if (has_out && get_buf(args[2], &o, 1, p->outcount * p->itemsize) < 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&a);
+        return Py_BuildValue("(ii)", -1, 0);
+    }
+    char *in = (char *)a.buf, *out = has_out ? (char *)o.buf : in;
+    volatile uint64_t *W = (volatile uint64_t *)c->base;
+    int q = (int)(pos & 1), h = (int)(f % HDR), me = c->me;
+    uint64_t base = (uint64_t)ROUND_STRIDE * f;
+    Py_ssize_t rd = p->slot_w[q][me] + RD_W;
+    const Py_ssize_t *m = p->code;
+    Py_ssize_t nearly = *m++;
+    for (Py_ssize_t k = 0; k < nearly; k++) m = prog_move(c, p, m, (int)pos, in, out);
+    if (p->skip && p->pub0) st(&W[rd], base + (uint64_t)p->end0);
+    if (p->desc) W[p->slot_w[q][me] + DESC_W + 2] = 0; /* the input is not mapped: peers read the slot */
+    {
+        uint64_t *hd = (uint64_t *)(c->base + c->hoff[h]);
+        hd[0] = seq; hd[1] = p->crc; hd[2] = (uint64_t)p->nbytes; hd[3] = 0;
+        memcpy(hd + 4, p->head, SIG_BYTES);
+    }
+    st(&W[c->my_w[h]], f); /* publish */
+    ring(c);
+    PyObject *res = NULL;
+    int r = peers_ready(c, h, f, seq, p->crc);
+    if (r == 0) { SPIN_UNTIL(r, peers_ready(c, h, f, seq, p->crc)); }
+    if (r != 1) { res = Py_BuildValue("(ii)", 0, 0); goto end; }
+    c->safe = f - 1; /* a peer publishes call f only after finishing call f-1 */
+    for (int k = 0; k < p->nmaps; k++)
+        if (W[p->slot_w[q][p->maps[k]] + DESC_W + 2]) { res = Py_BuildValue("(ii)", 0, 0); goto end; }
+    Py_ssize_t nrounds = *m++;
+    for (Py_ssize_t k = 0; k < nrounds; k++) {
+        Py_ssize_t end = m[0], publish = m[1], nb = m[2];
+        const Py_ssize_t *b = m + 3;
+        m = b + 2 * nb;
+        if (nb && !prog_before(c, p, b, nb, q, base)) {
+            int ok;
+            SPIN_UNTIL(ok, prog_before(c, p, b, nb, q, base));
+            if (!ok) { res = Py_BuildValue("(in)", 1, p->skip + k); goto end; }
+        }
+        Py_ssize_t nops = *m++;
+        for (Py_ssize_t j = 0; j < nops; j++) m = prog_move(c, p, m, (int)pos, in, out);
+        if (publish) { st(&W[rd], base + (uint64_t)end); ring(c); }
+    }
+    st(&W[c->done_w], f);
+    ring(c);
+    if (p->avg && c->n > 1) { /* the sums, divided once every reader has them (ops.finish_avg) */
+        Py_ssize_t cnt = p->outcount;
+        if (p->dtype == T_F32) { float *d = (float *)out, dv = (float)c->n; for (Py_ssize_t j = 0; j < cnt; j++) d[j] = d[j] / dv; }
+        else { double *d = (double *)out, dv = (double)c->n; for (Py_ssize_t j = 0; j < cnt; j++) d[j] = d[j] / dv; }
+    }
+    p->calls++;
+    c->prog_calls++;
+    Py_INCREF(Py_None);
+    res = Py_None;
+end:
+    PyBuffer_Release(&a);
+    if (has_out) PyBuffer_Release(&o);
+    return res;
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 static int seq_of(PyObject *o, Py_ssize_t *dst, int maxn, int *got) {
     PyObject *t = PySequence_Fast(o, "a sequence of ints");
@@ -670,6 +868,9 @@ static void Core_dealloc(Core *c) {
 static PyMethodDef Core_methods[] = {
     {"hot", (PyCFunction)(void (*)(void))core_hot, METH_FASTCALL,
      "hot(shape, a, out, seq): one call of a cached shape; None when done, else (code, f, pos): continue in Python"},
+    {"prog", (PyCFunction)(void (*)(void))core_prog, METH_FASTCALL,
+     "prog(prog, a, out, f, pos, seq): call f of a page program through the slots; None when done, else "
+     "(stage, round): continue in Python"},
     {NULL}};
 
 #include <structmember.h>
@@ -681,6 +882,9 @@ static PyMemberDef Core_members[] = {
     {"last", T_ULONGLONG, offsetof(Core, last), 0, "the last call's shape (FastPath.last)"},
     {"run", T_ULONGLONG, offsetof(Core, run), 0, "calls in a row of that shape (FastPath.run)"},
     {"calls", T_ULONGLONG, offsetof(Core, calls), READONLY, "calls the core completed"},
+    {"prog_calls", T_ULONGLONG, offsetof(Core, prog_calls), READONLY, "page-program calls the core completed"},
+    {"prog_streamed", T_ULONGLONG, offsetof(Core, prog_streamed), READONLY,
+     "copies of page programs the core made with streaming stores"},
     {"stream_calls", T_ULONGLONG, offsetof(Core, stream_calls), READONLY,
      "calls whose copy into the slot used streaming stores"},
     {"slot_stream_mode", T_INT, offsetof(Core, slot_stream_mode), READONLY,
@@ -765,6 +969,80 @@ static PyTypeObject ShapeType = {
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Shape_init,
     .tp_dealloc = (destructor)Shape_dealloc,
+};
+
+static int Prog_init(Prog *p, PyObject *args, PyObject *kw) {
+    PyObject *stack, *slot_w, *maps, *code;
+    const char *head;
+    Py_ssize_t headlen;
+    if (!PyArg_ParseTuple(args, "iiinnnnKy#OOOOiiinnniii", &p->dtype, &p->op, &p->avg, &p->itemsize, &p->count,
+                          &p->outcount, &p->nbytes, &p->crc, &head, &headlen, &stack, &slot_w, &maps, &code,
+                          &p->desc, &p->skip, &p->pub0, &p->end0, &p->piece, &p->stream_min, &p->stream_out,
+                          &p->stream_slot, &p->same_out))
+        return -1;
+    if (p->itemsize < 1 || p->piece < 1) { PyErr_SetString(PyExc_ValueError, "itemsize, piece"); return -1; }
+    if (headlen > SIG_BYTES) headlen = SIG_BYTES;
+    memset(p->head, 0, SIG_BYTES);
+    memcpy(p->head, head, (size_t)headlen);
+    Py_ssize_t npos = PySequence_Length(stack);
+    if (npos < 1) { PyErr_SetString(PyExc_ValueError, "positions"); return -1; }
+    PyMem_Free(p->stack);
+    p->stack = PyMem_Calloc((size_t)npos * MAXR, sizeof(Py_ssize_t));
+    if (!p->stack) { PyErr_NoMemory(); return -1; }
+    p->npos = (int)npos;
+    int n = -1, m;
+    for (Py_ssize_t k = 0; k < npos; k++) {
+        PyObject *row = PySequence_GetItem(stack, k);
+        if (!row) return -1;
+        int bad = seq_of(row, p->stack + k * MAXR, MAXR, &m);
+        Py_DECREF(row);
+        if (bad) return -1;
+        if (n >= 0 && m != n) { PyErr_SetString(PyExc_ValueError, "one slot a rank"); return -1; }
+        n = m;
+    }
+    for (Py_ssize_t k = 1; k < npos; k++) /* compact [npos][n] */
+        memmove(p->stack + k * n, p->stack + k * MAXR, (size_t)n * sizeof(Py_ssize_t));
+    if (PySequence_Length(slot_w) != 2) { PyErr_SetString(PyExc_ValueError, "two parities"); return -1; }
+    for (int q = 0; q < 2; q++) {
+        PyObject *row = PySequence_GetItem(slot_w, q);
+        if (!row) return -1;
+        int bad = seq_of(row, p->slot_w[q], MAXR, &m);
+        Py_DECREF(row);
+        if (bad) return -1;
+        if (m != n) { PyErr_SetString(PyExc_ValueError, "one slot header a rank"); return -1; }
+    }
+    if (seq_of(maps, p->maps, MAXR, &p->nmaps)) return -1;
+    Py_ssize_t nc = PySequence_Length(code);
+    if (nc < 2) { PyErr_SetString(PyExc_ValueError, "code"); return -1; }
+    PyMem_Free(p->code);
+    p->code = PyMem_Calloc((size_t)nc, sizeof(Py_ssize_t));
+    if (!p->code) { PyErr_NoMemory(); return -1; }
+    if (seq_of(code, p->code, (int)nc, NULL)) return -1;
+    p->ncode = nc;
+    for (int k = 0; k < p->nmaps; k++)
+        if (p->maps[k] < 0 || p->maps[k] >= n) { PyErr_SetString(PyExc_ValueError, "maps"); return -1; }
+    return 0;
+}
+
+static void Prog_dealloc(Prog *p) {
+    PyMem_Free(p->stack);
+    PyMem_Free(p->code);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static PyMemberDef Prog_members[] = {
+    {"calls", T_ULONGLONG, offsetof(Prog, calls), READONLY, "calls of this program the core completed"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject ProgType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "interlink.runtime._hotcore.Prog",
+    .tp_basicsize = sizeof(Prog),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_members = Prog_members,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Prog_init,
+    .tp_dealloc = (destructor)Prog_dealloc,
 };
 
 /* ---------------------------------------------------------------------------------------------------
@@ -1171,7 +1449,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotcore",
                                     "The compiled core of the host page's one-shot path", -1, NULL};
 
 PyMODINIT_FUNC PyInit__hotcore(void) {
-    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&ShapeType) < 0 || PyType_Ready(&BindType) < 0 ||
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&ShapeType) < 0 || PyType_Ready(&ProgType) < 0 || PyType_Ready(&BindType) < 0 ||
         PyType_Ready(&EntryType) < 0)
         return NULL;
     S_broken = PyUnicode_InternFromString("broken");
@@ -1192,11 +1470,13 @@ PyMODINIT_FUNC PyInit__hotcore(void) {
     if (!m) return NULL;
     Py_INCREF(&CoreType);
     Py_INCREF(&ShapeType);
+    Py_INCREF(&ProgType);
     Py_INCREF(&BindType);
     Py_INCREF(&EntryType);
     if (PyModule_AddObject(m, "Bind", (PyObject *)&BindType) < 0 ||
         PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0 ||
         PyModule_AddObject(m, "Shape", (PyObject *)&ShapeType) < 0 ||
+        PyModule_AddObject(m, "Prog", (PyObject *)&ProgType) < 0 ||
         PyModule_AddObject(m, "Entry", (PyObject *)&EntryType) < 0)
         return NULL;
     return m;

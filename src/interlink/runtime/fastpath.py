@@ -146,6 +146,7 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         self.pids[self.me] = os.getpid()
         self._piece: Optional[np.ndarray] = None
         self._stage: Optional[np.ndarray] = None  # _staging
+        self.resumes = [0, 0]  # page-program calls the compiled core handed back, by stage (PageProgram._program)
         self.arenas = shmalloc.PeerArenas()
         # all_reduce from the ranks' own buffers (each rank reduces its 1/p slice reading every rank's
         # buffer, then copies the other slices): above this size
@@ -263,6 +264,11 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
             sc.push = _push_form(prog)
             if prog.scratch:  # every rank's slot at each position, [ranks, scratch]
                 sc.stack = [self.page.stacked(q, dt, prog.scratch, at) for q, at in places]
+                if self.core is not None and not self.traced:  # a program through the slots alone: in C
+                    smin, isz = self._stream_min(sc), dt.itemsize
+                    sc.cprog = ccore.make_prog(self, sc, op, dt,
+                                               stream.available and self.host_outputs(kind, count * isz) >= smin,
+                                               stream.available and count * isz * self.n >= smin)
             return sc
         # the one-shot latency path, inlined: the views of the slots it reads, from its Schedule's form
         host_plan(sc.schedule, me)

@@ -51,6 +51,14 @@ class OneShot:
         if sc.program is not None:
             if sc.push is not None and out is not None and not np.may_share_memory(a, out):
                 return self._push(sc, a, out, f, pos, seq, timeout)
+            cp = sc.cprog  # a program through the slots alone, in the compiled core (ccore.make_prog)
+            if cp is not None and ((out is None) if sc.kind in (AR, BC) else
+                                   (out is not None and not np.may_share_memory(a, out))):
+                r = self.core.prog(cp, a, out, f, pos, seq)
+                if r is None:
+                    return
+                if r[0] >= 0:  # the core stopped at a wait: the rest here
+                    return self._program(sc, a, out, f, pos, seq, timeout, resume=r)
             return self._program(sc, a, out, f, pos, seq, timeout)
         if sc.kind == A2A:  # the peers' blocks into this rank's slot (its own block it copies out directly)
             mine = sc.mine[pos]

@@ -42,14 +42,16 @@ class PageProgram:
     """The page-program executor (a mixin of FastPath)."""
 
     def _program(self, sc: Small, a: np.ndarray, out: Optional[np.ndarray], f: int, pos: int, seq: int,
-                 timeout: float) -> None:
+                 timeout: float, resume: Optional[tuple] = None) -> None:
         """A call too large for a slot (peer_buffers), run step by step from its Schedule's program for this rank
         (runtime/pageplan.py): every rank publishes the addresses of its input and output with its header;
         each Move walks its destination a cache-sized piece at a time through its sources (this rank's
         buffers; a peer's input mapped in place when it lives in an interlink.empty arena; else the peer's
         memory by cross-memory attach), each PutOp writes into a peer's output by cross-memory attach.
         Between rounds a rank waits only for the peers the next round touches; it returns when every peer
-        that reads its buffers is done."""
+        that reads its buffers is done. ``resume`` (stage, round): the rest of a call the compiled core began
+        (ccore.make_prog; its input not mapped): stage 0, its header published (the peers' headers, then
+        every round); stage 1, the headers checked and no peer's input mapped, rounds before ``round`` done."""
         q = pos & 1  # the call's parity: its slot header (descriptors, progress words)
         h = f % HEADERS  # its call header
         prog = sc.program
@@ -65,7 +67,7 @@ class PageProgram:
         ia = cma.address(flat) if check or (desc and sc.sends) else 0  # my input's address, read once
         inplace = kind in (AR, BC) or (check and (
             (kind == AG and op_ + self.me * flat.nbytes == ia) or (kind == RS and ia + self.me * o.nbytes == op_)))
-        reg = self._arena(sc, flat, ia) if desc else None
+        reg = self._arena(sc, flat, ia) if desc and resume is None else None
         serial = reg[0] if reg is not None else 0
         rounds = prog.rounds
         base = ROUND_STRIDE * f
@@ -80,24 +82,30 @@ class PageProgram:
             bound = sc.bound[key] = ({},) + self._bind(sc, pos, key, (), a.dtype.itemsize, early=True)
         by_map, early, slot = bound
         bufs = (flat, o, slot)
-        # the first round's local steps (into this rank's own slot and output) before the header: when
-        # they are the whole round, its end is published with the header (one publish, as the one-shot path)
-        for run in early:
-            run(bufs, None)
         skip = 1 if rounds and not rounds[0].ops and not rounds[0].before and not rounds[0].waits else 0
-        if skip and rounds[0].publish:
-            self.W[rd] = base + rounds[0].end
-        if prog.readers or prog.out_addr or serial:  # peers read or write my buffers: their addresses
-            self._announce(sc, ia, f, seq, reg, op_)
-        else:  # the header alone (peers read my slot only: my input is not mapped)
-            if desc:
-                self.W[self.my_d[q] + DESC + 2] = 0
-            _META.pack_into(self.page.mm, self.hoff[h], seq, sc.crc, sc.nbytes, sc.head)
-            self._set(self.my_w[h], f)
-        self._gather_headers(sc, f, h, seq, timeout)
-        # the peers whose input lives in an interlink.empty arena (a serial in their header) are mapped
+        if resume is None:
+            # the first round's local steps (into this rank's own slot and output) before the header: when
+            # they are the whole round, its end is published with the header (one publish, as the one-shot path)
+            for run in early:
+                run(bufs, None)
+            if skip and rounds[0].publish:
+                self.W[rd] = base + rounds[0].end
+            if prog.readers or prog.out_addr or serial:  # peers read or write my buffers: their addresses
+                self._announce(sc, ia, f, seq, reg, op_)
+            else:  # the header alone (peers read my slot only: my input is not mapped)
+                if desc:
+                    self.W[self.my_d[q] + DESC + 2] = 0
+                _META.pack_into(self.page.mm, self.hoff[h], seq, sc.crc, sc.nbytes, sc.head)
+                self._set(self.my_w[h], f)
         W, slot_w = self.W, self.slot_w
-        shared = [i for i in prog.maps if W[slot_w[i][q] + DESC + 2]] if prog.maps else ()
+        if resume is not None:
+            self.resumes[resume[0]] += 1
+        if resume is not None and resume[0] == 1:
+            shared, skip = (), resume[1]  # the core checked the headers and found no peer's input mapped
+        else:
+            self._gather_headers(sc, f, h, seq, timeout)
+            # the peers whose input lives in an interlink.empty arena (a serial in their header) are mapped
+            shared = [i for i in prog.maps if W[slot_w[i][q] + DESC + 2]] if prog.maps else ()
         if shared:
             mapped = {i: self._shared_input(i, q, a.dtype, sc.count) for i in shared}
             mk = tuple(i for i in shared if mapped[i] is not None)

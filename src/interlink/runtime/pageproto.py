@@ -68,7 +68,7 @@ class Small:
 
     __slots__ = ("kind", "sigb", "head", "crc", "nbytes", "sends", "mine", "parts", "stack", "oshape", "fn",
                  "avg", "count", "block", "root", "res", "schedule", "program", "bound", "npos", "push", "tune",
-                 "stream", "ccore", "lid", "depth")
+                 "stream", "ccore", "cprog", "lid", "depth")
 
     def __init__(self, kind: int, sigb: bytes, nbytes: int, sends: bool) -> None:
         self.kind = kind
@@ -97,6 +97,7 @@ class Small:
         self.tune: Any = None  # a shape whose path is measured (FastPath.pick): its two Smalls
         self.stream: Optional[bool] = None  # copies stream by the rule (None), always (True), never (False)
         self.ccore: Any = None  # its form for the compiled core (runtime/ccore.py), None: the Python path
+        self.cprog: Any = None  # its page program's form for the compiled core (ccore.make_prog), None: Python's
         self.lid = next(_LIDS)  # this shape's number (FastPath.last: the shape of the last call)
         # how many calls back a call of this shape may leave unfinished by its readers (OneShot._need): 2 in
         # general; a small broadcast's root: its payload's places in the slots (npos), at most HEADERS (a
