@@ -81,6 +81,16 @@ typedef struct {
     unsigned long long prog_streamed; /* copies of those programs made with streaming stores (tests read it) */
 } Core;
 
+/* streaming stores into the slot, measured (slot_lead), per call shape (a Shape's, a Prog's): its call time (ns)
+ * with plain (0) and streaming (1) copies into the slot, the current block's timed calls; calls of the shape,
+ * calls left in the current block, calls since the last block, the block's timed calls, calls that streamed */
+typedef struct {
+    double cost[2], bt[SLOT_BLOCK];
+    unsigned int ncalls, left, since, bn, streamed;
+    int block;           /* the copy of the block being timed (-1: none) */
+    int follow;          /* another rank's: the copy the leader made in the last call of this shape */
+} Lead;
+
 typedef struct {
     PyObject_HEAD
     int kind, op, dtype, sends, avg, npos, nparts, depth;
@@ -91,13 +101,7 @@ typedef struct {
     unsigned char head[SIG_BYTES];
     Py_ssize_t *mine;    /* [npos] byte offset of this rank's payload */
     Py_ssize_t *parts;   /* [npos * nparts] byte offsets of the parts read, rank order */
-    /* streaming stores into the slot, measured (slot_lead): this shape's call time (ns) with plain (0) and
-     * streaming (1) copies into the slot, the current block's timed calls; calls of the shape, calls left in
-     * the current block, calls since the last block, the block's timed calls, calls that streamed */
-    double cost[2], bt[SLOT_BLOCK];
-    unsigned int ncalls, left, since, bn, streamed;
-    int block;           /* the copy of the block being timed (-1: none) */
-    int follow;          /* another rank's: the copy the leader made in the last call of this shape */
+    Lead lead;           /* its copies into the slot, measured (slot_lead) */
 } Shape;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -357,7 +361,7 @@ static int slot_leader(Core *c, Shape *s) {
 }
 
 /* the leader's choice for this call of shape s (timed: whether to time it) */
-static int slot_lead(Shape *s, int *timed) {
+static int slot_lead(Lead *s, int *timed) {
     *timed = 0;
     unsigned k = s->ncalls++;
     if (k < SLOT_WARM) return 0;
@@ -391,6 +395,23 @@ static int slot_lead(Shape *s, int *timed) {
     return best;
 }
 
+/* a timed call of the leader's (dt ns, with copy arm): a block's median replaces the copy's cost when the block
+ * ends; out of a block, a moving average */
+static void lead_time(Lead *s, int arm, double dt) {
+    if (s->block >= 0) {
+        if (s->bn < SLOT_BLOCK) s->bt[s->bn++] = dt;
+        if (s->left == 0) {
+            double *t = s->bt;
+            for (unsigned i = 1; i < s->bn; i++) /* insertion sort of a few */
+                for (unsigned j = i; j > 0 && t[j - 1] > t[j]; j--) { double x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
+            s->cost[arm] = s->bn % 2 ? t[s->bn / 2] : 0.5 * (t[s->bn / 2 - 1] + t[s->bn / 2]);
+            s->bn = 0;
+        }
+    } else {
+        s->cost[arm] = 0.8 * s->cost[arm] + 0.2 * dt;
+    }
+}
+
 static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo,
                         int *po);
 
@@ -401,7 +422,7 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     if (!slot_eligible(c, s)) return run_call_arm(c, s, 0, seq, a, o, fo, po);
     int timed = 0, arm;
     if (c->slot_stream_mode == 1) arm = 1;
-    else if (slot_leader(c, s)) arm = slot_lead(s, &timed);
+    else if (slot_leader(c, s)) arm = slot_lead(&s->lead, &timed);
     else if (s->kind == BC && s->sends) {
         /* a root: the copy its leader chose in the latest call of this shape the leader has published (the
          * root runs ahead of its readers: up to HDR calls); the leader is peer 0 of the root (rank 1 where
@@ -411,35 +432,23 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
             uint64_t g = c->f + 1 - k;
             Py_ssize_t pw = c->peer_w[g % HDR][0];
             if (ld(&W[pw]) == g && W[pw + SEQ_CRC] == s->crc) {
-                s->follow = W[pw + 5] == 2;
+                s->lead.follow = W[pw + 5] == 2;
                 break;
             }
         }
-        arm = s->follow;
-    } else arm = s->follow; /* the copy the leader made in the last call of this shape (run_call_arm) */
+        arm = s->lead.follow;
+    } else arm = s->lead.follow; /* the copy the leader made in the last call of this shape (run_call_arm) */
     struct timespec t0, t1;
     if (timed) clock_gettime(CLOCK_MONOTONIC, &t0);
     int r = run_call_arm(c, s, arm, seq, a, o, fo, po);
     if (r != 0) return r;
     if (arm && (s->kind != BC || s->sends)) { /* a broadcast's readers copy nothing in */
         c->stream_calls++;
-        s->streamed++;
+        s->lead.streamed++;
     }
     if (timed) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        double dt = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
-        if (s->block >= 0) { /* a block: its median replaces the copy's cost when it ends */
-            if (s->bn < SLOT_BLOCK) s->bt[s->bn++] = dt;
-            if (s->left == 0) {
-                double *t = s->bt;
-                for (unsigned i = 1; i < s->bn; i++) /* insertion sort of a few */
-                    for (unsigned j = i; j > 0 && t[j - 1] > t[j]; j--) { double x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
-                s->cost[arm] = s->bn % 2 ? t[s->bn / 2] : 0.5 * (t[s->bn / 2 - 1] + t[s->bn / 2]);
-                s->bn = 0;
-            }
-        } else {
-            s->cost[arm] = 0.8 * s->cost[arm] + 0.2 * dt;
-        }
+        lead_time(&s->lead, arm, (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec));
     }
     return 0;
 }
@@ -529,7 +538,7 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
     }
     if (r != 1) return 2;
     c->safe = f - 1; /* a peer publishes call f only after finishing call f-1 */
-    if (c->me != 0) s->follow = W[c->peer_w[q][0] + 5] == 2; /* rank 0's copy (its header, just checked) */
+    if (c->me != 0) s->lead.follow = W[c->peer_w[q][0] + 5] == 2; /* rank 0's copy (its header, just checked) */
     const Py_ssize_t *P = s->parts + (Py_ssize_t)pos * s->nparts;
     switch (s->kind) {
     case AR:
@@ -621,7 +630,7 @@ typedef struct {
     PyObject_HEAD
     int dtype, op, avg, npos, desc, nmaps, skip, pub0, same_out;
     Py_ssize_t itemsize, count, outcount, nbytes, piece, stream_min, end0;
-    int stream_out, stream_slot;
+    int stream_out, stream_slot;   /* copies into the outputs, into this rank's slot stream (ccore.make_prog) */
     unsigned long long crc;
     unsigned char head[SIG_BYTES];
     Py_ssize_t *stack;             /* [npos][n] byte offset of every rank's slot at each place */
@@ -951,13 +960,13 @@ static void Shape_dealloc(Shape *s) {
 }
 
 static PyMemberDef Shape_members[] = {
-    {"cost_plain", T_DOUBLE, offsetof(Shape, cost), READONLY,
+    {"cost_plain", T_DOUBLE, offsetof(Shape, lead.cost), READONLY,
      "rank 0's cost of a call of this shape with plain copies into the slot (ns; 0: not measured)"},
-    {"cost_streamed", T_DOUBLE, offsetof(Shape, cost) + sizeof(double), READONLY,
+    {"cost_streamed", T_DOUBLE, offsetof(Shape, lead.cost) + sizeof(double), READONLY,
      "the same with streaming stores"},
-    {"ncalls", T_UINT, offsetof(Shape, ncalls), READONLY,
+    {"ncalls", T_UINT, offsetof(Shape, lead.ncalls), READONLY,
      "calls of this shape its leader has decided (a call the core handed back and was asked again counts twice)"},
-    {"streamed", T_UINT, offsetof(Shape, streamed), READONLY, "calls of this shape whose copy into the slot streamed"},
+    {"streamed", T_UINT, offsetof(Shape, lead.streamed), READONLY, "calls of this shape whose copy into the slot streamed"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -1032,6 +1041,8 @@ static void Prog_dealloc(Prog *p) {
 
 static PyMemberDef Prog_members[] = {
     {"calls", T_ULONGLONG, offsetof(Prog, calls), READONLY, "calls of this program the core completed"},
+    {"stream_out", T_INT, offsetof(Prog, stream_out), READONLY, "copies into the outputs stream"},
+    {"stream_slot", T_INT, offsetof(Prog, stream_slot), READONLY, "copies into this rank's slot stream"},
     {NULL, 0, 0, 0, NULL},
 };
 

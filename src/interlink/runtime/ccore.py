@@ -127,8 +127,8 @@ def make_prog(fp: Any, sc: Any, op: ReduceOp, dtype: np.dtype, stream_out: bool,
     (each: its end, whether it publishes, the (peer, rounds) it waits for, its moves); a move is (destination,
     offset, count, sources, skipped: a no-op in place), a source (peer or -1, buffer, offset, reduce). A copy of the input into the slot
     that the peers may read from a mapped input instead (``elide``) is always made here: this rank says its
-    input is not mapped. ``stream_out``, ``stream_slot``: the copies into the outputs and into the slot stream
-    (PageProgram._bind's rule for this shape)."""
+    input is not mapped. ``stream_out``, ``stream_slot``: the copies into the outputs, into this rank's slot
+    stream (FastPath.small: the rule's, or the measured side's)."""
     from .pageplan import LOCAL, SCR, PutOp
 
     prog = sc.program

@@ -265,6 +265,7 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
             if prog.scratch:  # every rank's slot at each position, [ranks, scratch]
                 sc.stack = [self.page.stacked(q, dt, prog.scratch, at) for q, at in places]
                 if self.core is not None and not self.traced:  # a program through the slots alone: in C
+                    # (its copies stream as PageProgram._bind's would: the rule's, or the measured side's)
                     smin, isz = self._stream_min(sc), dt.itemsize
                     sc.cprog = ccore.make_prog(self, sc, op, dt,
                                                stream.available and self.host_outputs(kind, count * isz) >= smin,
