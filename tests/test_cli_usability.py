@@ -227,8 +227,8 @@ def test_bench_no_calibrate_note_with_a_profile(tmp_path, monkeypatch, capsys):
     prof = tmp_path / "profile.json"
     save_profile(Profile({"host.call_us": 3.0}, {}, {"host": "testhost", "date": "2026-01-01"}), prof)
     monkeypatch.setenv("INTERLINK_PROFILE", str(prof))
-    _fake_launch(monkeypatch, [_row(65536, "slots"), _row(131072, "ring")])
-    assert main(["bench", "all_reduce", "-b", "64K", "-e", "128K", "--ranks", "2"]) == 0
+    _fake_launch(monkeypatch, [_row(32768, "slots"), _row(131072, "ring")])
+    assert main(["bench", "all_reduce", "-b", "32K", "-e", "128K", "--ranks", "2"]) == 0
     out = capsys.readouterr().out
     assert "--calibrate" not in out and "N/A" not in out
 
@@ -430,7 +430,7 @@ def test_output_lines_fit_100_columns(cmd, tmp_path, monkeypatch, capsys):
     nccl-tests table bench prints (its columns are nccl-tests'), topo's device and path tables."""
     if cmd[0] == "bench":
         monkeypatch.setenv("INTERLINK_PROFILE", str(tmp_path / "none.json"))  # the closing calibrate note
-        _fake_launch(monkeypatch, [_row(65536, "slots"), _row(262144, "slots"), _row(1048576, "slots")])
+        _fake_launch(monkeypatch, [_row(32768, "slots"), _row(262144, "two_phase"), _row(1048576, "slots")])
     assert main(cmd) in (0, None)
     out = capsys.readouterr().out
     lines = out.splitlines()

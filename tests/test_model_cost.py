@@ -502,10 +502,10 @@ def test_fit_recovers_the_host_page_rates_from_the_schedules_steps() -> None:
     samples = []
     for p in (2, 3, 4):
         topo = cpu_topology(p, cores=2)
-        cases = [("slots", n) for n in (8, 1024, 16384, 65536, 256 << 10)] + \
+        cases = [("slots", n) for n in (8, 1024, 16384, 32768)] + \
             [("peer_buffers", n) for n in (8 << 20, 16 << 20, 64 << 20)]
-        if p >= 3:  # above the one-shot size (host.fast.max_bytes, 256 KiB)
-            cases += [("two_phase", n) for n in (512 << 10, 1 << 20, 4 << 20)]
+        # above the one-shot all_reduce (host.fast.all_reduce_max_bytes, 32 KiB); on 2 ranks to peer_buffers's 2 MiB
+        cases += [("two_phase", n) for n in (65536, 512 << 10, 1 << 20) + ((4 << 20,) if p >= 3 else ())]
         for algo, n in cases:
             t = predict("all_reduce", n, topo, algorithm=algo, params=params).time_us
             samples.append(Sample("shm", p, "all_reduce", algo, n, n // 4, t * 1e-6))
@@ -520,7 +520,7 @@ def test_fit_recovers_the_host_page_rates_from_the_schedules_steps() -> None:
 
 
 @pytest.mark.parametrize("collective,algorithm,p,nbytes", [
-    ("all_reduce", "slots", 2, 4096), ("all_reduce", "slots", 5, 65536), ("all_reduce", "two_phase", 3, 1 << 20),
+    ("all_reduce", "slots", 2, 4096), ("all_reduce", "slots", 5, 32768), ("all_reduce", "two_phase", 3, 1 << 20),
     ("all_reduce", "peer_buffers", 4, 8 << 20), ("broadcast", "slots", 3, 100000), ("broadcast", "peer_buffers", 2, 4 << 20),
     ("all_gather", "peer_buffers", 2, 8 << 20), ("reduce_scatter", "slots", 4, 65536), ("barrier", "slots", 3, 0)])
 def test_host_page_paths_are_priced_from_their_schedules_steps(collective, algorithm, p, nbytes) -> None:

@@ -57,6 +57,9 @@ class Limit:
 LIMITS: dict[str, Limit] = {
     "oneshot_max": Limit("INTERLINK_FAST_MAX_BYTES", 256 * KiB, "host.fast.max_bytes",
                          "largest input of the one-shot path (slots, slots_once); 0 disables the host page"),
+    "all_reduce_oneshot_max": Limit("INTERLINK_SHM_AR_ONESHOT_MAX_BYTES", 32 * KiB, "host.fast.all_reduce_max_bytes",
+                                    "largest all_reduce of the one-shot slots path where every rank has a core (at "
+                                    "most oneshot_max); above it two_phase"),
     "inline_max": Limit("INTERLINK_FAST_INLINE_MAX_BYTES", 2 * MiB, None,
                         "largest broadcast, all_gather, reduce_scatter or all_to_all the inlined executor runs "
                         "through the slots (never below oneshot_max); above it the same Schedule runs step by step"),
@@ -92,6 +95,7 @@ class HostLimits:
     model's from a profile (:meth:`from_params`)."""
 
     oneshot_max: int = LIMITS["oneshot_max"].default
+    all_reduce_oneshot_max: int = LIMITS["all_reduce_oneshot_max"].default
     inline_max: int = LIMITS["inline_max"].default
     slot_bytes: int = LIMITS["slot_bytes"].default
     peer_buffers_all_reduce_min: int = LIMITS["peer_buffers_all_reduce_min"].default
@@ -123,6 +127,7 @@ class HostLimits:
         ag_env = environ.get(LIMITS["slots_max_all_gather"].env or "")
         return cls(
             oneshot_max=oneshot,
+            all_reduce_oneshot_max=get("all_reduce_oneshot_max", LIMITS["all_reduce_oneshot_max"].default),
             inline_max=max(oneshot, get("inline_max", LIMITS["inline_max"].default)),
             slot_bytes=slot,
             peer_buffers_all_reduce_min=get("peer_buffers_all_reduce_min",
@@ -155,6 +160,12 @@ class HostLimits:
     def oneshot(self) -> int:
         """The one-shot path's largest input (at most the slot)."""
         return min(self.slot_bytes, self.oneshot_max)
+
+    def all_reduce_oneshot(self, reduce_once: bool = False) -> int:
+        """The one-shot all_reduce's largest input: on a host with more than two ranks a core (reduced once,
+        slots_once) the one-shot limit; else at most all_reduce_oneshot_max (above it two_phase, whose ranks
+        each reduce 1/p of the payload)."""
+        return self.oneshot() if reduce_once else min(self.oneshot(), self.all_reduce_oneshot_max)
 
     def inline(self) -> int:
         """The inlined executor's largest broadcast, all_gather, reduce_scatter or all_to_all input."""
@@ -229,6 +240,8 @@ def page_path(collective: str, nbytes: int, p: int, limits: HostLimits, *, cma: 
     if collective == "barrier":
         return SLOTS
     big = nbytes > limits.oneshot()
+    if collective == "all_reduce":
+        big = nbytes > limits.all_reduce_oneshot(reduce_once and p > 1)
     two_phase = big and collective == "all_reduce" and nbytes <= limits.two_phase_max(p)
     if direct is None:
         direct = big and not two_phase and (collective == "all_reduce" or nbytes > limits.slots_limit(collective, p, cma))
@@ -248,6 +261,8 @@ def inlined(collective: str, nbytes: int, path: str, limits: HostLimits) -> bool
     """Whether a call on ``path`` runs in the inlined one-shot executor (else step by step from its
     Schedule, runtime/pageplan.py): the one-shot sizes, and a broadcast, all_gather, reduce_scatter or
     all_to_all through the slots up to :meth:`HostLimits.inline`."""
+    if collective == "all_reduce":
+        return path in (SLOTS, SLOTS_ONCE)
     if nbytes <= limits.oneshot():
         return True
     return collective in MOVES and path == SLOTS and nbytes <= limits.inline()

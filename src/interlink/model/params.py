@@ -50,7 +50,7 @@ CPU hosts (interlink's own runtime; ``host.*`` entries are what ``interlink benc
                                      the host page (the Schedules of algorithms/hostpage.py: slots, slots_once,
                                      two_phase, peer_buffers), priced from their steps like a transport: a call, per
                                      round, per message (a read of a slot or of a peer's buffer), per byte
-    host.fast.max_bytes, host.fast2.{min_ranks,max_bytes}, host.fastd.min_bytes, host.slots.max_bytes_2,
+    host.fast.max_bytes, host.fast.all_reduce_max_bytes, host.fast2.{min_ranks,max_bytes}, host.fastd.min_bytes, host.slots.max_bytes_2,
     host.slots.max_bytes_2_all_gather, host.slots.max_bytes_all_gather, host.slots.max_bytes_all_to_all,
     host.stream.min_bytes
                                      where the runtime takes them (runtime/policy.py's defaults)
@@ -223,6 +223,9 @@ def _defaults() -> list[Param]:
         _p("host.page.oversub_byte_factor", None, "x",
            "as host.oversub_byte_factor, for the host page's Schedules (None: that one); calibration fits it"),
         _p("host.fast.max_bytes", 262144.0, "B", "interlink.runtime.policy.fast_small_bytes() default"),
+        _p("host.fast.all_reduce_max_bytes", 32768.0, "B",
+           "algorithms.hostpath LIMITS all_reduce_oneshot_max: the one-shot all_reduce up to this where every rank "
+           "has a core, two_phase above"),
         _p("host.fast2.min_ranks", 2.0, "ranks",
            "interlink.runtime.fastpath: two-phase all_reduce from 2 ranks (on 2 ranks up to host.fastd.min_bytes)"),
         _p("host.fast2.max_bytes", 4.0 * 2**20, "B",

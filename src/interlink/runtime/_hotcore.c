@@ -631,6 +631,10 @@ typedef struct {
     int dtype, op, avg, npos, desc, nmaps, skip, pub0, same_out;
     Py_ssize_t itemsize, count, outcount, nbytes, piece, stream_min, end0;
     int stream_out, stream_slot;   /* copies into the outputs, into this rank's slot stream (ccore.make_prog) */
+    int measured;                  /* copies into the slot measured (slot_lead) instead of stream_slot */
+    Py_ssize_t slot_bytes;         /* bytes a call copies into this rank's slot from its own buffers */
+    Lead lead;
+    int arm;                       /* this call's copies into the slot stream */
     unsigned long long crc;
     unsigned char head[SIG_BYTES];
     Py_ssize_t *stack;             /* [npos][n] byte offset of every rank's slot at each place */
@@ -691,7 +695,7 @@ static const Py_ssize_t *prog_move(Core *c, Prog *p, const Py_ssize_t *m, int po
         const char *src = prog_buf(c, p, S[1], S[0], pos, in, out) + S[2] * isz;
         size_t nb = (size_t)(cnt * isz);
         int streamed = (Py_ssize_t)nb >= p->stream_min &&
-                       ((dst == B_OUT && p->stream_out) || (dst == B_SCR && S[0] < 0 && S[1] != B_SCR && p->stream_slot));
+                       ((dst == B_OUT && p->stream_out) || (dst == B_SCR && S[0] < 0 && S[1] != B_SCR && p->arm));
         if (src == D) return next;
         if (streamed) { slot_copy(1, D, src, nb); c->prog_streamed++; }
         else memmove(D, src, nb);
@@ -755,6 +759,16 @@ static PyObject *core_prog(Core *c, PyObject *const *args, Py_ssize_t nargs) {
     char *in = (char *)a.buf, *out = has_out ? (char *)o.buf : in;
     volatile uint64_t *W = (volatile uint64_t *)c->base;
     int q = (int)(pos & 1), h = (int)(f % HDR), me = c->me;
+    /* the copies into the slot: measured as the one-shot path's (run_call: rank 0 decides, the others make the
+     * copy it made in the last call of this shape) where the shape is measured and copies enough; else as set */
+    int timed = 0;
+    struct timespec t0, t1;
+    if (p->measured && c->slot_stream_mode && c->slot_stream_min > 0 && c->n > 1 && p->slot_bytes >= c->slot_stream_min) {
+        if (c->slot_stream_mode == 1) p->arm = 1;
+        else if (me == 0) p->arm = slot_lead(&p->lead, &timed);
+        else p->arm = p->lead.follow;
+    } else p->arm = p->stream_slot;
+    if (timed) clock_gettime(CLOCK_MONOTONIC, &t0);
     uint64_t base = (uint64_t)ROUND_STRIDE * f;
     Py_ssize_t rd = p->slot_w[q][me] + RD_W;
     const Py_ssize_t *m = p->code;
@@ -764,7 +778,7 @@ static PyObject *core_prog(Core *c, PyObject *const *args, Py_ssize_t nargs) {
     if (p->desc) W[p->slot_w[q][me] + DESC_W + 2] = 0; /* the input is not mapped: peers read the slot */
     {
         uint64_t *hd = (uint64_t *)(c->base + c->hoff[h]);
-        hd[0] = seq; hd[1] = p->crc; hd[2] = (uint64_t)p->nbytes; hd[3] = 0;
+        hd[0] = seq; hd[1] = p->crc; hd[2] = (uint64_t)p->nbytes; hd[3] = (uint64_t)(p->arm + 1); /* the copy made */
         memcpy(hd + 4, p->head, SIG_BYTES);
     }
     st(&W[c->my_w[h]], f); /* publish */
@@ -774,6 +788,7 @@ static PyObject *core_prog(Core *c, PyObject *const *args, Py_ssize_t nargs) {
     if (r == 0) { SPIN_UNTIL(r, peers_ready(c, h, f, seq, p->crc)); }
     if (r != 1) { res = Py_BuildValue("(ii)", 0, 0); goto end; }
     c->safe = f - 1; /* a peer publishes call f only after finishing call f-1 */
+    if (me != 0) p->lead.follow = W[c->peer_w[h][0] + 5] == 2; /* rank 0's copy (its header, just checked) */
     for (int k = 0; k < p->nmaps; k++)
         if (W[p->slot_w[q][p->maps[k]] + DESC_W + 2]) { res = Py_BuildValue("(ii)", 0, 0); goto end; }
     Py_ssize_t nrounds = *m++;
@@ -799,6 +814,11 @@ static PyObject *core_prog(Core *c, PyObject *const *args, Py_ssize_t nargs) {
     }
     p->calls++;
     c->prog_calls++;
+    if (p->arm && p->slot_bytes) p->lead.streamed++;
+    if (timed) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        lead_time(&p->lead, p->arm, (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec));
+    }
     Py_INCREF(Py_None);
     res = Py_None;
 end:
@@ -984,10 +1004,10 @@ static int Prog_init(Prog *p, PyObject *args, PyObject *kw) {
     PyObject *stack, *slot_w, *maps, *code;
     const char *head;
     Py_ssize_t headlen;
-    if (!PyArg_ParseTuple(args, "iiinnnnKy#OOOOiiinnniii", &p->dtype, &p->op, &p->avg, &p->itemsize, &p->count,
+    if (!PyArg_ParseTuple(args, "iiinnnnKy#OOOOiiinnniiiin", &p->dtype, &p->op, &p->avg, &p->itemsize, &p->count,
                           &p->outcount, &p->nbytes, &p->crc, &head, &headlen, &stack, &slot_w, &maps, &code,
                           &p->desc, &p->skip, &p->pub0, &p->end0, &p->piece, &p->stream_min, &p->stream_out,
-                          &p->stream_slot, &p->same_out))
+                          &p->stream_slot, &p->same_out, &p->measured, &p->slot_bytes))
         return -1;
     if (p->itemsize < 1 || p->piece < 1) { PyErr_SetString(PyExc_ValueError, "itemsize, piece"); return -1; }
     if (headlen > SIG_BYTES) headlen = SIG_BYTES;
@@ -1042,7 +1062,13 @@ static void Prog_dealloc(Prog *p) {
 static PyMemberDef Prog_members[] = {
     {"calls", T_ULONGLONG, offsetof(Prog, calls), READONLY, "calls of this program the core completed"},
     {"stream_out", T_INT, offsetof(Prog, stream_out), READONLY, "copies into the outputs stream"},
-    {"stream_slot", T_INT, offsetof(Prog, stream_slot), READONLY, "copies into this rank's slot stream"},
+    {"stream_slot", T_INT, offsetof(Prog, stream_slot), READONLY, "copies into this rank's slot stream (not measured)"},
+    {"measured", T_INT, offsetof(Prog, measured), READONLY, "copies into the slot measured (slot_lead)"},
+    {"cost_plain", T_DOUBLE, offsetof(Prog, lead.cost), READONLY,
+     "rank 0's cost of a call with plain copies into the slot (ns; 0: not measured)"},
+    {"cost_streamed", T_DOUBLE, offsetof(Prog, lead.cost) + sizeof(double), READONLY, "the same with streaming stores"},
+    {"ncalls", T_UINT, offsetof(Prog, lead.ncalls), READONLY, "calls whose copy rank 0 decided"},
+    {"streamed", T_UINT, offsetof(Prog, lead.streamed), READONLY, "calls whose copies into the slot streamed"},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -117,7 +117,8 @@ def bind(group: Any) -> Optional[Any]:
                          group._rstarts, group._rseqs, group._rmask, group.__dict__)
 
 
-def make_prog(fp: Any, sc: Any, op: ReduceOp, dtype: np.dtype, stream_out: bool, stream_slot: bool) -> Optional[Any]:
+def make_prog(fp: Any, sc: Any, op: ReduceOp, dtype: np.dtype, stream_out: bool, stream_slot: bool,
+              measured: bool = False) -> Optional[Any]:
     """The core's form of a page program that runs through the slots alone (None: one the core does not run):
     every move's destination is this rank's input, output or slot, every source one of those or a peer's slot
     (no peer's own buffer, no put into a peer's output, no signal to wait for, no reader of this rank's
@@ -128,7 +129,9 @@ def make_prog(fp: Any, sc: Any, op: ReduceOp, dtype: np.dtype, stream_out: bool,
     offset, count, sources, skipped: a no-op in place), a source (peer or -1, buffer, offset, reduce). A copy of the input into the slot
     that the peers may read from a mapped input instead (``elide``) is always made here: this rank says its
     input is not mapped. ``stream_out``, ``stream_slot``: the copies into the outputs, into this rank's slot
-    stream (FastPath.small: the rule's, or the measured side's)."""
+    stream (FastPath.small: the rule's, or the measured side's). ``measured``: the copies into the slot are
+    measured plain against streaming as the one-shot path's are (_hotcore.c slot_lead; a shape the Python
+    executor's measurement does not cover, and not a broadcast, whose root does not wait for its readers)."""
     from .pageplan import LOCAL, SCR, PutOp
 
     prog = sc.program
@@ -189,7 +192,11 @@ def make_prog(fp: Any, sc: Any, op: ReduceOp, dtype: np.dtype, stream_out: bool,
     desc = int(bool(prog.readers or prog.slot_readers or prog.out_addr))
     from ..transport import stream
 
+    # the bytes a call copies into this rank's slot from its own buffers (what decides whether it is measured)
+    slot_bytes = sum(m.count for r in rounds for m in r.early + r.ops if not isinstance(m, PutOp) and m.buf == SCR
+                     and all(s.peer == LOCAL and s.buf != SCR for s in m.srcs)) * isz
     return _hotcore.Prog(code_t, opc if opc != 9 else 0, int(sc.avg), isz, sc.count, outcount, sc.nbytes, sc.crc,
                          sc.head, stack, [[fp.slot_w[i][q] for i in range(fp.n)] for q in (0, 1)], list(prog.maps),
                          enc, desc, skip, int(r0.publish), r0.end, max(1, 2 * fp.chunk // isz), stream.MIN_BYTES,
-                         int(bool(stream_out)), int(bool(stream_slot)), int(same_out))
+                         int(bool(stream_out)), int(bool(stream_slot)), int(same_out),
+                         int(measured and sc.kind != 1), slot_bytes)

@@ -51,7 +51,7 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         # the limits of the host page's paths (algorithms/hostpath.py, named once; their environment: policy),
         # on this page's slot size; which path a call takes is hostpath.host_path's choice
         self.limits = lim = policy.host_limits().with_slot(self.page.fast_max)
-        self.max = lim.oneshot()  # one-shot all_reduce
+        self.max = lim.oneshot()  # the one-shot path (slots, slots_once)
         # broadcast, all_gather, reduce_scatter and all_to_all through the slots: the inlined executor up to
         # this payload (the same Schedule; above it step by step, runtime/pageplan.py)
         self.inline_max = lim.inline()
@@ -166,7 +166,8 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
     def thresholds(self) -> dict[str, int]:
         """The sizes (bytes of a call's input) at which this host's choice of path changes: what `takes`
         and `small` read. The differential tests draw sizes on both sides of each."""
-        return {"oneshot.max": self.max, "inline.max": self.inline_max, "two_phase.max": self.direct_max,
+        return {"oneshot.max": self.max, "all_reduce.oneshot.max": self.limits.all_reduce_oneshot(self.once),
+                "inline.max": self.inline_max, "two_phase.max": self.direct_max,
                 "slots.max": self.move_max,
                 "slots.max.all_gather": self.move_max_ag,
                 "slots.max.all_to_all": self.move_max_a2a,
@@ -265,11 +266,13 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
             if prog.scratch:  # every rank's slot at each position, [ranks, scratch]
                 sc.stack = [self.page.stacked(q, dt, prog.scratch, at) for q, at in places]
                 if self.core is not None and not self.traced:  # a program through the slots alone: in C
-                    # (its copies stream as PageProgram._bind's would: the rule's, or the measured side's)
+                    # (its copies stream as PageProgram._bind's would: the rule's, or the measured side's; below
+                    # the band that measures them, the core measures its copies into the slot itself)
                     smin, isz = self._stream_min(sc), dt.itemsize
                     sc.cprog = ccore.make_prog(self, sc, op, dt,
                                                stream.available and self.host_outputs(kind, count * isz) >= smin,
-                                               stream.available and count * isz * self.n >= smin)
+                                               stream.available and count * isz * self.n >= smin,
+                                               streams is None and not self.stream_tuned(kind, a.nbytes))
             return sc
         # the one-shot latency path, inlined: the views of the slots it reads, from its Schedule's form
         host_plan(sc.schedule, me)
