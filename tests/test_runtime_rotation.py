@@ -67,8 +67,9 @@ def _rotated(rank: int, world: int, sizes: list[int]) -> tuple[int, list[str], d
                         bad = np.flatnonzero(g != e)
                         fails.append(f"rank {rank} {name} {nbytes}B {np.dtype(dt)} call {call}: {bad.size} wrong, "
                                      f"first at {bad[0]}: {g[bad[0]]} != {e[bad[0]]}")
-            for key, sc in fp.shapes.items():
-                if sc:  # (positions, distinct payload addresses among them)
+            for key, top in fp.shapes.items():
+                # (positions, distinct payload addresses among them); a measured shape's two Smalls
+                for sc in (top.tune.alts if top and top.tune is not None else (top,) if top else ()):
                     views = sc.stack if sc.program is not None else sc.mine
                     places = {v.__array_interface__["data"][0] for v in views}
                     npos[f"{sc.sigb.decode().split()[0]} {sc.count}"] = (sc.npos, len(places))
@@ -78,8 +79,9 @@ def _rotated(rank: int, world: int, sizes: list[int]) -> tuple[int, list[str], d
 
 @pytest.mark.parametrize("nranks,once", [(2, ""), (3, ""), (3, "1"), (5, "0")])
 def test_rotated_slots_against_numpy(nranks: int, once: str) -> None:
-    # 16 KiB (the rotation's lower edge), the one-shot size, and the page programs above it
-    sizes = [16 << 10, 48 << 10, 64 << 10, 200 << 10]
+    # 16 KiB (the rotation's lower edge), the one-shot all_reduce's limit (32 KiB), the one-shot size of the others,
+    # and the page programs above them (two_phase from 32 KiB)
+    sizes = [16 << 10, 32 << 10, 48 << 10, 64 << 10, 200 << 10]
     env = {"INTERLINK_SLOT_ROTATE": "1", "INTERLINK_FAST_REDUCE_ONCE": once, "INTERLINK_SLOT_ROTATION_BYTES": str(1 << 20)}
     res = run_ranks(nranks, _rotated, sizes, env=env, timeout=400)
     for checks, fails, _ in res:

@@ -96,8 +96,12 @@ def host_limits() -> HostLimits:
 
 
 def fast_small_bytes() -> int:
-    """Largest payload of the one-shot shared-page path (INTERLINK_FAST_MAX_BYTES): 256 KiB. Up to it the
-    one-shot all_reduce (every rank writes its slot, every rank reduces every slot) beats the next path:
+    """Largest payload of the one-shot shared-page path (INTERLINK_FAST_MAX_BYTES): 256 KiB. all_reduce takes it
+    only up to hostpath's all_reduce_oneshot_max (32 KiB, INTERLINK_SHM_AR_ONESHOT_MAX_BYTES) where every rank has
+    a core: with the page programs in the compiled core, two_phase wins from 64 KiB (2 ranks 7.8 against
+    9.2-12.0 us, 4 ranks 32-34 against 40-41 us; 8-32 KiB the one-shot path wins, 2 ranks 3.5-6.1 against
+    6.0-9.2 us). Measured before that, with two_phase in Python: the
+    one-shot all_reduce (every rank writes its slot, every rank reduces every slot) beat the next path:
     in-process A/B, inputs rewritten before each call, default path / one-shot at 128 and 256 KiB:
     2 ranks (the ring) 1.82 and 1.38, 3 ranks (two_phase) 1.79 and 1.37, 4 ranks 1.47 and 1.14, 8 ranks on
     2 cores (slots_once against two_phase) 2.12 and 1.33; at 512 KiB 2 and 3 ranks still gain (1.16, 1.18) but
