@@ -631,6 +631,8 @@ typedef struct {
     int dtype, op, avg, npos, desc, nmaps, skip, pub0, same_out;
     Py_ssize_t itemsize, count, outcount, nbytes, piece, stream_min, end0;
     int stream_out, stream_slot;   /* copies into the outputs, into this rank's slot stream (ccore.make_prog) */
+    unsigned long long lid;        /* its Small's number (Core.last) */
+    int depth, sends;              /* Small.depth, Small.sends (OneShot._need) */
     int measured;                  /* copies into the slot measured (slot_lead) instead of stream_slot */
     Py_ssize_t slot_bytes;         /* bytes a call copies into this rank's slot from its own buffers */
     Lead lead;
@@ -734,31 +736,34 @@ static int prog_before(Core *c, Prog *p, const Py_ssize_t *b, Py_ssize_t nb, int
     return 1;
 }
 
-/* Core.prog(prog, a, out, f, pos, seq): call f (its place pos) of a page program, this rank's f, `last` and
- * `safe` set by OneShot.hot. None when done; else (stage, round): -1 nothing done; 0 the header is published (Python gathers
- * the peers' headers and runs every round); 1 the headers are checked, no peer's input is mapped, rounds before
- * `round` are done (Python runs from it). */
-static PyObject *core_prog(Core *c, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) { PyErr_SetString(PyExc_TypeError, "prog(prog, a, out, f, pos, seq)"); return NULL; }
-    Prog *p = (Prog *)args[0];
-    unsigned long long f = PyLong_AsUnsignedLongLong(args[3]);
-    long pos = PyLong_AsLong(args[4]);
-    unsigned long long seq = PyLong_AsUnsignedLongLong(args[5]);
-    if (PyErr_Occurred()) return NULL;
-    if (pos < 0 || pos >= p->npos) { PyErr_SetString(PyExc_ValueError, "position"); return NULL; }
-    Py_buffer a, o;
-    int has_out = args[2] != Py_None && !p->same_out;
-    /* buffers the core cannot take as they are: nothing done, the whole call in Python (which raises where the
-     * call is wrong) */
-    if (get_buf(args[1], &a, !has_out, p->count * p->itemsize) < 0) { PyErr_Clear(); return Py_BuildValue("(ii)", -1, 0); }
-    if (has_out && get_buf(args[2], &o, 1, p->outcount * p->itemsize) < 0) {
-        PyErr_Clear();
-        PyBuffer_Release(&a);
-        return Py_BuildValue("(ii)", -1, 0);
+/* the call's buffers as a program needs them: 0, or -1 (no error set) where the core cannot take them as they are
+ * (not contiguous, read-only, another size; an output given to all_reduce or broadcast, whose input is their
+ * output; an output that overlaps the input): the Python path then runs (and raises where the call is wrong) */
+static int prog_take(Prog *p, PyObject *ao, PyObject *oo, Py_buffer *a, Py_buffer *o) {
+    int has_out = !p->same_out;
+    if (p->same_out ? oo != Py_None : oo == Py_None) return -1;
+    if (get_buf(ao, a, !has_out, p->count * p->itemsize) < 0) { PyErr_Clear(); return -1; }
+    if (has_out) {
+        if (get_buf(oo, o, 1, p->outcount * p->itemsize) < 0) { PyErr_Clear(); PyBuffer_Release(a); return -1; }
+        char *a0 = a->buf, *o0 = o->buf;
+        if (a0 < o0 + o->len && o0 < a0 + a->len) { PyBuffer_Release(o); PyBuffer_Release(a); return -1; }
     }
-    char *in = (char *)a.buf, *out = has_out ? (char *)o.buf : in;
+    return 0;
+}
+
+static void prog_drop(Prog *p, Py_buffer *a, Py_buffer *o) {
+    PyBuffer_Release(a);
+    if (!p->same_out) PyBuffer_Release(o);
+}
+
+/* call f (its place pos) of program p, this rank's f, `last` and `safe` set: 0 done; 3 the header is published,
+ * the peers' headers not all there, not matching, or a peer's input mapped (Python gathers the headers and runs
+ * every round); 4 the headers checked, no peer's input mapped, rounds before *round done (Python runs from it) */
+static int prog_run(Core *c, Prog *p, Py_buffer *a, Py_buffer *o, uint64_t f, int pos, uint64_t seq,
+                    Py_ssize_t *round) {
+    char *in = (char *)a->buf, *out = p->same_out ? in : (char *)o->buf;
     volatile uint64_t *W = (volatile uint64_t *)c->base;
-    int q = (int)(pos & 1), h = (int)(f % HDR), me = c->me;
+    int q = pos & 1, h = (int)(f % HDR), me = c->me;
     /* the copies into the slot: measured as the one-shot path's (run_call: rank 0 decides, the others make the
      * copy it made in the last call of this shape) where the shape is measured and copies enough; else as set */
     int timed = 0;
@@ -773,7 +778,7 @@ static PyObject *core_prog(Core *c, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t rd = p->slot_w[q][me] + RD_W;
     const Py_ssize_t *m = p->code;
     Py_ssize_t nearly = *m++;
-    for (Py_ssize_t k = 0; k < nearly; k++) m = prog_move(c, p, m, (int)pos, in, out);
+    for (Py_ssize_t k = 0; k < nearly; k++) m = prog_move(c, p, m, pos, in, out);
     if (p->skip && p->pub0) st(&W[rd], base + (uint64_t)p->end0);
     if (p->desc) W[p->slot_w[q][me] + DESC_W + 2] = 0; /* the input is not mapped: peers read the slot */
     {
@@ -783,14 +788,13 @@ static PyObject *core_prog(Core *c, PyObject *const *args, Py_ssize_t nargs) {
     }
     st(&W[c->my_w[h]], f); /* publish */
     ring(c);
-    PyObject *res = NULL;
     int r = peers_ready(c, h, f, seq, p->crc);
     if (r == 0) { SPIN_UNTIL(r, peers_ready(c, h, f, seq, p->crc)); }
-    if (r != 1) { res = Py_BuildValue("(ii)", 0, 0); goto end; }
+    if (r != 1) return 3;
     c->safe = f - 1; /* a peer publishes call f only after finishing call f-1 */
     if (me != 0) p->lead.follow = W[c->peer_w[h][0] + 5] == 2; /* rank 0's copy (its header, just checked) */
     for (int k = 0; k < p->nmaps; k++)
-        if (W[p->slot_w[q][p->maps[k]] + DESC_W + 2]) { res = Py_BuildValue("(ii)", 0, 0); goto end; }
+        if (W[p->slot_w[q][p->maps[k]] + DESC_W + 2]) return 3;
     Py_ssize_t nrounds = *m++;
     for (Py_ssize_t k = 0; k < nrounds; k++) {
         Py_ssize_t end = m[0], publish = m[1], nb = m[2];
@@ -799,10 +803,10 @@ static PyObject *core_prog(Core *c, PyObject *const *args, Py_ssize_t nargs) {
         if (nb && !prog_before(c, p, b, nb, q, base)) {
             int ok;
             SPIN_UNTIL(ok, prog_before(c, p, b, nb, q, base));
-            if (!ok) { res = Py_BuildValue("(in)", 1, p->skip + k); goto end; }
+            if (!ok) { *round = p->skip + k; return 4; }
         }
         Py_ssize_t nops = *m++;
-        for (Py_ssize_t j = 0; j < nops; j++) m = prog_move(c, p, m, (int)pos, in, out);
+        for (Py_ssize_t j = 0; j < nops; j++) m = prog_move(c, p, m, pos, in, out);
         if (publish) { st(&W[rd], base + (uint64_t)end); ring(c); }
     }
     st(&W[c->done_w], f);
@@ -819,12 +823,59 @@ static PyObject *core_prog(Core *c, PyObject *const *args, Py_ssize_t nargs) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         lead_time(&p->lead, p->arm, (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec));
     }
-    Py_INCREF(Py_None);
-    res = Py_None;
-end:
-    PyBuffer_Release(&a);
-    if (has_out) PyBuffer_Release(&o);
-    return res;
+    return 0;
+}
+
+/* a whole call of program p (Group._hot through Bind): OneShot.hot's steps before its page program (a broadcast
+ * root's pending calls settled, the slot's places free: _need, _await_done; the call's number and place), then
+ * prog_run. 1: nothing done (the slot not free within the spin: the whole call in Python); else prog_run's
+ * code, *fo and *po the call and its place */
+static int prog_call(Core *c, Prog *p, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo, int *po,
+                     Py_ssize_t *round) {
+    if (c->pend) {
+        int r;
+        SPIN_UNTIL(r, settle_some(c));
+        if (r != 1) return 1;
+    }
+    uint64_t f = c->f + 1;
+    uint64_t run = c->last == p->lid ? c->run : 0, d = (uint64_t)p->depth;
+    if (p->sends) {
+        if (run + 1 < d) d = run + 1;
+        if (d < 2) d = 2;
+    }
+    if (f > d && c->safe < f - d && !done_ready(c, f - d)) {
+        int ok;
+        SPIN_UNTIL(ok, done_after(c, f - d));
+        if (ok != 1) return 1;
+    }
+    c->last = p->lid;
+    c->run = run + 1;
+    c->f = f;
+    int pos = (int)(f % (uint64_t)p->npos);
+    *fo = f;
+    *po = pos;
+    return prog_run(c, p, a, o, f, pos, seq, round);
+}
+
+/* Core.prog(prog, a, out, f, pos, seq): call f (its place pos) of a page program, this rank's f, `last` and `safe`
+ * set by OneShot.hot. None when done; else (stage, round): -1 nothing done (buffers the core does not take); 0
+ * the header is published (Python gathers the peers' headers and runs every round); 1 the headers are checked,
+ * no peer's input is mapped, rounds before `round` are done (Python runs from it). */
+static PyObject *core_prog(Core *c, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) { PyErr_SetString(PyExc_TypeError, "prog(prog, a, out, f, pos, seq)"); return NULL; }
+    Prog *p = (Prog *)args[0];
+    unsigned long long f = PyLong_AsUnsignedLongLong(args[3]);
+    long pos = PyLong_AsLong(args[4]);
+    unsigned long long seq = PyLong_AsUnsignedLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    if (pos < 0 || pos >= p->npos) { PyErr_SetString(PyExc_ValueError, "position"); return NULL; }
+    Py_buffer a, o;
+    if (prog_take(p, args[1], args[2], &a, &o) < 0) return Py_BuildValue("(ii)", -1, 0);
+    Py_ssize_t round = 0;
+    int r = prog_run(c, p, &a, &o, f, (int)pos, seq, &round);
+    prog_drop(p, &a, &o);
+    if (r == 0) Py_RETURN_NONE;
+    return Py_BuildValue("(in)", r == 3 ? 0 : 1, r == 3 ? (Py_ssize_t)0 : round);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -1004,11 +1055,14 @@ static int Prog_init(Prog *p, PyObject *args, PyObject *kw) {
     PyObject *stack, *slot_w, *maps, *code;
     const char *head;
     Py_ssize_t headlen;
-    if (!PyArg_ParseTuple(args, "iiinnnnKy#OOOOiiinnniiiin", &p->dtype, &p->op, &p->avg, &p->itemsize, &p->count,
+    p->depth = 2;
+    p->sends = 1;
+    if (!PyArg_ParseTuple(args, "iiinnnnKy#OOOOiiinnniiiin|Kii", &p->dtype, &p->op, &p->avg, &p->itemsize, &p->count,
                           &p->outcount, &p->nbytes, &p->crc, &head, &headlen, &stack, &slot_w, &maps, &code,
                           &p->desc, &p->skip, &p->pub0, &p->end0, &p->piece, &p->stream_min, &p->stream_out,
-                          &p->stream_slot, &p->same_out, &p->measured, &p->slot_bytes))
+                          &p->stream_slot, &p->same_out, &p->measured, &p->slot_bytes, &p->lid, &p->depth, &p->sends))
         return -1;
+    if (p->depth < 2 || p->depth > HDR) { PyErr_SetString(PyExc_ValueError, "depth"); return -1; }
     if (p->itemsize < 1 || p->piece < 1) { PyErr_SetString(PyExc_ValueError, "itemsize, piece"); return -1; }
     if (headlen > SIG_BYTES) headlen = SIG_BYTES;
     memset(p->head, 0, SIG_BYTES);
@@ -1103,7 +1157,7 @@ typedef struct {
     PyObject *c_dt, *c_sh, *c_odt, *c_osh, *c_op, *c_root, *c_sc, *c_cs;
 } Bind;
 
-static PyObject *S_call_small, *S_broken, *S_pending, *S_seq, *S_fast, *S_dtype, *S_shape, *S_tune, *S_ccore;
+static PyObject *S_call_small, *S_broken, *S_pending, *S_seq, *S_fast, *S_dtype, *S_shape, *S_tune, *S_ccore, *S_cprog;
 static PyObject *KINDS[8];
 
 static double now_s(void) {
@@ -1203,7 +1257,11 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
         if (!sc || sc == Py_False) { Py_DECREF(dt); Py_DECREF(sh); Py_XDECREF(odt); Py_XDECREF(osh); NOT_TAKEN(); }
         Py_INCREF(sc);
         cs = PyObject_GetAttr(sc, S_ccore);
-        if (!cs || cs == Py_None || Py_TYPE(cs) != &ShapeType) {
+        if (cs == Py_None) { /* a page program the core runs (Small.cprog) */
+            Py_DECREF(cs);
+            cs = PyObject_GetAttr(sc, S_cprog);
+        }
+        if (!cs || (Py_TYPE(cs) != &ShapeType && Py_TYPE(cs) != &ProgType)) {
             Py_XDECREF(cs); Py_DECREF(sc);
             Py_DECREF(dt); Py_DECREF(sh); Py_XDECREF(odt); Py_XDECREF(osh);
             NOT_TAKEN();
@@ -1217,7 +1275,8 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
         b->c_kind = kind;
     }
     if (attr_is_none(sc, S_tune) != 1) { Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN(); }
-    Shape *s = (Shape *)cs;
+    Shape *s = Py_TYPE(cs) == &ShapeType ? (Shape *)cs : NULL;
+    Prog *pg = s ? NULL : (Prog *)cs;
     {
         PyObject *pend = PyObject_GetAttr(b->runner, S_pending);
         int busy = !pend || PyObject_IsTrue(pend) != 0;
@@ -1225,10 +1284,13 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
         if (busy) { Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN(); }
     }
     Py_buffer a, o;
-    if (take_bufs(b->core, s, ao, oo, &a, &o) < 0) { Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN(); }
+    if ((s ? take_bufs(b->core, s, ao, oo, &a, &o) : prog_take(pg, ao, oo, &a, &o)) < 0) {
+        Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN();
+    }
+#define DROP_BUFS() do { if (s) drop_bufs(s, &a, &o); else prog_drop(pg, &a, &o); } while (0)
     PyObject *got = PyObject_CallOneArg(b->acquire, Py_False);
     if (got != Py_True) {
-        Py_XDECREF(got); drop_bufs(s, &a, &o); Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN();
+        Py_XDECREF(got); DROP_BUFS(); Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN();
     }
     Py_DECREF(got);
     /* from here the call is taken: the group's next number, the recorder's plan and start */
@@ -1240,7 +1302,7 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
         Py_XDECREF(nseq);
         PyObject *r = PyObject_CallNoArgs(b->release);
         Py_XDECREF(r);
-        drop_bufs(s, &a, &o); Py_DECREF(cs); Py_DECREF(sc);
+        DROP_BUFS(); Py_DECREF(cs); Py_DECREF(sc);
         return NULL;
     }
     seq += 1;
@@ -1251,8 +1313,11 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
     if (t0) PyList_SetItem(b->rstarts, i, t0);
     uint64_t f = 0;
     int pos = 0;
-    int r = run_call(b->core, s, (uint64_t)seq, &a, &o, &f, &pos);
-    drop_bufs(s, &a, &o);
+    Py_ssize_t round = 0;
+    int r = s ? run_call(b->core, s, (uint64_t)seq, &a, &o, &f, &pos)
+              : prog_call(b->core, pg, (uint64_t)seq, &a, &o, &f, &pos, &round);
+    DROP_BUFS();
+#undef DROP_BUFS
     Py_DECREF(cs);
     if (r == 0) {
         PyList_SetItem(b->rseqs, i, nseq); /* steals nseq: done */
@@ -1263,7 +1328,7 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
         Py_RETURN_NONE;
     }
     Py_DECREF(nseq);
-    PyObject *res = Py_BuildValue("(iOLnKi)", r, sc, seq, i, (unsigned long long)f, pos);
+    PyObject *res = Py_BuildValue("(iOLnKin)", r, sc, seq, i, (unsigned long long)f, pos, round);
     Py_DECREF(sc);
     return res;
 }
@@ -1271,7 +1336,7 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
 static PyMethodDef Bind_methods[] = {
     {"call", (PyCFunction)(void (*)(void))bind_call, METH_FASTCALL,
      "call(group, kind, a, out, op, root): None done; NotImplemented not taken; else (code, shape, seq, slot, "
-     "f, pos), the runner's lock held"},
+     "f, pos, round), the runner's lock held"},
     {NULL}};
 
 static PyTypeObject BindType = {
@@ -1498,6 +1563,7 @@ PyMODINIT_FUNC PyInit__hotcore(void) {
     S_shape = PyUnicode_InternFromString("shape");
     S_tune = PyUnicode_InternFromString("tune");
     S_ccore = PyUnicode_InternFromString("ccore");
+    S_cprog = PyUnicode_InternFromString("cprog");
     S_world = PyUnicode_InternFromString("_WORLD");
     S_fk = PyUnicode_InternFromString("_fk");
     S_cbind = PyUnicode_InternFromString("_cbind");

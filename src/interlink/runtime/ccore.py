@@ -199,4 +199,4 @@ def make_prog(fp: Any, sc: Any, op: ReduceOp, dtype: np.dtype, stream_out: bool,
                          sc.head, stack, [[fp.slot_w[i][q] for i in range(fp.n)] for q in (0, 1)], list(prog.maps),
                          enc, desc, skip, int(r0.publish), r0.end, max(1, 2 * fp.chunk // isz), stream.MIN_BYTES,
                          int(bool(stream_out)), int(bool(stream_slot)), int(same_out),
-                         int(measured and sc.kind != 1), slot_bytes)
+                         int(measured and sc.kind != 1), slot_bytes, sc.lid, sc.depth, int(sc.sends))

@@ -388,15 +388,18 @@ class Group:
     def _finish_core(self, kind: int, r: tuple, a: np.ndarray, out: Optional[np.ndarray]) -> None:
         """The rest of a call that the compiled core took (its runner's lock held, its number and recorder
         slot taken) and handed back: the slot was not free yet (code 1: the whole call here) or the peers'
-        headers were not all there or did not match (code 2: published; wait and check here). The
-        end of _call_small."""
-        code, sc, seq, i, f, pos = r
+        headers were not all there or did not match (code 2: published; wait and check here); a page program
+        the core ran (Small.cprog) stopped at its peers' headers (code 3) or before round ``rnd`` (code 4),
+        and PageProgram._program goes on from there. The end of _call_small."""
+        code, sc, seq, i, f, pos, rnd = r
         try:
             try:
                 if code == 1:
                     self._fast.hot(sc, a, out, seq, self.ctx.timeout)
-                else:
+                elif code == 2:
                     self._fast._resume(sc, a, out, f, pos, seq, self.ctx.timeout)
+                else:  # a page program (Small.cprog): 3 published, 4 from round rnd
+                    self._fast._program(sc, a, out, f, pos, seq, self.ctx.timeout, resume=(code - 3, rnd))
             except BaseException as e:
                 self._small_failed(e, kind, seq)
             self._rseqs[i] = seq
