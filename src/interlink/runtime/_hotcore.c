@@ -497,6 +497,9 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
                           (char *)a->buf + (Py_ssize_t)j * s->rowbytes, (size_t)s->rowbytes);
     } else if (s->sends) {
         slot_copy(streamed, c->base + s->mine[pos], a->buf, (size_t)s->nbytes);
+        /* an all_gather's own block: from its input in round 0, as the Schedule has it (all_gather_fast), while
+         * the peers arrive (its slot's lines, when streamed, are in memory now, not in cache) */
+        if (s->kind == AG) memcpy((char *)o->buf + (Py_ssize_t)c->me * s->rowbytes, a->buf, (size_t)s->rowbytes);
     }
     /* the header from word 2: group seq, crc, nbytes, (reserved), signature (pageproto._META) */
     {
@@ -550,9 +553,9 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
     case BC:
         if (!s->sends) memcpy(a->buf, c->base + P[0], (size_t)(s->count * s->itemsize));
         break;
-    case AG:
+    case AG: /* every peer's block out of its slot (this rank's own: copied from its input above) */
         for (int k = 0; k < s->nparts; k++)
-            memcpy((char *)o->buf + (Py_ssize_t)k * s->rowbytes, c->base + P[k], (size_t)s->rowbytes);
+            if (k != c->me) memcpy((char *)o->buf + (Py_ssize_t)k * s->rowbytes, c->base + P[k], (size_t)s->rowbytes);
         break;
     case A2A: /* block j of the output: block `me` of rank j's slot; this rank's own from its input */
         for (int k = 0; k < s->nparts; k++) {
