@@ -1160,7 +1160,8 @@ typedef struct {
     PyObject *c_dt, *c_sh, *c_odt, *c_osh, *c_op, *c_root, *c_sc, *c_cs;
 } Bind;
 
-static PyObject *S_call_small, *S_broken, *S_pending, *S_seq, *S_fast, *S_dtype, *S_shape, *S_tune, *S_ccore, *S_cprog;
+static PyObject *S_call_small, *S_broken, *S_pending, *S_seq, *S_fast, *S_dtype, *S_shape, *S_tune, *S_ccore, *S_cprog,
+    *S_state, *S_choice, *S_alts;
 static PyObject *KINDS[8];
 
 static double now_s(void) {
@@ -1259,6 +1260,36 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
         Py_DECREF(key);
         if (!sc || sc == Py_False) { Py_DECREF(dt); Py_DECREF(sh); Py_XDECREF(odt); Py_XDECREF(osh); NOT_TAKEN(); }
         Py_INCREF(sc);
+        { /* a measured shape (Small.tune) whose choice is made: the Small it chose (FastPath.pick; its timings and
+           * call count are not read after the choice); while it still measures, the Python path */
+            PyObject *tn = PyObject_GetAttr(sc, S_tune);
+            if (tn && tn != Py_None) {
+                PyObject *alt = NULL, *st = PyObject_GetAttr(tn, S_state);
+                PyObject *ch = st ? PyObject_GetAttr(st, S_choice) : NULL;
+                if (ch && ch != Py_None) {
+                    PyObject *alts = PyObject_GetAttr(tn, S_alts);
+                    Py_ssize_t k = PyLong_AsSsize_t(ch);
+                    if (alts && !(k == -1 && PyErr_Occurred())) alt = PySequence_GetItem(alts, k);
+                    Py_XDECREF(alts);
+                }
+                Py_XDECREF(ch);
+                Py_XDECREF(st);
+                Py_DECREF(tn);
+                tn = NULL;
+                Py_DECREF(sc);
+                sc = alt; /* owned, or NULL */
+            } else if (tn) {
+                Py_DECREF(tn);
+            } else {
+                Py_DECREF(sc);
+                sc = NULL;
+            }
+            if (!sc) {
+                PyErr_Clear();
+                Py_DECREF(dt); Py_DECREF(sh); Py_XDECREF(odt); Py_XDECREF(osh);
+                NOT_TAKEN();
+            }
+        }
         cs = PyObject_GetAttr(sc, S_ccore);
         if (cs == Py_None) { /* a page program the core runs (Small.cprog) */
             Py_DECREF(cs);
@@ -1567,6 +1598,9 @@ PyMODINIT_FUNC PyInit__hotcore(void) {
     S_tune = PyUnicode_InternFromString("tune");
     S_ccore = PyUnicode_InternFromString("ccore");
     S_cprog = PyUnicode_InternFromString("cprog");
+    S_state = PyUnicode_InternFromString("state");
+    S_choice = PyUnicode_InternFromString("choice");
+    S_alts = PyUnicode_InternFromString("alts");
     S_world = PyUnicode_InternFromString("_WORLD");
     S_fk = PyUnicode_InternFromString("_fk");
     S_cbind = PyUnicode_InternFromString("_cbind");
