@@ -423,9 +423,9 @@ def program_matrix(rank: int, world: int, delays: bool) -> dict:
     fails, checks, results = [], 0, []
     rng = np.random.default_rng(7)
 
-    def nap() -> None:
-        if delays and rank == 1 and rng.random() < 0.3:
-            _t.sleep(0.004)
+    def nap() -> None:  # long enough to outlast a peer's wake-up on a loaded machine (25 ms naps did not there)
+        if delays and rank == 1 and rng.random() < 0.05:
+            _t.sleep(0.1)
 
     def close(got: np.ndarray, exp: np.ndarray) -> bool:
         if got.dtype.kind == "f":  # blocks are reduced by their owner in its order: rounding may differ
@@ -507,15 +507,27 @@ def test_page_programs_through_the_slots_against_numpy(path: str, world: int) ->
         assert all(_same(r["results"][k], res[0]["results"][k]) for r in res[1:]), k
 
 
+def program_matrix_late_python(rank: int, world: int) -> dict:
+    """program_matrix with rank 1 on the Python path (its executor takes tens of microseconds between the rounds
+    of a call where the core takes one or two) and late before some calls: its peers' cores find it not yet
+    there, at the headers and between rounds."""
+    import os
+
+    os.environ["INTERLINK_NO_CCORE"] = "1" if rank == 1 else "0"
+    return program_matrix(rank, world, True)
+
+
 @pytest.mark.skipif(not ccore.built(), reason="the compiled core is not built here")
 def test_page_programs_the_core_hands_back_finish_in_python() -> None:
-    """With the core's spin cut to one pass (INTERLINK_SPIN=1) and a rank that is late now and then, the core
-    hands calls back at the peers' headers (stage 0) and between rounds (stage 1); Python finishes them, with
-    the same results."""
-    env = {**_env("core"), **_PROG_ENV, "INTERLINK_SPIN": "1"}
-    res = run_ranks(3, program_matrix, True, env=env, timeout=300)
+    """With the core's spin cut to one pass (INTERLINK_SPIN=1) and a peer that is late (on the Python path, and
+    asleep 100 ms before about one call in twenty), the core hands calls back at the peers' headers (stage 0,
+    asserted) and, where a peer is slow between rounds, before a round (stage 1: 1-11 calls in a run on an idle
+    2-core VM, none beside three CPU hogs, which stretch every step alike); Python finishes them, with the same
+    results."""
+    env = {"INTERLINK_TRANSPORT": "shm", **_PROG_ENV, "INTERLINK_SPIN": "1"}
+    res = run_ranks(3, program_matrix_late_python, env=env, timeout=300)
     for r in res:
         assert not r["fails"], r["fails"][:10]
-    assert sum(r["resumes"][0] for r in res) > 10, [r["resumes"] for r in res]
-    assert sum(r["resumes"][1] for r in res) >= 1, [r["resumes"] for r in res]  # 10 in a run on 2 cores
-    assert sum(r["prog_calls"] for r in res) > 10
+    core = [res[0], res[2]]
+    assert sum(r["resumes"][0] for r in core) >= 3, [r["resumes"] for r in res]
+    assert all(r["prog_calls"] for r in core) and res[1]["prog_calls"] is None
