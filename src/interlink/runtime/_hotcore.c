@@ -200,61 +200,64 @@ static int done_after(Core *c, uint64_t need) {
     return done_ready(c, need);
 }
 
-/* dst = ((p0 op p1) op p2) ... in rank order, one pass per part, as the Python path's ufunc calls do (the same
- * operations on every element in the same order: the same bits); each loop is one op (vectorisable) */
-#define LOOPS(T, OPX)                                                                                  \
-    do {                                                                                               \
-        T *d = (T *)dst;                                                                               \
-        const T *p0 = (const T *)(c->base + P[0]), *p1 = (const T *)(c->base + P[1]);                  \
-        for (Py_ssize_t j = 0; j < cnt; j++) { T x = p0[j], y = p1[j]; d[j] = OPX; }                   \
-        for (int k = 2; k < np; k++) {                                                                 \
-            const T *pk = (const T *)(c->base + P[k]);                                                 \
-            for (Py_ssize_t j = 0; j < cnt; j++) { T x = d[j], y = pk[j]; d[j] = OPX; }                \
-        }                                                                                              \
-    } while (0)
-
-#define REDUCE(T, EXPR_SUM, EXPR_PROD, MINX, MAXX)                                                     \
-    do {                                                                                               \
-        if (np == 1) { memmove(dst, c->base + P[0], (size_t)cnt * sizeof(T)); break; }                  \
-        switch (op) {                                                                                  \
-        case OP_SUM: LOOPS(T, EXPR_SUM); break;                                                        \
-        case OP_PROD: LOOPS(T, EXPR_PROD); break;                                                      \
-        case OP_MIN: LOOPS(T, MINX); break;                                                            \
-        default: LOOPS(T, MAXX); break;                                                                \
-        }                                                                                              \
-    } while (0)
-
 /* numpy's minimum/maximum: a NaN operand wins (the first if both), ties give the second */
 #define FMIN_ ((isnan(x) || x < y) ? x : y)
 #define FMAX_ ((isnan(x) || x > y) ? x : y)
 #define IMIN_ (x < y ? x : y)
 #define IMAX_ (x > y ? x : y)
 
-static void reduce(Core *c, Shape *s, const Py_ssize_t *P, char *dst, Py_ssize_t cnt) {
-    int np = s->nparts, op = s->op;
-    switch (s->dtype) {
-    case T_F32:
-        REDUCE(float, x + y, x * y, FMIN_, FMAX_);
-        break;
-    case T_F64:
-        REDUCE(double, x + y, x * y, FMIN_, FMAX_);
-        break;
-    case T_I32: /* wrapping arithmetic, as numpy's */
-        REDUCE(int32_t, (int32_t)((uint32_t)x + (uint32_t)y), (int32_t)((uint32_t)x * (uint32_t)y), IMIN_, IMAX_);
+/* d = x op y, element by element (d may be x): numpy's ufunc on the same operands gives the same bits */
+#define COMB_LOOP(T, OPX)                                                                              \
+    do {                                                                                               \
+        T *D_ = (T *)d;                                                                                \
+        const T *X_ = (const T *)xs, *Y_ = (const T *)ys;                                              \
+        for (Py_ssize_t j = 0; j < cnt; j++) { T x = X_[j], y = Y_[j]; D_[j] = OPX; }                  \
+    } while (0)
+#define COMB(T, EXPR_SUM, EXPR_PROD, MINX, MAXX)                                                       \
+    do {                                                                                               \
+        switch (op) {                                                                                  \
+        case OP_SUM: COMB_LOOP(T, EXPR_SUM); break;                                                    \
+        case OP_PROD: COMB_LOOP(T, EXPR_PROD); break;                                                  \
+        case OP_MIN: COMB_LOOP(T, MINX); break;                                                        \
+        default: COMB_LOOP(T, MAXX); break;                                                            \
+        }                                                                                              \
+    } while (0)
+
+static void combine(int dtype, int op, char *d, const char *xs, const char *ys, Py_ssize_t cnt) {
+    switch (dtype) {
+    case T_F32: COMB(float, x + y, x * y, FMIN_, FMAX_); break;
+    case T_F64: COMB(double, x + y, x * y, FMIN_, FMAX_); break;
+    case T_I32:
+        COMB(int32_t, (int32_t)((uint32_t)x + (uint32_t)y), (int32_t)((uint32_t)x * (uint32_t)y), IMIN_, IMAX_);
         break;
     case T_I64:
-        REDUCE(int64_t, (int64_t)((uint64_t)x + (uint64_t)y), (int64_t)((uint64_t)x * (uint64_t)y), IMIN_, IMAX_);
+        COMB(int64_t, (int64_t)((uint64_t)x + (uint64_t)y), (int64_t)((uint64_t)x * (uint64_t)y), IMIN_, IMAX_);
         break;
     }
-    if (s->avg && c->n > 1) { /* floats only (ccore.make_shape refuses the core an integer AVG) */
-        if (s->dtype == T_F32) {
-            float *d = (float *)dst, m = (float)c->n;
-            for (Py_ssize_t j = 0; j < cnt; j++) d[j] = d[j] / m;
-        } else {
-            double *d = (double *)dst, m = (double)c->n;
-            for (Py_ssize_t j = 0; j < cnt; j++) d[j] = d[j] / m;
-        }
+}
+
+/* a SUM turned into an AVG in place (floats: ccore refuses the core an integer AVG), as ops.finish_avg */
+static void divide_avg(int dtype, char *dst, Py_ssize_t cnt, int n) {
+    if (dtype == T_F32) {
+        float *d = (float *)dst, m = (float)n;
+        for (Py_ssize_t j = 0; j < cnt; j++) d[j] = d[j] / m;
+    } else {
+        double *d = (double *)dst, m = (double)n;
+        for (Py_ssize_t j = 0; j < cnt; j++) d[j] = d[j] / m;
     }
+}
+
+/* dst = ((p0 op p1) op p2) ... in rank order, one pass per part, as the Python path's ufunc calls do (the same
+ * operations on every element in the same order: the same bits) */
+static void reduce(Core *c, Shape *s, const Py_ssize_t *P, char *dst, Py_ssize_t cnt) {
+    int np = s->nparts;
+    if (np == 1) {
+        memmove(dst, c->base + P[0], (size_t)(cnt * s->itemsize));
+    } else {
+        combine(s->dtype, s->op, dst, c->base + P[0], c->base + P[1], cnt);
+        for (int k = 2; k < np; k++) combine(s->dtype, s->op, dst, dst, c->base + P[k], cnt);
+    }
+    if (s->avg && c->n > 1) divide_avg(s->dtype, dst, cnt, c->n);
 }
 
 static int get_buf(PyObject *o, Py_buffer *b, int writable, Py_ssize_t need) {
@@ -293,6 +296,27 @@ static int get_buf(PyObject *o, Py_buffer *b, int writable, Py_ssize_t need) {
         }                                                                                              \
         if (ts_) PyEval_RestoreThread(ts_);                                                            \
     } while (0)
+
+/* call f of a shape (its number lid, its depth, whether it writes a payload) may use its places once every rank
+ * has finished reading the calls that used them (OneShot._need, _await_done): f-2 in general, f-depth in a run
+ * of this shape, f-depth (HDR) for a call that writes no payload. 1: free, and the call noted as this rank's
+ * latest (f, last, run); 0: not within the spin (nothing noted: Python runs the whole call) */
+static int places_free(Core *c, unsigned long long lid, int depth, int sends, uint64_t f) {
+    uint64_t run = c->last == lid ? c->run : 0, d = (uint64_t)depth;
+    if (sends && d > 2) {
+        if (run + 1 < d) d = run + 1;
+        if (d < 2) d = 2;
+    }
+    if (f > d && c->safe < f - d && !done_ready(c, f - d)) {
+        int ok;
+        SPIN_UNTIL(ok, done_after(c, f - d));
+        if (ok != 1) return 0;
+    }
+    c->last = lid;
+    c->run = run + 1;
+    c->f = f;
+    return 1;
+}
 
 /* A copy into this rank's slot. The slot's lines were last read by the peers (the previous calls through it),
  * so they sit in the peers' caches: a plain store first takes each line back from them (a read for
@@ -473,21 +497,7 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
     }
     int q = (int)(f % HDR);
     int pos = (int)(f % (uint64_t)s->npos);
-    /* every rank must have finished reading the calls that used this call's places (OneShot._need): f-2 in
-     * general, f-depth in a run of this shape, f-HDR for a call that writes no payload */
-    uint64_t run = same ? c->run : 0, d = (uint64_t)s->depth;
-    if (s->sends && d > 2) {
-        if (run + 1 < d) d = run + 1;
-        if (d < 2) d = 2;
-    }
-    if (f > d && c->safe < f - d && !done_ready(c, f - d)) {
-        int ok;
-        SPIN_UNTIL(ok, done_after(c, f - d));
-        if (ok != 1) return 1;
-    }
-    c->last = s->lid;
-    c->run = run + 1;
-    c->f = f;
+    if (!places_free(c, s->lid, s->depth, s->sends, f)) return 1;
     *fo = f;
     *po = pos;
     if (s->kind == A2A) { /* the peers' blocks into this rank's slot (its own block it copies out directly) */
@@ -650,36 +660,6 @@ typedef struct {
     unsigned long long calls;      /* calls of this program the core completed */
 } Prog;
 
-/* d = x op y, element by element (d may be x): numpy's ufunc on the same operands gives the same bits */
-#define COMB_LOOP(T, OPX)                                                                              \
-    do {                                                                                               \
-        T *D_ = (T *)d;                                                                                \
-        const T *X_ = (const T *)xs, *Y_ = (const T *)ys;                                              \
-        for (Py_ssize_t j = 0; j < cnt; j++) { T x = X_[j], y = Y_[j]; D_[j] = OPX; }                  \
-    } while (0)
-#define COMB(T, EXPR_SUM, EXPR_PROD, MINX, MAXX)                                                       \
-    do {                                                                                               \
-        switch (op) {                                                                                  \
-        case OP_SUM: COMB_LOOP(T, EXPR_SUM); break;                                                    \
-        case OP_PROD: COMB_LOOP(T, EXPR_PROD); break;                                                  \
-        case OP_MIN: COMB_LOOP(T, MINX); break;                                                        \
-        default: COMB_LOOP(T, MAXX); break;                                                            \
-        }                                                                                              \
-    } while (0)
-
-static void combine(int dtype, int op, char *d, const char *xs, const char *ys, Py_ssize_t cnt) {
-    switch (dtype) {
-    case T_F32: COMB(float, x + y, x * y, FMIN_, FMAX_); break;
-    case T_F64: COMB(double, x + y, x * y, FMIN_, FMAX_); break;
-    case T_I32:
-        COMB(int32_t, (int32_t)((uint32_t)x + (uint32_t)y), (int32_t)((uint32_t)x * (uint32_t)y), IMIN_, IMAX_);
-        break;
-    case T_I64:
-        COMB(int64_t, (int64_t)((uint64_t)x + (uint64_t)y), (int64_t)((uint64_t)x * (uint64_t)y), IMIN_, IMAX_);
-        break;
-    }
-}
-
 static char *prog_buf(Core *c, Prog *p, Py_ssize_t buf, Py_ssize_t peer, int pos, char *in, char *out) {
     if (peer >= 0) return c->base + p->stack[(Py_ssize_t)pos * c->n + peer]; /* a peer's slot */
     if (buf == B_IN) return in;
@@ -814,11 +794,7 @@ static int prog_run(Core *c, Prog *p, Py_buffer *a, Py_buffer *o, uint64_t f, in
     }
     st(&W[c->done_w], f);
     ring(c);
-    if (p->avg && c->n > 1) { /* the sums, divided once every reader has them (ops.finish_avg) */
-        Py_ssize_t cnt = p->outcount;
-        if (p->dtype == T_F32) { float *d = (float *)out, dv = (float)c->n; for (Py_ssize_t j = 0; j < cnt; j++) d[j] = d[j] / dv; }
-        else { double *d = (double *)out, dv = (double)c->n; for (Py_ssize_t j = 0; j < cnt; j++) d[j] = d[j] / dv; }
-    }
+    if (p->avg && c->n > 1) divide_avg(p->dtype, out, p->outcount, c->n); /* once every reader has the sums */
     p->calls++;
     c->prog_calls++;
     if (p->arm && p->slot_bytes) p->lead.streamed++;
@@ -841,19 +817,7 @@ static int prog_call(Core *c, Prog *p, uint64_t seq, Py_buffer *a, Py_buffer *o,
         if (r != 1) return 1;
     }
     uint64_t f = c->f + 1;
-    uint64_t run = c->last == p->lid ? c->run : 0, d = (uint64_t)p->depth;
-    if (p->sends) {
-        if (run + 1 < d) d = run + 1;
-        if (d < 2) d = 2;
-    }
-    if (f > d && c->safe < f - d && !done_ready(c, f - d)) {
-        int ok;
-        SPIN_UNTIL(ok, done_after(c, f - d));
-        if (ok != 1) return 1;
-    }
-    c->last = p->lid;
-    c->run = run + 1;
-    c->f = f;
+    if (!places_free(c, p->lid, p->depth, p->sends, f)) return 1;
     int pos = (int)(f % (uint64_t)p->npos);
     *fo = f;
     *po = pos;
