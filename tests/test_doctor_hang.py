@@ -215,3 +215,20 @@ def test_clocks_aligned_across_hosts_by_the_calls_ends():
     ds = [dump(0, "a", 0.0, False), dump(1, "a", 0.0, False), dump(2, "b", 5.0, True), dump(3, "b", 5.0, False)]
     vs = hang.analyze(ds)
     assert [v.kind for v in vs] == ["straggler"] and vs[0].ranks == [2]
+
+
+def test_no_straggler_past_a_mismatch():
+    """Past a mismatched call the ranks' call numbers name different collectives: their entry times are not
+    compared (gloo completes a mismatched pair, and a loaded host makes the odd rank late after it)."""
+    def dump(rank):
+        calls = {}
+        for k in range(1, 7):
+            late = rank == 1 and k >= 3
+            op = "broadcast" if rank == 1 and k == 4 else "all_reduce"
+            t0 = 100.0 + k + (0.05 if late else 0.001 * rank)
+            calls[k] = dmod.Call(seq=k, op=op, dtype="float32", count=2, state="done", start=t0,
+                                 duration=100.0 + k + 0.06 - t0)
+        return dmod.RankDump(rank=rank, path="", source="torch", world_size=4,
+                             groups={"world": dmod.GroupView("world", [0, 1, 2, 3], 6, calls)})
+    vs = hang.analyze([dump(r) for r in range(4)])
+    assert [v.kind for v in vs] == ["mismatch"] and vs[0].ranks == [1] and vs[0].seq == 4

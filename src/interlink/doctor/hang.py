@@ -11,7 +11,7 @@ number. Verdicts, most specific first:
   called what;
 - ``stalled``: every rank entered call N and it did not finish: the wait-for graph (who waits for
   whom, for which bytes, in which round) and the rank everyone waits for;
-- ``straggler``: over the last completed calls, one rank entered last most of the time, by a margin
+- ``straggler``: over the last completed calls before any call that went wrong, one rank entered last most of the time, by a margin
   (clocks aligned by the calls' ends when the ranks are on different hosts);
 - ``missing-dump``: a rank of the job left no dump and nothing says why.
 
@@ -255,8 +255,10 @@ def _group_verdicts(name: str, ranks: list[int], views: dict, by_rank: dict, dea
                 out.append(v)
             break
 
-    # ---- straggler over the completed calls
-    s = _straggler(name, present, views, offs)
+    # ---- straggler over the completed calls before the first call that went wrong (past a mismatch the
+    # ranks' call numbers no longer name the same collective, so their entry times say nothing)
+    stop = min((v.seq for v in out if v.kind in ("never-entered", "mismatch") and v.seq is not None), default=None)
+    s = _straggler(name, present, views, offs, stop)
     if s is not None:
         out.append(s)
     return out
@@ -363,10 +365,12 @@ def _cycle(edges: dict) -> list[int]:
     return []
 
 
-def _straggler(name: str, present: list[int], views: dict, offs: dict[int, float]) -> Optional[Verdict]:
+def _straggler(name: str, present: list[int], views: dict, offs: dict[int, float],
+               stop: Optional[int] = None) -> Optional[Verdict]:
     if len(present) < 2:
         return None
-    seqs = sorted({c.seq for r in present for c in views[r].calls.values() if c.state == "done"})
+    seqs = sorted({c.seq for r in present for c in views[r].calls.values()
+                   if c.state == "done" and (stop is None or c.seq < stop)})
     seqs = [k for k in seqs if all(k in views[r].calls and views[r].calls[k].start is not None for r in present)]
     seqs = seqs[-STRAGGLER_WINDOW:]
     if len(seqs) < STRAGGLER_MIN_CALLS:
