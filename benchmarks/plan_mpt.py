@@ -13,7 +13,10 @@ with 8 x 200 Gb/s RoCE a node), tokens a second a GPU as printed.
 
 How a row becomes a plan (what the table prints, the rest from the model files):
 - the model: llm-foundry's scripts/train/yamls/pretrain/mpt-<size>.yaml (n_layers, d_model, n_heads, a GeLU MLP
-  of 4 d_model, vocabulary 50,368, flash attention, the output layer tied to the embedding);
+  of 4 d_model, vocabulary 50,368, the output layer tied to the embedding) and the attention the benchmark script
+  ran (scripts/train/benchmarking/submit_benchmarks.py when the tables were measured: attn_impl triton,
+  FlashAttention's 2022 Triton kernel): attention=flash-triton, whose rates (hardware.attn_triton_fraction) the
+  two MPT-7B rows at 65,536 tokens set;
 - the layout: data parallel over every GPU, FULL_SHARD as ZeRO-3 and SHARD_GRAD_OP as ZeRO-2, activation
   checkpointing as full recomputation, micro-batch and global batch as printed, BF16 (amp_bf16 and bf16) or FP8;
 - the machines: dgx-h100 (8 NDR NICs a node, as the page's H100 clusters: "3200 Gbps" is not stated for them),
@@ -59,7 +62,7 @@ def topology(gpu: str, gpus: int) -> str:
 def plan_row(r: dict) -> dict:
     layers, hidden, heads = MPT[r["model"]]
     seq, gpus = int(r["seq"]), int(r["gpus"])
-    spec = f"layers={layers},hidden={hidden},heads={heads},seq={seq},vocab=50368"
+    spec = f"layers={layers},hidden={hidden},heads={heads},seq={seq},vocab=50368,attention=flash-triton"
     zero = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2}[r["sharding"]]
     lay = Layout(tp=1, pp=1, dp=gpus, micro_batch=int(r["micro_batch"]), global_batch=int(r["global_batch"]),
                  zero=zero, recompute="full" if r["checkpointing"] == "True" else "none",

@@ -79,6 +79,17 @@ COMPUTE_PARAMS: dict[str, tuple[float, str]] = {
     "attn_bwd.h200": (0.52, "as H100 (the same SMs)"),
     "attn_bwd.b200": (0.50, "estimate: H100's backward over forward fraction (0.52 / 0.62) at B200's GEMM "
                             "fraction (0.60); no published B200 attention backward checked"),
+    # FlashAttention's Triton kernel of 2022 (flash_attn_triton.py, triton 2.0.0.dev20221202, Ampere code on
+    # every GPU), which llm-foundry's attn_impl: triton ran for MosaicML's MPT benchmarks: its author's notes
+    # say its forward is about CUDA FlashAttention's, its backward slower, and it was tested on A100 only; the
+    # FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) finds FlashAttention-2 1.3-2.5x faster than it. One
+    # fraction of the 16-bit peak per family for its forward and backward (FlashAttention's FLOP convention:
+    # the backward 2.5 forwards, the causal half skipped), each set from one row of llm-foundry's tables
+    # (benchmarks/plan_mpt.py: the longest sequence, where attention is most of the step); the other rows check it
+    "attn_triton.a100": (0.338, "set from llm-foundry's MPT-7B at 65,536 tokens on 8 A100 80GB (1,013 tokens a "
+                                 "second a GPU): 105 TFLOPS, benchmarks/plan_mpt.py"),
+    "attn_triton.h100": (0.187, "set from llm-foundry's MPT-7B at 65,536 tokens on 8 H100 80GB (1,956 tokens a "
+                                 "second a GPU): 185 TFLOPS, benchmarks/plan_mpt.py"),
     # the training framework: every fraction above is Megatron-LM's (its rows set them). Megatron-DeepSpeed
     # (DeepSpeed's pipeline engine and its 1F1B schedule around Megatron's layers) reaches less of them: BLOOM
     # 176B on it ran at 150 TFLOPS a GPU where the plan of Megatron-LM's rates gives 169.7 (0.884). This one
@@ -147,6 +158,14 @@ def attn_bwd_fraction(family: str) -> float:
     published figure of the family's is held)."""
     got = COMPUTE_PARAMS.get(f"attn_bwd.{family}")
     return got[0] if got is not None else gemm_fraction(family)
+
+
+def attn_triton_fraction(family: str) -> float:
+    """The fraction of the 16-bit peak FlashAttention's 2022 Triton kernel reaches, forward and backward
+    (``attn_triton.<family>``; a family without a figure of its own takes H100's, an estimate)."""
+    base = {"a800": "a100", "h800": "h100", "h200": "h100"}.get(family, family)
+    got = COMPUTE_PARAMS.get(f"attn_triton.{base}", COMPUTE_PARAMS["attn_triton.h100"])
+    return got[0]
 
 
 def comm_sm_share(family: str) -> float:

@@ -45,14 +45,20 @@ class PlanError(ValueError):
     """Bad input to the planner: the message says what is wrong and how to fix it."""
 
 
+#: the attention implementations a model's ``attention`` names
+ATTENTION_KERNELS = ("flash", "flash-triton", "standard")
+
+
 @dataclass(frozen=True)
 class Model:
     """A decoder-only transformer. ``ffn`` 0 means 4 x hidden; ``kv_heads`` 0 means ``heads`` (no GQA).
 
     ``mlp``: "gelu" (two matrices) or "swiglu" (three). ``experts`` > 1: each MLP is a mixture of
     ``experts`` experts of which a token visits ``top_k``. ``tied``: the output layer shares the embedding.
-    ``attention``: "flash" (fused, the s x s scores never stored) or "standard" (softmax and dropout
-    as separate kernels over the scores, as Megatron-LM in 2021-2022)."""
+    ``attention``: "flash" (fused, the s x s scores never stored: today's kernels, cuDNN's or FlashAttention-2/3),
+    "flash-triton" (fused too: FlashAttention's 2022 Triton kernel, which llm-foundry's ``attn_impl: triton`` ran
+    for MosaicML's MPT benchmarks; its own rates, ``hardware.attn_triton_fraction``) or "standard" (softmax and
+    dropout as separate kernels over the scores, as Megatron-LM in 2021-2022)."""
 
     layers: int
     hidden: int
@@ -84,14 +90,19 @@ class Model:
             raise PlanError(f"heads {self.heads} is not a multiple of kv_heads {self.kv}")
         if self.mlp not in ("gelu", "swiglu"):
             raise PlanError(f"mlp must be gelu or swiglu, got {self.mlp!r}")
-        if self.attention not in ("flash", "standard"):
-            raise PlanError(f"attention must be flash or standard, got {self.attention!r}")
+        if self.attention not in ATTENTION_KERNELS:
+            raise PlanError(f"attention must be one of {', '.join(ATTENTION_KERNELS)}, got {self.attention!r}")
         if self.window < 0 or self.full_every < 0:
             raise PlanError(f"window and full_every must be >= 0, got {self.window} and {self.full_every}")
         if not 1 <= self.top_k <= max(1, self.experts):
             raise PlanError(f"top_k {self.top_k} must be between 1 and experts {self.experts}")
 
     # ---- shape ---------------------------------------------------------------------------------
+
+    @property
+    def fused(self) -> bool:
+        """The attention is one fused kernel (the s x s scores never stored, the causal half skipped)."""
+        return self.attention != "standard"
 
     @property
     def kv(self) -> int:
@@ -176,7 +187,7 @@ class Model:
         ``num_floating_point_operations``: "causal mask (only half of the mask is non-zero)"); standard
         attention computes every score, as Narayanan 2021's equation 3 counts them. With a sliding ``window``
         a windowed layer's query i attends to min(i + 1, window) keys; ``full_every`` layers attend fully."""
-        if self.attention != "flash":
+        if not self.fused:
             return 1.0
         if not self.window or self.window >= self.seq:
             return 0.5

@@ -81,7 +81,7 @@ def layouts(model: Model, gpus: int, *, gpus_per_host: int = 8, global_batch: in
                                 continue
                             for z in ([fixed["zero"]] if "zero" in fixed else zero):
                                 for rc in ([fixed["recompute"]] if "recompute" in fixed else recompute):
-                                    if rc == "selective" and model.attention == "flash" and "recompute" not in fixed:
+                                    if rc == "selective" and model.fused and "recompute" not in fixed:
                                         continue  # flash attention stores no scores: selective = none, slower
                                     lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=tp > 1, zero=z,
                                                  recompute=rc, micro_batch=mb, global_batch=seqs,

@@ -33,7 +33,7 @@ from typing import Any, Callable
 from ..model.cost import resolve_topology
 from ..topology import Topology, TopologyError
 from .comm import Priced, Pricer
-from .hardware import (GEMM_K_REF, GpuSpec, attn_bwd_fraction, comm_sm_share, engine_fraction, gemm_fraction,
+from .hardware import (GEMM_K_REF, GpuSpec, attn_bwd_fraction, attn_triton_fraction, comm_sm_share, engine_fraction, gemm_fraction,
                        gemm_k0, gpu_spec, hbm_fraction)
 from .job import Model, PlanError, bytes_per_param, parse_model
 from .layout import Layout
@@ -262,7 +262,9 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     ew_sc = ELEMENTWISE_SCORES * model.heads * s * s * b / tp / cp if model.attention == "standard" else 0.0
     shape_x = gemm_shape_slowdown(model, L, gpu.family)  # this layer's GEMM shapes against the fraction's
     t_gemm = gemm / gemm_rate * shape_x
-    t_attn = attn / attn_rate * model.attention_share  # flash attention skips what the causal mask hides
+    core_rate = attn_rate if model.attention != "flash-triton" else \
+        gpu.bf16_tflops * 1e12 * attn_triton_fraction(gpu.family) * eng  # its own rate, forward and backward
+    t_attn = attn / core_rate * model.attention_share  # flash attention skips what the causal mask hides
     # fp8 GEMMs: each GEMM's activation input is cast to fp8 first (FP8_CAST bytes an element; Transformer Engine):
     # the inputs of QKV (h), the output projection (heads x head width) and the two MLP GEMMs (h, f)
     # (a mixture of experts' first MLP GEMM reads the routed rows: top_k x h a token)
@@ -275,7 +277,8 @@ def plan_step(model: Model | str, layout: Layout, topology: Topology | str | Con
     t_layer_f = t_gemm + t_attn + t_ew
     # the backward: twice the forward's FLOPs; fused attention's at its own (lower) fraction of peak
     bwd_x = gemm_fraction(gpu.family) / attn_bwd_fraction(gpu.family) if model.attention == "flash" else 1.0
-    t_attn_b = 2.0 * t_attn * bwd_x
+    # (the Triton kernel's backward: FlashAttention's count, 2.5 forwards, the scores computed again)
+    t_attn_b = (2.5 if model.attention == "flash-triton" else 2.0) * t_attn * bwd_x
     t_layer_b = 2.0 * (t_gemm + t_ew) + t_attn_b
     if L.recompute == "full":
         t_layer_b += t_layer_f
