@@ -339,9 +339,35 @@ MLM_RUNS: tuple[Run, ...] = (
     _mlm("MLM-462B", 144, 18432, 112, 8, 16, 48, 3072, 459.9),
 )
 
+TORCHTITAN = ("pytorch/torchtitan docs/performance.md (Llama 3 rows at 4d88a8a, 2024-12-03; Llama 2 rows at 3faaa1a, "
+              "2024-08-23): FSDP2 on 64 A100 80GB")
+
+
+def _titan(id_: str, model: str, mbs: int, recompute: str, seq: int, tokens: float, miss: str = "") -> Run:
+    """A torchtitan row on 64 A100 80GB: 1-D FSDP2 (ZeRO-3) over every GPU, BF16, local batch ``mbs`` (global
+    batch 64 x mbs), its tokens a second a GPU as a step time. The page does not name the network: planned on
+    eight DGX A100 (8 x 200 Gb/s a node)."""
+    lay = Layout(tp=1, pp=1, dp=64, micro_batch=mbs, global_batch=64 * mbs, zero=3, recompute=recompute,
+                 dtype="bf16")
+    return Run(id_, model, lay, "8xdgx-a100", "step_s", round(mbs * seq / tokens, 4),
+               TORCHTITAN + f": {tokens:,.0f} tokens/s a GPU, local batch {mbs}, activation checkpointing "
+               f"{recompute}", miss=miss)
+
+
+#: torchtitan's published FSDP2 rows on A100 that the planner lays out as run (its "selective" checkpointing,
+#: of every other layer or of the operators that are not matrix products, is not the plan's): an
+#: independent set from outside the Megatron family, none of it sets a parameter
+TITAN_RUNS: tuple[Run, ...] = (
+    _titan("TT-L2-13B", _LLAMA2 + "layers=40,hidden=5120,heads=40,ffn=13824", 2, "none", 4096, 2162,
+           miss="no recomputation: the plan's step 15% short, as MosaicML's MPT rows without activation "
+                "checkpointing (docs/plan.md); with full recomputation the same FSDP2 runs are within 8%"),
+    _titan("TT-L2-70B", _LLAMA2 + "layers=80,hidden=8192,heads=64,kv_heads=8,ffn=28672", 2, "full", 4096, 353),
+    _titan("TT-L3-70B", "llama3-70b", 1, "full", 8192, 331),
+)
+
 #: every run the planner is checked against: the dense ones, NeMo 24.07's, the mixtures of experts, then the
-#: Megatron-LM README's H100 weak scaling
-RUNS = RUNS + NEMO_RUNS + MOE_RUNS + MLM_RUNS
+#: Megatron-LM README's H100 weak scaling and torchtitan's FSDP2 rows
+RUNS = RUNS + NEMO_RUNS + MOE_RUNS + MLM_RUNS + TITAN_RUNS
 
 #: Published memory a GPU of a mixture of experts' run: (run id, GiB, source). PyTorch's peak allocated memory,
 #: which holds the transient buffers (the dispatcher's, the logits' softmax) besides what the plan counts
