@@ -43,7 +43,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "memory per GPU. Without parallel degrees, search every layout and rank them.",
         epilog="Models: a preset (gpt3-175b, llama3-8b, llama3-70b, llama3-405b, mixtral-8x7b, megatron-1t, "
                "megatron-530b, megatron-22b), PRESET,key=value to change it, layers=L,hidden=H,heads=A,seq=S,vocab=V "
-               "and optionally kv_heads=, ffn=, experts=, top_k=, mlp=swiglu, attention=standard (all comma-separated, "
+               "and optionally kv_heads=, ffn=, experts=, top_k=, mlp=swiglu, attention=standard|flash-triton (all comma-separated, "
                "no spaces: docs/plan.md), or a JSON file of those keys.",
     )
     p.add_argument("--model", "-m", required=True, metavar="SPEC", help="preset, key=value list or JSON file")
