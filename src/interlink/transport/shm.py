@@ -526,6 +526,10 @@ class Bell:
 
     def set_sleeping(self, on: bool) -> None:
         self.words[self.flag] = 1 if on else 0
+        if on:  # the flag visible before the sleeper loads what it waits for (futex.fence)
+            from . import futex
+
+            futex.fence()
 
     def sleep(self, snapshot: int, timeout: float) -> None:
         from . import futex
@@ -539,7 +543,11 @@ class Bell:
 
     # a peer's side
     def ring(self) -> None:
-        """Wake the owner if it sleeps (cheap when it does not)."""
+        """Wake the owner if it sleeps (cheap when it does not). What the caller published is visible before the
+        owner's sleeping flag is read (futex.fence)."""
+        from . import futex
+
+        futex.fence()
         w = self.words
         if w[self.flag]:
             w[self.i] = (int(w[self.i]) + 1) & 0xFFFFFFFF
