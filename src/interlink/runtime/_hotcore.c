@@ -507,9 +507,6 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
                           (char *)a->buf + (Py_ssize_t)j * s->rowbytes, (size_t)s->rowbytes);
     } else if (s->sends) {
         slot_copy(streamed, c->base + s->mine[pos], a->buf, (size_t)s->nbytes);
-        /* an all_gather's own block: from its input in round 0, as the Schedule has it (all_gather_fast), while
-         * the peers arrive (its slot's lines, when streamed, are in memory now, not in cache) */
-        if (s->kind == AG) memcpy((char *)o->buf + (Py_ssize_t)c->me * s->rowbytes, a->buf, (size_t)s->rowbytes);
     }
     /* the header from word 2: group seq, crc, nbytes, (reserved), signature (pageproto._META) */
     {
@@ -519,6 +516,10 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
     }
     st(&W[c->my_w[q]], f); /* publish last */
     ring(c);
+    /* an all_gather's own block: from its input in round 0, as the Schedule has it (all_gather_fast), after the
+     * header that tells the peers its slot is written (the copy touches no slot: they read meanwhile) */
+    if (s->kind == AG && s->sends)
+        memcpy((char *)o->buf + (Py_ssize_t)c->me * s->rowbytes, a->buf, (size_t)s->rowbytes);
     if (s->kind == BC && !s->sends && s->rootk >= 0) { /* a receiver reads the root's slot alone */
         int r = root_ready(c, q, s->rootk, f, seq, s->crc);
         if (r == 0) {
