@@ -520,6 +520,9 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
      * header that tells the peers its slot is written (the copy touches no slot: they read meanwhile) */
     if (s->kind == AG && s->sends)
         memcpy((char *)o->buf + (Py_ssize_t)c->me * s->rowbytes, a->buf, (size_t)s->rowbytes);
+    else if (s->kind == A2A) /* the same for an all_to_all's own block */
+        memcpy((char *)o->buf + (Py_ssize_t)c->me * s->rowbytes, (char *)a->buf + (Py_ssize_t)c->me * s->rowbytes,
+               (size_t)s->rowbytes);
     if (s->kind == BC && !s->sends && s->rootk >= 0) { /* a receiver reads the root's slot alone */
         int r = root_ready(c, q, s->rootk, f, seq, s->crc);
         if (r == 0) {
@@ -568,12 +571,9 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
         for (int k = 0; k < s->nparts; k++)
             if (k != c->me) memcpy((char *)o->buf + (Py_ssize_t)k * s->rowbytes, c->base + P[k], (size_t)s->rowbytes);
         break;
-    case A2A: /* block j of the output: block `me` of rank j's slot; this rank's own from its input */
-        for (int k = 0; k < s->nparts; k++) {
-            char *dst = (char *)o->buf + (Py_ssize_t)k * s->rowbytes;
-            if (k == c->me) memcpy(dst, (char *)a->buf + (Py_ssize_t)k * s->rowbytes, (size_t)s->rowbytes);
-            else memcpy(dst, c->base + P[k], (size_t)s->rowbytes);
-        }
+    case A2A: /* block j of the output: block `me` of rank j's slot (this rank's own: copied from its input above) */
+        for (int k = 0; k < s->nparts; k++)
+            if (k != c->me) memcpy((char *)o->buf + (Py_ssize_t)k * s->rowbytes, c->base + P[k], (size_t)s->rowbytes);
         break;
     }
     if (c->pend) { /* a root's earlier calls of this run: every peer has published them (it has published f) */
