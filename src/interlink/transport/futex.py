@@ -47,20 +47,25 @@ _FENCE_WORD = ctypes.c_uint32(0)
 FUTEX_PRIVATE_FLAG = 128
 
 
-def fence() -> None:
-    """A full memory barrier: stores before it are visible to other cores before loads after it run. The
-    doorbell's handshake needs one on each side (the sleeper stores its sleeping flag, then loads the words
-    it waits for; the waker stores what it publishes, then loads the flag): without it a core may load
-    before its own store is visible, both sides read the old values, and the sleeper misses its wake-up
-    and sleeps its whole timeout (tests/test_transport_shm.py::test_the_doorbell_handshake_fences). On
-    x86-64 a lock's acquire and release are locked instructions (a full barrier, about 0.1 us from Python);
-    elsewhere a futex wake on a private word, which passes the kernel's smp_mb()."""
-    if _MACHINE in ("x86_64", "amd64"):
-        _FENCE_LOCK.acquire()
-        _FENCE_LOCK.release()
-    elif available:
+def _fence_lock(_acquire=_FENCE_LOCK.acquire, _release=_FENCE_LOCK.release) -> None:
+    _acquire()
+    _release()
+
+
+def _fence_futex() -> None:
+    if available:
         _syscall(_SYS_FUTEX, ctypes.c_void_p(ctypes.addressof(_FENCE_WORD)), FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1,
                  None, None, 0)
+
+
+#: A full memory barrier: stores before it are visible to other cores before loads after it run. The
+#: doorbell's handshake needs one on each side (the sleeper stores its sleeping flag, then loads the words it
+#: waits for; the waker stores what it publishes, then loads the flag): without it a core may load before its
+#: own store is visible, both sides read the old values, and the sleeper misses its wake-up and sleeps its
+#: whole timeout (tests/test_transport_bell.py::test_the_doorbell_handshake_fences). On x86-64 a lock's
+#: acquire and release are locked instructions (a full barrier, about 0.1 us from Python); elsewhere a futex
+#: wake on a private word, which passes the kernel's smp_mb().
+fence = _fence_lock if _MACHINE in ("x86_64", "amd64") else _fence_futex
 
 
 def address_of(buf) -> int:

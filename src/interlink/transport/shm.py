@@ -25,6 +25,7 @@ import struct
 import numpy as np
 
 from .base import HEADER, MsgHeader, Op, PairSetup, Transport
+from . import futex as _futex
 
 CTRL = 128
 META = 128
@@ -527,9 +528,7 @@ class Bell:
     def set_sleeping(self, on: bool) -> None:
         self.words[self.flag] = 1 if on else 0
         if on:  # the flag visible before the sleeper loads what it waits for (futex.fence)
-            from . import futex
-
-            futex.fence()
+            _futex.fence()
 
     def sleep(self, snapshot: int, timeout: float) -> None:
         from . import futex
@@ -545,9 +544,7 @@ class Bell:
     def ring(self) -> None:
         """Wake the owner if it sleeps (cheap when it does not). What the caller published is visible before the
         owner's sleeping flag is read (futex.fence)."""
-        from . import futex
-
-        futex.fence()
+        _futex.fence()
         w = self.words
         if w[self.flag]:
             w[self.i] = (int(w[self.i]) + 1) & 0xFFFFFFFF
