@@ -359,7 +359,7 @@ static void slot_copy(int streamed, char *dst, const char *src, size_t n) {
  * in Python). Rank 0, per shape (mode 2): its first SLOT_WARM calls plain
  * and not timed (first touches, cold caches); then SLOT_BLOCKS blocks of SLOT_BLOCK calls, plain and
  * streaming in turn, each block's median the copy's cost; from then on the cheaper copy (streaming where it
- * costs less than SLOT_MARGIN of the plain one), its cost a moving average of its calls, and after every
+ * costs less than SLOT_MARGIN of the plain one), its cost a moving average of its calls (each at most twice it), and after every
  * SLOT_PROBE_EVERY x (cost ratio, at most 4)^2 of them a block of the other copy, whose median replaces
  * that one's cost (the host may have changed since). A block's first SLOT_SKIP calls
  * and the call after it are not timed (the other ranks follow one call late; the lines are where the other
@@ -432,7 +432,12 @@ static void lead_time(Lead *s, int arm, double dt) {
             s->bn = 0;
         }
     } else {
-        s->cost[arm] = 0.8 * s->cost[arm] + 0.2 * dt;
+        /* a call slowed by something else (its core taken away, a peer late) counts as twice the cost at most:
+         * one spike moves the estimate by a fifth, not past the other copy's, whose estimate is refreshed only
+         * by its next block (up to SLOT_PROBE_EVERY x 16 calls away); a real change still moves it in a few calls */
+        double c0 = s->cost[arm];
+        if (c0 > 0 && dt > 2 * c0) dt = 2 * c0;
+        s->cost[arm] = 0.8 * c0 + 0.2 * dt;
     }
 }
 
