@@ -9,7 +9,6 @@ import multiprocessing as mp
 import os
 import time
 
-import numpy as np
 import pytest
 
 from interlink.transport import futex, shm
@@ -48,11 +47,10 @@ def test_the_doorbell_handshake_fences(monkeypatch) -> None:
 def _ringer(fd: int, n: int) -> None:
     page = shm.HostPage.attach(fd, 2, 0)
     bell = shm.Bell(page, 0)
-    posted = np.ndarray((1,), dtype=np.uint64, buffer=page.mm, offset=shm.BELL + 8)  # rank 1's done word
     for k in range(1, n + 1):
         while int(page.words[bell.flag]) == 0 and k % 2:  # every other post waits until the owner sleeps
             time.sleep(0)
-        posted[0] = k
+        page.done[1] = k  # rank 1's done word: what the owner waits for
         bell.ring()
         while int(page.done[0]) < k:  # the owner took it
             time.sleep(0)
@@ -64,17 +62,16 @@ def test_every_post_wakes_the_sleeper() -> None:
     n = 400
     page, fd = shm.HostPage.create(2, 0)
     bell = shm.Bell(page, 0)
-    posted = np.ndarray((1,), dtype=np.uint64, buffer=page.mm, offset=shm.BELL + 8)
     p = mp.get_context("fork").Process(target=_ringer, args=(fd, n))
     p.start()
     longest = 0.0
     try:
         for k in range(1, n + 1):
-            while int(posted[0]) < k:
+            while int(page.done[1]) < k:
                 snap = bell.snapshot()
                 bell.set_sleeping(True)
                 try:
-                    if int(posted[0]) < k:
+                    if int(page.done[1]) < k:
                         t0 = time.monotonic()
                         bell.sleep(snap, 0.5)
                         longest = max(longest, time.monotonic() - t0)

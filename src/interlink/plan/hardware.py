@@ -133,6 +133,11 @@ def gpu_spec(device_name: str, memory_gib: float | None = None) -> GpuSpec:
     return GpuSpec(fam, bf16, fp8, float(memory_gib or mem), hbm, src)
 
 
+def _base(family: str) -> str:
+    """The family whose per-family figures a variant takes (A800 as A100; H800 and H200: the same SMs as H100)."""
+    return {"a800": "a100", "h800": "h100", "h200": "h100"}.get(family, family)
+
+
 def gemm_fraction(family: str) -> float:
     key = f"gemm.{family}"
     return COMPUTE_PARAMS.get(key, COMPUTE_PARAMS["gemm.default"])[0]
@@ -146,7 +151,7 @@ GEMM_K_REF = 8192.0
 def gemm_k0(family: str, dtype: str) -> float:
     """An output tile's fixed cost in steps of the K loop (``gemm_k0.<family>``, an 8-bit K loop's; a 16-bit
     one's is half); 0 where the family has none."""
-    base = {"h800": "h100", "h200": "h100"}.get(family, family)
+    base = _base(family)
     got = COMPUTE_PARAMS.get(f"gemm_k0.{base}")
     if got is None:
         return 0.0
@@ -163,14 +168,14 @@ def attn_bwd_fraction(family: str) -> float:
 def attn_triton_fraction(family: str) -> float:
     """The fraction of the 16-bit peak FlashAttention's 2022 Triton kernel reaches, forward and backward
     (``attn_triton.<family>``; a family without a figure of its own takes H100's, an estimate)."""
-    base = {"a800": "a100", "h800": "h100", "h200": "h100"}.get(family, family)
+    base = _base(family)
     got = COMPUTE_PARAMS.get(f"attn_triton.{base}", COMPUTE_PARAMS["attn_triton.h100"])
     return got[0]
 
 
 def comm_sm_share(family: str) -> float:
     """The share of a GPU's SMs a mixture of experts' dispatcher holds while it runs beside compute."""
-    base = {"a800": "a100", "h800": "h100", "h200": "h100"}.get(family, family)
+    base = _base(family)
     sms = COMPUTE_PARAMS.get(f"sms.{base}", COMPUTE_PARAMS["sms.h100"])[0]
     return COMPUTE_PARAMS["ep_overlap_sms"][0] / sms
 

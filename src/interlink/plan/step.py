@@ -33,8 +33,8 @@ from typing import Any, Callable
 from ..model.cost import resolve_topology
 from ..topology import Topology, TopologyError
 from .comm import Priced, Pricer
-from .hardware import (GEMM_K_REF, GpuSpec, attn_bwd_fraction, attn_triton_fraction, comm_sm_share, engine_fraction, gemm_fraction,
-                       gemm_k0, gpu_spec, hbm_fraction)
+from .hardware import (GEMM_K_REF, GpuSpec, attn_bwd_fraction, attn_triton_fraction, comm_sm_share, engine_fraction,
+                       gemm_fraction, gemm_k0, gpu_spec, hbm_fraction)
 from .job import Model, PlanError, bytes_per_param, parse_model
 from .layout import Layout
 

@@ -13,8 +13,8 @@ import os
 import platform
 import threading
 
-_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98, "i686": 240, "i386": 240}.get(
-    platform.machine().lower())
+_MACHINE = platform.machine().lower()
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98, "i686": 240, "i386": 240}.get(_MACHINE)
 FUTEX_WAIT, FUTEX_WAKE = 0, 1  # shared (not PRIVATE): the word lives in memory shared by processes
 
 try:
@@ -41,7 +41,6 @@ def wake(addr: int, n: int = 1 << 30) -> None:
     _syscall(_SYS_FUTEX, ctypes.c_void_p(addr), FUTEX_WAKE, n, None, None, 0)
 
 
-_MACHINE = platform.machine().lower()
 _FENCE_LOCK = threading.Lock()
 _FENCE_WORD = ctypes.c_uint32(0)
 FUTEX_PRIVATE_FLAG = 128

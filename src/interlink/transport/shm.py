@@ -364,12 +364,10 @@ class HostPage:
     """
 
     def __init__(self, mm: mmap.mmap, nlocal: int, fast_max: int) -> None:
-        from . import futex
-
         self.mm = mm
         self.nlocal = nlocal
         self.words = np.frombuffer(mm, dtype=np.uint32, count=nlocal * BELL // 4)
-        self.base = futex.address_of(mm) if futex.available else 0
+        self.base = _futex.address_of(mm) if _futex.available else 0
         self.fast_max = fast_max
         self.slot_stride = self._slot_stride(fast_max)
         self.data_base = self._data_base(nlocal)
@@ -531,10 +529,8 @@ class Bell:
             _futex.fence()
 
     def sleep(self, snapshot: int, timeout: float) -> None:
-        from . import futex
-
-        if futex.available and self.addr:
-            futex.wait(self.addr, snapshot, timeout)
+        if _futex.available and self.addr:
+            _futex.wait(self.addr, snapshot, timeout)
         else:  # pragma: no cover
             import time
 
@@ -548,7 +544,5 @@ class Bell:
         w = self.words
         if w[self.flag]:
             w[self.i] = (int(w[self.i]) + 1) & 0xFFFFFFFF
-            from . import futex
-
-            if futex.available and self.addr:
-                futex.wake(self.addr)
+            if _futex.available and self.addr:
+                _futex.wake(self.addr)
