@@ -36,21 +36,21 @@ def shapes(world: int) -> list[tuple[str, type, int]]:
             ("all_to_all", np.float32, a2a * world)]
 
 
-def _force(fp, rank: int, force: int | None) -> None:
-    """The first rank's timings make path ``force`` (0: the rule's) faster by a second a call; None: real."""
-    from interlink.runtime import fastpath
-
+def _force(fp, rank: int, force) -> None:
+    """The first rank's timings make path ``force`` (0: the rule's) faster by a second a call; a triple
+    (a, b, c): path a while the shape has had at most c calls, then b; None: real."""
     if force is None or rank != 0:
         return
     orig = fp.timed
 
     def timed(tn, seconds):
-        orig(tn, seconds + (1.0 if fastpath.probe_path(tn.state.last) != force else 0.0))
+        fast = force if isinstance(force, int) else force[0] if tn.state.calls <= force[2] else force[1]
+        orig(tn, seconds + (1.0 if tn.state.path != fast else 0.0))
 
     fp.timed = timed
 
 
-def _suite(rank: int, world: int, force: int | None, entries: int) -> tuple[list[str], dict, list]:
+def _suite(rank: int, world: int, force, entries: int, steps: int = STEPS) -> tuple[list[str], dict, list]:
     import interlink as dist
     import interlink.transport.shm as shm
 
@@ -65,7 +65,7 @@ def _suite(rank: int, world: int, force: int | None, entries: int) -> tuple[list
         torch = None
     fails: list[str] = []
     paths: dict = {}
-    for step in range(STEPS):
+    for step in range(steps):
         for coll, dt, n in shapes(world):
             # the same calls, through different entries on different ranks and steps: a flat array (the hot
             # path's cache), an N-d view (another cache key), async (the regular entry), a torch tensor
@@ -102,8 +102,8 @@ def _suite(rank: int, world: int, force: int | None, entries: int) -> tuple[list
     return fails, paths, [lo, hi, fp.autotune]
 
 
-def _check(world: int, force: int | None, entries: int = 0, env: dict | None = None) -> dict:
-    res = run_ranks(world, _suite, force, entries, env={**ENV, **(env or {})}, timeout=240)
+def _check(world: int, force, entries: int = 0, env: dict | None = None, steps: int = STEPS) -> dict:
+    res = run_ranks(world, _suite, force, entries, steps, env={**ENV, **(env or {})}, timeout=240)
     fails = [f for fl, _, _ in res for f in fl]
     assert not fails, "\n".join(fails[:10])
     first = res[0][1]
@@ -429,3 +429,53 @@ def test_a_broadcast_larger_than_a_slot_measures_fastd_against_the_slot_in_chunk
             continue
         probe = [(rule, other)[probe_path(k)] for k in range(PROBE_CALLS)]
         assert seq == probe + [(rule, other)[force]] * (STEPS - PROBE_CALLS), (name, seq)
+
+
+def test_a_measured_shape_is_measured_again_and_follows_the_faster_path() -> None:
+    """INTERLINK_AUTOTUNE_REPROBE=4: a chosen shape is measured again 4 calls after its choice (a block of
+    the chosen path, one of the other), then 8 after the next, 16 ...; the first rank's timings say the
+    other path (1) is faster for the first 60 calls of a shape and the limits' path (0) from then on. Every
+    rank takes the same path at every call whichever entry the call comes through (the compiled core counts
+    the calls it takes, FastPath.pick the others), every result is numpy's, and the choice follows the
+    timings: kept at the first re-measurement (calls 39-54), switched at the second (64-79)."""
+    import interlink.transport.cma as cma
+
+    if not cma.available:
+        pytest.skip("no cross-memory attach: nothing to choose between")
+    from interlink.runtime.fastpath import PROBE_CALLS, probe_path
+
+    steps = 100
+    got = _check(3, (1, 0, 60), env={"INTERLINK_AUTOTUNE_REPROBE": "4"}, steps=steps)
+    want = ([probe_path(k) for k in range(PROBE_CALLS)]  # calls 0-33; the choice read at call 34
+            + [1] * 5  # 34-38: the choice (1); measured again from 34 + 1 + 4
+            + [1] * 8 + [0] * 8  # 39-54: the chosen path's block, the other's; 1 still faster: kept
+            + [1] * 9  # 55-63: read at 55; the interval doubles to 8
+            + [1] * 8 + [0] * 8  # 64-79: now 0 is faster: switched
+            + [0] * 17  # 80-96: read at 80, interval 16
+            + [0] * 3)  # 97-99: the next re-measurement's chosen block
+    assert len(want) == steps
+    tuned = 0
+    for name, seq in got["paths"].items():
+        coll, dt, n = name.split()
+        nbytes = int(n) * np.dtype(dt).itemsize
+        default = _limits_path(coll, nbytes, 3)
+        other = "slots" if default == "peer_buffers" else "peer_buffers"
+        if not 2048 < nbytes <= 16384:
+            assert seq == [default] * steps, (name, seq)
+            continue
+        tuned += 1
+        assert seq == [(default, other)[k] for k in want], (name, seq)
+    assert tuned == 5, got["paths"]
+
+
+def test_a_reprobe_keeps_the_choice_within_its_margin() -> None:
+    """rechoose: the other path must be below 0.9 of the chosen path's median to take over; without
+    timings of either block the choice stays."""
+    from interlink.runtime.autotune import rechoose
+
+    assert rechoose([[100, 100, 100], [95, 95, 95]], 0) == 0
+    assert rechoose([[100, 100, 100], [85, 85, 85]], 0) == 1
+    assert rechoose([[100, 100, 100], [85, 85, 85]], 1) == 0
+    assert rechoose([[100, 100], []], 1) == 1
+    # the measured case: the slots' (path 0's) block with two slow calls still beats peer_buffers
+    assert rechoose([[380, 380, 377, 295, 298, 487], [257, 895, 214, 291, 73, 287]], 1) == 0

@@ -1128,10 +1128,15 @@ typedef struct {
      * without building the key and looking it up; any difference looks up as before */
     long c_kind;
     PyObject *c_dt, *c_sh, *c_odt, *c_osh, *c_op, *c_root, *c_sc, *c_cs;
+    /* a measured shape's TuneState (NULL: not measured) and the choice the cached entry was made under: every
+     * call of it counts in state.calls, and a call from state.until (a re-measurement) or under another
+     * choice is left to FastPath.pick */
+    PyObject *c_st;
+    long c_choice;
 } Bind;
 
 static PyObject *S_call_small, *S_broken, *S_pending, *S_seq, *S_fast, *S_dtype, *S_shape, *S_tune, *S_ccore, *S_cprog,
-    *S_state, *S_choice, *S_alts;
+    *S_state, *S_choice, *S_alts, *S_calls, *S_until;
 static PyObject *KINDS[8];
 
 static double now_s(void) {
@@ -1173,7 +1178,7 @@ static void Bind_dealloc(Bind *b) {
     Py_XDECREF(b->rplans); Py_XDECREF(b->rstarts); Py_XDECREF(b->rseqs); Py_XDECREF(b->acquire);
     Py_XDECREF(b->release); Py_XDECREF(b->gdict);
     Py_XDECREF(b->c_dt); Py_XDECREF(b->c_sh); Py_XDECREF(b->c_odt); Py_XDECREF(b->c_osh); Py_XDECREF(b->c_op);
-    Py_XDECREF(b->c_root); Py_XDECREF(b->c_sc); Py_XDECREF(b->c_cs);
+    Py_XDECREF(b->c_root); Py_XDECREF(b->c_sc); Py_XDECREF(b->c_cs); Py_XDECREF(b->c_st);
     Py_TYPE(b)->tp_free((PyObject *)b);
 }
 
@@ -1213,13 +1218,16 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
         osh = odt ? PyObject_GetAttr(oo, S_shape) : NULL;
         if (!osh) { Py_XDECREF(odt); Py_DECREF(dt); Py_DECREF(sh); NOT_TAKEN(); }
     }
-    PyObject *sc, *cs;
+    PyObject *sc, *cs, *tst = NULL; /* tst: the shape's TuneState (owned), where it is measured */
+    long tchoice = -1;
     int hit = b->c_sc && kind == b->c_kind && dt == b->c_dt && args[4] == b->c_op && args[5] == b->c_root &&
               odt == b->c_odt && PyObject_RichCompareBool(sh, b->c_sh, Py_EQ) == 1 &&
               (!osh || PyObject_RichCompareBool(osh, b->c_osh, Py_EQ) == 1);
     if (hit) {
         sc = b->c_sc; Py_INCREF(sc);
         cs = b->c_cs; Py_INCREF(cs);
+        tst = b->c_st; Py_XINCREF(tst);
+        tchoice = b->c_choice;
         Py_DECREF(dt); Py_DECREF(sh); Py_XDECREF(odt); Py_XDECREF(osh);
     } else {
         PyErr_Clear();
@@ -1241,6 +1249,7 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
                     Py_ssize_t k = PyLong_AsSsize_t(ch);
                     if (alts && !(k == -1 && PyErr_Occurred())) alt = PySequence_GetItem(alts, k);
                     Py_XDECREF(alts);
+                    if (alt) { tst = st; Py_INCREF(tst); tchoice = (long)k; }
                 }
                 Py_XDECREF(ch);
                 Py_XDECREF(st);
@@ -1256,6 +1265,7 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
             }
             if (!sc) {
                 PyErr_Clear();
+                Py_XDECREF(tst);
                 Py_DECREF(dt); Py_DECREF(sh); Py_XDECREF(odt); Py_XDECREF(osh);
                 NOT_TAKEN();
             }
@@ -1266,7 +1276,7 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
             cs = PyObject_GetAttr(sc, S_cprog);
         }
         if (!cs || (Py_TYPE(cs) != &ShapeType && Py_TYPE(cs) != &ProgType)) {
-            Py_XDECREF(cs); Py_DECREF(sc);
+            Py_XDECREF(cs); Py_DECREF(sc); Py_XDECREF(tst);
             Py_DECREF(dt); Py_DECREF(sh); Py_XDECREF(odt); Py_XDECREF(osh);
             NOT_TAKEN();
         }
@@ -1276,27 +1286,53 @@ static PyObject *bind_call(Bind *b, PyObject *const *args, Py_ssize_t nargs) {
         Py_INCREF(args[5]); Py_XSETREF(b->c_root, args[5]);
         Py_INCREF(sc); Py_XSETREF(b->c_sc, sc);
         Py_INCREF(cs); Py_XSETREF(b->c_cs, cs);
+        Py_XINCREF(tst); Py_XSETREF(b->c_st, tst);
+        b->c_choice = tchoice;
         b->c_kind = kind;
     }
-    if (attr_is_none(sc, S_tune) != 1) { Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN(); }
+    if (attr_is_none(sc, S_tune) != 1) { Py_DECREF(cs); Py_DECREF(sc); Py_XDECREF(tst); NOT_TAKEN(); }
     Shape *s = Py_TYPE(cs) == &ShapeType ? (Shape *)cs : NULL;
     Prog *pg = s ? NULL : (Prog *)cs;
     {
         PyObject *pend = PyObject_GetAttr(b->runner, S_pending);
         int busy = !pend || PyObject_IsTrue(pend) != 0;
         Py_XDECREF(pend);
-        if (busy) { Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN(); }
+        if (busy) { Py_DECREF(cs); Py_DECREF(sc); Py_XDECREF(tst); NOT_TAKEN(); }
     }
     Py_buffer a, o;
     if ((s ? take_bufs(b->core, s, ao, oo, &a, &o) : prog_take(pg, ao, oo, &a, &o)) < 0) {
-        Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN();
+        Py_DECREF(cs); Py_DECREF(sc); Py_XDECREF(tst); NOT_TAKEN();
     }
 #define DROP_BUFS() do { if (s) drop_bufs(s, &a, &o); else prog_drop(pg, &a, &o); } while (0)
     PyObject *got = PyObject_CallOneArg(b->acquire, Py_False);
     if (got != Py_True) {
-        Py_XDECREF(got); DROP_BUFS(); Py_DECREF(cs); Py_DECREF(sc); NOT_TAKEN();
+        Py_XDECREF(got); DROP_BUFS(); Py_DECREF(cs); Py_DECREF(sc); Py_XDECREF(tst); NOT_TAKEN();
     }
     Py_DECREF(got);
+    if (tst) { /* a measured shape: counted here as FastPath.pick counts it; a re-measurement's calls (from
+                * state.until), or a choice changed since this entry was cached, are pick's */
+        int mine = 0;
+        long long calls = -1, until = -1;
+        PyObject *ch = PyObject_GetAttr(tst, S_choice);
+        if (ch && ch != Py_None && PyLong_AsLong(ch) == tchoice) {
+            PyObject *c = PyObject_GetAttr(tst, S_calls), *u = c ? PyObject_GetAttr(tst, S_until) : NULL;
+            calls = c ? PyLong_AsLongLong(c) : -1;
+            until = u ? PyLong_AsLongLong(u) : -1;
+            Py_XDECREF(c); Py_XDECREF(u);
+            mine = calls >= 0 && calls < until;
+        }
+        Py_XDECREF(ch);
+        PyObject *n = mine ? PyLong_FromLongLong(calls + 1) : NULL;
+        if (!n || PyObject_SetAttr(tst, S_calls, n) < 0) {
+            Py_XDECREF(n); Py_DECREF(tst);
+            PyObject *x = PyObject_CallNoArgs(b->release);
+            Py_XDECREF(x);
+            DROP_BUFS(); Py_DECREF(cs); Py_DECREF(sc);
+            Py_CLEAR(b->c_sc); Py_CLEAR(b->c_cs); Py_CLEAR(b->c_st); /* looked up again, the choice read anew */
+            NOT_TAKEN();
+        }
+        Py_DECREF(n); Py_DECREF(tst);
+    }
     /* from here the call is taken: the group's next number, the recorder's plan and start */
     PyObject *so = PyObject_GetAttr(group, S_seq);
     long long seq = so ? PyLong_AsLongLong(so) : -1;
@@ -1571,6 +1607,8 @@ PyMODINIT_FUNC PyInit__hotcore(void) {
     S_state = PyUnicode_InternFromString("state");
     S_choice = PyUnicode_InternFromString("choice");
     S_alts = PyUnicode_InternFromString("alts");
+    S_calls = PyUnicode_InternFromString("calls");
+    S_until = PyUnicode_InternFromString("until");
     S_world = PyUnicode_InternFromString("_WORLD");
     S_fk = PyUnicode_InternFromString("_fk");
     S_cbind = PyUnicode_InternFromString("_cbind");

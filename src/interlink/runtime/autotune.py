@@ -22,6 +22,13 @@ from .pageproto import NAMES, BAR, Small
 #: a path's first calls after the other's took 1.5-2x its later ones (benchmarks/RESULTS.md)
 PROBE_WARM, PROBE_BLOCK, PROBE_SKIP, PROBE_BLOCKS = 2, 8, 2, 4
 PROBE_CALLS = PROBE_WARM + PROBE_BLOCKS * PROBE_BLOCK
+#: a re-measurement (policy.autotune_reprobe): one block of the chosen path, then one of the other; the first
+#: rank switches when the other's median is below REPROBE_SWITCH of the chosen one's (a single block of six
+#: timed calls each is noisier than the first window's two: a margin, so that noise does not flip the choice
+#: back and forth); the interval doubles after each, up to REPROBE_GROWTH times the first
+REPROBE_CALLS = 2 * PROBE_BLOCK
+REPROBE_SWITCH = 0.9
+REPROBE_GROWTH = 32
 
 
 def probe_path(i: int) -> int:
@@ -45,18 +52,33 @@ def choose(blocks: list) -> int:
     return 1 if sum(meds[1]) / len(meds[1]) < sum(meds[0]) / len(meds[0]) else 0
 
 
+def rechoose(blocks: list, current: int) -> int:
+    """A re-measurement's choice: blocks[0] timed the chosen path ``current``, blocks[1] the other; the other
+    when its median is below REPROBE_SWITCH of the chosen one's, else ``current`` (also without timings)."""
+    if len(blocks[0]) < 2 or len(blocks[1]) < 2:
+        return current
+    return 1 - current if float(np.median(blocks[1])) < REPROBE_SWITCH * float(np.median(blocks[0])) else current
+
+
 class TuneState:
     """The measurement of one call signature (shared by its cached shapes: a flat and an N-d array of
-    the same call count as one): calls so far, the host's first rank's timings per path, the choice."""
+    the same call count as one): calls so far (every entry counts each call once: FastPath.pick, and the
+    compiled core's Bind for a chosen shape), the host's first rank's timings per block of the window in
+    progress, the choice, and when it is measured again."""
 
-    __slots__ = ("key", "calls", "times", "choice", "last")
+    __slots__ = ("key", "calls", "times", "choice", "last", "path", "until", "period")
 
-    def __init__(self, key: int) -> None:
+    def __init__(self, key: int, period: int = 0) -> None:
         self.key = key  # the signature's CRC, non-zero: its entry in the host page's choice table
         self.calls = 0
         self.times: list[list] = [[] for _ in range(PROBE_BLOCKS)]  # the first rank's, per block
         self.choice: Optional[int] = None
-        self.last = -1  # the probe call in flight (its index)
+        self.last = -1  # the probe call in flight: its index in its window
+        self.path = -1  # the path (0, 1) of the probe call in flight; -1: not a probe call
+        # the call from which the next re-measurement runs (the compiled core leaves the shape to pick
+        # from there); never where period is 0
+        self.until = 1 << 62
+        self.period = period  # calls from a choice to the next re-measurement (0: none)
 
 
 class Tune:
@@ -99,7 +121,7 @@ class Autotune:
         if st is None:
             if len(self.tuning) > 4096:  # the same calls on every rank: cleared at the same call everywhere
                 self.tuning.clear()
-            st = self.tuning[key] = TuneState(key)
+            st = self.tuning[key] = TuneState(key, self.reprobe)
         sc = Small(kind, alts[0].sigb, alts[0].nbytes, alts[0].sends)
         sc.tune = Tune(alts, st)
         return sc
@@ -107,26 +129,52 @@ class Autotune:
     def pick(self, tn: Tune) -> Small:
         """The Small this call of a measured shape runs. The first PROBE_CALLS calls take the two paths in
         blocks, in turn (``probe_path``); at the start of the last of them the host's first rank (local rank 0)
-        compares the mean of each path's block medians it measured (``timed``, ``choose``) and writes the faster path into the host page's choice
-        table before it publishes that call; at the next call every rank (the first too) reads the table,
-        after every rank has seen that publication (every call of the host page waits for every peer's
-        header), and
-        keeps the choice. Another shape's choice in the same entry (a key that differs) means the limits'
-        path, on every rank alike."""
+        compares the mean of each path's block medians it measured (``timed``, ``choose``) and writes the faster
+        path into the host page's choice table before it publishes that call; at the next call every rank (the
+        first too) reads the table, after every rank has seen that publication (every call of the host page
+        waits for every peer's header), and keeps the choice. Another shape's choice in the same entry (a key
+        that differs) means the limits' path, on every rank alike. From ``period`` calls later
+        (policy.autotune_reprobe) the shape is measured again: a block of the chosen path, a block of the other
+        (``rechoose``), published and read the same way; the interval then doubles. Every rank counts the
+        same calls, so every rank takes the same path at every call."""
         st = tn.state
         i = st.calls
         st.calls = i + 1
-        if st.choice is not None:
+        if st.choice is None:
+            if i < PROBE_CALLS:
+                if i == PROBE_CALLS - 1 and self.me == 0:
+                    self._publish_choice(st.key, choose(st.times))
+                st.last = i
+                st.path = probe_path(i)
+                return tn.alts[st.path]
+            return tn.alts[self._chosen(st, i)]
+        if i < st.until:
+            st.path = -1
             return tn.alts[st.choice]
-        if i < PROBE_CALLS:
-            if i == PROBE_CALLS - 1 and self.me == 0:
-                self._publish_choice(st.key, choose(st.times))
-            st.last = i
-            return tn.alts[probe_path(i)]
+        w = i - st.until  # a re-measurement: the chosen path's block, then the other's
+        if w < REPROBE_CALLS:
+            if w == 0:
+                st.times = [[], []]
+            if w == REPROBE_CALLS - 1 and self.me == 0:
+                self._publish_choice(st.key, rechoose(st.times, st.choice))
+            st.last = w
+            st.path = st.choice if w < PROBE_BLOCK else 1 - st.choice
+            return tn.alts[st.path]
+        return tn.alts[self._chosen(st, i)]
+
+    def _chosen(self, st: TuneState, i: int) -> int:
+        """Call i, the one after a window: every rank reads the first rank's choice; the next re-measurement
+        is set (the first ``period`` calls on, then twice the last interval, up to REPROBE_GROWTH times)."""
+        again = st.choice is not None
         st.choice = self._read_choice(st.key)
         if self.me == 0:
             self.pending.pop(st.key, None)  # every rank has read it once this rank finishes this call
-        return tn.alts[st.choice]
+        st.path = -1
+        if st.period:
+            if again:
+                st.period = min(2 * st.period, REPROBE_GROWTH * self.reprobe)
+            st.until = i + 1 + st.period
+        return st.choice
 
     def _publish_choice(self, key: int, choice: int) -> None:
         """The first rank writes a shape's choice into the table: the first entry from key % entries on
@@ -160,6 +208,8 @@ class Autotune:
         """The host's first rank notes a probe call's time (not the warm-up calls, nor the first PROBE_SKIP
         of each block)."""
         st = tn.state
-        k = st.last - PROBE_WARM
-        if self.me == 0 and st.choice is None and k >= 0 and k % PROBE_BLOCK >= PROBE_SKIP:
+        if self.me != 0 or st.path < 0:
+            return
+        k = st.last - PROBE_WARM if st.choice is None else st.last
+        if k >= 0 and k % PROBE_BLOCK >= PROBE_SKIP:
             st.times[k // PROBE_BLOCK].append(seconds)

@@ -128,13 +128,18 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
         # (INTERLINK_SLOT_ROTATE=1/0 forces it on or off)
         force = os.environ.get("INTERLINK_SLOT_ROTATE", "")
         rotate = self.rot_bytes > 0 and (force == "1" or (force != "0" and not engine.oversub))
-        agreed = self._agree(int(self.cma) | 2 * int(self.once) | 4 * int(rotate) | 8 * int(policy.autotune()))
+        # the re-measurement's interval (policy.autotune_reprobe, a power of two) as its exponent + 1 in bits
+        # 4-8: every rank takes the AND of everyone's, so every rank counts to the same calls
+        reprobe = policy.autotune_reprobe()
+        agreed = self._agree(int(self.cma) | 2 * int(self.once) | 4 * int(rotate) | 8 * int(policy.autotune())
+                             | (reprobe.bit_length() << 4))
         self.cma, self.once = bool(agreed & 1), bool(agreed & 2)
         # all_gather and all_to_all between the slots and peer_buffers: measured per call shape (pick)
         self.autotune = bool(agreed & 8) and self.cma
         # copies into the outputs and the slots of a page program: streaming stores or plain, measured from 256 KiB of
         # the host's outputs to 4x stream_min (stream_tuned)
         self.autotune_stream = bool(agreed & 8) and stream.available
+        self.reprobe = 1 << ((agreed >> 4) - 1) if agreed >> 4 else 0
         self.tuning: dict[int, TuneState] = {}
         self.pending: dict[int, int] = {}  # the first rank: key -> table entry of a choice not yet read
         if not agreed & 4:

@@ -198,6 +198,20 @@ def autotune() -> bool:
     return os.environ.get("INTERLINK_AUTOTUNE", "1").strip() != "0"
 
 
+def autotune_reprobe() -> int:
+    """Calls of a measured shape between its choice and its first re-measurement (INTERLINK_AUTOTUNE_REPROBE,
+    128, rounded down to a power of two, at most 2**15; 0: never again). A shape's first calls can
+    mislead: 4 ranks on 2 cores, all_to_all of 1 MiB, the slots' first blocks took 250-890 us a call
+    (their places and the slot copies' own measuring still warming up) against 125-165 us once warm, and one
+    job in five kept peer_buffers (290 us) for good; and the machine's state moves under a running job (the
+    2-core VM's cores share a cache one minute and not the next). After the interval the shape runs one
+    block of its chosen path and one of the other (autotune.REPROBE_CALLS calls), the first rank switches
+    when the other's median is below 0.9 of the chosen one's, and the interval doubles, up to 32 times
+    the first."""
+    v = env_int("INTERLINK_AUTOTUNE_REPROBE", 128)
+    return 0 if v <= 0 else 1 << min(15, v.bit_length() - 1)
+
+
 def ar_direct_min_bytes() -> int:
     """all_reduce of an all-local group reads the ranks' own buffers above this size
     (INTERLINK_SHM_AR_DIRECT_MIN_BYTES; 2 ranks with plain numpy buffers: 1 MiB 155 us by the ring vs
