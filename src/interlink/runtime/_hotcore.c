@@ -249,14 +249,18 @@ static void divide_avg(int dtype, char *dst, Py_ssize_t cnt, int n) {
 
 /* dst = ((p0 op p1) op p2) ... in rank order, one pass per part, as the Python path's ufunc calls do (the same
  * operations on every element in the same order: the same bits) */
-static void reduce(Core *c, Shape *s, const Py_ssize_t *P, char *dst, Py_ssize_t cnt) {
+static void reduce(Core *c, Shape *s, const Py_ssize_t *P, char *dst, Py_ssize_t cnt, const char *own) {
     int np = s->nparts;
+    /* part k: the slot at P[k], or for k == me with `own` (a reduce_scatter: this rank's block of its input,
+     * which it does not copy into its slot) that block */
+#define PART(k) ((own && (k) == c->me) ? own : c->base + P[k])
     if (np == 1) {
-        memmove(dst, c->base + P[0], (size_t)(cnt * s->itemsize));
+        memmove(dst, PART(0), (size_t)(cnt * s->itemsize));
     } else {
-        combine(s->dtype, s->op, dst, c->base + P[0], c->base + P[1], cnt);
-        for (int k = 2; k < np; k++) combine(s->dtype, s->op, dst, dst, c->base + P[k], cnt);
+        combine(s->dtype, s->op, dst, PART(0), PART(1), cnt);
+        for (int k = 2; k < np; k++) combine(s->dtype, s->op, dst, dst, PART(k), cnt);
     }
+#undef PART
     if (s->avg && c->n > 1) divide_avg(s->dtype, dst, cnt, c->n);
 }
 
@@ -371,7 +375,8 @@ static void slot_copy(int streamed, char *dst, const char *src, size_t n) {
 static int slot_eligible(Core *c, Shape *s) {
     if (c->slot_stream_mode == 0 || c->slot_stream_min <= 0 || c->n < 2) return 0;
     /* the bytes a rank copies into its slot (a broadcast: its root's payload, the same on every rank) */
-    Py_ssize_t bytes = s->kind == A2A ? s->rowbytes * (c->n - 1) : s->kind == BC ? s->count * s->itemsize : s->nbytes;
+    Py_ssize_t bytes = s->kind == A2A ? s->rowbytes * (c->n - 1) : s->kind == BC ? s->count * s->itemsize
+                       : s->kind == RS ? (s->count / c->n) * s->itemsize * (c->n - 1) : s->nbytes;
     return bytes >= c->slot_stream_min;
 }
 
@@ -510,6 +515,12 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
             if (j != c->me)
                 slot_copy(streamed, c->base + s->mine[pos] + (Py_ssize_t)j * s->rowbytes,
                           (char *)a->buf + (Py_ssize_t)j * s->rowbytes, (size_t)s->rowbytes);
+    } else if (s->kind == RS && c->n > 1) { /* the peers' blocks (this rank's own it reduces from its input) */
+        size_t lo = (size_t)((s->count / c->n) * s->itemsize) * (size_t)c->me;
+        size_t hi = lo + (size_t)((s->count / c->n) * s->itemsize);
+        if (lo) slot_copy(streamed, c->base + s->mine[pos], a->buf, lo);
+        if (hi < (size_t)s->nbytes)
+            slot_copy(streamed, c->base + s->mine[pos] + hi, (char *)a->buf + hi, (size_t)s->nbytes - hi);
     } else if (s->sends) {
         slot_copy(streamed, c->base + s->mine[pos], a->buf, (size_t)s->nbytes);
     }
@@ -564,10 +575,11 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
     const Py_ssize_t *P = s->parts + (Py_ssize_t)pos * s->nparts;
     switch (s->kind) {
     case AR:
-        reduce(c, s, P, (char *)a->buf, s->count);
+        reduce(c, s, P, (char *)a->buf, s->count, NULL);
         break;
-    case RS:
-        reduce(c, s, P, (char *)o->buf, s->count / c->n);
+    case RS: /* its own block from its input (the output never overlaps it here: take_bufs) */
+        reduce(c, s, P, (char *)o->buf, s->count / c->n,
+               c->n > 1 ? (char *)a->buf + (s->count / c->n) * s->itemsize * c->me : NULL);
         break;
     case BC:
         if (!s->sends) memcpy(a->buf, c->base + P[0], (size_t)(s->count * s->itemsize));

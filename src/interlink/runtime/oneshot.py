@@ -65,6 +65,13 @@ class OneShot:
             a2 = a.reshape(mine.shape)
             for j in self.peers:
                 mine[j] = a2[j]
+        elif sc.kind == RS and self.n > 1 and out is not None and not np.may_share_memory(a, out):
+            # the peers' blocks (this rank's own it reduces from its input: _rs_parts)
+            mine, flat, lo, hi = sc.mine[pos].reshape(-1), a.reshape(-1), self.me * sc.block, (self.me + 1) * sc.block
+            if lo:
+                mine[:lo] = flat[:lo]
+            if hi < flat.size:
+                mine[hi:] = flat[hi:]
         elif sc.sends:
             sc.mine[pos][...] = a
         _META.pack_into(self.page.mm, self.hoff[q], seq, sc.crc, sc.nbytes, sc.head)
@@ -110,7 +117,7 @@ class OneShot:
             self.t1 = time.perf_counter()
         if kind == AR or kind == RS:
             dst = a if kind == AR else out
-            parts = sc.parts[pos]
+            parts = sc.parts[pos] if kind == AR else self._rs_parts(sc, pos, a, out)
             fn = sc.fn
             if len(parts) > 1:  # (out passed by position: a ufunc parses a keyword in 0.25 us more)
                 fn(parts[0], parts[1], dst)
@@ -263,7 +270,7 @@ class OneShot:
             self._gather_headers(sc, f, f % HEADERS, seq, timeout)
         if kind == AR or kind == RS:
             dst = a if kind == AR else out
-            parts = sc.parts[pos]
+            parts = sc.parts[pos] if kind == AR else self._rs_parts(sc, pos, a, out)
             fn = sc.fn
             if len(parts) > 1:
                 fn(parts[0], parts[1], dst)
@@ -285,6 +292,20 @@ class OneShot:
                 o2[j] = col[j]
             o2[self.me] = a.reshape(col.shape)[self.me]
         self._set(self.done_w, f)
+
+    def _rs_parts(self, sc: Small, pos: int, a: np.ndarray, out: np.ndarray) -> list:
+        """A one-shot reduce_scatter's parts in rank order: every peer's block of its slot, and this rank's own
+        block of its input, in its place (the Schedule's inline local step: the call copies only its peers'
+        blocks into its slot, hot and the compiled core alike). An output that overlaps the input (in place)
+        reads its own block from the slot, which then holds the whole input: the reduction writes the output
+        before it reads the later parts."""
+        parts = sc.parts[pos]
+        if self.n == 1 or np.may_share_memory(a, out):
+            return parts
+        parts = list(parts)
+        lo = self.me * sc.block
+        parts[self.me] = a.reshape(-1)[lo:lo + sc.block].reshape(parts[self.me].shape)
+        return parts
 
     def _reduce_once(self, sc: Small, a: np.ndarray, f: int, pos: int, seq: int, timeout: float) -> None:
         """The one-shot all_reduce of an oversubscribed host (this rank has published): the rank that
