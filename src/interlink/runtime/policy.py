@@ -259,14 +259,19 @@ def stream_min_bytes() -> int:
     return HostLimits.from_env(os.environ, stream_min=last_level_cache_bytes() // 2).stream_min or 1 << 62
 
 
-#: the copy into a rank's slot from which the compiled core may use streaming stores (slot_stream)
-SLOT_STREAM_MIN_BYTES = 16 << 10
+#: the copy into a rank's slot from which the compiled core may use streaming stores (slot_stream). 4 KiB: where
+#: the cores share no cache a 4 KiB call already pays for taking its slot's lines back (2 ranks on the 2-core AMD
+#: EPYC VM, alternating jobs of 9,000 calls, 16 KiB / 4 KiB: broadcast of 4 KiB 2.8-3.0 / 1.3-1.5 us, all_reduce of
+#: 4 KiB 3.9-4.2 / 2.3-3.1, of 8 KiB 6.3-6.7 / 3.5-4.3; where they share one, 8 pairs: all_reduce 1.6-1.7 against
+#: 1.7, broadcast 1.2-1.3 against 1.2-1.3). At 1 KiB streaming gained nothing (broadcast 1.2 / 1.1 us, reduce_scatter
+#: 1.0 / 1.5 where the cores share no cache)
+SLOT_STREAM_MIN_BYTES = 4 << 10
 _SLOT_STREAM_MODES = {"0": 0, "never": 0, "1": 1, "always": 1, "auto": 2, "": 2}
 
 
 def slot_stream() -> tuple[int, int]:
     """(bytes, mode) for the compiled core's copies into a rank's own slot (runtime/_hotcore.c ``slot_lead``):
-    a call shape whose copy is at least ``bytes`` (INTERLINK_SLOT_STREAM_MIN_BYTES, default 16 KiB) makes it
+    a call shape whose copy is at least ``bytes`` (INTERLINK_SLOT_STREAM_MIN_BYTES, default 4 KiB) makes it
     with streaming stores never (mode 0, INTERLINK_SLOT_STREAM=0), always (1, INTERLINK_SLOT_STREAM=1) or as
     measured (2, the default, ``auto``): the host's first rank times each shape's calls with each copy, the
     others follow its choice, and the other copy is tried again every 100 x (cost ratio, at most 4)^2 calls
