@@ -66,7 +66,7 @@ def _call(src: str, collective: str, nbytes: int, ranks: int, gloo: Any) -> Any:
     n -= n % ranks
     if src == "api":
         if collective == "all_reduce":
-            a = np.ones(n, np.float32)
+            a = np.zeros(n, np.float32)
             return lambda: interlink.all_reduce(a) or _DONE
         if collective == "all_gather":
             o, i = np.empty(n, np.float32), np.ones(n // ranks, np.float32)
@@ -74,8 +74,8 @@ def _call(src: str, collective: str, nbytes: int, ranks: int, gloo: Any) -> Any:
         o, i = np.empty(n // ranks, np.float32), np.ones(n, np.float32)
         return lambda: interlink.reduce_scatter_tensor(o, i) or _DONE
     g = gloo if src == "gloo" else None
-    if collective == "all_reduce":
-        t = torch.ones(n)
+    if collective == "all_reduce":  # zeros: repeated in place, ones would grow to inf (numpy's overflow warning)
+        t = torch.zeros(n)
         return lambda: dist.all_reduce(t, group=g, async_op=True)
     if collective == "all_gather":
         o, i = torch.empty(n), torch.ones(n // ranks)
