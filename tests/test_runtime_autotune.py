@@ -479,3 +479,29 @@ def test_a_reprobe_keeps_the_choice_within_its_margin() -> None:
     assert rechoose([[100, 100], []], 1) == 1
     # the measured case: the slots' (path 0's) block with two slow calls still beats peer_buffers
     assert rechoose([[380, 380, 377, 295, 298, 487], [257, 895, 214, 291, 73, 287]], 1) == 0
+
+
+def _reprobe_of(rank: int, world: int, values: list) -> int:
+    import os
+
+    os.environ["INTERLINK_AUTOTUNE_REPROBE"] = values[rank]
+    import interlink as dist
+
+    g = dist.init(timeout=60)
+    got = g._fast.reprobe if g._fast is not None else -1
+    dist.destroy()
+    return got
+
+
+@pytest.mark.parametrize("values,want", [(["64", "64", "64"], 64), (["100", "64", "127"], 64), (["0", "128", "128"], 0),
+                                         (["4", "8", "8"], 0)])
+def test_the_reprobe_interval_is_the_same_on_every_rank(values: list, want: int) -> None:
+    """The interval is a power of two (rounded down) agreed through the host page at init: every rank takes
+    the same, whatever each was given (the AND of the exponents: ranks set alike get their value; 0 on any
+    rank, or exponents that share no bit, mean never)."""
+    import interlink.transport.cma as cma
+
+    got = run_ranks(3, _reprobe_of, values, env=ENV, timeout=120)
+    assert len(set(got)) == 1, got
+    if cma.available:  # the host page's paths (without cross-memory attach the band is off, the value still agreed)
+        assert got[0] == want, got
