@@ -584,9 +584,12 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
     case BC:
         if (!s->sends) memcpy(a->buf, c->base + P[0], (size_t)(s->count * s->itemsize));
         break;
-    case AG: /* every peer's block out of its slot (this rank's own: copied from its input above) */
-        for (int k = 0; k < s->nparts; k++)
-            if (k != c->me) memcpy((char *)o->buf + (Py_ssize_t)k * s->rowbytes, c->base + P[k], (size_t)s->rowbytes);
+    case AG: /* every peer's block out of its slot (this rank's own: copied from its input above), from the next
+              * rank on (me+1, me+2, ...): in rank order every rank read the same lines first, rank 0's slot */
+        for (int d = 1; d < s->nparts; d++) {
+            int k = (c->me + d) % s->nparts;
+            memcpy((char *)o->buf + (Py_ssize_t)k * s->rowbytes, c->base + P[k], (size_t)s->rowbytes);
+        }
         break;
     case A2A: /* block j of the output: block `me` of rank j's slot (this rank's own: copied from its input above) */
         for (int k = 0; k < s->nparts; k++)
