@@ -96,7 +96,8 @@ typedef struct {
     int kind, op, dtype, sends, avg, npos, nparts, depth;
     unsigned long long lid; /* the Small's number (Core.last) */
     int rootk;           /* a broadcast: the root's index among the peers (-1: this rank is the root) */
-    Py_ssize_t count, itemsize, nbytes, rowbytes;
+    Py_ssize_t count, itemsize, nbytes;
+    Py_ssize_t rowbytes; /* a rank's block: all_gather's input, all_to_all's and reduce_scatter's 1/n of it */
     unsigned long long crc;
     unsigned char head[SIG_BYTES];
     Py_ssize_t *mine;    /* [npos] byte offset of this rank's payload */
@@ -375,8 +376,8 @@ static void slot_copy(int streamed, char *dst, const char *src, size_t n) {
 static int slot_eligible(Core *c, Shape *s) {
     if (c->slot_stream_mode == 0 || c->slot_stream_min <= 0 || c->n < 2) return 0;
     /* the bytes a rank copies into its slot (a broadcast: its root's payload, the same on every rank) */
-    Py_ssize_t bytes = s->kind == A2A ? s->rowbytes * (c->n - 1) : s->kind == BC ? s->count * s->itemsize
-                       : s->kind == RS ? (s->count / c->n) * s->itemsize * (c->n - 1) : s->nbytes;
+    Py_ssize_t bytes = s->kind == A2A || s->kind == RS ? s->rowbytes * (c->n - 1)
+                       : s->kind == BC ? s->count * s->itemsize : s->nbytes;
     return bytes >= c->slot_stream_min;
 }
 
@@ -510,14 +511,10 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
     if (!places_free(c, s->lid, s->depth, s->sends, f)) return 1;
     *fo = f;
     *po = pos;
-    if (s->kind == A2A) { /* the peers' blocks into this rank's slot (its own block it copies out directly) */
-        for (int j = 0; j < c->n; j++)
-            if (j != c->me)
-                slot_copy(streamed, c->base + s->mine[pos] + (Py_ssize_t)j * s->rowbytes,
-                          (char *)a->buf + (Py_ssize_t)j * s->rowbytes, (size_t)s->rowbytes);
-    } else if (s->kind == RS && c->n > 1) { /* the peers' blocks (this rank's own it reduces from its input) */
-        size_t lo = (size_t)((s->count / c->n) * s->itemsize) * (size_t)c->me;
-        size_t hi = lo + (size_t)((s->count / c->n) * s->itemsize);
+    if (s->kind == A2A || s->kind == RS) {
+        /* every block but this rank's own into its slot, in place (the blocks before it, the blocks after it):
+         * its own an all_to_all copies out directly, a reduce_scatter reduces from its input */
+        size_t lo = (size_t)(s->rowbytes * c->me), hi = lo + (size_t)s->rowbytes;
         if (lo) slot_copy(streamed, c->base + s->mine[pos], a->buf, lo);
         if (hi < (size_t)s->nbytes)
             slot_copy(streamed, c->base + s->mine[pos] + hi, (char *)a->buf + hi, (size_t)s->nbytes - hi);
@@ -578,8 +575,7 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
         reduce(c, s, P, (char *)a->buf, s->count, NULL);
         break;
     case RS: /* its own block from its input (the output never overlaps it here: take_bufs) */
-        reduce(c, s, P, (char *)o->buf, s->count / c->n,
-               c->n > 1 ? (char *)a->buf + (s->count / c->n) * s->itemsize * c->me : NULL);
+        reduce(c, s, P, (char *)o->buf, s->count / c->n, (char *)a->buf + s->rowbytes * c->me);
         break;
     case BC:
         if (!s->sends) memcpy(a->buf, c->base + P[0], (size_t)(s->count * s->itemsize));
@@ -1008,7 +1004,8 @@ static int Shape_init(Shape *s, PyObject *args, PyObject *kw) {
     /* compact [npos][nparts] */
     for (Py_ssize_t p = 1; p < npos; p++)
         memmove(s->parts + p * s->nparts, s->parts + p * MAXR, (size_t)s->nparts * sizeof(Py_ssize_t));
-    s->rowbytes = s->kind == A2A ? (s->count / (s->nparts > 0 ? s->nparts : 1)) * s->itemsize : s->count * s->itemsize;
+    s->rowbytes = s->kind == A2A || s->kind == RS ? (s->count / (s->nparts > 0 ? s->nparts : 1)) * s->itemsize
+                                                  : s->count * s->itemsize;
     return 0;
 }
 

@@ -60,13 +60,9 @@ class OneShot:
                 if r[0] >= 0:  # the core stopped at a wait: the rest here
                     return self._program(sc, a, out, f, pos, seq, timeout, resume=r)
             return self._program(sc, a, out, f, pos, seq, timeout)
-        if sc.kind == A2A:  # the peers' blocks into this rank's slot (its own block it copies out directly)
-            mine = sc.mine[pos]
-            a2 = a.reshape(mine.shape)
-            for j in self.peers:
-                mine[j] = a2[j]
-        elif sc.kind == RS and self.n > 1 and out is not None and not np.may_share_memory(a, out):
-            # the peers' blocks (this rank's own it reduces from its input: _rs_parts)
+        if sc.kind == A2A or (sc.kind == RS and not np.may_share_memory(a, out)):
+            # every block but this rank's own into its slot, in place (the blocks before it, the blocks after it):
+            # its own an all_to_all copies out directly, a reduce_scatter reduces from its input (_rs_parts)
             mine, flat, lo, hi = sc.mine[pos].reshape(-1), a.reshape(-1), self.me * sc.block, (self.me + 1) * sc.block
             if lo:
                 mine[:lo] = flat[:lo]
@@ -137,7 +133,7 @@ class OneShot:
             o2 = out.reshape(col.shape)
             for j in self.peers:
                 o2[j] = col[j]
-            o2[self.me] = a2[self.me]  # (a2: this call's input by blocks, from the slot write above)
+            o2[self.me] = a.reshape(col.shape)[self.me]
         if self.pend:  # a root's earlier calls of this run: checked before its done word passes them
             self._settle(time.monotonic() + timeout)
         W[self.done_w] = f
@@ -300,7 +296,7 @@ class OneShot:
         reads its own block from the slot, which then holds the whole input: the reduction writes the output
         before it reads the later parts."""
         parts = sc.parts[pos]
-        if self.n == 1 or np.may_share_memory(a, out):
+        if np.may_share_memory(a, out):
             return parts
         parts = list(parts)
         lo = self.me * sc.block
