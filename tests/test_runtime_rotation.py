@@ -82,17 +82,55 @@ def test_rotated_slots_against_numpy(nranks: int, once: str) -> None:
     # 16 KiB (the rotation's lower edge), the one-shot all_reduce's limit (32 KiB), the one-shot size of the others,
     # and the page programs above them (two_phase from 32 KiB)
     sizes = [16 << 10, 32 << 10, 48 << 10, 64 << 10, 200 << 10]
-    env = {"INTERLINK_SLOT_ROTATE": "1", "INTERLINK_FAST_REDUCE_ONCE": once, "INTERLINK_SLOT_ROTATION_BYTES": str(1 << 20)}
+    # (256 KiB a parity: the 40 calls of the 16 KiB shapes go round their 32 positions; the default cycle,
+    # 2 MiB, would give them 128 and the calls would never come back to a place)
+    env = {"INTERLINK_SLOT_ROTATE": "1", "INTERLINK_FAST_REDUCE_ONCE": once,
+           "INTERLINK_SLOT_ROTATION_BYTES": str(256 << 10)}
     res = run_ranks(nranks, _rotated, sizes, env=env, timeout=400)
     for checks, fails, _ in res:
         assert checks == 40 * 2 * len(sizes) * 5 and not fails, fails
     npos = res[0][2]
-    # the calls did rotate, each position at a place of its own: 16 KiB payloads through 16 places per
-    # parity (the cap; 1 MiB / 16 KiB = 64), the one-shot and the programs' paths alike
+    # the calls did rotate, each position at a place of its own: the smallest rotated payloads (16 KiB, on 5
+    # ranks 32 KiB) through 8-16 places per parity (256 KiB / 16 or 32 KiB), the one-shot and the programs'
+    # paths alike (the count of places: test_the_places_a_payload_rotates_through)
     assert all(places == n for n, places in npos.values()), npos
-    assert max(n for n, _ in npos.values()) == 32, npos
+    assert max(n for n, _ in npos.values()) == (16 if nranks == 5 else 32), npos
     for coll in ("all_reduce", "broadcast", "all_gather", "reduce_scatter"):
         assert any(n > 2 for k, (n, _) in npos.items() if k.startswith(coll + ":slots")), (coll, npos)
+
+
+def test_the_places_a_payload_rotates_through() -> None:
+    """FastPath._rotation's arithmetic: (places per parity, stride) cover about slot_rotation_bytes a parity
+    (both parities together twice that, past a reader's L2), at most MAX_ROTATION places (64: a 32 KiB payload
+    cycles through 4 MiB, where 16 places, 1 MiB, left its lines in the reader's L2), within ROTATION_BUDGET
+    for every rank's slots and within a slot; none below slot_rotation_min_bytes or with rotation off."""
+    from types import SimpleNamespace
+
+    from interlink.runtime.pageproto import MAX_ROTATION, ROTATION_BUDGET, PageProtocol
+
+    def rot(nbytes: int, n: int = 2, rot_bytes: int = 2 << 20, rot_min: int = 16 << 10, slot: int = 4 << 20):
+        fp = SimpleNamespace(rot_bytes=rot_bytes, rot_min=rot_min, n=n, page=SimpleNamespace(fast_max=slot))
+        return PageProtocol._rotation(fp, nbytes)
+
+    assert MAX_ROTATION == 64
+    assert rot(16 << 10) == (64, 16 << 10)  # 2 MiB / 16 KiB = 128, the cap
+    assert rot(32 << 10) == (64, 32 << 10)
+    assert rot(48 << 10) == (43, 48 << 10)  # ceil(2 MiB / 48 KiB)
+    assert rot(64 << 10) == (32, 64 << 10)
+    assert rot((64 << 10) + 1) == (31, 68 << 10)  # page-aligned places: ceil(2 MiB / 68 KiB)
+    assert rot(256 << 10) == (8, 256 << 10)
+    assert rot(1 << 20) == (2, 1 << 20)
+    assert rot(4 << 20) == (1, 4 << 20)  # a slot holds one
+    assert rot((16 << 10) - 1) == (1, 0) and rot(64 << 10, rot_bytes=0) == (1, 0)
+    # every rank's slots, both parities, every place within the budget (8 ranks: 32 MiB / (2 x 8 x 64 KiB) = 32)
+    assert rot(64 << 10, n=8) == (32, 64 << 10)
+    assert rot(128 << 10, n=8) == (16, 128 << 10)
+    assert rot(256 << 10, n=64) == (1, 256 << 10)
+    for n in (2, 3, 8, 64):
+        for kib in (16, 20, 32, 64, 100, 512, 2048):
+            places, stride = rot(kib << 10, n=n)
+            assert 1 <= places <= MAX_ROTATION and places * stride <= 4 << 20
+            assert places == 1 or 2 * n * places * stride <= ROTATION_BUDGET
 
 
 def _misplaced(rank: int, world: int) -> str:

@@ -56,8 +56,10 @@ def _crc(sig: bytes) -> int:
 # the calls of the hot path
 AR, BC, AG, RS, BAR, A2A = range(6)
 NAMES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "all_to_all")
-#: most places per parity a call shape's payload rotates through in the slots (FastPath._rotation)
-MAX_ROTATION = 16
+#: most places per parity a call shape's payload rotates through in the slots (FastPath._rotation): 64, so that
+#: a 16-32 KiB payload cycles through 2-4 MiB (both parities), past a reader's L2 (16 places, 0.5-1 MiB, left
+#: 2-rank 32-64 KiB calls 12-60% slower where the cores share a cache: benchmarks/RESULTS.md, "The slots' rotation")
+MAX_ROTATION = 64
 #: most bytes of the host page that the rotation cycles through, all ranks' slots together
 ROTATION_BUDGET = 32 << 20
 

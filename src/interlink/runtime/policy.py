@@ -225,7 +225,7 @@ def ar_direct_min_bytes() -> int:
 
 def host_page_populate() -> bool:
     """Map the host page with every page present at init (INTERLINK_SHM_POPULATE, 1; 0: as the slots are
-    first touched). Each of the up to 16 places a call shape's payload rotates through was faulted in, in
+    first touched). Each of the up to 64 places a call shape's payload rotates through was faulted in, in
     every rank, on its first use: 2 ranks, all_reduce of 16 KiB, calls 2-32 took 2.1x the steady state's
     time, 1.2-1.6x with the page present (64 KiB: 2.1-3.4x against 1.0-1.2x; measured on the
     project's 2-core VM). It commits the page's memory at init: 2 x (local ranks + 1) slots of INTERLINK_SHM_DIRECT_MAX_BYTES
