@@ -16,7 +16,8 @@ COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "all_t
 def _former(coll: str, nbytes: int, n: int, lim: HostLimits, cma: bool, once: bool, direct):
     """The rules runtime/fastpath.py held before the choice moved into hostpath (FastPath.__init__, takes,
     _limit, small), written out as they were, and one rule since (the one-shot all_reduce up to
-    all_reduce_oneshot_max where it is not reduced once, two_phase above): the oracle host_path must agree with."""
+    all_reduce_oneshot_max where it is not reduced once, on 2 ranks all_reduce_oneshot_max_2, two_phase above): the
+    oracle host_path must agree with."""
     slot = lim.slot_bytes
     mx = min(slot, lim.oneshot_max)
     direct_max = slot if n >= 3 else max(mx, min(slot, lim.peer_buffers_all_reduce_min))
@@ -38,6 +39,8 @@ def _former(coll: str, nbytes: int, n: int, lim: HostLimits, cma: bool, once: bo
     big = nbytes > mx
     if coll == "all_reduce" and not (once and n > 1):  # since: the one-shot all_reduce up to its own limit
         big = nbytes > min(mx, lim.all_reduce_oneshot_max)
+        if n == 2:  # and since: on 2 ranks up to all_reduce_oneshot_max_2
+            big = nbytes > min(mx, lim.all_reduce_oneshot_max, lim.all_reduce_oneshot_max_2)
     two_phase = big and coll == "all_reduce" and nbytes <= direct_max
     if direct is None:
         direct = big and not two_phase and (coll == "all_reduce" or nbytes > limit)

@@ -502,10 +502,11 @@ def test_fit_recovers_the_host_page_rates_from_the_schedules_steps() -> None:
     samples = []
     for p in (2, 3, 4):
         topo = cpu_topology(p, cores=2)
-        cases = [("slots", n) for n in (8, 1024, 16384, 32768)] + \
+        # the one-shot all_reduce up to host.fast.all_reduce_max_bytes (32 KiB), on 2 ranks ..._max_bytes_2 (8 KiB)
+        cases = [("slots", n) for n in ((8, 1024, 4096, 8192) if p == 2 else (8, 1024, 16384, 32768))] + \
             [("peer_buffers", n) for n in (8 << 20, 16 << 20, 64 << 20)]
-        # above the one-shot all_reduce (host.fast.all_reduce_max_bytes, 32 KiB); on 2 ranks to peer_buffers's 2 MiB
-        cases += [("two_phase", n) for n in (65536, 512 << 10, 1 << 20) + ((4 << 20,) if p >= 3 else ())]
+        # above the one-shot all_reduce; on 2 ranks to peer_buffers's 2 MiB
+        cases += [("two_phase", n) for n in (65536, 512 << 10, 1 << 20) + ((4 << 20,) if p >= 3 else (16384,))]
         for algo, n in cases:
             t = predict("all_reduce", n, topo, algorithm=algo, params=params).time_us
             samples.append(Sample("shm", p, "all_reduce", algo, n, n // 4, t * 1e-6))

@@ -95,8 +95,9 @@ def test_rotated_slots_against_numpy(nranks: int, once: str) -> None:
     # paths alike (the count of places: test_the_places_a_payload_rotates_through)
     assert all(places == n for n, places in npos.values()), npos
     assert max(n for n, _ in npos.values()) == (16 if nranks == 5 else 32), npos
-    for coll in ("all_reduce", "broadcast", "all_gather", "reduce_scatter"):
-        assert any(n > 2 for k, (n, _) in npos.items() if k.startswith(coll + ":slots")), (coll, npos)
+    for coll in ("all_reduce", "broadcast", "all_gather", "reduce_scatter"):  # (2 ranks: all_reduce two_phase)
+        assert any(n > 2 for k, (n, _) in npos.items()
+                   if k.startswith(coll + ":slots") or k.startswith(coll + ":two_phase")), (coll, npos)
 
 
 def test_the_places_a_payload_rotates_through() -> None:

@@ -60,6 +60,9 @@ LIMITS: dict[str, Limit] = {
     "all_reduce_oneshot_max": Limit("INTERLINK_SHM_AR_ONESHOT_MAX_BYTES", 32 * KiB, "host.fast.all_reduce_max_bytes",
                                     "largest all_reduce of the one-shot slots path where every rank has a core (at "
                                     "most oneshot_max); above it two_phase"),
+    "all_reduce_oneshot_max_2": Limit(
+        "INTERLINK_SHM_AR_ONESHOT_MAX_BYTES_2", 8 * KiB, "host.fast.all_reduce_max_bytes_2",
+        "on 2 ranks the one-shot all_reduce's largest input (at most all_reduce_oneshot_max); above it two_phase"),
     "inline_max": Limit("INTERLINK_FAST_INLINE_MAX_BYTES", 2 * MiB, None,
                         "largest broadcast, all_gather, reduce_scatter or all_to_all the inlined executor runs "
                         "through the slots (never below oneshot_max); above it the same Schedule runs step by step"),
@@ -96,6 +99,7 @@ class HostLimits:
 
     oneshot_max: int = LIMITS["oneshot_max"].default
     all_reduce_oneshot_max: int = LIMITS["all_reduce_oneshot_max"].default
+    all_reduce_oneshot_max_2: int = LIMITS["all_reduce_oneshot_max_2"].default
     inline_max: int = LIMITS["inline_max"].default
     slot_bytes: int = LIMITS["slot_bytes"].default
     peer_buffers_all_reduce_min: int = LIMITS["peer_buffers_all_reduce_min"].default
@@ -128,6 +132,7 @@ class HostLimits:
         return cls(
             oneshot_max=oneshot,
             all_reduce_oneshot_max=get("all_reduce_oneshot_max", LIMITS["all_reduce_oneshot_max"].default),
+            all_reduce_oneshot_max_2=get("all_reduce_oneshot_max_2", LIMITS["all_reduce_oneshot_max_2"].default),
             inline_max=max(oneshot, get("inline_max", LIMITS["inline_max"].default)),
             slot_bytes=slot,
             peer_buffers_all_reduce_min=get("peer_buffers_all_reduce_min",
@@ -161,11 +166,16 @@ class HostLimits:
         """The one-shot path's largest input (at most the slot)."""
         return min(self.slot_bytes, self.oneshot_max)
 
-    def all_reduce_oneshot(self, reduce_once: bool = False) -> int:
-        """The one-shot all_reduce's largest input: on a host with more than two ranks a core (reduced once,
-        slots_once) the one-shot limit; else at most all_reduce_oneshot_max (above it two_phase, whose ranks
-        each reduce 1/p of the payload)."""
-        return self.oneshot() if reduce_once else min(self.oneshot(), self.all_reduce_oneshot_max)
+    def all_reduce_oneshot(self, p: int, reduce_once: bool = False) -> int:
+        """The one-shot all_reduce's largest input on p local ranks: on a host with more than two ranks a core
+        (reduced once, slots_once) the one-shot limit; else at most all_reduce_oneshot_max, on 2 ranks at most
+        all_reduce_oneshot_max_2 (above it two_phase, whose ranks each reduce 1/p of the payload and read half
+        as much of it across cores at a time: 2 ranks, 16-32 KiB, 0.62-0.99 of the one-shot path's time,
+        benchmarks/RESULTS.md, "The one-shot all_reduce on 2 ranks")."""
+        if reduce_once:
+            return self.oneshot()
+        top = min(self.oneshot(), self.all_reduce_oneshot_max)
+        return min(top, self.all_reduce_oneshot_max_2) if p == 2 else top
 
     def inline(self) -> int:
         """The inlined executor's largest broadcast, all_gather, reduce_scatter or all_to_all input."""
@@ -241,7 +251,7 @@ def page_path(collective: str, nbytes: int, p: int, limits: HostLimits, *, cma: 
         return SLOTS
     big = nbytes > limits.oneshot()
     if collective == "all_reduce":
-        big = nbytes > limits.all_reduce_oneshot(reduce_once and p > 1)
+        big = nbytes > limits.all_reduce_oneshot(p, reduce_once and p > 1)
     two_phase = big and collective == "all_reduce" and nbytes <= limits.two_phase_max(p)
     if direct is None:
         direct = big and not two_phase and (collective == "all_reduce" or nbytes > limits.slots_limit(collective, p, cma))

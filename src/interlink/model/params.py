@@ -226,6 +226,9 @@ def _defaults() -> list[Param]:
         _p("host.fast.all_reduce_max_bytes", 32768.0, "B",
            "algorithms.hostpath LIMITS all_reduce_oneshot_max: the one-shot all_reduce up to this where every rank "
            "has a core, two_phase above"),
+        _p("host.fast.all_reduce_max_bytes_2", 8192.0, "B",
+           "algorithms.hostpath LIMITS all_reduce_oneshot_max_2: on 2 ranks the one-shot all_reduce up to this, "
+           "two_phase above"),
         _p("host.fast2.min_ranks", 2.0, "ranks",
            "interlink.runtime.fastpath: two-phase all_reduce from 2 ranks (on 2 ranks up to host.fastd.min_bytes)"),
         _p("host.fast2.max_bytes", 4.0 * 2**20, "B",

@@ -171,7 +171,7 @@ class FastPath(PageProtocol, Autotune, OneShot, PageProgram):
     def thresholds(self) -> dict[str, int]:
         """The sizes (bytes of a call's input) at which this host's choice of path changes: what `takes`
         and `small` read. The differential tests draw sizes on both sides of each."""
-        return {"oneshot.max": self.max, "all_reduce.oneshot.max": self.limits.all_reduce_oneshot(self.once),
+        return {"oneshot.max": self.max, "all_reduce.oneshot.max": self.limits.all_reduce_oneshot(self.n, self.once),
                 "inline.max": self.inline_max, "two_phase.max": self.direct_max,
                 "slots.max": self.move_max,
                 "slots.max.all_gather": self.move_max_ag,
