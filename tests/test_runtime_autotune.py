@@ -164,6 +164,81 @@ def test_the_choice_is_the_lower_mean_of_block_medians() -> None:
     assert choose(blocks(50, 40) + [[], []]) == 1  # one block each: still compared
 
 
+def test_a_split_path_costs_its_better_copy() -> None:
+    """A path whose two blocks ran its two copies into the slot (plain, streaming) costs its better block: the
+    slots with plain copies where the cores share no cache (250 us) and streaming ones (55) against
+    peer_buffers's 70 take the slots, where the mean (152) would not; unsplit, the mean as before."""
+    from interlink.runtime.fastpath import choose
+
+    def blocks(*meds):
+        return [[m * 0.99, m, m * 1.01, m] for m in meds]
+
+    assert choose(blocks(70, 250, 70, 55)) == 0
+    assert choose(blocks(70, 250, 70, 55), split=(1,)) == 1
+    assert choose(blocks(250, 70, 55, 70), split=(0,)) == 0
+    assert choose(blocks(60, 65, 60, 65), split=(0, 1)) == 0
+    assert choose(blocks(80, 55, 60, 70), split=(0, 1)) == 1
+    assert choose([[], [], [], []], split=(1,)) == 0
+
+
+def _copies_suite(rank: int, world: int) -> dict:
+    """A 2-rank all_gather in the band (the slots through the compiled core, a page program of ENV's sizes, whose
+    copies into the slot rank 0 measures) for 60 calls, every result against numpy; rank 0's Shape of the slots path: its copies during
+    the probe, its forced copy after it, its measurement's state."""
+    import interlink as dist
+
+    g = dist.init(timeout=60)
+    fp = g._fast
+    n = 3000  # 12 KB of input: in the band (4 KiB, 16 KiB] of ENV; the slot copy measured from 4 KiB
+    fails, seen = [], []
+    for step in range(60):
+        x = (np.arange(n, dtype=np.float32) * (rank + 3) + step) % 1021
+        out = np.empty(n * world, np.float32)
+        dist.all_gather_into_tensor(out, x)
+        want = np.concatenate([(np.arange(n, dtype=np.float32) * (r + 3) + step) % 1021 for r in range(world)])
+        if not np.array_equal(out, want):
+            fails.append(step)
+        sc = next(v for v in fp.shapes.values() if v and v.tune is not None)
+        lead = fp._lead(sc.tune.alts[1]) if rank == 0 else None
+        seen.append(None if lead is None else (lead.force, lead.streamed, lead.ncalls))
+    sc = next(v for v in fp.shapes.values() if v and v.tune is not None)
+    leads = [fp._lead(a) is not None for a in sc.tune.alts]
+    out = {"fails": fails, "seen": seen, "leads": leads, "choice": sc.tune.state.choice,
+           "cost": [(lead.cost_plain, lead.cost_streamed) for lead in map(fp._lead, sc.tune.alts) if lead is not None]}
+    dist.destroy()
+    return out
+
+
+@pytest.mark.skipif(not __import__("interlink.runtime.ccore", fromlist=["built"]).built(),
+                    reason="the compiled core is not built here")
+def test_the_slots_path_is_measured_with_both_its_copies() -> None:
+    """While the paths are measured, the slots path's first block makes plain copies into the slot and its
+    second streaming ones (rank 0 forces them: Prog.force 1, then 2, its own measurement not counting them);
+    after the probe the copy measurement starts from the two blocks' medians (Prog.seed: past its first
+    blocks, nothing forced), and every result is right on every rank."""
+    from interlink.runtime.autotune import PROBE_BLOCK, PROBE_CALLS, PROBE_WARM
+
+    env = dict(ENV, INTERLINK_SLOT_STREAM="auto", INTERLINK_SLOT_STREAM_MIN_BYTES="4096", INTERLINK_NO_CCORE="0")
+    res = run_ranks(2, _copies_suite, env=env, timeout=120)
+    for r in res:
+        assert not r["fails"], r
+    r0 = res[0]
+    assert r0["leads"] == [False, True], r0  # peer_buffers (the rule's above 4 KiB) has no slot; the slots do
+    seen = r0["seen"]
+    # calls PROBE_WARM + PROBE_BLOCK .. + 2 PROBE_BLOCK - 1: the slots' first block, plain (force 1), nothing
+    # streamed; its second block (calls from PROBE_WARM + 3 PROBE_BLOCK) streams every call (force 2)
+    first = PROBE_WARM + PROBE_BLOCK
+    assert all(seen[k][0] == 1 and seen[k][1] == 0 for k in range(first, first + PROBE_BLOCK)), seen[:PROBE_CALLS]
+    second = PROBE_WARM + 3 * PROBE_BLOCK
+    assert all(seen[k][0] == 2 for k in range(second, PROBE_CALLS)), seen[:PROBE_CALLS]
+    assert seen[PROBE_CALLS - 1][1] >= PROBE_CALLS - second, seen[:PROBE_CALLS]
+    # the measurement counted none of those calls, then was seeded: nothing forced, past its first blocks
+    assert seen[PROBE_CALLS - 1][2] == 0, seen[:PROBE_CALLS]
+    assert all(v[0] == 0 and v[2] >= 32 for v in seen[PROBE_CALLS:]), seen[PROBE_CALLS:]
+    plain, streamed = r0["cost"][0]
+    assert plain > 0 and streamed > 0, r0
+
+
 def test_a_choice_overwritten_in_the_table_means_the_limits_path_on_every_rank() -> None:
     """One table entry for every shape: all probes end in the same step, each shape's first rank writes its
     choice over the last one's, and only the last shape finds its own key when the next call reads it;

@@ -89,6 +89,8 @@ typedef struct {
     unsigned int ncalls, left, since, bn, streamed;
     int block;           /* the copy of the block being timed (-1: none) */
     int follow;          /* another rank's: the copy the leader made in the last call of this shape */
+    int force;           /* the leader's: 1 plain, 2 streaming copies on every call, untimed (runtime/autotune.py
+                          * measures a path's two copies while it measures the path); 0 measured (slot_lead) */
 } Lead;
 
 typedef struct {
@@ -450,6 +452,25 @@ static void lead_time(Lead *s, int arm, double dt) {
 static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo,
                         int *po);
 
+/* the leader's measurement taken as done with these costs (ns, plain and streaming copies: a path probe's blocks
+ * of each, runtime/autotune.py): the next calls take the cheaper copy, and its blocks of the other copy go on
+ * as after slot_lead's first blocks; the forced copy ends */
+static PyObject *lead_seed(Lead *s, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "seed(cost_plain_ns, cost_streamed_ns)"); return NULL; }
+    double c0 = PyFloat_AsDouble(args[0]), c1 = PyFloat_AsDouble(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    if (!(c0 > 0) || !(c1 > 0)) { PyErr_SetString(PyExc_ValueError, "costs must be positive"); return NULL; }
+    s->cost[0] = c0;
+    s->cost[1] = c1;
+    if (s->ncalls < SLOT_WARM + SLOT_BLOCK * SLOT_BLOCKS) s->ncalls = SLOT_WARM + SLOT_BLOCK * SLOT_BLOCKS;
+    s->block = -1;
+    s->left = 0;
+    s->bn = 0;
+    s->since = 0;
+    s->force = 0;
+    Py_RETURN_NONE;
+}
+
 /* One call of shape s with its buffers: 0 done; 1 nothing done (the slot is not free yet); 2 published, the
  * peers' headers not all there or not matching (*fo, *po: the call and its position). The copy into the slot
  * as slot_lead has it (its leader timing the call), then run_call_arm. */
@@ -457,7 +478,7 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     if (!slot_eligible(c, s)) return run_call_arm(c, s, 0, seq, a, o, fo, po);
     int timed = 0, arm;
     if (c->slot_stream_mode == 1) arm = 1;
-    else if (slot_leader(c, s)) arm = slot_lead(&s->lead, &timed);
+    else if (slot_leader(c, s)) arm = s->lead.force ? s->lead.force - 1 : slot_lead(&s->lead, &timed);
     else if (s->kind == BC && s->sends) {
         /* a root: the copy its leader chose in the latest call of this shape the leader has published (the
          * root runs ahead of its readers: up to HDR calls); the leader is peer 0 of the root (rank 1 where
@@ -770,7 +791,7 @@ static int prog_run(Core *c, Prog *p, Py_buffer *a, Py_buffer *o, uint64_t f, in
     struct timespec t0, t1;
     if (p->measured && c->slot_stream_mode && c->slot_stream_min > 0 && c->n > 1 && p->slot_bytes >= c->slot_stream_min) {
         if (c->slot_stream_mode == 1) p->arm = 1;
-        else if (me == 0) p->arm = slot_lead(&p->lead, &timed);
+        else if (me == 0) p->arm = p->lead.force ? p->lead.force - 1 : slot_lead(&p->lead, &timed);
         else p->arm = p->lead.follow;
     } else p->arm = p->stream_slot;
     if (timed) clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -929,7 +950,26 @@ static void Core_dealloc(Core *c) {
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
+static PyTypeObject ShapeType, ProgType;
+
+/* Core.leads(obj): whether rank 0 measures the copies into the slot of this Shape or Prog (slot_lead; not a
+ * broadcast's, whose leader is its first reader) */
+static PyObject *core_leads(Core *c, PyObject *o) {
+    if (c->slot_stream_mode != 2) Py_RETURN_FALSE;
+    if (PyObject_TypeCheck(o, &ShapeType)) {
+        Shape *s = (Shape *)o;
+        return PyBool_FromLong(s->kind != BC && slot_eligible(c, s));
+    }
+    if (PyObject_TypeCheck(o, &ProgType)) {
+        Prog *p = (Prog *)o;
+        return PyBool_FromLong(p->measured && c->slot_stream_min > 0 && c->n > 1 && p->slot_bytes >= c->slot_stream_min);
+    }
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef Core_methods[] = {
+    {"leads", (PyCFunction)core_leads, METH_O,
+     "leads(shape_or_prog): whether rank 0 measures its copies into the slot (slot_lead)"},
     {"hot", (PyCFunction)(void (*)(void))core_hot, METH_FASTCALL,
      "hot(shape, a, out, seq): one call of a cached shape; None when done, else (code, f, pos): continue in Python"},
     {"prog", (PyCFunction)(void (*)(void))core_prog, METH_FASTCALL,
@@ -1023,14 +1063,24 @@ static PyMemberDef Shape_members[] = {
     {"ncalls", T_UINT, offsetof(Shape, lead.ncalls), READONLY,
      "calls of this shape its leader has decided (a call the core handed back and was asked again counts twice)"},
     {"streamed", T_UINT, offsetof(Shape, lead.streamed), READONLY, "calls of this shape whose copy into the slot streamed"},
+    {"force", T_INT, offsetof(Shape, lead.force), 0,
+     "the leader's copy into the slot on every call: 1 plain, 2 streaming, untimed; 0 measured"},
     {NULL, 0, 0, 0, NULL},
 };
+
+static PyObject *Shape_seed(Shape *s, PyObject *const *args, Py_ssize_t nargs) { return lead_seed(&s->lead, args, nargs); }
+
+static PyMethodDef Shape_methods[] = {
+    {"seed", (PyCFunction)(void (*)(void))Shape_seed, METH_FASTCALL,
+     "seed(cost_plain_ns, cost_streamed_ns): the leader's measurement of its copies into the slot taken as done"},
+    {NULL}};
 
 static PyTypeObject ShapeType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "interlink.runtime._hotcore.Shape",
     .tp_basicsize = sizeof(Shape),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_members = Shape_members,
+    .tp_methods = Shape_methods,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Shape_init,
     .tp_dealloc = (destructor)Shape_dealloc,
@@ -1108,14 +1158,24 @@ static PyMemberDef Prog_members[] = {
     {"cost_streamed", T_DOUBLE, offsetof(Prog, lead.cost) + sizeof(double), READONLY, "the same with streaming stores"},
     {"ncalls", T_UINT, offsetof(Prog, lead.ncalls), READONLY, "calls whose copy rank 0 decided"},
     {"streamed", T_UINT, offsetof(Prog, lead.streamed), READONLY, "calls whose copies into the slot streamed"},
+    {"force", T_INT, offsetof(Prog, lead.force), 0,
+     "rank 0's copies into the slot on every call: 1 plain, 2 streaming, untimed; 0 measured"},
     {NULL, 0, 0, 0, NULL},
 };
+
+static PyObject *Prog_seed(Prog *p, PyObject *const *args, Py_ssize_t nargs) { return lead_seed(&p->lead, args, nargs); }
+
+static PyMethodDef Prog_methods[] = {
+    {"seed", (PyCFunction)(void (*)(void))Prog_seed, METH_FASTCALL,
+     "seed(cost_plain_ns, cost_streamed_ns): rank 0's measurement of its copies into the slot taken as done"},
+    {NULL}};
 
 static PyTypeObject ProgType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "interlink.runtime._hotcore.Prog",
     .tp_basicsize = sizeof(Prog),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_members = Prog_members,
+    .tp_methods = Prog_methods,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Prog_init,
     .tp_dealloc = (destructor)Prog_dealloc,

@@ -7,7 +7,7 @@ rank times them, publishes the faster in the host page's choice table, and every
 from __future__ import annotations
 
 import zlib
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -36,9 +36,11 @@ def probe_path(i: int) -> int:
     return 0 if i < PROBE_WARM else ((i - PROBE_WARM) // PROBE_BLOCK) & 1
 
 
-def choose(blocks: list) -> int:
+def choose(blocks: list, split: tuple = ()) -> int:
     """The path whose block medians (the median of each block's timed calls) average lower; 0 (the limits')
-    on a tie or without timings. Medians per block: a burst of noise moves one block's median, not every
+    on a tie or without timings. A path in ``split`` ran its two blocks with its two copies into the slot
+    (plain, then streaming: Autotune._force_copies): its cost is its better block's median, the copy its
+    measurement of the copies then keeps (Autotune._seed). Medians per block: a burst of noise moves one block's median, not every
     call's weight. Their mean, not their best: the best of two blocks favours the noisier path (4 ranks,
     broadcast of 16 MiB in compare.py's warm-up: peer_buffers's blocks 2413 and 3171 us, slots_pipelined's 2452 and 2777;
     the best block kept peer_buffers, 3184 us a call once timed against slots_pipelined's 2478-2551; benchmarks/RESULTS.md). A path's first block can still be warming up (2 ranks, 1 MiB of all_gather output: the
@@ -49,7 +51,8 @@ def choose(blocks: list) -> int:
             meds[b & 1].append(float(np.median(ts)))
     if not meds[0] or not meds[1]:
         return 0
-    return 1 if sum(meds[1]) / len(meds[1]) < sum(meds[0]) / len(meds[0]) else 0
+    cost = [min(m) if p in split else sum(m) / len(m) for p, m in enumerate(meds)]
+    return 1 if cost[1] < cost[0] else 0
 
 
 def rechoose(blocks: list, current: int) -> int:
@@ -143,10 +146,14 @@ class Autotune:
         if st.choice is None:
             if i < PROBE_CALLS:
                 if i == PROBE_CALLS - 1 and self.me == 0:
-                    self._publish_choice(st.key, choose(st.times))
+                    self._publish_choice(st.key, choose(st.times, self._split(tn)))
                 st.last = i
                 st.path = probe_path(i)
+                if self.me == 0 and i >= PROBE_WARM:
+                    self._force_copies(tn, i)
                 return tn.alts[st.path]
+            if self.me == 0:
+                self._seed(tn)
             return tn.alts[self._chosen(st, i)]
         if i < st.until:
             st.path = -1
@@ -161,6 +168,51 @@ class Autotune:
             st.path = st.choice if w < PROBE_BLOCK else 1 - st.choice
             return tn.alts[st.path]
         return tn.alts[self._chosen(st, i)]
+
+    # ---- a path's copies into the slot, measured with the path ----------------------------------------------
+    # A path through the slots whose copies into the slot rank 0 measures (plain against streaming stores,
+    # runtime/_hotcore.c slot_lead) would run its first measured calls on plain copies, where the cores share
+    # no cache four times the streaming ones' cost, and lose the path's measurement on a copy it does not keep
+    # (2 ranks, all_gather of 1 MiB: the slots' blocks 69-112 us against peer_buffers's 65-83, peer_buffers
+    # kept at 70 us a call, where the slots with streaming copies run in 58: benchmarks/RESULTS.md). So while
+    # the paths are measured, that path's first block makes plain copies and its second streaming ones; its
+    # cost is its better block, and its copy measurement starts from the two blocks' medians.
+
+    def _lead(self, alt: Small) -> Any:
+        """The compiled core's form of this path (Shape or Prog) where rank 0 measures its copies into the
+        slot; else None."""
+        core = self.core
+        if core is None:
+            return None
+        obj = alt.ccore if alt.ccore is not None else alt.cprog
+        return obj if obj is not None and core.leads(obj) else None
+
+    def _split(self, tn: Tune) -> tuple:
+        """The paths of a measured shape whose blocks ran with the two copies into the slot."""
+        return tuple(p for p in (0, 1) if self._lead(tn.alts[p]) is not None)
+
+    def _force_copies(self, tn: Tune, i: int) -> None:
+        """Probe call i on rank 0: the copy into the slot of its path's block (its first block plain, its
+        second streaming) where that path's copies are measured."""
+        b = (i - PROBE_WARM) // PROBE_BLOCK
+        lead = self._lead(tn.alts[b & 1])
+        if lead is not None:
+            lead.force = 1 if b < 2 else 2
+
+    def _seed(self, tn: Tune) -> None:
+        """After the paths' measurement, rank 0: each split path's copy measurement from its blocks'
+        medians (plain: its first block, streaming: its second); where a block has too few timings, its own
+        measurement from the start (slot_lead)."""
+        st = tn.state
+        for p in (0, 1):
+            lead = self._lead(tn.alts[p])
+            if lead is None:
+                continue
+            plain, streamed = st.times[p], st.times[p + 2]
+            if len(plain) > 1 and len(streamed) > 1:
+                lead.seed(float(np.median(plain)) * 1e9, float(np.median(streamed)) * 1e9)
+            else:
+                lead.force = 0
 
     def _chosen(self, st: TuneState, i: int) -> int:
         """Call i, the one after a window: every rank reads the first rank's choice; the next re-measurement
