@@ -507,27 +507,28 @@ def test_a_broadcast_larger_than_a_slot_measures_fastd_against_the_slot_in_chunk
 
 
 def test_a_measured_shape_is_measured_again_and_follows_the_faster_path() -> None:
-    """INTERLINK_AUTOTUNE_REPROBE=4: a chosen shape is measured again 4 calls after its choice (a block of
-    the chosen path, one of the other), then 8 after the next, 16 ...; the first rank's timings say the
-    other path (1) is faster for the first 60 calls of a shape and the limits' path (0) from then on. Every
+    """INTERLINK_AUTOTUNE_REPROBE=4: a chosen shape is measured again 4 calls after its choice (four blocks, the
+    other path's first, the chosen one's in turn), then 8 after the next, 16 ...; the first rank's timings say
+    the other path (1) is faster for the first 75 calls of a shape and the limits' path (0) from then on. Every
     rank takes the same path at every call whichever entry the call comes through (the compiled core counts
     the calls it takes, FastPath.pick the others), every result is numpy's, and the choice follows the
-    timings: kept at the first re-measurement (calls 39-54), switched at the second (64-79)."""
+    timings: kept at the first re-measurement (calls 39-70), switched at the second (80-111)."""
     import interlink.transport.cma as cma
 
     if not cma.available:
         pytest.skip("no cross-memory attach: nothing to choose between")
     from interlink.runtime.fastpath import PROBE_CALLS, probe_path
 
-    steps = 100
-    got = _check(3, (1, 0, 60), env={"INTERLINK_AUTOTUNE_REPROBE": "4"}, steps=steps)
+    steps = 130
+    got = _check(3, (1, 0, 75), env={"INTERLINK_AUTOTUNE_REPROBE": "4"}, steps=steps)
+    again = [0] * 8 + [1] * 8 + [0] * 8 + [1] * 8  # a re-measurement with 1 chosen: 0's block first, in turn
     want = ([probe_path(k) for k in range(PROBE_CALLS)]  # calls 0-33; the choice read at call 34
             + [1] * 5  # 34-38: the choice (1); measured again from 34 + 1 + 4
-            + [1] * 8 + [0] * 8  # 39-54: the chosen path's block, the other's; 1 still faster: kept
-            + [1] * 9  # 55-63: read at 55; the interval doubles to 8
-            + [1] * 8 + [0] * 8  # 64-79: now 0 is faster: switched
-            + [0] * 17  # 80-96: read at 80, interval 16
-            + [0] * 3)  # 97-99: the next re-measurement's chosen block
+            + again  # 39-70: 1 still faster: kept
+            + [1] * 9  # 71-79: read at 71; the interval doubles to 8
+            + again  # 80-111: now 0 is faster: switched
+            + [0] * 17  # 112-128: read at 112, interval 16
+            + [1])  # 129: the next re-measurement's first block, the other path's (now 1)
     assert len(want) == steps
     tuned = 0
     for name, seq in got["paths"].items():
@@ -544,16 +545,22 @@ def test_a_measured_shape_is_measured_again_and_follows_the_faster_path() -> Non
 
 
 def test_a_reprobe_keeps_the_choice_within_its_margin() -> None:
-    """rechoose: the other path must be below 0.9 of the chosen path's median to take over; without
-    timings of either block the choice stays."""
-    from interlink.runtime.autotune import rechoose
+    """rechoose: blocks 0 and 2 are the other path's, 1 and 3 the chosen one's (reprobe_path); the other's mean
+    block median must be below 0.9 of the chosen one's to take over; without two timings in a block of either
+    path the choice stays."""
+    from interlink.runtime.autotune import PROBE_BLOCK, rechoose, reprobe_path
 
-    assert rechoose([[100, 100, 100], [95, 95, 95]], 0) == 0
-    assert rechoose([[100, 100, 100], [85, 85, 85]], 0) == 1
-    assert rechoose([[100, 100, 100], [85, 85, 85]], 1) == 0
-    assert rechoose([[100, 100], []], 1) == 1
-    # the measured case: the slots' (path 0's) block with two slow calls still beats peer_buffers
-    assert rechoose([[380, 380, 377, 295, 298, 487], [257, 895, 214, 291, 73, 287]], 1) == 0
+    assert [reprobe_path(w, 1) for w in range(0, 4 * PROBE_BLOCK, PROBE_BLOCK)] == [0, 1, 0, 1]
+    assert [reprobe_path(w, 0) for w in (0, PROBE_BLOCK - 1, PROBE_BLOCK, 3 * PROBE_BLOCK)] == [1, 1, 0, 0]
+    assert rechoose([[95, 95, 95], [100, 100, 100], [95, 95], [100, 100]], 0) == 0
+    assert rechoose([[85, 85, 85], [100, 100, 100], [85, 85], [100, 100]], 0) == 1
+    assert rechoose([[85, 85, 85], [100, 100, 100], [85, 85], [100, 100]], 1) == 0
+    assert rechoose([[100, 100], [], [100], []], 1) == 1
+    # one fast block of the other path is not enough where its other block is slow: the mean decides
+    assert rechoose([[80, 80, 80], [100, 100, 100], [130, 130, 130], [100, 100, 100]], 0) == 0
+    # the measured case: 4 ranks, all_reduce of 1 MiB, plain copies (chosen, 1) against streaming ones (0)
+    assert rechoose([[444, 523, 232, 595, 271, 461], [230, 219, 325, 146, 279, 345],
+                     [485, 490, 263, 534, 457, 971], [146, 293, 140, 298, 156, 333]], 1) == 1
 
 
 def _reprobe_of(rank: int, world: int, values: list) -> int:

@@ -22,11 +22,14 @@ from .pageproto import NAMES, BAR, Small
 #: a path's first calls after the other's took 1.5-2x its later ones (benchmarks/RESULTS.md)
 PROBE_WARM, PROBE_BLOCK, PROBE_SKIP, PROBE_BLOCKS = 2, 8, 2, 4
 PROBE_CALLS = PROBE_WARM + PROBE_BLOCKS * PROBE_BLOCK
-#: a re-measurement (policy.autotune_reprobe): one block of the chosen path, then one of the other; the first
-#: rank switches when the other's median is below REPROBE_SWITCH of the chosen one's (a single block of six
-#: timed calls each is noisier than the first window's two: a margin, so that noise does not flip the choice
-#: back and forth); the interval doubles after each, up to REPROBE_GROWTH times the first
-REPROBE_CALLS = 2 * PROBE_BLOCK
+#: a re-measurement (policy.autotune_reprobe): four blocks, the other path's first, then the chosen one's, in
+#: turn, so that every block follows a block of the other path (the chosen path's block first, warm, and the
+#: other's after it, cold, kept the choice whatever the timings: 4 ranks, all_reduce of 1 MiB, plain copies
+#: 200-250 us a call and streaming ones 340-440, jobs that had switched to streaming on one noisy block kept it
+#: to their end: benchmarks/RESULTS.md, "Re-measurements in turn"); the first rank switches when the other's
+#: mean block median is below REPROBE_SWITCH of the chosen one's (a margin, so that noise does not flip the
+#: choice back and forth); the interval doubles after each, up to REPROBE_GROWTH times the first
+REPROBE_CALLS = PROBE_BLOCKS * PROBE_BLOCK
 REPROBE_SWITCH = 0.9
 REPROBE_GROWTH = 32
 
@@ -56,11 +59,22 @@ def choose(blocks: list, split: tuple = ()) -> int:
 
 
 def rechoose(blocks: list, current: int) -> int:
-    """A re-measurement's choice: blocks[0] timed the chosen path ``current``, blocks[1] the other; the other
-    when its median is below REPROBE_SWITCH of the chosen one's, else ``current`` (also without timings)."""
-    if len(blocks[0]) < 2 or len(blocks[1]) < 2:
+    """A re-measurement's choice: blocks 0 and 2 timed the other path, 1 and 3 the chosen path ``current``
+    (reprobe_path); the other when the mean of its block medians is below REPROBE_SWITCH of the chosen one's,
+    else ``current`` (also where either path has no block of two timings)."""
+    meds: list[list[float]] = [[], []]  # [the other's, the chosen one's]
+    for b, ts in enumerate(blocks):
+        if len(ts) > 1:
+            meds[b & 1].append(float(np.median(ts)))
+    if not meds[0] or not meds[1]:
         return current
-    return 1 - current if float(np.median(blocks[1])) < REPROBE_SWITCH * float(np.median(blocks[0])) else current
+    other, chosen = (sum(m) / len(m) for m in meds)
+    return 1 - current if other < REPROBE_SWITCH * chosen else current
+
+
+def reprobe_path(w: int, current: int) -> int:
+    """The path call w of a re-measurement takes: blocks of PROBE_BLOCK calls, the other path's first."""
+    return current if (w // PROBE_BLOCK) & 1 else 1 - current
 
 
 class TuneState:
@@ -137,9 +151,9 @@ class Autotune:
         first too) reads the table, after every rank has seen that publication (every call of the host page
         waits for every peer's header), and keeps the choice. Another shape's choice in the same entry (a key
         that differs) means the limits' path, on every rank alike. From ``period`` calls later
-        (policy.autotune_reprobe) the shape is measured again: a block of the chosen path, a block of the other
-        (``rechoose``), published and read the same way; the interval then doubles. Every rank counts the
-        same calls, so every rank takes the same path at every call."""
+        (policy.autotune_reprobe) the shape is measured again: four blocks, the other path's and the chosen
+        one's in turn (``reprobe_path``, ``rechoose``), published and read the same way; the interval then
+        doubles. Every rank counts the same calls, so every rank takes the same path at every call."""
         st = tn.state
         i = st.calls
         st.calls = i + 1
@@ -158,14 +172,14 @@ class Autotune:
         if i < st.until:
             st.path = -1
             return tn.alts[st.choice]
-        w = i - st.until  # a re-measurement: the chosen path's block, then the other's
+        w = i - st.until  # a re-measurement: the other path's block, the chosen one's, in turn
         if w < REPROBE_CALLS:
             if w == 0:
-                st.times = [[], []]
+                st.times = [[] for _ in range(PROBE_BLOCKS)]
             if w == REPROBE_CALLS - 1 and self.me == 0:
                 self._publish_choice(st.key, rechoose(st.times, st.choice))
             st.last = w
-            st.path = st.choice if w < PROBE_BLOCK else 1 - st.choice
+            st.path = reprobe_path(w, st.choice)
             return tn.alts[st.path]
         return tn.alts[self._chosen(st, i)]
 
