@@ -227,8 +227,9 @@ def test_bench_no_calibrate_note_with_a_profile(tmp_path, monkeypatch, capsys):
     prof = tmp_path / "profile.json"
     save_profile(Profile({"host.call_us": 3.0}, {}, {"host": "testhost", "date": "2026-01-01"}), prof)
     monkeypatch.setenv("INTERLINK_PROFILE", str(prof))
-    _fake_launch(monkeypatch, [_row(32768, "slots"), _row(131072, "ring")])
-    assert main(["bench", "all_reduce", "-b", "32K", "-e", "128K", "--ranks", "2"]) == 0
+    # (the one-shot all_reduce on 2 ranks: up to 8 KiB, hostpath all_reduce_oneshot_max_2)
+    _fake_launch(monkeypatch, [_row(8192, "slots"), _row(131072, "ring")])
+    assert main(["bench", "all_reduce", "-b", "8K", "-e", "128K", "--ranks", "2"]) == 0
     out = capsys.readouterr().out
     assert "--calibrate" not in out and "N/A" not in out
 
