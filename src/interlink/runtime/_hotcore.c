@@ -395,6 +395,7 @@ static int slot_leader(Core *c, Shape *s) {
 /* the leader's choice for this call of shape s (timed: whether to time it) */
 static int slot_lead(Lead *s, int *timed) {
     *timed = 0;
+    if (s->force) return s->force - 1; /* forced by a path probe (autotune.py): untimed, not counted */
     unsigned k = s->ncalls++;
     if (k < SLOT_WARM) return 0;
     k -= SLOT_WARM;
@@ -478,7 +479,7 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     if (!slot_eligible(c, s)) return run_call_arm(c, s, 0, seq, a, o, fo, po);
     int timed = 0, arm;
     if (c->slot_stream_mode == 1) arm = 1;
-    else if (slot_leader(c, s)) arm = s->lead.force ? s->lead.force - 1 : slot_lead(&s->lead, &timed);
+    else if (slot_leader(c, s)) arm = slot_lead(&s->lead, &timed);
     else if (s->kind == BC && s->sends) {
         /* a root: the copy its leader chose in the latest call of this shape the leader has published (the
          * root runs ahead of its readers: up to HDR calls); the leader is peer 0 of the root (rank 1 where
@@ -777,6 +778,12 @@ static void prog_drop(Prog *p, Py_buffer *a, Py_buffer *o) {
     if (!p->same_out) PyBuffer_Release(o);
 }
 
+/* whether a program's copies into this rank's slot are measured (slot_lead) rather than set (stream_slot): a
+ * measured shape whose copies into the slot reach slot_stream_min, where the copies can stream at all */
+static int prog_eligible(Core *c, Prog *p) {
+    return p->measured && c->slot_stream_mode && c->slot_stream_min > 0 && c->n > 1 && p->slot_bytes >= c->slot_stream_min;
+}
+
 /* call f (its place pos) of program p, this rank's f, `last` and `safe` set: 0 done; 3 the header is published,
  * the peers' headers not all there, not matching, or a peer's input mapped (Python gathers the headers and runs
  * every round); 4 the headers checked, no peer's input mapped, rounds before *round done (Python runs from it) */
@@ -789,9 +796,9 @@ static int prog_run(Core *c, Prog *p, Py_buffer *a, Py_buffer *o, uint64_t f, in
      * copy it made in the last call of this shape) where the shape is measured and copies enough; else as set */
     int timed = 0;
     struct timespec t0, t1;
-    if (p->measured && c->slot_stream_mode && c->slot_stream_min > 0 && c->n > 1 && p->slot_bytes >= c->slot_stream_min) {
+    if (prog_eligible(c, p)) {
         if (c->slot_stream_mode == 1) p->arm = 1;
-        else if (me == 0) p->arm = p->lead.force ? p->lead.force - 1 : slot_lead(&p->lead, &timed);
+        else if (me == 0) p->arm = slot_lead(&p->lead, &timed);
         else p->arm = p->lead.follow;
     } else p->arm = p->stream_slot;
     if (timed) clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -962,7 +969,7 @@ static PyObject *core_leads(Core *c, PyObject *o) {
     }
     if (PyObject_TypeCheck(o, &ProgType)) {
         Prog *p = (Prog *)o;
-        return PyBool_FromLong(p->measured && c->slot_stream_min > 0 && c->n > 1 && p->slot_bytes >= c->slot_stream_min);
+        return PyBool_FromLong(prog_eligible(c, p));
     }
     Py_RETURN_FALSE;
 }
