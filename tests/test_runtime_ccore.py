@@ -378,6 +378,59 @@ def test_the_copy_into_the_slots_is_measured_and_every_rank_follows_the_first(wo
     assert abs(streamed1 - streamed) <= 6 + slack, (res[0]["progs"], res[1]["progs"])
 
 
+def late_root_broadcasts(rank: int, world: int) -> dict:
+    """A 64 KiB broadcast whose root comes 5 ms late to every call (it sleeps first): its reader, which
+    measures the copy into the slot (slot_leader), waits past its spin each time and finishes the call in
+    Python (Core.hot's code 2, Core.finish); then calls whose root is on time, which finish in the core and
+    carry the root's copy time in its header. Every result checked against numpy."""
+    import interlink as dist
+    from interlink.runtime import api
+
+    dist.init(timeout=60)
+    fast = api._world()._fast
+    n, fails, late_costs = 16384, [], None
+    for i in range(90):
+        if i == 60:  # the late calls are over: the reader's costs so far
+            sc = next(sc for sc in fast.shapes.values() if sc and getattr(sc, "ccore", None) is not None)
+            late_costs = (sc.ccore.cost_plain, sc.ccore.cost_streamed, sc.ccore.ncalls)
+            dist.barrier()
+        if rank == 0 and i < 60:
+            time.sleep(0.005)
+        ref = np.arange(n, dtype=np.float32) + i
+        y = ref.copy() if rank == 0 else np.full(n, -1, np.float32)
+        dist.broadcast(y, 0)
+        if not _same(y, ref):
+            fails.append(f"call {i}")
+    core = fast.core
+    out = {"fails": fails, "late": late_costs, "root_copy_ns": core.root_copy_ns, "mode": core.slot_stream_mode}
+    dist.destroy()
+    return out
+
+
+@pytest.mark.skipif(not ccore.built(), reason="the compiled core is not built here")
+def test_a_broadcast_reader_times_the_calls_it_finishes_in_python_and_the_roots_copy() -> None:
+    """The reader that decides a broadcast's copy into the slot counts every call it times to the call's end,
+    also a call the core handed to Python because the root was late (without Core.finish such calls were never
+    timed: costs measured only on calls that found the root's payload there), and adds the root's copy, which
+    the root times and writes into its header (the root runs ahead, so the reader's own time does not show it)."""
+    from interlink.transport import stream
+
+    if not stream.available:
+        pytest.skip("no streaming copy on this machine: the copy into the slot is not measured")
+    res = run_ranks(2, late_root_broadcasts, env={"INTERLINK_TRANSPORT": "shm", "INTERLINK_NO_CCORE": "0",
+                                                  "INTERLINK_SLOT_STREAM": "auto"}, timeout=240)
+    for r in res:
+        assert not r["fails"], r["fails"][:10]
+        assert r["mode"] == 2, r
+    plain, streamed, ncalls = res[1]["late"]
+    assert ncalls >= 55, res[1]
+    # both copies' costs come from late calls: each waited about the root's 5 ms
+    assert plain > 2e6 and streamed > 2e6, res[1]
+    # the reader's last call finished in the core: the root's copy time read from its header
+    assert 0 < res[1]["root_copy_ns"] < 1e9, res[1]
+    assert res[0]["root_copy_ns"] == 0, res[0]  # the root reads no root's header
+
+
 def test_slot_stream_setting() -> None:
     from interlink.runtime import policy
     from interlink.transport import stream

@@ -76,6 +76,7 @@ typedef struct {
     unsigned long long pend, pend_hi; /* FastPath.pend..pend_hi: a broadcast root's calls whose peers' headers
                                      * are not yet checked (0: none); its done word passes each once they are */
     unsigned long long last, run;   /* FastPath.last, .run: the last call's shape (Small.lid), calls in a row of it */
+    unsigned long long root_copy_ns; /* a broadcast receiver's last call: its root's copy into the slot (ns) */
     unsigned long long calls;       /* calls the core completed (tests read it) */
     unsigned long long prog_calls;  /* page-program calls the core completed (core_prog) */
     unsigned long long prog_streamed; /* copies of those programs made with streaming stores (tests read it) */
@@ -91,6 +92,9 @@ typedef struct {
     int follow;          /* another rank's: the copy the leader made in the last call of this shape */
     int force;           /* the leader's: 1 plain, 2 streaming copies on every call, untimed (runtime/autotune.py
                           * measures a path's two copies while it measures the path); 0 measured (slot_lead) */
+    int pend_arm;        /* a timed call that went on in Python (Core.finish times it to its end): its copy, */
+    long long pend_t0;   /* its start (ns, CLOCK_MONOTONIC; 0: none) */
+    uint64_t pend_f;     /* and its call number */
 } Lead;
 
 typedef struct {
@@ -450,6 +454,14 @@ static void lead_time(Lead *s, int arm, double dt) {
     }
 }
 
+/* a timed call (started at t0, with copy arm) that goes on in Python: Core.finish times it to its end */
+static void lead_pend(Lead *s, int timed, const struct timespec *t0, int arm, uint64_t f) {
+    if (!timed) return;
+    s->pend_t0 = (long long)t0->tv_sec * 1000000000LL + t0->tv_nsec;
+    s->pend_arm = arm;
+    s->pend_f = f;
+}
+
 static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo,
                         int *po);
 
@@ -478,6 +490,7 @@ static PyObject *lead_seed(Lead *s, PyObject *const *args, Py_ssize_t nargs) {
 static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo, int *po) {
     if (!slot_eligible(c, s)) return run_call_arm(c, s, 0, seq, a, o, fo, po);
     int timed = 0, arm;
+    s->lead.pend_t0 = 0; /* (a call that went on in Python and raised) */
     if (c->slot_stream_mode == 1) arm = 1;
     else if (slot_leader(c, s)) arm = slot_lead(&s->lead, &timed);
     else if (s->kind == BC && s->sends) {
@@ -489,7 +502,7 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
             uint64_t g = c->f + 1 - k;
             Py_ssize_t pw = c->peer_w[g % HDR][0];
             if (ld(&W[pw]) == g && W[pw + SEQ_CRC] == s->crc) {
-                s->lead.follow = W[pw + 5] == 2;
+                s->lead.follow = (W[pw + 5] & 0xff) == 2;
                 break;
             }
         }
@@ -498,14 +511,23 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
     struct timespec t0, t1;
     if (timed) clock_gettime(CLOCK_MONOTONIC, &t0);
     int r = run_call_arm(c, s, arm, seq, a, o, fo, po);
-    if (r != 0) return r;
+    if (r != 0) {
+        /* published, the rest in Python: a call slowed by a wait is as much the copy's as a fast one (the
+         * copy can be what the peers wait for), so Python's end of it (Core.finish) times it too */
+        if (r == 2) lead_pend(&s->lead, timed, &t0, arm, *fo);
+        return r;
+    }
     if (arm && (s->kind != BC || s->sends)) { /* a broadcast's readers copy nothing in */
         c->stream_calls++;
         s->lead.streamed++;
     }
     if (timed) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        lead_time(&s->lead, arm, (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec));
+        double dt = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+        /* a broadcast's leader: the call costs the host the root's copy too, which its own time does not show
+         * (the root runs ahead) */
+        if (s->kind == BC) dt += (double)c->root_copy_ns;
+        lead_time(&s->lead, arm, dt);
     }
     return 0;
 }
@@ -530,6 +552,7 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
     }
     int q = (int)(f % HDR);
     int pos = (int)(f % (uint64_t)s->npos);
+    uint64_t copy_ns = 0;
     if (!places_free(c, s->lid, s->depth, s->sends, f)) return 1;
     *fo = f;
     *po = pos;
@@ -541,12 +564,23 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
         if (hi < (size_t)s->nbytes)
             slot_copy(streamed, c->base + s->mine[pos] + hi, (char *)a->buf + hi, (size_t)s->nbytes - hi);
     } else if (s->sends) {
+        /* a broadcast's root whose copy is measured times it: its readers' leader counts it (run_call) */
+        int tc = s->kind == BC && c->slot_stream_mode == 2 && slot_eligible(c, s);
+        struct timespec t0, t1;
+        if (tc) clock_gettime(CLOCK_MONOTONIC, &t0);
         slot_copy(streamed, c->base + s->mine[pos], a->buf, (size_t)s->nbytes);
+        if (tc) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            long long ns = (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+            copy_ns = ns > 0 ? (uint64_t)ns : 1;
+        }
     }
-    /* the header from word 2: group seq, crc, nbytes, (reserved), signature (pageproto._META) */
+    /* the header from word 2: group seq, crc, nbytes, the copy made (low byte: 1 plain, 2 streaming; above it a
+     * broadcast root's copy time in ns, 0 where not timed), signature (pageproto._META) */
     {
         uint64_t *h = (uint64_t *)(c->base + c->hoff[q]);
-        h[0] = seq; h[1] = s->crc; h[2] = (uint64_t)s->nbytes; h[3] = (uint64_t)(streamed + 1); /* the copy made */
+        h[0] = seq; h[1] = s->crc; h[2] = (uint64_t)s->nbytes;
+        h[3] = (uint64_t)(streamed + 1) | (copy_ns < (1ULL << 55) ? copy_ns : (1ULL << 55) - 1) << 8;
         memcpy(h + 4, s->head, SIG_BYTES);
     }
     st(&W[c->my_w[q]], f); /* publish last */
@@ -566,6 +600,7 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
         if (r != 1) return 2; /* the root not published yet, or another call: Python waits or raises */
         int seen = others_seen(c, q, f, seq, s->crc);
         if (seen < 0) return 2;
+        c->root_copy_ns = W[c->peer_w[q][s->rootk] + 5] >> 8; /* its copy's time (0: not timed) */
         /* (safe stays: a broadcast's root publishes call f before it has checked its receivers' headers of
          * the calls before, so its publishing f does not say it has finished reading them) */
         memcpy(a->buf, c->base + s->parts[(Py_ssize_t)pos * s->nparts], (size_t)(s->count * s->itemsize));
@@ -590,7 +625,8 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
     }
     if (r != 1) return 2;
     c->safe = f - 1; /* a peer publishes call f only after finishing call f-1 */
-    if (c->me != 0) s->lead.follow = W[c->peer_w[q][0] + 5] == 2; /* rank 0's copy (its header, just checked) */
+    if (c->me != 0) /* rank 0's copy (its header, just checked) */
+        s->lead.follow = (W[c->peer_w[q][0] + 5] & 0xff) == 2;
     const Py_ssize_t *P = s->parts + (Py_ssize_t)pos * s->nparts;
     switch (s->kind) {
     case AR:
@@ -796,6 +832,7 @@ static int prog_run(Core *c, Prog *p, Py_buffer *a, Py_buffer *o, uint64_t f, in
      * copy it made in the last call of this shape) where the shape is measured and copies enough; else as set */
     int timed = 0;
     struct timespec t0, t1;
+    p->lead.pend_t0 = 0; /* (a call that went on in Python and raised) */
     if (prog_eligible(c, p)) {
         if (c->slot_stream_mode == 1) p->arm = 1;
         else if (me == 0) p->arm = slot_lead(&p->lead, &timed);
@@ -818,11 +855,12 @@ static int prog_run(Core *c, Prog *p, Py_buffer *a, Py_buffer *o, uint64_t f, in
     ring(c);
     int r = peers_ready(c, h, f, seq, p->crc);
     if (r == 0) { SPIN_UNTIL(r, peers_ready(c, h, f, seq, p->crc)); }
-    if (r != 1) return 3;
+    if (r != 1) { lead_pend(&p->lead, timed, &t0, p->arm, f); return 3; }
     c->safe = f - 1; /* a peer publishes call f only after finishing call f-1 */
-    if (me != 0) p->lead.follow = W[c->peer_w[h][0] + 5] == 2; /* rank 0's copy (its header, just checked) */
+    if (me != 0) /* rank 0's copy (its header, just checked) */
+        p->lead.follow = (W[c->peer_w[h][0] + 5] & 0xff) == 2;
     for (int k = 0; k < p->nmaps; k++)
-        if (W[p->slot_w[q][p->maps[k]] + DESC_W + 2]) return 3;
+        if (W[p->slot_w[q][p->maps[k]] + DESC_W + 2]) { lead_pend(&p->lead, timed, &t0, p->arm, f); return 3; }
     Py_ssize_t nrounds = *m++;
     for (Py_ssize_t k = 0; k < nrounds; k++) {
         Py_ssize_t end = m[0], publish = m[1], nb = m[2];
@@ -831,7 +869,7 @@ static int prog_run(Core *c, Prog *p, Py_buffer *a, Py_buffer *o, uint64_t f, in
         if (nb && !prog_before(c, p, b, nb, q, base)) {
             int ok;
             SPIN_UNTIL(ok, prog_before(c, p, b, nb, q, base));
-            if (!ok) { *round = p->skip + k; return 4; }
+            if (!ok) { *round = p->skip + k; lead_pend(&p->lead, timed, &t0, p->arm, f); return 4; }
         }
         Py_ssize_t nops = *m++;
         for (Py_ssize_t j = 0; j < nops; j++) m = prog_move(c, p, m, pos, in, out);
@@ -974,7 +1012,33 @@ static PyObject *core_leads(Core *c, PyObject *o) {
     Py_RETURN_FALSE;
 }
 
+/* Core.finish(shape_or_prog): the end of a call that went on in Python (Core.hot's code 2, Core.prog's stage and
+ * round): where its leader timed it, the call's time to now counts (a broadcast's: with its root's copy, from
+ * the root's header) */
+static PyObject *core_finish(Core *c, PyObject *o) {
+    Lead *l;
+    Shape *s = NULL;
+    if (PyObject_TypeCheck(o, &ShapeType)) l = &(s = (Shape *)o)->lead;
+    else if (PyObject_TypeCheck(o, &ProgType)) l = &((Prog *)o)->lead;
+    else { PyErr_SetString(PyExc_TypeError, "finish(shape_or_prog)"); return NULL; }
+    if (!l->pend_t0) Py_RETURN_NONE;
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (double)((long long)t1.tv_sec * 1000000000LL + t1.tv_nsec - l->pend_t0);
+    if (s && s->kind == BC && s->rootk >= 0) {
+        volatile uint64_t *W = (volatile uint64_t *)c->base;
+        Py_ssize_t pw = c->peer_w[l->pend_f % HDR][s->rootk];
+        if (ld(&W[pw]) == l->pend_f) dt += (double)(W[pw + 5] >> 8);
+    }
+    l->pend_t0 = 0;
+    if (dt > 0) lead_time(l, l->pend_arm, dt);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Core_methods[] = {
+    {"finish", (PyCFunction)core_finish, METH_O,
+     "finish(shape_or_prog): the end of a call that Core.hot (code 2) or Core.prog handed to Python: its leader's "
+     "timing, if any"},
     {"leads", (PyCFunction)core_leads, METH_O,
      "leads(shape_or_prog): whether rank 0 measures its copies into the slot (slot_lead)"},
     {"hot", (PyCFunction)(void (*)(void))core_hot, METH_FASTCALL,
@@ -998,6 +1062,8 @@ static PyMemberDef Core_members[] = {
      "copies of page programs the core made with streaming stores"},
     {"stream_calls", T_ULONGLONG, offsetof(Core, stream_calls), READONLY,
      "calls whose copy into the slot used streaming stores"},
+    {"root_copy_ns", T_ULONGLONG, offsetof(Core, root_copy_ns), READONLY,
+     "a broadcast receiver's last call in the core: its root's copy into the slot (ns; 0 not timed)"},
     {"slot_stream_mode", T_INT, offsetof(Core, slot_stream_mode), READONLY,
      "0 never, 1 always, 2 measured (streaming stores into the slot)"},
     {NULL}};

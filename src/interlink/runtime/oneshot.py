@@ -35,7 +35,9 @@ class OneShot:
             if r is None:
                 return
             if r[0] == 2:
-                return self._resume(sc, a, out, r[1], r[2], seq, timeout)
+                self._resume(sc, a, out, r[1], r[2], seq, timeout)
+                self.core.finish(cs)  # the call's end: its time, where the core's leader measures it
+                return
         if self.pend:  # the last calls were a broadcast's root that did not wait: its receivers' headers first
             if sc.kind == BC and sc.sends and self.last == sc.lid and sc.depth > 2:
                 self._settle(None)  # the root's run goes on: those whose receivers have published
@@ -58,7 +60,9 @@ class OneShot:
                 if r is None:
                     return
                 if r[0] >= 0:  # the core stopped at a wait: the rest here
-                    return self._program(sc, a, out, f, pos, seq, timeout, resume=r)
+                    self._program(sc, a, out, f, pos, seq, timeout, resume=r)
+                    self.core.finish(cp)  # the call's end: its time, where the core's leader measures it
+                    return
             return self._program(sc, a, out, f, pos, seq, timeout)
         if sc.kind == A2A or (sc.kind == RS and not np.may_share_memory(a, out)):
             # every block but this rank's own into its slot, in place (the blocks before it, the blocks after it):

@@ -28,8 +28,9 @@ from ..transport.base import MsgHeader, PeerClosed
 from ..transport.shm import HEADERS
 from .engine import BELL_TIMEOUT, SPIN_WALL_S, Aborted, Engine
 # a call header (entry f % HEADERS of its rank, transport/shm.py), u64 words: the call number (published last),
-# (one unused), group seq, crc, nbytes, (one reserved: the header's pack writes it); the signature text from
-# byte 48. A slot header (one per parity, the same 192-byte layout): words 16..21: pid, address, arena serial,
+# (one unused), group seq, crc, nbytes, the copy into the slot (the compiled core's: low byte 1 plain, 2
+# streaming, above it a broadcast root's copy time in ns; Python's pack writes 0: plain, not timed); the
+# signature text from byte 48. A slot header (one per parity, the same 192-byte layout): words 16..21: pid, address, arena serial,
 # fd, offset and size of the writer's own buffer (the paths that read it in place); word 22: the address
 # of the rank's output (the paths that push into it); word 23: the rounds of a page program this rank has
 # finished (runtime/pageplan.py: ROUND_STRIDE * call + rounds)
@@ -37,7 +38,7 @@ SEQ, GSEQ, CRC, NBYTES, RD = 0, 2, 3, 4, 23
 SIG_OFF = 48
 SIG_BYTES = 80
 DESC = 16
-_META = struct.Struct(f"<QQQ8x{SIG_BYTES}s")  # from word 2 on: group seq, crc, nbytes, (reserved), signature
+_META = struct.Struct(f"<QQQ8x{SIG_BYTES}s")  # from word 2 on: group seq, crc, nbytes, (the copy: 0), signature
 _GC = struct.Struct("<QQ")  # group seq, crc
 _CRCS: dict[bytes, int] = {}
 _LIDS = itertools.count(1)
