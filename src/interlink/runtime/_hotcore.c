@@ -1028,6 +1028,8 @@ static PyObject *core_finish(Core *c, PyObject *o) {
     if (s && s->kind == BC && s->rootk >= 0) {
         volatile uint64_t *W = (volatile uint64_t *)c->base;
         Py_ssize_t pw = c->peer_w[l->pend_f % HDR][s->rootk];
+        /* (the root may be writing a later call's header into this entry already: then one sample is off,
+         * never a byte of a result) */
         if (ld(&W[pw]) == l->pend_f) dt += (double)(W[pw + 5] >> 8);
     }
     l->pend_t0 = 0;
