@@ -875,3 +875,56 @@ def test_all_to_all_through_the_host_page_against_numpy(world: int) -> None:
             want = "slots" if nbytes <= limit or not cma.available else "peer_buffers"
             assert algo == want, (nbytes, algo, ran)
         assert {a for _, a in ran} == ({"slots", "peer_buffers"} if cma.available else {"slots"}), ran
+
+
+def _own_block_order_suite(rank: int, world: int) -> tuple[list[str], list[bool], list[str]]:
+    """all_to_all through the ranks' own buffers (peer_buffers): whether this rank's own block of its output was
+    still unwritten when it published its header (FastPath._announce), call by call, and every result against
+    numpy."""
+    import interlink as dist
+    from interlink.runtime import api
+
+    g = dist.init(timeout=30)
+    fast = api._world()._fast
+    n = 6000  # elements per block: 48 KB of float32 a rank on 2 ranks, above the 16 KB slot limit below
+    out = np.full(n * world, -1.0, np.float32)
+    seen: list[bool] = []
+    announce = fast._announce
+
+    def spy(*args, **kw):
+        seen.append(bool((out[rank * n:(rank + 1) * n] == -1.0).all()))
+        return announce(*args, **kw)
+
+    fast._announce = spy
+    fails: list[str] = []
+    ran: list[str] = []
+    for i in range(6):
+        x = np.concatenate([np.arange(n, dtype=np.float32) + 1000 * rank + 10 * j + i for j in range(world)])
+        out[...] = -1.0
+        dist.all_to_all_single(out, x)
+        ran.append(g.recorder[-1].plan.schedule.algorithm)
+        want = np.concatenate([np.arange(n, dtype=np.float32) + 1000 * j + 10 * rank + i for j in range(world)])
+        if not np.array_equal(out, want):
+            fails.append(f"rank {rank} call {i}: {out[:4]} != {want[:4]}")
+    dist.destroy()
+    return fails, seen, ran
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_all_to_all_through_own_buffers_publishes_before_its_own_block(world: int) -> None:
+    """An all_to_all through the ranks' own buffers publishes its header (what its peers wait for before they
+    put into its output) before it copies its own block, which no peer reads: the copy runs while the peers
+    publish (runtime/pageexec.py). Every call's result against numpy."""
+    import interlink.transport.cma as cma
+
+    if not cma.available:
+        pytest.skip("no cross-memory attach here: every all_to_all stays in the slots")
+    env = {"INTERLINK_FAST_MAX_BYTES": "1024", "INTERLINK_SHM_SLOTS_MAX_BYTES_2": str(16 << 10),
+           "INTERLINK_SHM_DIRECT_MAX_BYTES": str(16 << 10), "INTERLINK_SHM_SLOTS_MAX_BYTES_A2A": str(8 << 10),
+           "INTERLINK_AUTOTUNE": "0"}
+    res = run_ranks(world, _own_block_order_suite, env=env, timeout=120)
+    fails = [f for fl, _, _ in res for f in fl]
+    assert not fails, "\n".join(fails[:10])
+    for _, seen, ran in res:
+        assert ran == ["peer_buffers"] * 6, ran
+        assert len(seen) == 6 and all(seen), seen
