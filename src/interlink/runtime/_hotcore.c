@@ -122,6 +122,13 @@ static inline void full_barrier(void) {
 #endif
 }
 
+/* CLOCK_MONOTONIC in ns (Python's time.monotonic and perf_counter read the same clock here) */
+static inline long long mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
 static void ring(Core *c) {
     uint32_t *B = (uint32_t *)c->base;
     full_barrier();
@@ -295,9 +302,7 @@ static int get_buf(PyObject *o, Py_buffer *b, int writable, Py_ssize_t need) {
                 if (!ts_) ts_ = PyEval_SaveThread();                                                   \
                 sched_yield();                                                                         \
                 if (!(spins_ & 31)) {                                                                  \
-                    struct timespec t_;                                                                \
-                    clock_gettime(CLOCK_MONOTONIC, &t_);                                               \
-                    long long now_ = (long long)t_.tv_sec * 1000000000LL + t_.tv_nsec;                 \
+                    long long now_ = mono_ns();                                                        \
                     if (!t0_) t0_ = now_;                                                              \
                     else if (now_ - t0_ > c->spin_wall_ns) break;                                      \
                 }                                                                                      \
@@ -454,12 +459,20 @@ static void lead_time(Lead *s, int arm, double dt) {
     }
 }
 
-/* a timed call (started at t0, with copy arm) that goes on in Python: Core.finish times it to its end */
-static void lead_pend(Lead *s, int timed, const struct timespec *t0, int arm, uint64_t f) {
+/* a timed call (started at t0 ns, with copy arm) that goes on in Python: Core.finish times it to its end */
+static void lead_pend(Lead *s, int timed, long long t0, int arm, uint64_t f) {
     if (!timed) return;
-    s->pend_t0 = (long long)t0->tv_sec * 1000000000LL + t0->tv_nsec;
+    s->pend_t0 = t0;
     s->pend_arm = arm;
     s->pend_f = f;
+}
+
+/* a broadcast receiver's call f: its root's copy into the slot (ns, from the root's header; 0 where not timed,
+ * or where the root's entry already holds a later call: one timing sample, never a byte of a result) */
+static uint64_t root_copy(Core *c, Shape *s, uint64_t f) {
+    volatile uint64_t *W = (volatile uint64_t *)c->base;
+    Py_ssize_t pw = c->peer_w[f % HDR][s->rootk];
+    return ld(&W[pw]) == f ? W[pw + 5] >> 8 : 0;
 }
 
 static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer *a, Py_buffer *o, uint64_t *fo,
@@ -508,13 +521,12 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
         }
         arm = s->lead.follow;
     } else arm = s->lead.follow; /* the copy the leader made in the last call of this shape (run_call_arm) */
-    struct timespec t0, t1;
-    if (timed) clock_gettime(CLOCK_MONOTONIC, &t0);
+    long long t0 = timed ? mono_ns() : 0;
     int r = run_call_arm(c, s, arm, seq, a, o, fo, po);
     if (r != 0) {
         /* published, the rest in Python: a call slowed by a wait is as much the copy's as a fast one (the
          * copy can be what the peers wait for), so Python's end of it (Core.finish) times it too */
-        if (r == 2) lead_pend(&s->lead, timed, &t0, arm, *fo);
+        if (r == 2) lead_pend(&s->lead, timed, t0, arm, *fo);
         return r;
     }
     if (arm && (s->kind != BC || s->sends)) { /* a broadcast's readers copy nothing in */
@@ -522,8 +534,7 @@ static int run_call(Core *c, Shape *s, uint64_t seq, Py_buffer *a, Py_buffer *o,
         s->lead.streamed++;
     }
     if (timed) {
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double dt = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+        double dt = (double)(mono_ns() - t0);
         /* a broadcast's leader: the call costs the host the root's copy too, which its own time does not show
          * (the root runs ahead) */
         if (s->kind == BC) dt += (double)c->root_copy_ns;
@@ -566,12 +577,10 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
     } else if (s->sends) {
         /* a broadcast's root whose copy is measured times it: its readers' leader counts it (run_call) */
         int tc = s->kind == BC && c->slot_stream_mode == 2 && slot_eligible(c, s);
-        struct timespec t0, t1;
-        if (tc) clock_gettime(CLOCK_MONOTONIC, &t0);
+        long long t0 = tc ? mono_ns() : 0;
         slot_copy(streamed, c->base + s->mine[pos], a->buf, (size_t)s->nbytes);
         if (tc) {
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            long long ns = (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+            long long ns = mono_ns() - t0;
             copy_ns = ns > 0 ? (uint64_t)ns : 1;
         }
     }
@@ -600,7 +609,7 @@ static int run_call_arm(Core *c, Shape *s, int streamed, uint64_t seq, Py_buffer
         if (r != 1) return 2; /* the root not published yet, or another call: Python waits or raises */
         int seen = others_seen(c, q, f, seq, s->crc);
         if (seen < 0) return 2;
-        c->root_copy_ns = W[c->peer_w[q][s->rootk] + 5] >> 8; /* its copy's time (0: not timed) */
+        c->root_copy_ns = root_copy(c, s, f);
         /* (safe stays: a broadcast's root publishes call f before it has checked its receivers' headers of
          * the calls before, so its publishing f does not say it has finished reading them) */
         memcpy(a->buf, c->base + s->parts[(Py_ssize_t)pos * s->nparts], (size_t)(s->count * s->itemsize));
@@ -831,14 +840,13 @@ static int prog_run(Core *c, Prog *p, Py_buffer *a, Py_buffer *o, uint64_t f, in
     /* the copies into the slot: measured as the one-shot path's (run_call: rank 0 decides, the others make the
      * copy it made in the last call of this shape) where the shape is measured and copies enough; else as set */
     int timed = 0;
-    struct timespec t0, t1;
     p->lead.pend_t0 = 0; /* (a call that went on in Python and raised) */
     if (prog_eligible(c, p)) {
         if (c->slot_stream_mode == 1) p->arm = 1;
         else if (me == 0) p->arm = slot_lead(&p->lead, &timed);
         else p->arm = p->lead.follow;
     } else p->arm = p->stream_slot;
-    if (timed) clock_gettime(CLOCK_MONOTONIC, &t0);
+    long long t0 = timed ? mono_ns() : 0;
     uint64_t base = (uint64_t)ROUND_STRIDE * f;
     Py_ssize_t rd = p->slot_w[q][me] + RD_W;
     const Py_ssize_t *m = p->code;
@@ -855,12 +863,12 @@ static int prog_run(Core *c, Prog *p, Py_buffer *a, Py_buffer *o, uint64_t f, in
     ring(c);
     int r = peers_ready(c, h, f, seq, p->crc);
     if (r == 0) { SPIN_UNTIL(r, peers_ready(c, h, f, seq, p->crc)); }
-    if (r != 1) { lead_pend(&p->lead, timed, &t0, p->arm, f); return 3; }
+    if (r != 1) { lead_pend(&p->lead, timed, t0, p->arm, f); return 3; }
     c->safe = f - 1; /* a peer publishes call f only after finishing call f-1 */
     if (me != 0) /* rank 0's copy (its header, just checked) */
         p->lead.follow = (W[c->peer_w[h][0] + 5] & 0xff) == 2;
     for (int k = 0; k < p->nmaps; k++)
-        if (W[p->slot_w[q][p->maps[k]] + DESC_W + 2]) { lead_pend(&p->lead, timed, &t0, p->arm, f); return 3; }
+        if (W[p->slot_w[q][p->maps[k]] + DESC_W + 2]) { lead_pend(&p->lead, timed, t0, p->arm, f); return 3; }
     Py_ssize_t nrounds = *m++;
     for (Py_ssize_t k = 0; k < nrounds; k++) {
         Py_ssize_t end = m[0], publish = m[1], nb = m[2];
@@ -869,7 +877,7 @@ static int prog_run(Core *c, Prog *p, Py_buffer *a, Py_buffer *o, uint64_t f, in
         if (nb && !prog_before(c, p, b, nb, q, base)) {
             int ok;
             SPIN_UNTIL(ok, prog_before(c, p, b, nb, q, base));
-            if (!ok) { *round = p->skip + k; lead_pend(&p->lead, timed, &t0, p->arm, f); return 4; }
+            if (!ok) { *round = p->skip + k; lead_pend(&p->lead, timed, t0, p->arm, f); return 4; }
         }
         Py_ssize_t nops = *m++;
         for (Py_ssize_t j = 0; j < nops; j++) m = prog_move(c, p, m, pos, in, out);
@@ -882,8 +890,7 @@ static int prog_run(Core *c, Prog *p, Py_buffer *a, Py_buffer *o, uint64_t f, in
     c->prog_calls++;
     if (p->arm && p->slot_bytes) p->lead.streamed++;
     if (timed) {
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        lead_time(&p->lead, p->arm, (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec));
+        lead_time(&p->lead, p->arm, (double)(mono_ns() - t0));
     }
     return 0;
 }
@@ -1016,22 +1023,14 @@ static PyObject *core_leads(Core *c, PyObject *o) {
  * round): where its leader timed it, the call's time to now counts (a broadcast's: with its root's copy, from
  * the root's header) */
 static PyObject *core_finish(Core *c, PyObject *o) {
-    Lead *l;
     Shape *s = NULL;
+    Lead *l;
     if (PyObject_TypeCheck(o, &ShapeType)) l = &(s = (Shape *)o)->lead;
     else if (PyObject_TypeCheck(o, &ProgType)) l = &((Prog *)o)->lead;
     else { PyErr_SetString(PyExc_TypeError, "finish(shape_or_prog)"); return NULL; }
     if (!l->pend_t0) Py_RETURN_NONE;
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double dt = (double)((long long)t1.tv_sec * 1000000000LL + t1.tv_nsec - l->pend_t0);
-    if (s && s->kind == BC && s->rootk >= 0) {
-        volatile uint64_t *W = (volatile uint64_t *)c->base;
-        Py_ssize_t pw = c->peer_w[l->pend_f % HDR][s->rootk];
-        /* (the root may be writing a later call's header into this entry already: then one sample is off,
-         * never a byte of a result) */
-        if (ld(&W[pw]) == l->pend_f) dt += (double)(W[pw + 5] >> 8);
-    }
+    double dt = (double)(mono_ns() - l->pend_t0);
+    if (s && s->kind == BC && s->rootk >= 0) dt += (double)root_copy(c, s, l->pend_f);
     l->pend_t0 = 0;
     if (dt > 0) lead_time(l, l->pend_arm, dt);
     Py_RETURN_NONE;
@@ -1286,11 +1285,7 @@ static PyObject *S_call_small, *S_broken, *S_pending, *S_seq, *S_fast, *S_dtype,
     *S_state, *S_choice, *S_alts, *S_calls, *S_until;
 static PyObject *KINDS[8];
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return (double)mono_ns() * 1e-9; }
 
 static int Bind_init(Bind *b, PyObject *args, PyObject *kw) {
     PyObject *core, *fast, *ctx, *runner, *lock, *shapes, *rplans, *rstarts, *rseqs, *gdict;

@@ -398,10 +398,8 @@ class Group:
                     self._fast.hot(sc, a, out, seq, self.ctx.timeout)
                 elif code == 2:
                     self._fast._resume(sc, a, out, f, pos, seq, self.ctx.timeout)
-                    self._fast.core.finish(sc.ccore)  # the call's end: its time, where the core's leader measures it
                 else:  # a page program (Small.cprog): 3 published, 4 from round rnd
                     self._fast._program(sc, a, out, f, pos, seq, self.ctx.timeout, resume=(code - 3, rnd))
-                    self._fast.core.finish(sc.cprog)
             except BaseException as e:
                 self._small_failed(e, kind, seq)
             self._rseqs[i] = seq

@@ -35,9 +35,7 @@ class OneShot:
             if r is None:
                 return
             if r[0] == 2:
-                self._resume(sc, a, out, r[1], r[2], seq, timeout)
-                self.core.finish(cs)  # the call's end: its time, where the core's leader measures it
-                return
+                return self._resume(sc, a, out, r[1], r[2], seq, timeout)
         if self.pend:  # the last calls were a broadcast's root that did not wait: its receivers' headers first
             if sc.kind == BC and sc.sends and self.last == sc.lid and sc.depth > 2:
                 self._settle(None)  # the root's run goes on: those whose receivers have published
@@ -60,9 +58,7 @@ class OneShot:
                 if r is None:
                     return
                 if r[0] >= 0:  # the core stopped at a wait: the rest here
-                    self._program(sc, a, out, f, pos, seq, timeout, resume=r)
-                    self.core.finish(cp)  # the call's end: its time, where the core's leader measures it
-                    return
+                    return self._program(sc, a, out, f, pos, seq, timeout, resume=r)
             return self._program(sc, a, out, f, pos, seq, timeout)
         if sc.kind == A2A or (sc.kind == RS and not np.may_share_memory(a, out)):
             # every block but this rank's own into its slot, in place (the blocks before it, the blocks after it):
@@ -292,6 +288,7 @@ class OneShot:
                 o2[j] = col[j]
             o2[self.me] = a.reshape(col.shape)[self.me]
         self._set(self.done_w, f)
+        self.core.finish(sc.ccore)  # the call's end: its time, where the core's leader timed it (Core.finish)
 
     def _rs_parts(self, sc: Small, pos: int, a: np.ndarray, out: np.ndarray) -> list:
         """A one-shot reduce_scatter's parts in rank order: every peer's block of its slot, and this rank's own

@@ -143,6 +143,8 @@ class PageProgram:
             self._await_readers(f, seq, sc, timeout, list(readers))
         if sc.avg:  # the sums, divided once every reader has them (each rank divides the same bits)
             finish_avg(o, self.n)
+        if resume is not None:  # a call the compiled core began: its end, where the core's leader timed it
+            self.core.finish(sc.cprog)
 
     def _push(self, sc: Small, a: np.ndarray, out: np.ndarray, f: int, pos: int, seq: int, timeout: float) -> None:
         """A push program (_push_form: the peer_buffers all_gather) run inlined, out of place: the same words and
